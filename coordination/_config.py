@@ -1,0 +1,206 @@
+"""Settings of a group member, validated once, at construction.
+
+Names are Kafka's, spelled as kafka-python spells them, so existing
+kafka-python settings carry over. Connection settings (``bootstrap_servers``,
+TLS, SASL, proxies) are not interpreted here: they pass through to
+kafka-python's network layer unchanged, after a check that kafka-python knows
+the name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
+
+from .errors import ConfigurationError
+
+log = logging.getLogger("coordination.config")
+
+# Connection settings handed to kafka-python as they are (its KafkaConnectionManager's keys).
+CONNECTION_SETTINGS: Final = frozenset(
+    {
+        "bootstrap_servers",
+        "client_software_name",
+        "client_software_version",
+        "receive_message_max_bytes",
+        "reconnect_backoff_ms",
+        "reconnect_backoff_max_ms",
+        "socket_connection_setup_timeout_ms",
+        "socket_connection_setup_timeout_max_ms",
+        "socket_options",
+        "max_in_flight_requests_per_connection",
+        "connections_max_idle_ms",
+        "security_protocol",
+        "ssl_context",
+        "ssl_check_hostname",
+        "ssl_cafile",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_password",
+        "ssl_crlfile",
+        "sasl_mechanism",
+        "sasl_plain_username",
+        "sasl_plain_password",
+        "sasl_kerberos_name",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+        "sasl_oauth_token_provider",
+        "proxy_url",
+        "api_version",
+        "metadata_max_age_ms",
+        "client_dns_lookup",
+    }
+)
+
+_SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Kafka's rule for group.instance.id (JoinGroupRequest.validateGroupInstanceId): a topic-like name.
+_INSTANCE_ID = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoordinatorConfig:
+    """The settings of one group member.
+
+    Build it with :meth:`from_settings`, which also sorts out connection
+    settings; every field is checked in ``__post_init__``.
+    """
+
+    group_id: str
+    """The group to join (Kafka ``group.id``). Required, non-empty."""
+
+    group_instance_id: str | None = None
+    """A static member id (Kafka ``group.instance.id``, KIP-345). Default None (dynamic).
+
+    A static member that restarts within ``session_timeout_ms`` takes its place back
+    without a rebalance; it does not send LeaveGroup on close. Each running
+    instance needs its own id: a second one with the same id fences the first."""
+
+    session_timeout_ms: int = 45_000
+    """How long the broker waits for a heartbeat before evicting the member
+    (Kafka ``session.timeout.ms``). Default 45000 (Kafka's since 3.0). Must lie in the
+    broker's ``group.min.session.timeout.ms`` (6000) .. ``group.max.session.timeout.ms``."""
+
+    heartbeat_interval_ms: int = 3_000
+    """Time between heartbeats (Kafka ``heartbeat.interval.ms``). Default 3000. Must be below
+    ``session_timeout_ms``; keep it at a third or less. It also bounds how fast a member
+    notices that a rebalance began."""
+
+    rebalance_timeout_ms: int = 60_000
+    """How long the broker waits for every member to rejoin during a rebalance, and for the
+    leader's assignment (Kafka ``rebalance.timeout.ms``; the Java consumer sends
+    ``max.poll.interval.ms``). Default 60000, Kafka Connect's: callbacks here run on the
+    engine's own thread, not between the user's polls, so the consumer's 300 s is not needed.
+    ``on_join_prepare`` and ``perform_assignment`` must finish well inside it."""
+
+    retry_backoff_ms: int = 100
+    """First wait before retrying a failed request (Kafka ``retry.backoff.ms``). Default 100."""
+
+    retry_backoff_max_ms: int = 1_000
+    """Upper bound of the exponential retry backoff (Kafka ``retry.backoff.max.ms``, KIP-580).
+    Default 1000."""
+
+    request_timeout_ms: int = 30_000
+    """How long to wait for a response (Kafka ``request.timeout.ms``). Default 30000.
+    JoinGroup waits ``max(request_timeout_ms, rebalance_timeout_ms + 5000)``, since the
+    broker holds it for up to the rebalance timeout."""
+
+    leave_group_on_close: bool = True
+    """Send LeaveGroup when a dynamic member closes, so the group rebalances at once instead of
+    after the session timeout. Default True. Static members never send it (as in Kafka)."""
+
+    client_id: str = "coordination"
+    """Client id sent with every request (Kafka ``client.id``). Default "coordination"."""
+
+    connection: Mapping[str, Any] = field(default_factory=dict)
+    """Connection settings passed to kafka-python unchanged (``bootstrap_servers``, TLS, SASL)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group_id, str) or not self.group_id.strip():
+            raise ConfigurationError(f"group_id must be a non-empty string, got {self.group_id!r}")
+        if self.group_instance_id is not None and not _INSTANCE_ID.fullmatch(
+            self.group_instance_id
+        ):
+            raise ConfigurationError(
+                f"group_instance_id {self.group_instance_id!r} is invalid: use 1 to 249 of the "
+                "characters a-z A-Z 0-9 . _ - (or None for a dynamic member)"
+            )
+        for name in (
+            "session_timeout_ms",
+            "heartbeat_interval_ms",
+            "rebalance_timeout_ms",
+            "retry_backoff_ms",
+            "retry_backoff_max_ms",
+            "request_timeout_ms",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive integer (ms), got {value!r}")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigurationError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
+                f"session_timeout_ms ({self.session_timeout_ms}); a third of it or less is usual"
+            )
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            log.warning(
+                "heartbeat_interval_ms (%d) is above a third of session_timeout_ms (%d): one or "
+                "two lost heartbeats will get this member evicted",
+                self.heartbeat_interval_ms,
+                self.session_timeout_ms,
+            )
+        if self.retry_backoff_max_ms < self.retry_backoff_ms:
+            raise ConfigurationError(
+                f"retry_backoff_max_ms ({self.retry_backoff_max_ms}) must not be below "
+                f"retry_backoff_ms ({self.retry_backoff_ms})"
+            )
+        if not self.client_id:
+            raise ConfigurationError("client_id must be a non-empty string")
+        if "bootstrap_servers" not in self.connection:
+            raise ConfigurationError(
+                "bootstrap_servers is required, e.g. bootstrap_servers='localhost:9092' "
+                "(`coordination broker` starts a local broker)"
+            )
+        servers = self.connection["bootstrap_servers"]
+        if isinstance(servers, str):
+            servers = [servers]
+        if not servers or not all(isinstance(s, str) and s.strip() for s in servers):
+            raise ConfigurationError(
+                f"bootstrap_servers must be 'host:port' or a list of them, got {servers!r}"
+            )
+        protocol = self.connection.get("security_protocol", "PLAINTEXT")
+        if protocol not in _SECURITY_PROTOCOLS:
+            raise ConfigurationError(
+                f"security_protocol must be one of {', '.join(_SECURITY_PROTOCOLS)}, "
+                f"got {protocol!r}"
+            )
+
+    @property
+    def is_static(self) -> bool:
+        """True for a static member (one with a ``group_instance_id``)."""
+        return self.group_instance_id is not None
+
+    @classmethod
+    def from_settings(cls, group_id: str, settings: Mapping[str, Any]) -> CoordinatorConfig:
+        """Sort keyword settings into engine fields and connection settings, and validate.
+
+        Raises:
+            ConfigurationError: a setting is unknown (the message suggests the nearest
+                known name) or breaks a rule.
+        """
+        engine_names = {f.name for f in fields(cls)} - {"group_id", "connection"}
+        engine: dict[str, Any] = {}
+        connection: dict[str, Any] = {}
+        for key, value in settings.items():
+            if key in engine_names:
+                engine[key] = value
+            elif key in CONNECTION_SETTINGS:
+                connection[key] = value
+            else:
+                known = sorted(engine_names | CONNECTION_SETTINGS)
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigurationError(f"unknown setting {key!r}{hint}")
+        return cls(group_id=group_id, connection=connection, **engine)

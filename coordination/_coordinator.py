@@ -1,0 +1,274 @@
+"""The public ``Coordinator`` interface: subclass it to coordinate anything over a Kafka group."""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from typing_extensions import Self
+
+from ._config import CoordinatorConfig
+from ._engine.membership import GroupMembership
+from ._metrics import MemberMetrics
+from ._transport.base import Transport
+from ._types import Generation, Member, MemberState, ProtocolMetadata
+
+log = logging.getLogger("coordination")
+
+
+class Coordinator(abc.ABC):
+    """One member of a Kafka group, with the group logic supplied by a subclass.
+
+    This is Kafka's ``AbstractCoordinator`` (the base of the Java consumer, Kafka
+    Connect's workers and Schema Registry's leader election) as a public, typed
+    API, in the shape KIP-795 proposed. A subclass says what the members
+    advertise (:meth:`metadata`), how the leader divides the work
+    (:meth:`perform_assignment`) and what a member does with its share
+    (:meth:`on_join_complete`); the engine does the rest: it finds the group's
+    coordinator and follows it when it moves, joins, heartbeats, rejoins on
+    every rebalance, and handles every error the broker can answer.
+
+    Example:
+        class Greeter(Coordinator):
+            def protocol_type(self) -> str:
+                return "greeter"
+
+            def metadata(self) -> list[ProtocolMetadata]:
+                return [ProtocolMetadata("v1", b"hello")]
+
+            def perform_assignment(self, leader_id, protocol, members):
+                return {m.member_id: f"you are {i + 1} of {len(members)}".encode()
+                        for i, m in enumerate(sorted(members, key=lambda m: m.member_id))}
+
+            def on_join_complete(self, generation, member_id, protocol, assignment):
+                print(generation, assignment.decode())
+
+        with Greeter("greeters", bootstrap_servers="localhost:9092") as member:
+            member.ensure_active_group(timeout=30)
+
+    Threads:
+        ``start()`` (or ``ensure_active_group``, or entering the ``with`` block)
+        starts two daemon threads per member. The *membership thread* runs
+        :meth:`metadata`, :meth:`on_join_prepare`, :meth:`perform_assignment`
+        and :meth:`on_join_complete`, one at a time, never concurrently. The
+        *heartbeat thread* keeps the session alive meanwhile, so a slow callback
+        does not get the member evicted (but :meth:`perform_assignment` must
+        finish within ``rebalance_timeout_ms``, or the broker evicts the members
+        that wait for it; the engine logs a warning when it runs over).
+        :meth:`on_leave_prepare` runs on the thread that calls :meth:`close`.
+
+    What a callback may call:
+        ``generation()``, ``generation_if_stable()``, ``member_id``, ``state``,
+        ``is_leader``, ``metrics()`` and ``request_rejoin()`` are safe anywhere.
+        ``close()`` and ``ensure_active_group()`` must not be called from a
+        callback: they wait for the membership thread, which is running the
+        callback (``close`` raises :class:`~coordination.errors.CoordinatorStateError`).
+
+    When a callback raises:
+        The exception is logged with its traceback and the member keeps
+        working: a raising :meth:`on_join_prepare` or :meth:`on_leave_prepare`
+        is skipped; a raising :meth:`perform_assignment` fails that rebalance
+        and the leader rejoins after a backoff; a raising
+        :meth:`on_join_complete` is called again with the same assignment after
+        a backoff, until it succeeds or a new rebalance supersedes it.
+
+    Errors:
+        Errors the engine can recover from are retried, answered by a rejoin or
+        by finding the coordinator again, and logged. Errors a person must fix
+        (a fenced static member, missing ACLs, a protocol mismatch, a session
+        timeout the broker refuses) stop the member: ``state`` becomes CLOSED
+        and :meth:`ensure_active_group` raises the typed error, which names the
+        group, the member and what to do.
+    """
+
+    def __init__(self, group_id: str, *, transport: Transport | None = None,
+                 **settings: Any) -> None:
+        """Validate the settings; nothing connects until :meth:`start`.
+
+        Args:
+            group_id: the group to join (Kafka ``group.id``).
+            transport: where requests go; default: Kafka, through kafka-python. Tests pass a
+                ``coordination.testing.ScriptedTransport``.
+            **settings: the fields of :class:`CoordinatorConfig` (``session_timeout_ms``,
+                ``group_instance_id``, ...) and kafka-python's connection settings
+                (``bootstrap_servers`` (required), ``security_protocol``, ``ssl_*``, ``sasl_*``),
+                under their kafka-python names.
+
+        Raises:
+            ConfigurationError: a setting is unknown, missing or invalid; the message names it.
+        """
+        self._config = CoordinatorConfig.from_settings(group_id, settings)
+        if transport is None:
+            from ._transport.kafka import KafkaTransport
+
+            transport = KafkaTransport(
+                client_id=self._config.client_id,
+                request_timeout_ms=self._config.request_timeout_ms,
+                connection=dict(self._config.connection),
+            )
+        self._engine = GroupMembership(self, self._config, transport)
+
+    # -- what a subclass implements ------------------------------------------------------
+
+    @abc.abstractmethod
+    def protocol_type(self) -> str:
+        """The class of protocols this group speaks, e.g. ``"consumer"`` or ``"election"``.
+
+        Every member of a group must return the same; the broker rejects a member of another
+        type with INCONSISTENT_GROUP_PROTOCOL. Use your own type, not ``"consumer"``, unless
+        you implement Kafka's consumer protocol: Kafka 4 may convert ``consumer`` groups.
+        """
+
+    @abc.abstractmethod
+    def metadata(self) -> Sequence[ProtocolMetadata]:
+        """The protocols this member supports, most preferred first, each with its metadata.
+
+        Called before every join. The broker picks the protocol that every member supports
+        and most members prefer; the leader then sees each member's metadata for it. To
+        upgrade a protocol without stopping the group, roll out members that advertise
+        ``[new, old]``, then members that advertise ``[new]``.
+        """
+
+    @abc.abstractmethod
+    def perform_assignment(
+        self, leader_id: str, protocol: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
+        """Divide the work; runs only on the member the broker picked as leader.
+
+        Args:
+            leader_id: this member's id.
+            protocol: the protocol the broker selected.
+            members: every member with its metadata for ``protocol`` (this one included).
+
+        Returns:
+            Each member id's assignment bytes; a member left out gets ``b""``.
+
+        Must be deterministic and finish well within ``rebalance_timeout_ms``.
+        """
+
+    @abc.abstractmethod
+    def on_join_complete(
+        self, generation: int, member_id: str, protocol: str, assignment: bytes
+    ) -> None:
+        """This member joined ``generation`` and received ``assignment`` from the leader."""
+
+    def on_join_prepare(self, generation: int, member_id: str) -> None:  # noqa: B027
+        """Called before each (re)join; by default does nothing.
+
+        Args:
+            generation: the previous generation, or -1 if there was none or it was lost
+                (then the previous assignment is no longer this member's: do not act on it).
+            member_id: the member id of the previous generation, or "".
+        """
+
+    def on_leave_prepare(self) -> None:  # noqa: B027
+        """Called by :meth:`close` before the member leaves; by default does nothing."""
+
+    # -- what the engine provides ----------------------------------------------------------
+
+    @property
+    def group_id(self) -> str:
+        """The group this member belongs to."""
+        return self._config.group_id
+
+    @property
+    def config(self) -> CoordinatorConfig:
+        """The validated settings."""
+        return self._config
+
+    def start(self) -> None:
+        """Start joining the group in the background (idempotent); returns at once.
+
+        Raises:
+            CoordinatorStateError: the member was closed.
+        """
+        self._engine.start()
+
+    def ensure_active_group(self, timeout: float | None = None) -> None:
+        """Start if needed and block until this member is stable in a generation.
+
+        Stable means joined, synced, and :meth:`on_join_complete` has returned.
+
+        Args:
+            timeout: seconds to wait; None waits forever.
+
+        Raises:
+            CoordinationTimeoutError: not stable in time; the member keeps trying.
+            FatalBrokerError: the member stopped on an error a person must fix.
+            ConnectionFailedError: TLS or SASL was refused.
+            CoordinatorStateError: the member was closed.
+        """
+        self._engine.start()
+        self._engine.wait_stable(timeout)
+
+    def generation(self) -> Generation:
+        """The current generation, stable or not (``NO_GENERATION`` if none)."""
+        return self._engine.generation
+
+    def generation_if_stable(self) -> Generation | None:
+        """The current generation if the member is stable, else None."""
+        return self._engine.generation_if_stable()
+
+    @property
+    def member_id(self) -> str:
+        """The id the coordinator gave this member ("" until it has one)."""
+        return self._engine.generation.member_id
+
+    @property
+    def state(self) -> MemberState:
+        """Where the member is in the join protocol."""
+        return self._engine.state
+
+    @property
+    def is_leader(self) -> bool:
+        """True if the broker picked this member as the leader of the current generation."""
+        leader = self._engine.leader_id
+        return leader is not None and leader == self._engine.generation.member_id
+
+    def request_rejoin(self, reason: str) -> None:
+        """Ask for a rebalance (e.g. because this member's metadata changed).
+
+        ``reason`` is logged and sent to the broker with the JoinGroup (KIP-800). Kafka starts
+        a rebalance when the leader rejoins or a member's metadata changed; a follower that
+        rejoins with unchanged metadata just gets the current generation back.
+        """
+        if not isinstance(reason, str) or not reason:
+            raise ValueError("request_rejoin needs a non-empty reason")
+        self._engine.request_rejoin(reason)
+
+    def metrics(self) -> MemberMetrics:
+        """Counters and timings of this member."""
+        return self._engine.metrics()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Leave the group and stop (idempotent).
+
+        Runs :meth:`on_leave_prepare`, then, for a dynamic member, sends LeaveGroup so the
+        group rebalances at once; a static member leaves nothing behind but its session,
+        which expires after ``session_timeout_ms`` unless it comes back. Then stops the
+        engine's threads and closes the connections.
+
+        Raises:
+            CoordinatorStateError: called from a callback (it would wait for itself).
+        """
+        self._engine.close(timeout)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        g = self.generation()
+        return (f"<{type(self).__name__} group={self.group_id!r} member={g.member_id!r} "
+                f"generation={g.generation_id} state={self.state.value}>")

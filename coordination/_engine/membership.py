@@ -1,0 +1,953 @@
+"""The membership engine: finds the coordinator, joins, syncs, heartbeats, leaves.
+
+The protocol, in Kafka's four phases:
+
+1. Find the coordinator: FindCoordinator to any broker names the broker that
+   coordinates the group; it may move later (NOT_COORDINATOR, disconnects).
+2. Join: JoinGroup with this member's protocols. A new dynamic member first
+   gets MEMBER_ID_REQUIRED and an id, and joins again with it (KIP-394). The
+   broker parks the request until every member has joined (or the rebalance
+   timeout passes), starts a new generation, picks a protocol and a leader,
+   and sends the leader every member's metadata.
+3. Sync: the leader runs ``perform_assignment`` and sends the result in its
+   SyncGroup; every member's SyncGroup returns its own assignment.
+4. Stable: heartbeats keep the session alive; a heartbeat answered with
+   REBALANCE_IN_PROGRESS means phase 2 again.
+
+Threads. The *membership thread* runs phases 1-3 and every user callback but
+``on_leave_prepare`` (which runs on the thread that calls ``close``). The
+*heartbeat thread* sends heartbeats in COMPLETING_REBALANCE and STABLE, so a
+slow callback never costs the member its session. Both send through the
+transport concurrently; kafka-python's network thread multiplexes them.
+
+A note on locking: all membership state (state, generation, coordinator,
+rejoin reason) is guarded by ``_lock``; requests are sent without holding it.
+A request remembers the generation it was sent in, and its response only acts
+if the generation is still the same (Kafka's ``sentGeneration``): a late
+heartbeat error must not reset a generation that was joined meanwhile. User
+callbacks run under ``_callback_lock`` so they never overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Protocol
+
+from .._config import CoordinatorConfig
+from .._metrics import MemberMetrics
+from .._protocol import messages as msg
+from .._protocol.error_codes import ErrorCode, error_name
+from .._transport.base import CoordinatorNode, Transport, TransportError
+from .._types import NO_GENERATION, Generation, Member, MemberState, ProtocolMetadata
+from ..errors import (
+    AssignmentError,
+    BrokerError,
+    ConnectionFailedError,
+    CoordinationError,
+    CoordinationTimeoutError,
+    CoordinatorStateError,
+    InconsistentGroupProtocolError,
+    broker_error,
+)
+from . import classify
+from .backoff import ExponentialBackoff
+from .classify import Next, Reaction, Reset
+from .clock import Clock, SystemClock
+from .heartbeat import HeartbeatTimers
+
+log = logging.getLogger("coordination.member")
+
+# JoinGroup waits this much longer than the rebalance timeout (Kafka's JOIN_GROUP_TIMEOUT_LAPSE).
+_JOIN_TIMEOUT_LAPSE_S = 5.0
+# How often idle engine threads look at their stop flag even if nobody wakes them.
+_IDLE_WAIT_S = 1.0
+
+
+class Callbacks(Protocol):
+    """What the engine calls; ``coordination.Coordinator`` implements it."""
+
+    def protocol_type(self) -> str: ...
+    def metadata(self) -> Sequence[ProtocolMetadata]: ...
+    def perform_assignment(
+        self, leader_id: str, protocol: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]: ...
+    def on_join_prepare(self, generation: int, member_id: str) -> None: ...
+    def on_join_complete(
+        self, generation: int, member_id: str, protocol: str, assignment: bytes
+    ) -> None: ...
+    def on_leave_prepare(self) -> None: ...
+
+
+class _Stopped(Exception):
+    """The engine is closing; unwind the membership thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    """A completed join and sync whose assignment still has to reach on_join_complete."""
+
+    generation: Generation
+    assignment: bytes
+    is_leader: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A join or sync attempt that failed, and what to do about it."""
+
+    reaction: Reaction
+    reason: str
+    sent: Generation
+    error: CoordinationError | None = None
+
+
+@dataclass(slots=True)
+class _Counters:
+    rebalance_total: int = 0
+    failed_rebalance_total: int = 0
+    join_total: int = 0
+    sync_total: int = 0
+    heartbeat_total: int = 0
+    coordinator_discoveries: int = 0
+    rebalance_latency_sum_s: float = 0.0
+    rebalance_latency_max_s: float = 0.0
+    last_rebalance_latency_s: float | None = None
+    last_rebalance_at: float | None = None
+    rebalance_started_at: float | None = None
+    last_heartbeat_at: float | None = None
+    rejoin_reasons: list[str] = field(default_factory=list)
+
+
+class GroupMembership:
+    """One member of one group: Kafka's ``AbstractCoordinator`` without the consumer."""
+
+    def __init__(
+        self,
+        callbacks: Callbacks,
+        config: CoordinatorConfig,
+        transport: Transport,
+        clock: Clock | None = None,
+    ) -> None:
+        self._callbacks = callbacks
+        self._config = config
+        self._transport = transport
+        self._clock: Clock = clock or SystemClock()
+        self._protocol_type = ""  # asked at start(), once the subclass is fully built
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._callback_lock = threading.RLock()
+        self._stop = threading.Event()
+
+        self._state = MemberState.UNJOINED
+        self._generation: Generation = NO_GENERATION
+        self._leader_id: str | None = None
+        self._coordinator: CoordinatorNode | None = None
+        # None when no rejoin is needed; otherwise why one is (sent as the KIP-800 reason).
+        self._rejoin_reason: str | None = "the member is joining the group for the first time"
+        self._rejoin_requests = 0  # bumped by every request_rejoin, to not lose one mid-join
+        self._needs_join_prepare = True
+        self._pending: _Joined | None = None
+        self._fatal: CoordinationError | None = None
+        self._last_error: str | None = None
+        self._closing = False
+
+        now = self._clock.monotonic()
+        self._timers = HeartbeatTimers(
+            interval_s=config.heartbeat_interval_ms / 1000,
+            session_timeout_s=config.session_timeout_ms / 1000,
+            now=now,
+        )
+        self._retry_backoff = ExponentialBackoff(
+            config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000
+        )
+        self._find_backoff = ExponentialBackoff(
+            config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000
+        )
+        self._counters = _Counters()
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ public view
+
+    @property
+    def state(self) -> MemberState:
+        with self._lock:
+            return self._state
+
+    @property
+    def generation(self) -> Generation:
+        with self._lock:
+            return self._generation
+
+    def generation_if_stable(self) -> Generation | None:
+        with self._lock:
+            return self._generation if self._state is MemberState.STABLE else None
+
+    @property
+    def leader_id(self) -> str | None:
+        with self._lock:
+            return self._leader_id
+
+    @property
+    def coordinator(self) -> CoordinatorNode | None:
+        with self._lock:
+            return self._coordinator
+
+    @property
+    def fatal_error(self) -> CoordinationError | None:
+        with self._lock:
+            return self._fatal
+
+    def metrics(self) -> MemberMetrics:
+        now = self._clock.monotonic()
+        with self._lock:
+            c = self._counters
+            return MemberMetrics(
+                rebalance_total=c.rebalance_total,
+                failed_rebalance_total=c.failed_rebalance_total,
+                join_total=c.join_total,
+                sync_total=c.sync_total,
+                heartbeat_total=c.heartbeat_total,
+                coordinator_discoveries=c.coordinator_discoveries,
+                last_rebalance_latency_s=c.last_rebalance_latency_s,
+                rebalance_latency_avg_s=(
+                    c.rebalance_latency_sum_s / c.rebalance_total if c.rebalance_total else None
+                ),
+                rebalance_latency_max_s=c.rebalance_latency_max_s if c.rebalance_total else None,
+                last_rebalance_age_s=(
+                    now - c.last_rebalance_at if c.last_rebalance_at is not None else None
+                ),
+                last_heartbeat_age_s=(
+                    now - c.last_heartbeat_at if c.last_heartbeat_at is not None else None
+                ),
+                rejoin_reasons=tuple(c.rejoin_reasons),
+            )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the membership and heartbeat threads (idempotent)."""
+        with self._lock:
+            if self._closing:
+                raise CoordinatorStateError(f"{self._who()}: the member is closed")
+            if self._threads:
+                return
+            protocol_type = self._callbacks.protocol_type()
+            if not isinstance(protocol_type, str) or not protocol_type:
+                raise CoordinatorStateError(
+                    f"protocol_type() must return a non-empty str, got {protocol_type!r}"
+                )
+            self._protocol_type = protocol_type
+            group = self._config.group_id
+            self._threads = [
+                threading.Thread(
+                    target=self._run_membership, name=f"coordination-member|{group}", daemon=True
+                ),
+                threading.Thread(
+                    target=self._run_heartbeats, name=f"coordination-heartbeat|{group}", daemon=True
+                ),
+            ]
+            for thread in self._threads:
+                thread.start()
+
+    def wait_stable(self, timeout_s: float | None) -> None:
+        """Block until the member is stable and ``on_join_complete`` has run."""
+        deadline = None if timeout_s is None else self._clock.monotonic() + timeout_s
+        with self._lock:
+            while True:
+                if self._fatal is not None:
+                    raise self._fatal
+                if self._closing:
+                    raise CoordinatorStateError(f"{self._who()}: the member is closed")
+                if (
+                    self._state is MemberState.STABLE
+                    and self._rejoin_reason is None
+                    and self._pending is None
+                ):
+                    return
+                remaining = None if deadline is None else deadline - self._clock.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CoordinationTimeoutError(
+                        f"{self._who()}: not stable after {timeout_s}s (state "
+                        f"{self._state.value}, coordinator {self._coordinator or 'unknown'}, "
+                        f"last problem: {self._last_error or 'none'})"
+                    )
+                self._changed.wait(_IDLE_WAIT_S if remaining is None else min(remaining, 1.0))
+
+    def request_rejoin(self, reason: str) -> None:
+        """Ask for a new rebalance; ``reason`` is logged and sent to the broker."""
+        with self._lock:
+            self._rejoin_requests += 1
+            self._request_rejoin_locked(reason)
+
+    def close(self, timeout_s: float) -> None:
+        """Leave the group (dynamic members), stop the threads, release the connections."""
+        if threading.current_thread() in self._threads:
+            raise CoordinatorStateError(
+                f"{self._who()}: close() was called from a callback, on the engine's own thread; "
+                "it would wait for itself. Call close() from another thread."
+            )
+        deadline = self._clock.monotonic() + timeout_s
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._stop.set()
+            self._changed.notify_all()
+        try:
+            if self._callback_lock.acquire(timeout=max(0.0, timeout_s / 2)):
+                try:
+                    self._invoke("on_leave_prepare", self._callbacks.on_leave_prepare)
+                finally:
+                    self._callback_lock.release()
+            else:
+                log.warning(
+                    "%s: a callback is still running; closing without on_leave_prepare",
+                    self._who(),
+                )
+            if self._fatal is None:
+                self._maybe_leave_group("the member is closing", deadline)
+        finally:
+            self._transport.close()
+            for thread in self._threads:
+                thread.join(max(0.0, deadline - self._clock.monotonic()))
+            with self._lock:
+                self._state = MemberState.CLOSED
+                self._generation = NO_GENERATION
+                self._changed.notify_all()
+            alive = [t.name for t in self._threads if t.is_alive()]
+            if alive:
+                log.warning("%s: threads still running after close: %s", self._who(), alive)
+
+    # ------------------------------------------------------------------ threads
+
+    def _run_membership(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.ensure_coordinator_ready(deadline=None)
+                self.join_group_if_needed(deadline=None)
+                with self._lock:
+                    if self._coordinator is not None and not self._work_pending_locked():
+                        self._changed.wait(_IDLE_WAIT_S)
+            except _Stopped:
+                break
+            except CoordinationError as e:
+                if self._fatal is e:
+                    break
+                self._note_problem(f"unexpected error: {e}")
+                log.exception("%s: error in the membership thread; retrying", self._who())
+                self._sleep(self._retry_backoff.next_delay())
+            except Exception:
+                # The member must keep working whatever happens (a leader elector that
+                # died on an escaped exception left its cluster leaderless for good).
+                log.exception("%s: unexpected error in the membership thread; retrying",
+                              self._who())
+                self._sleep(self._retry_backoff.next_delay())
+
+    def _run_heartbeats(self) -> None:
+        while not self._stop.is_set():
+            try:
+                delay = self.heartbeat_once()
+            except _Stopped:
+                break
+            except CoordinationError as e:
+                if self._fatal is e:
+                    break
+                log.exception("%s: error in the heartbeat thread", self._who())
+                delay = self._config.retry_backoff_ms / 1000
+            except Exception:
+                log.exception("%s: unexpected error in the heartbeat thread", self._who())
+                delay = self._config.retry_backoff_ms / 1000
+            with self._lock:
+                if self._stop.is_set() or self._fatal is not None:
+                    break
+                self._changed.wait(_IDLE_WAIT_S if delay is None else min(delay, _IDLE_WAIT_S))
+
+    # ------------------------------------------------------------------ phase 1: coordinator
+
+    def ensure_coordinator_ready(self, deadline: float | None) -> bool:
+        """Find the coordinator, backing off between attempts. False if the deadline passed."""
+        while True:
+            self._check_running()
+            with self._lock:
+                if self._coordinator is not None:
+                    return True
+            if deadline is not None and self._clock.monotonic() >= deadline:
+                return False
+            if self._lookup_coordinator():
+                return True
+            self._sleep(self._find_backoff.next_delay(), deadline)
+
+    def _lookup_coordinator(self) -> bool:
+        request = msg.FindCoordinatorRequest(key=self._config.group_id)
+        try:
+            response = self._transport.send(
+                request, msg.FindCoordinatorResponse, coordinator=None,
+                timeout_s=self._config.request_timeout_ms / 1000,
+            )
+        except TransportError as e:
+            if e.fatal:
+                self._fail(ConnectionFailedError(f"{self._who()}: {e}"))
+            self._note_problem(f"FindCoordinator failed: {e}")
+            log.info("%s: FindCoordinator failed (%s); will retry", self._who(), e)
+            return False
+        code = response.error_code
+        if code == ErrorCode.NONE:
+            node = CoordinatorNode(response.node_id, response.host, response.port)
+            with self._lock:
+                self._coordinator = node
+                self._timers.reset(self._clock.monotonic())
+                self._counters.coordinator_discoveries += 1
+                self._find_backoff.reset()
+                self._changed.notify_all()
+            log.info("%s: coordinator is %s", self._who(), node)
+            return True
+        reaction = classify.find_coordinator(code)
+        error = broker_error(code, group_id=self._config.group_id, api="FindCoordinator")
+        if reaction.next is Next.FATAL:
+            self._fail(error)
+        self._note_problem(str(error))
+        log.info("%s: FindCoordinator returned %s; will retry", self._who(), error_name(code))
+        return False
+
+    def _mark_coordinator_unknown(self, reason: str) -> None:
+        with self._lock:
+            node = self._coordinator
+            if node is None:
+                return
+            self._coordinator = None
+            self._note_problem(reason)
+            self._changed.notify_all()
+        log.info("%s: forgetting coordinator %s: %s", self._who(), node, reason)
+        self._transport.disconnect(node)
+
+    # ------------------------------------------------------------------ phases 2-3: join, sync
+
+    def join_group_if_needed(self, deadline: float | None) -> bool:
+        """Rejoin until stable with ``on_join_complete`` done. False if the deadline passed."""
+        while True:
+            self._check_running()
+            with self._lock:
+                pending = self._pending
+                if pending is None and self._rejoin_reason is None:
+                    return True
+            if pending is not None:
+                if self._complete_join(pending):
+                    continue
+                if not self._sleep(self._retry_backoff.next_delay(), deadline):
+                    return False
+                continue
+            if not self.ensure_coordinator_ready(deadline):
+                return False
+            if self._needs_join_prepare:
+                self._needs_join_prepare = False
+                previous = self.generation
+                self._invoke_serialized(
+                    "on_join_prepare", self._callbacks.on_join_prepare,
+                    previous.generation_id, previous.member_id,
+                )
+            outcome = self._rebalance_once()
+            if isinstance(outcome, _Joined):
+                with self._lock:
+                    self._pending = outcome
+                continue
+            self._handle_failure(outcome, deadline)
+            if deadline is not None and self._clock.monotonic() >= deadline:
+                return False
+
+    def _rebalance_once(self) -> _Joined | _Failed:
+        """One JoinGroup and, if it succeeds, one SyncGroup."""
+        cfg = self._config
+        now = self._clock.monotonic()
+        with self._lock:
+            if self._counters.rebalance_started_at is None:
+                self._counters.rebalance_started_at = now
+            self._state = MemberState.PREPARING_REBALANCE
+            sent = self._generation
+            coordinator = self._coordinator
+            reason = self._rejoin_reason or "rejoining the group"
+            requests_at_start = self._rejoin_requests
+        if coordinator is None:
+            return _Failed(Reaction(Next.FIND_COORDINATOR), "coordinator unknown", sent)
+        protocols = self._protocols()
+        if isinstance(protocols, _Failed):
+            return protocols
+        log.info("%s: joining (%s)", self._who(), reason)
+        join = msg.JoinGroupRequest(
+            group_id=cfg.group_id,
+            session_timeout_ms=cfg.session_timeout_ms,
+            rebalance_timeout_ms=cfg.rebalance_timeout_ms,
+            member_id=sent.member_id,
+            group_instance_id=cfg.group_instance_id,
+            protocol_type=self._protocol_type,
+            protocols=tuple((p.name, p.metadata) for p in protocols),
+            reason=msg.truncate_reason(reason),
+        )
+        long_timeout_s = max(cfg.request_timeout_ms / 1000,
+                             cfg.rebalance_timeout_ms / 1000 + _JOIN_TIMEOUT_LAPSE_S)
+        try:
+            joined = self._transport.send(
+                join, msg.JoinGroupResponse, coordinator=coordinator, timeout_s=long_timeout_s
+            )
+        except TransportError as e:
+            return self._transport_failed(e, "JoinGroup", sent)
+        with self._lock:
+            self._counters.join_total += 1
+        if joined.error_code != ErrorCode.NONE:
+            if joined.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+                with self._lock:
+                    self._generation = Generation(-1, joined.member_id, None)
+                    self._rejoin_reason = (
+                        f"need to re-join with the given member-id: {joined.member_id}"
+                    )
+            return self._broker_failed(joined.error_code, "JoinGroup", sent, classify.join_group)
+        if joined.protocol_type is not None and joined.protocol_type != self._protocol_type:
+            return self._inconsistent(
+                f"JoinGroup answered protocol type {joined.protocol_type!r}, "
+                f"this member's is {self._protocol_type!r}", sent)
+        if joined.protocol_name is None:
+            return self._inconsistent("JoinGroup answered no protocol name", sent)
+
+        with self._lock:
+            if self._state is not MemberState.PREPARING_REBALANCE:
+                return _Failed(Reaction(Next.RETRY_NOW), "the join was abandoned", sent)
+            generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
+            self._generation = generation
+            self._leader_id = joined.leader or None
+            self._state = MemberState.COMPLETING_REBALANCE
+            # Heartbeats start here: the sync phase can take up to the rebalance timeout.
+            self._timers.reset(self._clock.monotonic())
+            self._changed.notify_all()
+        is_leader = joined.leader != "" and joined.leader == joined.member_id
+        log.info(
+            "%s: joined generation %d with protocol %r as %s", self._who(), generation.generation_id,
+            generation.protocol, "leader" if is_leader else "follower",
+        )
+
+        assignments: tuple[tuple[str, bytes], ...] = ()
+        if is_leader and joined.skip_assignment:
+            # KIP-814: a static leader came back to a stable group; the broker keeps the
+            # current assignment, so the leader must not compute a new one.
+            log.info("%s: static leader rejoined a stable group; skipping assignment",
+                     self._who())
+        elif is_leader:
+            planned = self._assign(generation, joined.members)
+            if isinstance(planned, _Failed):
+                return planned
+            assignments = planned
+
+        sync = msg.SyncGroupRequest(
+            group_id=cfg.group_id,
+            generation_id=generation.generation_id,
+            member_id=generation.member_id,
+            group_instance_id=cfg.group_instance_id,
+            protocol_type=self._protocol_type,
+            protocol_name=generation.protocol,
+            assignments=assignments,
+        )
+        try:
+            # A follower's SyncGroup waits for the leader's, up to the rebalance timeout.
+            synced = self._transport.send(
+                sync, msg.SyncGroupResponse, coordinator=coordinator, timeout_s=long_timeout_s
+            )
+        except TransportError as e:
+            return self._transport_failed(e, "SyncGroup", generation)
+        with self._lock:
+            self._counters.sync_total += 1
+        if synced.error_code != ErrorCode.NONE:
+            return self._broker_failed(synced.error_code, "SyncGroup", generation,
+                                       classify.sync_group)
+        if synced.protocol_type is not None and synced.protocol_type != self._protocol_type:
+            return self._inconsistent(
+                f"SyncGroup answered protocol type {synced.protocol_type!r}", generation)
+        if synced.protocol_name is not None and synced.protocol_name != generation.protocol:
+            return self._inconsistent(
+                f"SyncGroup answered protocol {synced.protocol_name!r}, JoinGroup "
+                f"{generation.protocol!r}", generation)
+
+        with self._lock:
+            if self._generation != generation or self._state is not MemberState.COMPLETING_REBALANCE:
+                # The heartbeat thread reset the generation while SyncGroup was in flight.
+                return _Failed(
+                    Reaction(Next.RETRY_NOW),
+                    "the generation was reset while the sync was in flight", generation,
+                )
+            self._state = MemberState.STABLE
+            if self._rejoin_requests == requests_at_start:
+                self._rejoin_reason = None
+            now = self._clock.monotonic()
+            c = self._counters
+            started = c.rebalance_started_at if c.rebalance_started_at is not None else now
+            latency = now - started
+            c.rebalance_total += 1
+            c.rebalance_latency_sum_s += latency
+            c.rebalance_latency_max_s = max(c.rebalance_latency_max_s, latency)
+            c.last_rebalance_latency_s = latency
+            c.last_rebalance_at = now
+            c.rebalance_started_at = None
+            self._retry_backoff.reset()
+            self._last_error = None
+            self._changed.notify_all()
+        log.info("%s: stable in generation %d after %.3fs (%d bytes assigned)", self._who(),
+                 generation.generation_id, latency, len(synced.assignment))
+        return _Joined(generation, synced.assignment, is_leader)
+
+    def _protocols(self) -> Sequence[ProtocolMetadata] | _Failed:
+        ok, protocols = self._invoke_serialized("metadata", self._callbacks.metadata)
+        problem = None
+        if not ok:
+            problem = "metadata() raised"
+        elif not protocols:
+            problem = "metadata() returned no protocols"
+        else:
+            names = [getattr(p, "name", None) for p in protocols]
+            if len(set(names)) != len(names):
+                problem = f"metadata() returned duplicate protocol names {names}"
+            elif not all(
+                isinstance(p, ProtocolMetadata) and p.name and isinstance(p.metadata, bytes)
+                for p in protocols
+            ):
+                problem = "metadata() must return ProtocolMetadata(name, bytes) items"
+        if problem is not None:
+            self._note_problem(problem)
+            log.error("%s: %s; will retry", self._who(), problem)
+            return _Failed(Reaction(Next.RETRY_BACKOFF), problem, self.generation)
+        assert protocols is not None
+        return protocols
+
+    def _assign(
+        self, generation: Generation, raw_members: Sequence[msg.JoinGroupResponseMember]
+    ) -> tuple[tuple[str, bytes], ...] | _Failed:
+        members = [Member(x.member_id, x.group_instance_id, x.metadata) for x in raw_members]
+        assert generation.protocol is not None
+        budget_s = self._config.rebalance_timeout_ms / 1000
+        started = self._clock.monotonic()
+
+        def overdue() -> None:
+            log.warning(
+                "%s: perform_assignment has run for more than rebalance_timeout_ms (%d ms); "
+                "the broker is evicting members that cannot sync in time. Make it faster or "
+                "raise rebalance_timeout_ms", self._who(), self._config.rebalance_timeout_ms)
+
+        watchdog = threading.Timer(budget_s, overdue)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            ok, plan = self._invoke_serialized(
+                "perform_assignment", self._callbacks.perform_assignment,
+                generation.member_id, generation.protocol, members,
+            )
+        finally:
+            watchdog.cancel()
+        elapsed = self._clock.monotonic() - started
+        if elapsed > budget_s / 2:
+            log.warning("%s: perform_assignment took %.1fs of a %.1fs rebalance timeout",
+                        self._who(), elapsed, budget_s)
+        problem = None
+        if not ok:
+            problem = "perform_assignment raised"
+        elif not isinstance(plan, Mapping):
+            problem = f"perform_assignment must return a Mapping, got {type(plan).__name__}"
+        else:
+            known = {x.member_id for x in members}
+            unknown = sorted(set(plan) - known)
+            bad = sorted(k for k, v in plan.items() if not isinstance(v, bytes | bytearray))
+            if unknown:
+                problem = f"perform_assignment assigned to unknown members {unknown}"
+            elif bad:
+                problem = f"perform_assignment gave non-bytes assignments to {bad}"
+            else:
+                missing = sorted(known - set(plan))
+                if missing:
+                    log.warning("%s: perform_assignment left out members %s; they get an empty "
+                                "assignment", self._who(), missing)
+        if problem is not None:
+            error = AssignmentError(f"{self._who()}: {problem}")
+            self._note_problem(str(error))
+            log.error("%s; rejoining after backoff", error)
+            return _Failed(Reaction(Next.RETRY_BACKOFF), problem, generation, error)
+        assert isinstance(plan, Mapping)
+        return tuple(sorted((k, bytes(v)) for k, v in plan.items()))
+
+    def _complete_join(self, joined: _Joined) -> bool:
+        """Run on_join_complete for a finished sync. True if done (or no longer relevant)."""
+        with self._lock:
+            still_current = (
+                self._generation == joined.generation and self._state is MemberState.STABLE
+            )
+            if not still_current:
+                # The heartbeat thread reset the generation before the assignment was handed
+                # over: the assignment is stale, rejoin instead (Kafka: resetStateAndRejoin).
+                self._pending = None
+                self._needs_join_prepare = True
+                if self._rejoin_reason is None:
+                    self._rejoin_reason = "the generation was lost before the join completed"
+                return True
+        gen = joined.generation
+        assert gen.protocol is not None
+        ok, _ = self._invoke_serialized(
+            "on_join_complete", self._callbacks.on_join_complete,
+            gen.generation_id, gen.member_id, gen.protocol, joined.assignment,
+        )
+        with self._lock:
+            if ok or self._rejoin_reason is not None:
+                # Done, or superseded by a new rebalance: on_join_prepare comes next either way.
+                self._pending = None
+                self._needs_join_prepare = True
+                self._changed.notify_all()
+                return True
+            self._note_problem("on_join_complete raised; retrying with the same assignment")
+            return False
+
+    # ------------------------------------------------------------------ failures
+
+    def _transport_failed(self, e: TransportError, api: str, sent: Generation) -> _Failed:
+        if e.fatal:
+            error = ConnectionFailedError(f"{self._who()}: {api}: {e}")
+            return _Failed(Reaction(Next.FATAL), str(e), sent, error)
+        # The member id is kept: the broker may still know it (Kafka keeps it too).
+        return _Failed(Reaction(Next.FIND_COORDINATOR), f"{api} got no response: {e}", sent)
+
+    def _broker_failed(
+        self, code: int, api: str, sent: Generation, table: Any
+    ) -> _Failed:
+        reaction: Reaction = table(code)
+        error = broker_error(code, group_id=self._config.group_id, member_id=sent.member_id,
+                             api=api)
+        return _Failed(reaction, f"{api} returned {error_name(code)}", sent, error)
+
+    def _inconsistent(self, problem: str, sent: Generation) -> _Failed:
+        error = InconsistentGroupProtocolError(
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL, group_id=self._config.group_id,
+            member_id=sent.member_id, api=problem,
+        )
+        return _Failed(Reaction(Next.FATAL), problem, sent, error)
+
+    def _handle_failure(self, failed: _Failed, deadline: float | None) -> None:
+        reaction = failed.reaction
+        code = failed.error.code if isinstance(failed.error, BrokerError) else None
+        with self._lock:
+            if reaction.reset is not Reset.NOTHING and self._generation == failed.sent:
+                self._reset_locked(reaction.reset)
+            if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+                self._state = MemberState.UNJOINED
+            if code != ErrorCode.MEMBER_ID_REQUIRED:
+                self._counters.failed_rebalance_total += 1
+                self._note_problem(failed.reason)
+                if self._rejoin_reason is None or reaction.next is not Next.RETRY_NOW:
+                    self._rejoin_reason = f"rebalance failed: {failed.reason}"
+            elif self._rejoin_reason is None:
+                self._rejoin_reason = failed.reason
+            self._changed.notify_all()
+        if reaction.next is Next.FATAL:
+            self._fail(failed.error or CoordinationError(f"{self._who()}: {failed.reason}"))
+        elif reaction.next is Next.FIND_COORDINATOR:
+            self._mark_coordinator_unknown(failed.reason)
+        elif reaction.next is Next.RETRY_BACKOFF:
+            delay = self._retry_backoff.next_delay()
+            log.warning("%s: %s; retrying in %.2fs", self._who(), failed.reason, delay)
+            self._sleep(delay, deadline)
+        else:
+            log.info("%s: %s; rejoining at once", self._who(), failed.reason)
+
+    def _reset_locked(self, reset: Reset) -> None:
+        if reset is Reset.MEMBER:
+            self._generation = NO_GENERATION
+        elif reset is Reset.GENERATION:
+            self._generation = Generation(-1, self._generation.member_id, None)
+        self._state = MemberState.UNJOINED
+        self._leader_id = None
+        # Let the subclass see, in on_join_prepare, that its generation is gone.
+        self._needs_join_prepare = True
+
+    def _fail(self, error: CoordinationError) -> NoReturn:
+        with self._lock:
+            if self._fatal is None:
+                self._fatal = error
+            self._state = MemberState.CLOSED
+            self._stop.set()
+            self._changed.notify_all()
+        log.error("%s: stopping: %s", self._who(), error)
+        raise error
+
+    # ------------------------------------------------------------------ phase 4: heartbeats
+
+    def heartbeat_once(self) -> float | None:
+        """Send a heartbeat if one is due. Returns seconds until the next is due (None: idle)."""
+        now = self._clock.monotonic()
+        with self._lock:
+            if self._stop.is_set():
+                raise _Stopped
+            active = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
+            if not active or self._coordinator is None:
+                return None
+            if self._timers.session_expired(now):
+                expired = True
+            else:
+                expired = False
+                if not self._timers.is_due(now):
+                    return self._timers.time_to_next(now)
+                self._timers.sent(now)
+                sent = self._generation
+                node = self._coordinator
+        if expired:
+            # No heartbeat got through for a whole session: the broker has evicted this member
+            # or will. Look for the coordinator again; its answer tells which.
+            self._mark_coordinator_unknown(
+                "session timed out without a successful heartbeat response")
+            with self._lock:
+                self._timers.reset(now)
+            return None
+        cfg = self._config
+        request = msg.HeartbeatRequest(
+            group_id=cfg.group_id, generation_id=sent.generation_id, member_id=sent.member_id,
+            group_instance_id=cfg.group_instance_id,
+        )
+        try:
+            response = self._transport.send(
+                request, msg.HeartbeatResponse, coordinator=node,
+                timeout_s=cfg.request_timeout_ms / 1000,
+            )
+        except TransportError as e:
+            with self._lock:
+                self._timers.failed(self._clock.monotonic(), cfg.retry_backoff_ms / 1000)
+            if e.fatal:
+                self._fail(ConnectionFailedError(f"{self._who()}: heartbeat: {e}"))
+            with self._lock:
+                same_node = self._coordinator == node
+            if same_node:
+                self._mark_coordinator_unknown(f"heartbeat got no response: {e}")
+            return None
+        return self._on_heartbeat_response(response.error_code, sent, node)
+
+    def _on_heartbeat_response(
+        self, code: int, sent: Generation, node: CoordinatorNode
+    ) -> float | None:
+        now = self._clock.monotonic()
+        retry_s = self._config.retry_backoff_ms / 1000
+        with self._lock:
+            self._counters.heartbeat_total += 1
+            if code == ErrorCode.NONE:
+                self._timers.received(now)
+                self._counters.last_heartbeat_at = now
+                return self._timers.time_to_next(now)
+            reaction = classify.heartbeat(code)
+            if code == ErrorCode.REBALANCE_IN_PROGRESS:
+                # Still a live session. Heartbeats are expected during COMPLETING_REBALANCE;
+                # only a stable member learns here that a new rebalance began.
+                self._timers.received(now)
+                self._counters.last_heartbeat_at = now
+                if self._state is MemberState.STABLE and self._generation == sent:
+                    self._request_rejoin_locked("group is already rebalancing")
+                return self._timers.time_to_next(now)
+            self._timers.failed(now, retry_s)
+            if self._generation != sent:
+                log.debug("%s: ignoring heartbeat %s for stale generation %d", self._who(),
+                          error_name(code), sent.generation_id)
+                return retry_s
+            error = broker_error(code, group_id=self._config.group_id, member_id=sent.member_id,
+                                 api="Heartbeat")
+            if reaction.next is Next.REJOIN:
+                self._reset_locked(reaction.reset)
+                self._request_rejoin_locked(f"heartbeat returned {error_name(code)}")
+                return None
+            if reaction.next is Next.RETRY_BACKOFF:
+                self._note_problem(str(error))
+                log.warning("%s: %s; retrying", self._who(), error)
+                return retry_s
+        if reaction.next is Next.FATAL:
+            with self._lock:
+                self._reset_locked(reaction.reset)
+            self._fail(error)
+        self._mark_coordinator_unknown(f"heartbeat returned {error_name(code)}")
+        return None
+
+    # ------------------------------------------------------------------ leave
+
+    def _maybe_leave_group(self, reason: str, deadline: float) -> None:
+        cfg = self._config
+        with self._lock:
+            node = self._coordinator
+            generation = self._generation
+            state = self._state
+        should_leave = (
+            cfg.leave_group_on_close and not cfg.is_static and node is not None
+            and state is not MemberState.UNJOINED and generation.has_member_id
+        )
+        if should_leave:
+            assert node is not None
+            if state is not MemberState.STABLE:
+                # A JoinGroup or SyncGroup parked on the broker holds the connection (the broker
+                # answers a connection's requests in order): drop it so LeaveGroup is not queued.
+                self._transport.disconnect(node)
+            log.info("%s: leaving the group (%s)", self._who(), reason)
+            request = msg.LeaveGroupRequest(
+                group_id=cfg.group_id, member_id=generation.member_id,
+                group_instance_id=cfg.group_instance_id, reason=msg.truncate_reason(reason),
+            )
+            timeout_s = max(0.5, min(cfg.request_timeout_ms / 1000,
+                                     deadline - self._clock.monotonic()))
+            try:
+                response = self._transport.send(
+                    request, msg.LeaveGroupResponse, coordinator=node, timeout_s=timeout_s
+                )
+                code = response.error_code or response.member_error_code
+                if code != ErrorCode.NONE:
+                    log.info("%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code))
+            except TransportError as e:
+                log.info("%s: LeaveGroup got no response (%s); the session will expire instead",
+                         self._who(), e)
+        with self._lock:
+            self._generation = NO_GENERATION
+            self._state = MemberState.UNJOINED
+
+    # ------------------------------------------------------------------ helpers
+
+    def _request_rejoin_locked(self, reason: str) -> None:
+        if self._rejoin_reason is None:
+            self._rejoin_reason = reason
+        self._counters.rejoin_reasons.append(reason)
+        del self._counters.rejoin_reasons[:-20]
+        log.info("%s: rejoin requested: %s", self._who(), reason)
+        self._changed.notify_all()
+
+    def _work_pending_locked(self) -> bool:
+        return self._rejoin_reason is not None or self._pending is not None
+
+    def _invoke(self, name: str, fn: Any, *args: Any) -> tuple[bool, Any]:
+        """Call a user callback; an exception is logged, never propagated."""
+        try:
+            return True, fn(*args)
+        except Exception:
+            log.exception("%s: %s raised; the member carries on", self._who(), name)
+            return False, None
+
+    def _invoke_serialized(self, name: str, fn: Any, *args: Any) -> tuple[bool, Any]:
+        with self._callback_lock:
+            return self._invoke(name, fn, *args)
+
+    def _sleep(self, seconds: float, deadline: float | None = None) -> bool:
+        """Back off; False (without sleeping past it) if the deadline comes first."""
+        if deadline is not None:
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                return False
+            seconds = min(seconds, remaining)
+        self._clock.sleep(seconds, self._stop)
+        self._check_running()
+        return True
+
+    def _check_running(self) -> None:
+        if self._stop.is_set():
+            raise _Stopped
+
+    def _note_problem(self, problem: str) -> None:
+        with self._lock:
+            self._last_error = problem
+
+    def _who(self) -> str:
+        member = self._generation.member_id
+        who = f"group {self._config.group_id!r}"
+        return f"{who} member {member!r}" if member else who

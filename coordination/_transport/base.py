@@ -1,0 +1,64 @@
+"""The interface between the membership engine and the network."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from .._protocol.messages import Request, Response
+
+R = TypeVar("R", bound=Response)
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorNode:
+    """The broker that coordinates the group, as FindCoordinator named it."""
+
+    node_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port} (node {self.node_id})"
+
+
+class TransportError(Exception):
+    """A request got no response: disconnected, timed out, or the broker is unreachable.
+
+    ``fatal`` is set for failures retrying cannot fix (TLS or SASL rejected).
+    """
+
+    def __init__(self, message: str, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+
+
+class Transport(Protocol):
+    """Sends group requests and returns their responses, blocking the calling thread.
+
+    Implementations must be safe to call from two threads at once: the engine's
+    membership thread and its heartbeat thread each send their own requests.
+    """
+
+    def send(
+        self,
+        request: Request,
+        response_type: type[R],
+        *,
+        coordinator: CoordinatorNode | None,
+        timeout_s: float,
+    ) -> R:
+        """Send ``request`` to ``coordinator`` (or any broker if None); return the response.
+
+        Raises:
+            TransportError: no response arrived within ``timeout_s``, or the connection failed.
+        """
+        ...
+
+    def disconnect(self, coordinator: CoordinatorNode) -> None:
+        """Drop the connection to a coordinator that this member no longer trusts."""
+        ...
+
+    def close(self) -> None:
+        """Release every connection and thread; later sends fail with TransportError."""
+        ...

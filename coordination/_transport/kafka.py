@@ -1,0 +1,227 @@
+"""The real transport: kafka-python's protocol classes and network layer.
+
+kafka-python 3 runs its network I/O on its own thread (``NetworkSelector``);
+``KafkaConnectionManager.run`` lets any other thread block on a coroutine that
+runs there, which is how both engine threads send requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import types
+from typing import Any, TypeVar
+
+import kafka.errors as kafka_errors
+from kafka.net.manager import KafkaConnectionManager
+from kafka.net.selector import NetworkSelector
+from kafka.protocol.consumer import group as kgroup
+from kafka.protocol.metadata import FindCoordinatorRequest as KFindCoordinatorRequest
+
+from .._protocol import messages as m
+from .base import CoordinatorNode, TransportError
+
+log = logging.getLogger("coordination.transport")
+
+R = TypeVar("R", bound=m.Response)
+
+_GROUP_KEY_TYPE = 0  # FindCoordinator key type GROUP
+
+
+class KafkaTransport:
+    """Sends group requests through one kafka-python connection manager."""
+
+    def __init__(
+        self, *, client_id: str, request_timeout_ms: int, connection: dict[str, Any]
+    ) -> None:
+        configs = dict(connection)
+        configs["client_id"] = client_id
+        configs["request_timeout_ms"] = request_timeout_ms
+        self._net = NetworkSelector(**configs)
+        self._manager = KafkaConnectionManager(self._net, **configs)
+        self._bootstrap_lock = threading.Lock()
+        self._closed = False
+        self._servers = connection.get("bootstrap_servers")
+
+    # -- Transport -----------------------------------------------------------------
+
+    def send(
+        self,
+        request: m.Request,
+        response_type: type[R],
+        *,
+        coordinator: CoordinatorNode | None,
+        timeout_s: float,
+    ) -> R:
+        if self._closed:
+            raise TransportError("transport is closed")
+        self._ensure_bootstrapped(timeout_s)
+        node_id = self._coordinator_node_id(coordinator) if coordinator else None
+        kafka_request = self._encode(request)
+        timeout_ms = max(1, int(timeout_s * 1000))
+
+        async def exchange() -> Any:
+            target = node_id if node_id is not None else self._manager.least_loaded_node()
+            return await self._manager.send(
+                kafka_request, node_id=target, request_timeout_ms=timeout_ms
+            )
+
+        try:
+            raw = self._manager.run(exchange)
+        except (kafka_errors.SaslAuthenticationFailedError, kafka_errors.AuthorizationError) as e:
+            raise TransportError(f"authentication failed: {e}", fatal=True) from e
+        except kafka_errors.IncompatibleBrokerVersion as e:
+            raise TransportError(f"broker does not support {type(request).__name__}: {e}") from e
+        except (kafka_errors.KafkaError, OSError, RuntimeError) as e:
+            raise TransportError(f"{type(request).__name__} got no response: {e!r}") from e
+        response = self._decode(raw)
+        if not isinstance(response, response_type):  # pragma: no cover - a kafka-python bug
+            raise TransportError(f"unexpected response {type(raw).__name__}")
+        return response
+
+    def disconnect(self, coordinator: CoordinatorNode) -> None:
+        if not self._closed:
+            self._manager.close(node_id=self._coordinator_node_id(coordinator))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._manager.close()
+        finally:
+            self._net.stop(timeout_ms=5000)
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _ensure_bootstrapped(self, timeout_s: float) -> None:
+        with self._bootstrap_lock:
+            if self._manager.bootstrapped:
+                return
+            self._net.start()  # kafka-python's I/O thread; idempotent
+            try:
+                self._manager.bootstrap(timeout_ms=max(1000, int(timeout_s * 1000)))
+            except (kafka_errors.SaslAuthenticationFailedError,
+                    kafka_errors.AuthorizationError) as e:
+                raise TransportError(f"authentication failed: {e}", fatal=True) from e
+            except Exception as e:
+                raise TransportError(f"cannot reach bootstrap servers {self._servers}: {e}") from e
+
+    def _coordinator_node_id(self, coordinator: CoordinatorNode) -> Any:
+        # A dedicated node id gives the coordinator its own connection, apart from
+        # metadata traffic, as Kafka's clients do (Integer.MAX_VALUE - nodeId in Java).
+        found = types.SimpleNamespace(
+            error_code=0, node_id=coordinator.node_id, host=coordinator.host, port=coordinator.port
+        )
+        return self._manager.cluster.add_coordinator(found, _GROUP_KEY_TYPE, "coordination")
+
+    @staticmethod
+    def _encode(request: m.Request) -> Any:
+        if isinstance(request, m.FindCoordinatorRequest):
+            return KFindCoordinatorRequest(
+                key=request.key, key_type=_GROUP_KEY_TYPE, coordinator_keys=[request.key],
+                max_version=m.MAX_VERSIONS["FindCoordinator"],
+            )
+        if isinstance(request, m.JoinGroupRequest):
+            protocol = kgroup.JoinGroupRequest.JoinGroupRequestProtocol
+            return kgroup.JoinGroupRequest(
+                group_id=request.group_id,
+                session_timeout_ms=request.session_timeout_ms,
+                rebalance_timeout_ms=request.rebalance_timeout_ms,
+                member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
+                protocol_type=request.protocol_type,
+                protocols=[protocol(name=n, metadata=md) for n, md in request.protocols],
+                reason=request.reason,
+                # v4: two-step join; v5: static membership. Older brokers are not supported.
+                min_version=5 if request.group_instance_id else 4,
+                max_version=m.MAX_VERSIONS["JoinGroup"],
+            )
+        if isinstance(request, m.SyncGroupRequest):
+            assignment = kgroup.SyncGroupRequest.SyncGroupRequestAssignment
+            return kgroup.SyncGroupRequest(
+                group_id=request.group_id,
+                generation_id=request.generation_id,
+                member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
+                protocol_type=request.protocol_type,
+                protocol_name=request.protocol_name,
+                assignments=[assignment(member_id=i, assignment=a) for i, a in request.assignments],
+                max_version=m.MAX_VERSIONS["SyncGroup"],
+            )
+        if isinstance(request, m.HeartbeatRequest):
+            return kgroup.HeartbeatRequest(
+                group_id=request.group_id,
+                generation_id=request.generation_id,
+                member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
+                max_version=m.MAX_VERSIONS["Heartbeat"],
+            )
+        identity = kgroup.LeaveGroupRequest.MemberIdentity
+        return kgroup.LeaveGroupRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            members=[
+                identity(
+                    member_id=request.member_id,
+                    group_instance_id=request.group_instance_id,
+                    reason=request.reason,
+                )
+            ],
+            max_version=m.MAX_VERSIONS["LeaveGroup"],
+        )
+
+    @staticmethod
+    def _decode(raw: Any) -> m.Response:
+        version = raw.version
+        if isinstance(raw, kgroup.JoinGroupResponse):
+            return m.JoinGroupResponse(
+                error_code=raw.error_code,
+                generation_id=raw.generation_id,
+                protocol_type=raw.protocol_type if version >= 7 else None,
+                protocol_name=raw.protocol_name,
+                leader=raw.leader,
+                skip_assignment=bool(raw.skip_assignment) if version >= 9 else False,
+                member_id=raw.member_id,
+                members=tuple(
+                    m.JoinGroupResponseMember(
+                        member_id=x.member_id,
+                        group_instance_id=x.group_instance_id if version >= 5 else None,
+                        metadata=bytes(x.metadata),
+                    )
+                    for x in raw.members
+                ),
+                version=version,
+            )
+        if isinstance(raw, kgroup.SyncGroupResponse):
+            return m.SyncGroupResponse(
+                error_code=raw.error_code,
+                protocol_type=raw.protocol_type if version >= 5 else None,
+                protocol_name=raw.protocol_name if version >= 5 else None,
+                assignment=bytes(raw.assignment),
+                version=version,
+            )
+        if isinstance(raw, kgroup.HeartbeatResponse):
+            return m.HeartbeatResponse(error_code=raw.error_code, version=version)
+        if isinstance(raw, kgroup.LeaveGroupResponse):
+            member_error = raw.error_code
+            if version >= 3 and raw.members:
+                member_error = raw.members[0].error_code
+            return m.LeaveGroupResponse(
+                error_code=raw.error_code, member_error_code=member_error, version=version
+            )
+        # FindCoordinator: v4+ answers per key; one key was asked for.
+        if version >= 4:
+            if len(raw.coordinators) != 1:
+                raise TransportError(
+                    f"FindCoordinator answered {len(raw.coordinators)} coordinators for one key"
+                )
+            c = raw.coordinators[0]
+            return m.FindCoordinatorResponse(
+                error_code=c.error_code, node_id=c.node_id, host=c.host, port=c.port,
+                error_message=c.error_message, version=version,
+            )
+        return m.FindCoordinatorResponse(
+            error_code=raw.error_code, node_id=raw.node_id, host=raw.host, port=raw.port,
+            error_message=getattr(raw, "error_message", None), version=version,
+        )

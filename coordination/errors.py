@@ -1,0 +1,225 @@
+"""Every error this library raises, under one root class.
+
+Catch :class:`CoordinationError` to catch them all. The tree::
+
+    CoordinationError
+    ├── ConfigurationError (also ValueError)     a setting or argument is invalid
+    ├── CoordinatorStateError (also RuntimeError) misuse: call after close, close from a callback
+    ├── CoordinationTimeoutError (also TimeoutError) a blocking call ran out of time
+    ├── ConnectionFailedError                     bootstrap, TLS or SASL failure
+    ├── BrokerError                               the broker answered with an error code
+    │   ├── RetriableBrokerError                  retried with backoff by the engine
+    │   ├── RebalanceRequiredError                answered by a rejoin by the engine
+    │   ├── MembershipLostError                   the member's generation or id is gone
+    │   └── FatalBrokerError                      the member stops; a person must act
+    │       ├── FencedInstanceError               FENCED_INSTANCE_ID
+    │       ├── GroupAuthorizationError           GROUP_AUTHORIZATION_FAILED
+    │       ├── InconsistentGroupProtocolError    INCONSISTENT_GROUP_PROTOCOL
+    │       ├── InvalidSessionTimeoutError        INVALID_SESSION_TIMEOUT
+    │       ├── InvalidGroupIdError               INVALID_GROUP_ID
+    │       ├── GroupMaxSizeReachedError          GROUP_MAX_SIZE_REACHED
+    │       └── UnsupportedVersionError           UNSUPPORTED_VERSION
+    ├── ProtocolCodecError                        metadata or assignment bytes could not be decoded
+    └── AssignmentError                           perform_assignment raised or returned a bad plan
+
+Broker errors carry ``code`` and ``error_name`` (Kafka's), ``group_id`` and
+``member_id``; their message says what to do. :func:`broker_error` builds the
+right class for a code from the registry that the classes below fill in.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, TypeVar
+
+from ._protocol.error_codes import ErrorCode, describe, error_name
+
+__all__ = [
+    "AssignmentError",
+    "BrokerError",
+    "ConfigurationError",
+    "ConnectionFailedError",
+    "CoordinationError",
+    "CoordinationTimeoutError",
+    "CoordinatorStateError",
+    "FatalBrokerError",
+    "FencedInstanceError",
+    "GroupAuthorizationError",
+    "GroupMaxSizeReachedError",
+    "InconsistentGroupProtocolError",
+    "InvalidGroupIdError",
+    "InvalidSessionTimeoutError",
+    "MembershipLostError",
+    "ProtocolCodecError",
+    "RebalanceRequiredError",
+    "RetriableBrokerError",
+    "UnsupportedVersionError",
+    "broker_error",
+]
+
+
+class CoordinationError(Exception):
+    """Root of every error raised by ``coordination`` and ``recipes``."""
+
+
+class ConfigurationError(CoordinationError, ValueError):
+    """A setting or argument is invalid. The message names it and the rule it broke."""
+
+
+class CoordinatorStateError(CoordinationError, RuntimeError):
+    """A method was called in a state that does not allow it (after close, from a callback)."""
+
+
+class CoordinationTimeoutError(CoordinationError, TimeoutError):
+    """A blocking call (``ensure_active_group``, ``close``) ran out of time."""
+
+
+class ConnectionFailedError(CoordinationError):
+    """The brokers could not be reached or refused the connection (TLS, SASL)."""
+
+
+class ProtocolCodecError(CoordinationError):
+    """Metadata or assignment bytes could not be decoded."""
+
+
+class AssignmentError(CoordinationError):
+    """``perform_assignment`` raised or returned an assignment the engine cannot send."""
+
+
+class BrokerError(CoordinationError):
+    """The broker answered a group request with an error code.
+
+    Attributes:
+        code: Kafka's numeric error code.
+        error_name: Kafka's name for it, e.g. ``FENCED_INSTANCE_ID``.
+        group_id: the group the request was for.
+        member_id: the member id the request was sent with ("" if none yet).
+        api: the request that failed, e.g. ``JoinGroup``.
+    """
+
+    retriable: ClassVar[bool] = False
+    # What the user should do about it; each fatal class says it in its own words.
+    hint: ClassVar[str] = ""
+
+    def __init__(self, code: int, *, group_id: str, member_id: str = "", api: str = "") -> None:
+        self.code = code
+        self.error_name = error_name(code)
+        self.group_id = group_id
+        self.member_id = member_id
+        self.api = api
+        who = f"group {group_id!r}" + (f", member {member_id!r}" if member_id else "")
+        where = f"{api} failed" if api else "broker error"
+        message = f"{who}: {where} with {self.error_name} ({code}): {describe(code)}"
+        if self.hint:
+            message += f". {self.hint}"
+        super().__init__(message)
+
+
+class RetriableBrokerError(BrokerError):
+    """A transient broker condition; the engine retries with backoff."""
+
+    retriable = True
+
+
+class RebalanceRequiredError(BrokerError):
+    """The group is rebalancing or needs this member to join again; the engine rejoins."""
+
+    retriable = True
+
+
+class MembershipLostError(BrokerError):
+    """This member's generation or member id is no longer valid; the engine rejoins."""
+
+    retriable = True
+
+
+class FatalBrokerError(BrokerError):
+    """An error the engine cannot recover from by itself; the member stops."""
+
+
+class FencedInstanceError(FatalBrokerError):
+    """Another member joined with this member's ``group_instance_id``."""
+
+    hint = (
+        "Two processes share this group_instance_id; give every instance its own id "
+        "and stop the duplicate"
+    )
+
+
+class GroupAuthorizationError(FatalBrokerError):
+    """The principal lacks READ (or DESCRIBE) permission on the group."""
+
+    hint = "Grant the principal READ on the group (and DESCRIBE to find its coordinator)"
+
+
+class InconsistentGroupProtocolError(FatalBrokerError):
+    """The member's protocol type or protocols do not match the group's."""
+
+    hint = (
+        "Every member of a group must use the same protocol_type and share at least one "
+        "protocol name; use a different group_id for a different kind of member"
+    )
+
+
+class InvalidSessionTimeoutError(FatalBrokerError):
+    """``session_timeout_ms`` is outside the range the broker allows."""
+
+    hint = (
+        "Set session_timeout_ms between the broker's group.min.session.timeout.ms "
+        "(default 6000) and group.max.session.timeout.ms (default 1800000)"
+    )
+
+
+class InvalidGroupIdError(FatalBrokerError):
+    """The group id is not valid."""
+
+    hint = "Use a non-empty group_id"
+
+
+class GroupMaxSizeReachedError(FatalBrokerError):
+    """The group already has as many members as the broker's ``group.max.size`` allows."""
+
+    hint = "Raise the broker's group.max.size or run fewer members"
+
+
+class UnsupportedVersionError(FatalBrokerError):
+    """The broker does not support a request version this member needs."""
+
+    hint = "Static membership (group_instance_id) needs Kafka 2.3 or newer; unset it or upgrade"
+
+
+_E = TypeVar("_E", bound=BrokerError)
+
+_REGISTRY: dict[int, type[BrokerError]] = {}
+
+
+def _register(*codes: ErrorCode) -> object:
+    def decorate(cls: type[_E]) -> type[_E]:
+        for code in codes:
+            _REGISTRY[code] = cls
+        return cls
+
+    return decorate
+
+
+_register(ErrorCode.FENCED_INSTANCE_ID)(FencedInstanceError)
+_register(ErrorCode.GROUP_AUTHORIZATION_FAILED)(GroupAuthorizationError)
+_register(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)(InconsistentGroupProtocolError)
+_register(ErrorCode.INVALID_SESSION_TIMEOUT)(InvalidSessionTimeoutError)
+_register(ErrorCode.INVALID_GROUP_ID)(InvalidGroupIdError)
+_register(ErrorCode.GROUP_MAX_SIZE_REACHED)(GroupMaxSizeReachedError)
+_register(ErrorCode.UNSUPPORTED_VERSION)(UnsupportedVersionError)
+_register(
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NETWORK_EXCEPTION,
+)(RetriableBrokerError)
+_register(ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.MEMBER_ID_REQUIRED)(RebalanceRequiredError)
+_register(ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION)(MembershipLostError)
+
+
+def broker_error(code: int, *, group_id: str, member_id: str = "", api: str = "") -> BrokerError:
+    """Build the error class registered for ``code`` (``BrokerError`` for codes not listed)."""
+    cls = _REGISTRY.get(code, BrokerError)
+    return cls(code, group_id=group_id, member_id=member_id, api=api)
