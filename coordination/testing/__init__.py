@@ -1,0 +1,32 @@
+"""Tools for testing code built on ``coordination``: real brokers and a scripted transport.
+
+``KafkaCluster`` starts real Apache Kafka brokers (KRaft, on loopback) from jars
+resolved from Maven Central; ``ScriptedTransport`` answers a member's requests
+from a script, for fast deterministic tests of error paths.
+"""
+
+from __future__ import annotations
+
+from .._transport.base import CoordinatorNode as CoordinatorNode
+from .._transport.base import Transport as Transport
+from .._transport.base import TransportError as TransportError
+from ._broker import KAFKA_3 as KAFKA_3
+from ._broker import NEWEST_KAFKA as NEWEST_KAFKA
+from ._broker import BrokerStartError as BrokerStartError
+from ._broker import KafkaCluster as KafkaCluster
+from ._broker import kafka_classpath as kafka_classpath
+from ._maven import MavenError as MavenError
+from ._maven import resolve_classpath as resolve_classpath
+
+__all__ = [
+    "KAFKA_3",
+    "NEWEST_KAFKA",
+    "BrokerStartError",
+    "CoordinatorNode",
+    "KafkaCluster",
+    "MavenError",
+    "Transport",
+    "TransportError",
+    "kafka_classpath",
+    "resolve_classpath",
+]

@@ -1,0 +1,356 @@
+"""Start real Apache Kafka brokers (KRaft) on loopback, from jars resolved from Maven Central.
+
+Used by this project's tests, benchmarks and demo, and by ``coordination broker``.
+No Docker needed: only a JDK (17+) and Maven. Each broker runs in combined
+mode (broker and controller in one JVM); a cluster of three has a
+three-voter controller quorum, so it survives the loss of any one node.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Final
+
+from typing_extensions import Self
+
+from ..errors import CoordinationError
+from ._maven import resolve_classpath
+
+log = logging.getLogger("coordination.testing.broker")
+
+NEWEST_KAFKA: Final = "4.3.1"
+"""The newest Kafka 4.x release complete on Maven Central (4.4.0 lacks kafka-tools-api there)."""
+KAFKA_3: Final = "3.9.2"
+"""The newest 3.9.x release: the last line with ZooKeeper, still widely deployed."""
+SUPPORTED_KAFKA: Final = (NEWEST_KAFKA, KAFKA_3)
+
+# Settings that make a test broker fast: no initial rebalance delay, short sessions allowed,
+# small internal topics.
+TEST_BROKER_CONFIG: Final[Mapping[str, str]] = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",
+    "offsets.topic.num.partitions": "10",
+    "num.partitions": "1",
+    "transaction.state.log.num.partitions": "4",
+    "auto.create.topics.enable": "true",
+    "log.flush.interval.messages": "1000000",
+}
+
+_LOG4J2: Final = """status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = INFO
+"""
+_LOG4J1: Final = """log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+class BrokerStartError(CoordinationError):
+    """A Kafka broker could not be started; the message says why and where its log is."""
+
+
+def kafka_classpath(version: str) -> list[Path]:
+    """Resolve (once, then cached) the jars of Kafka ``version``'s broker."""
+    artifacts = [f"org.apache.kafka:kafka_2.13:{version}"]
+    if version.startswith("3."):
+        artifacts += ["org.slf4j:slf4j-reload4j:1.7.36", "ch.qos.reload4j:reload4j:1.2.25"]
+    else:
+        artifacts += ["org.apache.logging.log4j:log4j-slf4j-impl:2.25.4"]
+    return resolve_classpath(artifacts)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cluster_id() -> str:
+    # Kafka's Uuid.randomUuid().toString(): url-safe base64 of 16 bytes, never starting with '-'.
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+@dataclass
+class _Node:
+    node_id: int
+    port: int
+    controller_port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / "server.log"
+
+
+class KafkaCluster:
+    """One or more KRaft brokers of a given Kafka version, on loopback ports.
+
+    Example:
+        with KafkaCluster(brokers=1) as kafka:
+            print(kafka.bootstrap_servers)   # 127.0.0.1:<port>
+
+    Each broker is a JVM with a small heap (``heap``, default 384m); a broker
+    that does not come up within ``start_timeout`` raises
+    :class:`BrokerStartError` with the tail of its log.
+    """
+
+    def __init__(
+        self,
+        brokers: int = 1,
+        *,
+        version: str = NEWEST_KAFKA,
+        heap: str = "384m",
+        config: Mapping[str, str] | None = None,
+        ports: list[int] | None = None,
+        directory: Path | None = None,
+        start_timeout: float = 120.0,
+    ) -> None:
+        if brokers < 1:
+            raise ValueError("brokers must be at least 1")
+        if ports is not None and len(ports) != brokers:
+            raise ValueError("give one port per broker")
+        self.version = version
+        self.heap = heap
+        self.start_timeout = start_timeout
+        self._config = {**TEST_BROKER_CONFIG, **(config or {})}
+        self._owns_directory = directory is None
+        self._root = Path(directory or tempfile.mkdtemp(prefix="coordination-kafka-"))
+        self._cluster_id = _cluster_id()
+        self._nodes = [
+            _Node(
+                node_id=i + 1,
+                port=ports[i] if ports else free_port(),
+                controller_port=free_port(),
+                directory=self._root / f"broker-{i + 1}",
+            )
+            for i in range(brokers)
+        ]
+        self._classpath: str | None = None
+        self._formatted = False
+
+    # -- public ------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of every broker."""
+        return ",".join(f"127.0.0.1:{n.port}" for n in self._nodes)
+
+    @property
+    def size(self) -> int:
+        return len(self._nodes)
+
+    def port_of(self, node_id: int) -> int:
+        return self._node(node_id).port
+
+    def log_of(self, node_id: int) -> Path:
+        """The log file of broker ``node_id`` (1-based)."""
+        return self._node(node_id).log_file
+
+    def start(self) -> Self:
+        """Resolve the jars, format the storage, start every broker and wait until all serve."""
+        self._classpath = os.pathsep.join(str(p) for p in kafka_classpath(self.version))
+        if not self._formatted:
+            for node in self._nodes:
+                self._format(node)
+            self._formatted = True
+        for node in self._nodes:
+            self._launch(node)
+        for node in self._nodes:
+            self._wait_ready(node)
+        log.info("Kafka %s up: %s", self.version, self.bootstrap_servers)
+        return self
+
+    def stop(self) -> None:
+        """Stop every broker (SIGTERM, then SIGKILL) and delete their data."""
+        # Signal all first: a clean shutdown of one waits on the others' controllers.
+        for node in self._nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.send_signal(signal.SIGTERM)
+        for node in self._nodes:
+            self._terminate(node, timeout=10.0)
+        if self._owns_directory:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def stop_broker(self, node_id: int, *, timeout: float = 60.0) -> None:
+        """Shut broker ``node_id`` down cleanly (SIGTERM); its data stays."""
+        self._terminate(self._node(node_id), timeout=timeout)
+
+    def kill_broker(self, node_id: int) -> None:
+        """Kill broker ``node_id`` at once (SIGKILL), as a crash would."""
+        node = self._node(node_id)
+        if node.process is not None and node.process.poll() is None:
+            node.process.kill()
+            node.process.wait()
+        node.process = None
+
+    def start_broker(self, node_id: int) -> None:
+        """Start broker ``node_id`` again (after ``stop_broker`` or ``kill_broker``)."""
+        node = self._node(node_id)
+        self._launch(node)
+        self._wait_ready(node)
+
+    def is_running(self, node_id: int) -> bool:
+        process = self._node(node_id).process
+        return process is not None and process.poll() is None
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _node(self, node_id: int) -> _Node:
+        if not 1 <= node_id <= len(self._nodes):
+            raise ValueError(f"no broker {node_id}; brokers are 1..{len(self._nodes)}")
+        return self._nodes[node_id - 1]
+
+    def _properties(self, node: _Node) -> dict[str, str]:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self._nodes)
+        replication = str(min(3, len(self._nodes)))
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
+                         f"CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(node.directory / "data"),
+            "offsets.topic.replication.factor": replication,
+            "transaction.state.log.replication.factor": replication,
+            "transaction.state.log.min.isr": "1",
+            "min.insync.replicas": "1",
+            "default.replication.factor": replication,
+        }
+        props.update(self._config)
+        return props
+
+    def _format(self, node: _Node) -> None:
+        node.directory.mkdir(parents=True, exist_ok=True)
+        properties = node.directory / "server.properties"
+        properties.write_text("".join(f"{k}={v}\n" for k, v in self._properties(node).items()))
+        assert self._classpath is not None
+        command = [
+            "java", "-Xmx256m", "-cp", self._classpath, "kafka.tools.StorageTool", "format",
+            "-t", self._cluster_id, "-c", str(properties),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise BrokerStartError(
+                f"formatting Kafka {self.version} storage for broker {node.node_id} failed:\n"
+                f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
+
+    def _launch(self, node: _Node) -> None:
+        if node.process is not None and node.process.poll() is None:
+            return
+        assert self._classpath is not None
+        log4j2 = node.directory / "log4j2.properties"
+        log4j2.write_text(_LOG4J2.format(log=node.log_file))
+        log4j1 = node.directory / "log4j.properties"
+        log4j1.write_text(_LOG4J1.format(log=node.log_file))
+        command = [
+            "java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1", "-Xss512k", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j2}", f"-Dlog4j.configuration=file:{log4j1}",
+            f"-Dkafka.logs.dir={node.directory}",
+            "-cp", self._classpath, "kafka.Kafka", str(node.directory / "server.properties"),
+        ]
+        stdout = open(node.directory / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it
+        node.process = subprocess.Popen(
+            command, stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        stdout.close()
+
+    def _wait_ready(self, node: _Node) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            assert node.process is not None
+            if node.process.poll() is not None:
+                raise BrokerStartError(
+                    f"Kafka {self.version} broker {node.node_id} exited with "
+                    f"{node.process.returncode} while starting; log {node.log_file}:\n"
+                    f"{self._tail(node)}"
+                )
+            if self._serving(node):
+                return
+            time.sleep(0.2)
+        self._terminate(node)
+        raise BrokerStartError(
+            f"Kafka {self.version} broker {node.node_id} did not serve on port {node.port} "
+            f"within {self.start_timeout}s; log {node.log_file}:\n{self._tail(node)}"
+        )
+
+    def _serving(self, node: _Node) -> bool:
+        # The broker has registered with the controller and serves requests once its log
+        # says so; an open port alone comes earlier.
+        with contextlib.suppress(OSError), socket.create_connection(
+            ("127.0.0.1", node.port), timeout=1
+        ):
+            text = node.log_file.read_text(errors="replace") if node.log_file.exists() else ""
+            return "Transitioning from RECOVERY to RUNNING" in text or (
+                "started (kafka.server.KafkaRaftServer)" in text
+            )
+        return False
+
+    def _terminate(self, node: _Node, timeout: float = 30.0) -> None:
+        process = node.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        node.process = None
+
+    @staticmethod
+    def _tail(node: _Node) -> str:
+        for path in (node.log_file, node.directory / "stdout.log"):
+            if path.exists():
+                text = path.read_text(errors="replace")
+                if text.strip():
+                    return text[-4000:]
+        return "(no log output)"
