@@ -24,14 +24,15 @@ Catch :class:`CoordinationError` to catch them all. The tree::
 
 Broker errors carry ``code`` and ``error_name`` (Kafka's), ``group_id`` and
 ``member_id``; their message says what to do. :func:`broker_error` builds the
-right class for a code from the registry that the classes below fill in.
+right class for a code from the table at the end of this module.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeVar
+from typing import ClassVar
 
-from ._protocol.error_codes import ErrorCode, describe, error_name
+from ._protocol import error_codes as _codes
+from ._protocol.error_codes import ErrorCode as _Code
 
 __all__ = [
     "AssignmentError",
@@ -102,13 +103,13 @@ class BrokerError(CoordinationError):
 
     def __init__(self, code: int, *, group_id: str, member_id: str = "", api: str = "") -> None:
         self.code = code
-        self.error_name = error_name(code)
+        self.error_name = _codes.error_name(code)
         self.group_id = group_id
         self.member_id = member_id
         self.api = api
         who = f"group {group_id!r}" + (f", member {member_id!r}" if member_id else "")
         where = f"{api} failed" if api else "broker error"
-        message = f"{who}: {where} with {self.error_name} ({code}): {describe(code)}"
+        message = f"{who}: {where} with {self.error_name} ({code}): {_codes.describe(code)}"
         if self.hint:
             message += f". {self.hint}"
         super().__init__(message)
@@ -187,36 +188,25 @@ class UnsupportedVersionError(FatalBrokerError):
     hint = "Static membership (group_instance_id) needs Kafka 2.3 or newer; unset it or upgrade"
 
 
-_E = TypeVar("_E", bound=BrokerError)
-
-_REGISTRY: dict[int, type[BrokerError]] = {}
-
-
-def _register(*codes: ErrorCode) -> object:
-    def decorate(cls: type[_E]) -> type[_E]:
-        for code in codes:
-            _REGISTRY[code] = cls
-        return cls
-
-    return decorate
-
-
-_register(ErrorCode.FENCED_INSTANCE_ID)(FencedInstanceError)
-_register(ErrorCode.GROUP_AUTHORIZATION_FAILED)(GroupAuthorizationError)
-_register(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)(InconsistentGroupProtocolError)
-_register(ErrorCode.INVALID_SESSION_TIMEOUT)(InvalidSessionTimeoutError)
-_register(ErrorCode.INVALID_GROUP_ID)(InvalidGroupIdError)
-_register(ErrorCode.GROUP_MAX_SIZE_REACHED)(GroupMaxSizeReachedError)
-_register(ErrorCode.UNSUPPORTED_VERSION)(UnsupportedVersionError)
-_register(
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_COORDINATOR,
-    ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.NETWORK_EXCEPTION,
-)(RetriableBrokerError)
-_register(ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.MEMBER_ID_REQUIRED)(RebalanceRequiredError)
-_register(ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION)(MembershipLostError)
+# Kafka error code -> the class raised for it; codes not listed map to BrokerError.
+_REGISTRY: dict[int, type[BrokerError]] = {
+    _Code.FENCED_INSTANCE_ID: FencedInstanceError,
+    _Code.GROUP_AUTHORIZATION_FAILED: GroupAuthorizationError,
+    _Code.INCONSISTENT_GROUP_PROTOCOL: InconsistentGroupProtocolError,
+    _Code.INVALID_SESSION_TIMEOUT: InvalidSessionTimeoutError,
+    _Code.INVALID_GROUP_ID: InvalidGroupIdError,
+    _Code.GROUP_MAX_SIZE_REACHED: GroupMaxSizeReachedError,
+    _Code.UNSUPPORTED_VERSION: UnsupportedVersionError,
+    _Code.COORDINATOR_LOAD_IN_PROGRESS: RetriableBrokerError,
+    _Code.COORDINATOR_NOT_AVAILABLE: RetriableBrokerError,
+    _Code.NOT_COORDINATOR: RetriableBrokerError,
+    _Code.REQUEST_TIMED_OUT: RetriableBrokerError,
+    _Code.NETWORK_EXCEPTION: RetriableBrokerError,
+    _Code.REBALANCE_IN_PROGRESS: RebalanceRequiredError,
+    _Code.MEMBER_ID_REQUIRED: RebalanceRequiredError,
+    _Code.UNKNOWN_MEMBER_ID: MembershipLostError,
+    _Code.ILLEGAL_GENERATION: MembershipLostError,
+}
 
 
 def broker_error(code: int, *, group_id: str, member_id: str = "", api: str = "") -> BrokerError:

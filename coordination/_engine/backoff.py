@@ -23,8 +23,8 @@ class ExponentialBackoff:
         base = min(self._maximum, self._initial * (2**self._failures))
         self._failures = min(self._failures + 1, 32)
         if self._jitter:
-            base *= self._rng.uniform(1 - self._jitter, 1 + self._jitter)
-        return min(base, self._maximum * (1 + self._jitter))
+            base *= float(self._rng.uniform(1 - self._jitter, 1 + self._jitter))
+        return float(min(base, self._maximum * (1 + self._jitter)))
 
     def reset(self) -> None:
         """Forget the failures: the next wait is the initial one again."""

@@ -34,7 +34,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, cast
 
 from .._config import CoordinatorConfig
 from .._metrics import MemberMetrics
@@ -234,12 +234,7 @@ class GroupMembership:
                 raise CoordinatorStateError(f"{self._who()}: the member is closed")
             if self._threads:
                 return
-            protocol_type = self._callbacks.protocol_type()
-            if not isinstance(protocol_type, str) or not protocol_type:
-                raise CoordinatorStateError(
-                    f"protocol_type() must return a non-empty str, got {protocol_type!r}"
-                )
-            self._protocol_type = protocol_type
+            self.resolve_protocol_type()
             group = self._config.group_id
             self._threads = [
                 threading.Thread(
@@ -251,6 +246,15 @@ class GroupMembership:
             ]
             for thread in self._threads:
                 thread.start()
+
+    def resolve_protocol_type(self) -> None:
+        """Ask the subclass for its protocol type (once it is fully constructed)."""
+        protocol_type = self._callbacks.protocol_type()
+        if not isinstance(protocol_type, str) or not protocol_type:
+            raise CoordinatorStateError(
+                f"protocol_type() must return a non-empty str, got {protocol_type!r}"
+            )
+        self._protocol_type = protocol_type
 
     def wait_stable(self, timeout_s: float | None) -> None:
         """Block until the member is stable and ``on_join_complete`` has run."""
@@ -522,8 +526,8 @@ class GroupMembership:
             self._changed.notify_all()
         is_leader = joined.leader != "" and joined.leader == joined.member_id
         log.info(
-            "%s: joined generation %d with protocol %r as %s", self._who(), generation.generation_id,
-            generation.protocol, "leader" if is_leader else "follower",
+            "%s: joined generation %d with protocol %r as %s", self._who(),
+            generation.generation_id, generation.protocol, "leader" if is_leader else "follower",
         )
 
         assignments: tuple[tuple[str, bytes], ...] = ()
@@ -568,7 +572,8 @@ class GroupMembership:
                 f"{generation.protocol!r}", generation)
 
         with self._lock:
-            if self._generation != generation or self._state is not MemberState.COMPLETING_REBALANCE:
+            completing = self._state is MemberState.COMPLETING_REBALANCE
+            if self._generation != generation or not completing:
                 # The heartbeat thread reset the generation while SyncGroup was in flight.
                 return _Failed(
                     Reaction(Next.RETRY_NOW),
@@ -615,7 +620,7 @@ class GroupMembership:
             log.error("%s: %s; will retry", self._who(), problem)
             return _Failed(Reaction(Next.RETRY_BACKOFF), problem, self.generation)
         assert protocols is not None
-        return protocols
+        return cast(Sequence[ProtocolMetadata], protocols)
 
     def _assign(
         self, generation: Generation, raw_members: Sequence[msg.JoinGroupResponseMember]

@@ -7,6 +7,7 @@ from a script, for fast deterministic tests of error paths.
 
 from __future__ import annotations
 
+from .._protocol import messages as messages
 from .._transport.base import CoordinatorNode as CoordinatorNode
 from .._transport.base import Transport as Transport
 from .._transport.base import TransportError as TransportError
@@ -17,6 +18,10 @@ from ._broker import KafkaCluster as KafkaCluster
 from ._broker import kafka_classpath as kafka_classpath
 from ._maven import MavenError as MavenError
 from ._maven import resolve_classpath as resolve_classpath
+from ._scripted import ManualClock as ManualClock
+from ._scripted import ScriptedTransport as ScriptedTransport
+from ._scripted import SentRequest as SentRequest
+from ._scripted import UnscriptedRequestError as UnscriptedRequestError
 
 __all__ = [
     "KAFKA_3",
@@ -24,9 +29,14 @@ __all__ = [
     "BrokerStartError",
     "CoordinatorNode",
     "KafkaCluster",
+    "ManualClock",
     "MavenError",
+    "ScriptedTransport",
+    "SentRequest",
     "Transport",
     "TransportError",
+    "UnscriptedRequestError",
     "kafka_classpath",
+    "messages",
     "resolve_classpath",
 ]

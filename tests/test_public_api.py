@@ -1,0 +1,41 @@
+"""The public surface is exactly what the packages export, and all of it is documented."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+import coordination
+
+
+def public_names(module: object) -> list[str]:
+    return sorted(n for n in vars(module) if not n.startswith("_") and n != "annotations")
+
+
+@pytest.mark.parametrize("module_name", ["coordination", "coordination.errors",
+                                         "coordination.testing"])
+def test_all_is_exactly_the_public_names(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    exported = set(module.__all__)
+    # Submodules imported as a side effect of loading the package are not API.
+    visible = {n for n in public_names(module) if not inspect.ismodule(getattr(module, n))
+               or n in exported}
+    visible -= {"TypeVar", "ClassVar", "annotations"}
+    assert exported - {"__version__"} == visible
+
+
+@pytest.mark.parametrize("module_name", ["coordination", "coordination.errors",
+                                         "coordination.testing"])
+def test_every_public_name_is_documented(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), f"{module_name}.{name} has no docstring"
+
+
+def test_public_classes_show_the_package_name() -> None:
+    assert coordination.Coordinator.__module__ == "coordination"
+    assert repr(coordination.MemberState.STABLE).startswith("<MemberState.STABLE")

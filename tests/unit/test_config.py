@@ -1,0 +1,75 @@
+"""Settings are checked once, at construction, with errors that name the setting."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from coordination import CoordinatorConfig
+from coordination.errors import ConfigurationError
+
+BASE = {"bootstrap_servers": "localhost:9092"}
+
+
+def config(**settings: object) -> CoordinatorConfig:
+    return CoordinatorConfig.from_settings("g", {**BASE, **settings})
+
+
+def test_defaults_follow_kafka() -> None:
+    c = config()
+    assert (c.session_timeout_ms, c.heartbeat_interval_ms, c.retry_backoff_ms) == (45000, 3000, 100)
+    assert c.rebalance_timeout_ms == 60000 and c.group_instance_id is None and not c.is_static
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"heartbeat_interval_ms": 10_000, "session_timeout_ms": 10_000},
+         r"heartbeat_interval_ms \(10000\) must be below session_timeout_ms \(10000\)"),
+        ({"session_timeout_ms": 0}, "session_timeout_ms must be a positive integer"),
+        ({"rebalance_timeout_ms": -5}, "rebalance_timeout_ms must be a positive integer"),
+        ({"request_timeout_ms": "30s"}, "request_timeout_ms must be a positive integer"),
+        ({"retry_backoff_ms": True}, "retry_backoff_ms must be a positive integer"),
+        ({"retry_backoff_ms": 500, "retry_backoff_max_ms": 100}, "retry_backoff_max_ms"),
+        ({"group_instance_id": "has space"}, "group_instance_id 'has space' is invalid"),
+        ({"group_instance_id": ""}, "group_instance_id '' is invalid"),
+        ({"sesion_timeout_ms": 1000}, "unknown setting 'sesion_timeout_ms'; did you mean "
+                                      "'session_timeout_ms'"),
+        ({"security_protocol": "TLS"}, "security_protocol must be one of"),
+        ({"bootstrap_servers": ""}, "bootstrap_servers must be"),
+    ],
+)
+def test_bad_settings_are_named(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        config(**settings)
+
+
+def test_bootstrap_servers_is_required() -> None:
+    with pytest.raises(ConfigurationError, match="bootstrap_servers is required"):
+        CoordinatorConfig.from_settings("g", {})
+
+
+@pytest.mark.parametrize("group_id", ["", "   "])
+def test_group_id_must_not_be_empty(group_id: str) -> None:
+    with pytest.raises(ConfigurationError, match="group_id must be a non-empty string"):
+        CoordinatorConfig.from_settings(group_id, BASE)
+
+
+def test_configuration_error_is_also_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        config(session_timeout_ms=-1)
+
+
+def test_heartbeat_above_a_third_of_the_session_warns(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="coordination.config"):
+        config(session_timeout_ms=6000, heartbeat_interval_ms=3000)
+    assert "above a third of session_timeout_ms" in caplog.text
+
+
+def test_tls_and_sasl_settings_pass_through_to_the_connection() -> None:
+    c = config(security_protocol="SASL_SSL", sasl_mechanism="PLAIN", sasl_plain_username="u",
+               sasl_plain_password="p", ssl_cafile="/ca.pem")
+    assert c.connection == {**BASE, "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                            "sasl_plain_username": "u", "sasl_plain_password": "p",
+                            "ssl_cafile": "/ca.pem"}
