@@ -33,7 +33,14 @@ __all__ = [
 ]
 
 # Show the public names as coordination.X in reprs and tracebacks.
-for _name in ("Coordinator", "CoordinatorConfig", "Generation", "Member", "MemberMetrics",
-              "MemberState", "ProtocolMetadata"):
+for _name in (
+    "Coordinator",
+    "CoordinatorConfig",
+    "Generation",
+    "Member",
+    "MemberMetrics",
+    "MemberState",
+    "ProtocolMetadata",
+):
     globals()[_name].__module__ = __name__
 del _name

@@ -84,8 +84,9 @@ class Coordinator(abc.ABC):
         group, the member and what to do.
     """
 
-    def __init__(self, group_id: str, *, transport: Transport | None = None,
-                 **settings: Any) -> None:
+    def __init__(
+        self, group_id: str, *, transport: Transport | None = None, **settings: Any
+    ) -> None:
         """Validate the settings; nothing connects until :meth:`start`.
 
         Args:
@@ -270,5 +271,7 @@ class Coordinator(abc.ABC):
 
     def __repr__(self) -> str:
         g = self.generation()
-        return (f"<{type(self).__name__} group={self.group_id!r} member={g.member_id!r} "
-                f"generation={g.generation_id} state={self.state.value}>")
+        return (
+            f"<{type(self).__name__} group={self.group_id!r} member={g.member_id!r} "
+            f"generation={g.generation_id} state={self.state.value}>"
+        )

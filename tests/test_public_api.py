@@ -14,20 +14,23 @@ def public_names(module: object) -> list[str]:
     return sorted(n for n in vars(module) if not n.startswith("_") and n != "annotations")
 
 
-@pytest.mark.parametrize("module_name", ["coordination", "coordination.errors",
-                                         "coordination.testing"])
+@pytest.mark.parametrize(
+    "module_name", ["coordination", "coordination.errors", "coordination.testing"]
+)
 def test_all_is_exactly_the_public_names(module_name: str) -> None:
     module = importlib.import_module(module_name)
     exported = set(module.__all__)
     # Submodules imported as a side effect of loading the package are not API.
-    visible = {n for n in public_names(module) if not inspect.ismodule(getattr(module, n))
-               or n in exported}
+    visible = {
+        n for n in public_names(module) if not inspect.ismodule(getattr(module, n)) or n in exported
+    }
     visible -= {"TypeVar", "ClassVar", "annotations"}
     assert exported - {"__version__"} == visible
 
 
-@pytest.mark.parametrize("module_name", ["coordination", "coordination.errors",
-                                         "coordination.testing"])
+@pytest.mark.parametrize(
+    "module_name", ["coordination", "coordination.errors", "coordination.testing"]
+)
 def test_every_public_name_is_documented(module_name: str) -> None:
     module = importlib.import_module(module_name)
     for name in module.__all__:

@@ -9,7 +9,11 @@ class ExponentialBackoff:
     """``initial * 2**failures`` capped at ``maximum``, each wait scaled by 1 +/- ``jitter``."""
 
     def __init__(
-        self, initial_s: float, maximum_s: float, *, jitter: float = 0.2,
+        self,
+        initial_s: float,
+        maximum_s: float,
+        *,
+        jitter: float = 0.2,
         rng: random.Random | None = None,
     ) -> None:
         self._initial = initial_s

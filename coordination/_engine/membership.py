@@ -346,8 +346,9 @@ class GroupMembership:
             except Exception:
                 # The member must keep working whatever happens (a leader elector that
                 # died on an escaped exception left its cluster leaderless for good).
-                log.exception("%s: unexpected error in the membership thread; retrying",
-                              self._who())
+                log.exception(
+                    "%s: unexpected error in the membership thread; retrying", self._who()
+                )
                 self._sleep(self._retry_backoff.next_delay())
 
     def _run_heartbeats(self) -> None:
@@ -388,7 +389,9 @@ class GroupMembership:
         request = msg.FindCoordinatorRequest(key=self._config.group_id)
         try:
             response = self._transport.send(
-                request, msg.FindCoordinatorResponse, coordinator=None,
+                request,
+                msg.FindCoordinatorResponse,
+                coordinator=None,
                 timeout_s=self._config.request_timeout_ms / 1000,
             )
         except TransportError as e:
@@ -449,8 +452,10 @@ class GroupMembership:
                 self._needs_join_prepare = False
                 previous = self.generation
                 self._invoke_serialized(
-                    "on_join_prepare", self._callbacks.on_join_prepare,
-                    previous.generation_id, previous.member_id,
+                    "on_join_prepare",
+                    self._callbacks.on_join_prepare,
+                    previous.generation_id,
+                    previous.member_id,
                 )
             outcome = self._rebalance_once()
             if isinstance(outcome, _Joined):
@@ -489,8 +494,9 @@ class GroupMembership:
             protocols=tuple((p.name, p.metadata) for p in protocols),
             reason=msg.truncate_reason(reason),
         )
-        long_timeout_s = max(cfg.request_timeout_ms / 1000,
-                             cfg.rebalance_timeout_ms / 1000 + _JOIN_TIMEOUT_LAPSE_S)
+        long_timeout_s = max(
+            cfg.request_timeout_ms / 1000, cfg.rebalance_timeout_ms / 1000 + _JOIN_TIMEOUT_LAPSE_S
+        )
         try:
             joined = self._transport.send(
                 join, msg.JoinGroupResponse, coordinator=coordinator, timeout_s=long_timeout_s
@@ -510,7 +516,9 @@ class GroupMembership:
         if joined.protocol_type is not None and joined.protocol_type != self._protocol_type:
             return self._inconsistent(
                 f"JoinGroup answered protocol type {joined.protocol_type!r}, "
-                f"this member's is {self._protocol_type!r}", sent)
+                f"this member's is {self._protocol_type!r}",
+                sent,
+            )
         if joined.protocol_name is None:
             return self._inconsistent("JoinGroup answered no protocol name", sent)
 
@@ -526,16 +534,18 @@ class GroupMembership:
             self._changed.notify_all()
         is_leader = joined.leader != "" and joined.leader == joined.member_id
         log.info(
-            "%s: joined generation %d with protocol %r as %s", self._who(),
-            generation.generation_id, generation.protocol, "leader" if is_leader else "follower",
+            "%s: joined generation %d with protocol %r as %s",
+            self._who(),
+            generation.generation_id,
+            generation.protocol,
+            "leader" if is_leader else "follower",
         )
 
         assignments: tuple[tuple[str, bytes], ...] = ()
         if is_leader and joined.skip_assignment:
             # KIP-814: a static leader came back to a stable group; the broker keeps the
             # current assignment, so the leader must not compute a new one.
-            log.info("%s: static leader rejoined a stable group; skipping assignment",
-                     self._who())
+            log.info("%s: static leader rejoined a stable group; skipping assignment", self._who())
         elif is_leader:
             planned = self._assign(generation, joined.members)
             if isinstance(planned, _Failed):
@@ -561,15 +571,19 @@ class GroupMembership:
         with self._lock:
             self._counters.sync_total += 1
         if synced.error_code != ErrorCode.NONE:
-            return self._broker_failed(synced.error_code, "SyncGroup", generation,
-                                       classify.sync_group)
+            return self._broker_failed(
+                synced.error_code, "SyncGroup", generation, classify.sync_group
+            )
         if synced.protocol_type is not None and synced.protocol_type != self._protocol_type:
             return self._inconsistent(
-                f"SyncGroup answered protocol type {synced.protocol_type!r}", generation)
+                f"SyncGroup answered protocol type {synced.protocol_type!r}", generation
+            )
         if synced.protocol_name is not None and synced.protocol_name != generation.protocol:
             return self._inconsistent(
                 f"SyncGroup answered protocol {synced.protocol_name!r}, JoinGroup "
-                f"{generation.protocol!r}", generation)
+                f"{generation.protocol!r}",
+                generation,
+            )
 
         with self._lock:
             completing = self._state is MemberState.COMPLETING_REBALANCE
@@ -577,7 +591,8 @@ class GroupMembership:
                 # The heartbeat thread reset the generation while SyncGroup was in flight.
                 return _Failed(
                     Reaction(Next.RETRY_NOW),
-                    "the generation was reset while the sync was in flight", generation,
+                    "the generation was reset while the sync was in flight",
+                    generation,
                 )
             self._state = MemberState.STABLE
             if self._rejoin_requests == requests_at_start:
@@ -595,8 +610,13 @@ class GroupMembership:
             self._retry_backoff.reset()
             self._last_error = None
             self._changed.notify_all()
-        log.info("%s: stable in generation %d after %.3fs (%d bytes assigned)", self._who(),
-                 generation.generation_id, latency, len(synced.assignment))
+        log.info(
+            "%s: stable in generation %d after %.3fs (%d bytes assigned)",
+            self._who(),
+            generation.generation_id,
+            latency,
+            len(synced.assignment),
+        )
         return _Joined(generation, synced.assignment, is_leader)
 
     def _protocols(self) -> Sequence[ProtocolMetadata] | _Failed:
@@ -634,22 +654,32 @@ class GroupMembership:
             log.warning(
                 "%s: perform_assignment has run for more than rebalance_timeout_ms (%d ms); "
                 "the broker is evicting members that cannot sync in time. Make it faster or "
-                "raise rebalance_timeout_ms", self._who(), self._config.rebalance_timeout_ms)
+                "raise rebalance_timeout_ms",
+                self._who(),
+                self._config.rebalance_timeout_ms,
+            )
 
         watchdog = threading.Timer(budget_s, overdue)
         watchdog.daemon = True
         watchdog.start()
         try:
             ok, plan = self._invoke_serialized(
-                "perform_assignment", self._callbacks.perform_assignment,
-                generation.member_id, generation.protocol, members,
+                "perform_assignment",
+                self._callbacks.perform_assignment,
+                generation.member_id,
+                generation.protocol,
+                members,
             )
         finally:
             watchdog.cancel()
         elapsed = self._clock.monotonic() - started
         if elapsed > budget_s / 2:
-            log.warning("%s: perform_assignment took %.1fs of a %.1fs rebalance timeout",
-                        self._who(), elapsed, budget_s)
+            log.warning(
+                "%s: perform_assignment took %.1fs of a %.1fs rebalance timeout",
+                self._who(),
+                elapsed,
+                budget_s,
+            )
         problem = None
         if not ok:
             problem = "perform_assignment raised"
@@ -666,8 +696,11 @@ class GroupMembership:
             else:
                 missing = sorted(known - set(plan))
                 if missing:
-                    log.warning("%s: perform_assignment left out members %s; they get an empty "
-                                "assignment", self._who(), missing)
+                    log.warning(
+                        "%s: perform_assignment left out members %s; they get an empty assignment",
+                        self._who(),
+                        missing,
+                    )
         if problem is not None:
             error = AssignmentError(f"{self._who()}: {problem}")
             self._note_problem(str(error))
@@ -693,8 +726,12 @@ class GroupMembership:
         gen = joined.generation
         assert gen.protocol is not None
         ok, _ = self._invoke_serialized(
-            "on_join_complete", self._callbacks.on_join_complete,
-            gen.generation_id, gen.member_id, gen.protocol, joined.assignment,
+            "on_join_complete",
+            self._callbacks.on_join_complete,
+            gen.generation_id,
+            gen.member_id,
+            gen.protocol,
+            joined.assignment,
         )
         with self._lock:
             if ok or self._rejoin_reason is not None:
@@ -715,18 +752,19 @@ class GroupMembership:
         # The member id is kept: the broker may still know it (Kafka keeps it too).
         return _Failed(Reaction(Next.FIND_COORDINATOR), f"{api} got no response: {e}", sent)
 
-    def _broker_failed(
-        self, code: int, api: str, sent: Generation, table: Any
-    ) -> _Failed:
+    def _broker_failed(self, code: int, api: str, sent: Generation, table: Any) -> _Failed:
         reaction: Reaction = table(code)
-        error = broker_error(code, group_id=self._config.group_id, member_id=sent.member_id,
-                             api=api)
+        error = broker_error(
+            code, group_id=self._config.group_id, member_id=sent.member_id, api=api
+        )
         return _Failed(reaction, f"{api} returned {error_name(code)}", sent, error)
 
     def _inconsistent(self, problem: str, sent: Generation) -> _Failed:
         error = InconsistentGroupProtocolError(
-            ErrorCode.INCONSISTENT_GROUP_PROTOCOL, group_id=self._config.group_id,
-            member_id=sent.member_id, api=problem,
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+            group_id=self._config.group_id,
+            member_id=sent.member_id,
+            api=problem,
         )
         return _Failed(Reaction(Next.FATAL), problem, sent, error)
 
@@ -801,18 +839,23 @@ class GroupMembership:
             # No heartbeat got through for a whole session: the broker has evicted this member
             # or will. Look for the coordinator again; its answer tells which.
             self._mark_coordinator_unknown(
-                "session timed out without a successful heartbeat response")
+                "session timed out without a successful heartbeat response"
+            )
             with self._lock:
                 self._timers.reset(now)
             return None
         cfg = self._config
         request = msg.HeartbeatRequest(
-            group_id=cfg.group_id, generation_id=sent.generation_id, member_id=sent.member_id,
+            group_id=cfg.group_id,
+            generation_id=sent.generation_id,
+            member_id=sent.member_id,
             group_instance_id=cfg.group_instance_id,
         )
         try:
             response = self._transport.send(
-                request, msg.HeartbeatResponse, coordinator=node,
+                request,
+                msg.HeartbeatResponse,
+                coordinator=node,
                 timeout_s=cfg.request_timeout_ms / 1000,
             )
         except TransportError as e:
@@ -849,11 +892,16 @@ class GroupMembership:
                 return self._timers.time_to_next(now)
             self._timers.failed(now, retry_s)
             if self._generation != sent:
-                log.debug("%s: ignoring heartbeat %s for stale generation %d", self._who(),
-                          error_name(code), sent.generation_id)
+                log.debug(
+                    "%s: ignoring heartbeat %s for stale generation %d",
+                    self._who(),
+                    error_name(code),
+                    sent.generation_id,
+                )
                 return retry_s
-            error = broker_error(code, group_id=self._config.group_id, member_id=sent.member_id,
-                                 api="Heartbeat")
+            error = broker_error(
+                code, group_id=self._config.group_id, member_id=sent.member_id, api="Heartbeat"
+            )
             if reaction.next is Next.REJOIN:
                 self._reset_locked(reaction.reset)
                 self._request_rejoin_locked(f"heartbeat returned {error_name(code)}")
@@ -878,8 +926,11 @@ class GroupMembership:
             generation = self._generation
             state = self._state
         should_leave = (
-            cfg.leave_group_on_close and not cfg.is_static and node is not None
-            and state is not MemberState.UNJOINED and generation.has_member_id
+            cfg.leave_group_on_close
+            and not cfg.is_static
+            and node is not None
+            and state is not MemberState.UNJOINED
+            and generation.has_member_id
         )
         if should_leave:
             assert node is not None
@@ -889,11 +940,14 @@ class GroupMembership:
                 self._transport.disconnect(node)
             log.info("%s: leaving the group (%s)", self._who(), reason)
             request = msg.LeaveGroupRequest(
-                group_id=cfg.group_id, member_id=generation.member_id,
-                group_instance_id=cfg.group_instance_id, reason=msg.truncate_reason(reason),
+                group_id=cfg.group_id,
+                member_id=generation.member_id,
+                group_instance_id=cfg.group_instance_id,
+                reason=msg.truncate_reason(reason),
             )
-            timeout_s = max(0.5, min(cfg.request_timeout_ms / 1000,
-                                     deadline - self._clock.monotonic()))
+            timeout_s = max(
+                0.5, min(cfg.request_timeout_ms / 1000, deadline - self._clock.monotonic())
+            )
             try:
                 response = self._transport.send(
                     request, msg.LeaveGroupResponse, coordinator=node, timeout_s=timeout_s
@@ -902,8 +956,11 @@ class GroupMembership:
                 if code != ErrorCode.NONE:
                     log.info("%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code))
             except TransportError as e:
-                log.info("%s: LeaveGroup got no response (%s); the session will expire instead",
-                         self._who(), e)
+                log.info(
+                    "%s: LeaveGroup got no response (%s); the session will expire instead",
+                    self._who(),
+                    e,
+                )
         with self._lock:
             self._generation = NO_GENERATION
             self._state = MemberState.UNJOINED

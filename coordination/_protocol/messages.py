@@ -125,10 +125,16 @@ class LeaveGroupResponse:
 
 
 Request = (
-    FindCoordinatorRequest | JoinGroupRequest | SyncGroupRequest | HeartbeatRequest
+    FindCoordinatorRequest
+    | JoinGroupRequest
+    | SyncGroupRequest
+    | HeartbeatRequest
     | LeaveGroupRequest
 )
 Response = (
-    FindCoordinatorResponse | JoinGroupResponse | SyncGroupResponse | HeartbeatResponse
+    FindCoordinatorResponse
+    | JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
     | LeaveGroupResponse
 )

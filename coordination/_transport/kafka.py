@@ -91,6 +91,7 @@ class KafkaTransport:
             self._manager.close()
         finally:
             self._net.stop(timeout_ms=5000)
+            self._net.close()  # its wakeup socket pair
 
     # -- helpers -------------------------------------------------------------------
 
@@ -101,8 +102,10 @@ class KafkaTransport:
             self._net.start()  # kafka-python's I/O thread; idempotent
             try:
                 self._manager.bootstrap(timeout_ms=max(1000, int(timeout_s * 1000)))
-            except (kafka_errors.SaslAuthenticationFailedError,
-                    kafka_errors.AuthorizationError) as e:
+            except (
+                kafka_errors.SaslAuthenticationFailedError,
+                kafka_errors.AuthorizationError,
+            ) as e:
                 raise TransportError(f"authentication failed: {e}", fatal=True) from e
             except Exception as e:
                 raise TransportError(f"cannot reach bootstrap servers {self._servers}: {e}") from e
@@ -119,7 +122,9 @@ class KafkaTransport:
     def _encode(request: m.Request) -> Any:
         if isinstance(request, m.FindCoordinatorRequest):
             return KFindCoordinatorRequest(
-                key=request.key, key_type=_GROUP_KEY_TYPE, coordinator_keys=[request.key],
+                key=request.key,
+                key_type=_GROUP_KEY_TYPE,
+                coordinator_keys=[request.key],
                 max_version=m.MAX_VERSIONS["FindCoordinator"],
             )
         if isinstance(request, m.JoinGroupRequest):
@@ -218,10 +223,18 @@ class KafkaTransport:
                 )
             c = raw.coordinators[0]
             return m.FindCoordinatorResponse(
-                error_code=c.error_code, node_id=c.node_id, host=c.host, port=c.port,
-                error_message=c.error_message, version=version,
+                error_code=c.error_code,
+                node_id=c.node_id,
+                host=c.host,
+                port=c.port,
+                error_message=c.error_message,
+                version=version,
             )
         return m.FindCoordinatorResponse(
-            error_code=raw.error_code, node_id=raw.node_id, host=raw.host, port=raw.port,
-            error_message=getattr(raw, "error_message", None), version=version,
+            error_code=raw.error_code,
+            node_id=raw.node_id,
+            host=raw.host,
+            port=raw.port,
+            error_message=getattr(raw, "error_message", None),
+            version=version,
         )

@@ -230,7 +230,9 @@ class KafkaCluster:
             raise
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()
@@ -250,7 +252,7 @@ class KafkaCluster:
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
             "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
-                         f"CONTROLLER://127.0.0.1:{node.controller_port}",
+            f"CONTROLLER://127.0.0.1:{node.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -271,8 +273,16 @@ class KafkaCluster:
         properties.write_text("".join(f"{k}={v}\n" for k, v in self._properties(node).items()))
         assert self._classpath is not None
         command = [
-            "java", "-Xmx256m", "-cp", self._classpath, "kafka.tools.StorageTool", "format",
-            "-t", self._cluster_id, "-c", str(properties),
+            "java",
+            "-Xmx256m",
+            "-cp",
+            self._classpath,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            self._cluster_id,
+            "-c",
+            str(properties),
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
@@ -290,11 +300,20 @@ class KafkaCluster:
         log4j1 = node.directory / "log4j.properties"
         log4j1.write_text(_LOG4J1.format(log=node.log_file))
         command = [
-            "java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1", "-Xss512k", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={log4j2}", f"-Dlog4j.configuration=file:{log4j1}",
+            "java",
+            f"-Xmx{self.heap}",
+            f"-Xms{self.heap}",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Xss512k",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j2}",
+            f"-Dlog4j.configuration=file:{log4j1}",
             f"-Dkafka.logs.dir={node.directory}",
-            "-cp", self._classpath, "kafka.Kafka", str(node.directory / "server.properties"),
+            "-cp",
+            self._classpath,
+            "kafka.Kafka",
+            str(node.directory / "server.properties"),
         ]
         stdout = open(node.directory / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it
         node.process = subprocess.Popen(
@@ -324,8 +343,9 @@ class KafkaCluster:
     def _serving(self, node: _Node) -> bool:
         # The broker has registered with the controller and serves requests once its log
         # says so; an open port alone comes earlier.
-        with contextlib.suppress(OSError), socket.create_connection(
-            ("127.0.0.1", node.port), timeout=1
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", node.port), timeout=1),
         ):
             text = node.log_file.read_text(errors="replace") if node.log_file.exists() else ""
             return "Transitioning from RECOVERY to RUNNING" in text or (

@@ -77,8 +77,14 @@ def _download(artifacts: Sequence[str], libs: Path, timeout_s: float) -> None:
         pom.write_text(_POM.format(dependencies="\n".join(deps)))
         staging = Path(work) / "libs"
         command = [
-            mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
         ]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)

@@ -17,7 +17,10 @@ Answer = m.Response | TransportError | Callable[[m.Request], m.Response]
 
 
 _RESPONSE_TYPES = (
-    m.FindCoordinatorResponse, m.JoinGroupResponse, m.SyncGroupResponse, m.HeartbeatResponse,
+    m.FindCoordinatorResponse,
+    m.JoinGroupResponse,
+    m.SyncGroupResponse,
+    m.HeartbeatResponse,
     m.LeaveGroupResponse,
 )
 
@@ -75,8 +78,12 @@ class ScriptedTransport:
     # -- Transport -----------------------------------------------------------------------
 
     def send(
-        self, request: m.Request, response_type: type[R], *,
-        coordinator: CoordinatorNode | None, timeout_s: float,
+        self,
+        request: m.Request,
+        response_type: type[R],
+        *,
+        coordinator: CoordinatorNode | None,
+        timeout_s: float,
     ) -> R:
         with self._lock:
             if self.closed:

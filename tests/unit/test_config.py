@@ -25,8 +25,10 @@ def test_defaults_follow_kafka() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"heartbeat_interval_ms": 10_000, "session_timeout_ms": 10_000},
-         r"heartbeat_interval_ms \(10000\) must be below session_timeout_ms \(10000\)"),
+        (
+            {"heartbeat_interval_ms": 10_000, "session_timeout_ms": 10_000},
+            r"heartbeat_interval_ms \(10000\) must be below session_timeout_ms \(10000\)",
+        ),
         ({"session_timeout_ms": 0}, "session_timeout_ms must be a positive integer"),
         ({"rebalance_timeout_ms": -5}, "rebalance_timeout_ms must be a positive integer"),
         ({"request_timeout_ms": "30s"}, "request_timeout_ms must be a positive integer"),
@@ -34,8 +36,10 @@ def test_defaults_follow_kafka() -> None:
         ({"retry_backoff_ms": 500, "retry_backoff_max_ms": 100}, "retry_backoff_max_ms"),
         ({"group_instance_id": "has space"}, "group_instance_id 'has space' is invalid"),
         ({"group_instance_id": ""}, "group_instance_id '' is invalid"),
-        ({"sesion_timeout_ms": 1000}, "unknown setting 'sesion_timeout_ms'; did you mean "
-                                      "'session_timeout_ms'"),
+        (
+            {"sesion_timeout_ms": 1000},
+            "unknown setting 'sesion_timeout_ms'; did you mean 'session_timeout_ms'",
+        ),
         ({"security_protocol": "TLS"}, "security_protocol must be one of"),
         ({"bootstrap_servers": ""}, "bootstrap_servers must be"),
     ],
@@ -68,8 +72,18 @@ def test_heartbeat_above_a_third_of_the_session_warns(caplog: pytest.LogCaptureF
 
 
 def test_tls_and_sasl_settings_pass_through_to_the_connection() -> None:
-    c = config(security_protocol="SASL_SSL", sasl_mechanism="PLAIN", sasl_plain_username="u",
-               sasl_plain_password="p", ssl_cafile="/ca.pem")
-    assert c.connection == {**BASE, "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
-                            "sasl_plain_username": "u", "sasl_plain_password": "p",
-                            "ssl_cafile": "/ca.pem"}
+    c = config(
+        security_protocol="SASL_SSL",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="u",
+        sasl_plain_password="p",
+        ssl_cafile="/ca.pem",
+    )
+    assert c.connection == {
+        **BASE,
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "u",
+        "sasl_plain_password": "p",
+        "ssl_cafile": "/ca.pem",
+    }

@@ -64,9 +64,7 @@ class Harness:
         self.transport = ScriptedTransport()
         self.clock = ManualClock()
         self.member = Recorder(self.transport, **settings)
-        config = CoordinatorConfig.from_settings(
-            GROUP, {"bootstrap_servers": "x:1", **settings}
-        )
+        config = CoordinatorConfig.from_settings(GROUP, {"bootstrap_servers": "x:1", **settings})
         self.engine = GroupMembership(self.member, config, self.transport, self.clock)
         self.engine.resolve_protocol_type()
 
@@ -80,8 +78,12 @@ class Harness:
             NODE,
             m.JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id=member_id),
             joined(member_id, generation, leader=member_id),
-            m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2",
-                                assignment=f"to-{member_id}".encode()),
+            m.SyncGroupResponse(
+                error_code=0,
+                protocol_type="test",
+                protocol_name="v2",
+                assignment=f"to-{member_id}".encode(),
+            ),
         )
         assert self.engine.join_group_if_needed(deadline=None)
 
@@ -89,8 +91,9 @@ class Harness:
         self.prepare(
             NODE,
             joined(member_id, generation, leader="m-1"),
-            m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2",
-                                assignment=b"mine"),
+            m.SyncGroupResponse(
+                error_code=0, protocol_type="test", protocol_name="v2", assignment=b"mine"
+            ),
         )
         self.engine._generation = self.engine.generation.__class__(-1, member_id, None)
         assert self.engine.join_group_if_needed(deadline=None)
@@ -99,8 +102,13 @@ class Harness:
 def joined(member_id: str, generation: int, leader: str, **kw: object) -> m.JoinGroupResponse:
     members = (m.JoinGroupResponseMember(member_id, None, b"m2"),) if leader == member_id else ()
     fields: dict[str, object] = {
-        "error_code": 0, "generation_id": generation, "protocol_type": "test",
-        "protocol_name": "v2", "leader": leader, "member_id": member_id, "members": members,
+        "error_code": 0,
+        "generation_id": generation,
+        "protocol_type": "test",
+        "protocol_name": "v2",
+        "leader": leader,
+        "member_id": member_id,
+        "members": members,
     }
     fields.update(kw)
     return m.JoinGroupResponse(**fields)  # type: ignore[arg-type]
@@ -145,8 +153,9 @@ def test_follower_sends_an_empty_sync_and_gets_its_assignment() -> None:
 def test_join_group_waits_longer_than_the_rebalance_timeout() -> None:
     h = Harness(rebalance_timeout_ms=40_000, request_timeout_ms=10_000)
     h.join_as_leader()
-    join_timeouts = [s.timeout_s for s in h.transport.sent if isinstance(s.request,
-                                                                          m.JoinGroupRequest)]
+    join_timeouts = [
+        s.timeout_s for s in h.transport.sent if isinstance(s.request, m.JoinGroupRequest)
+    ]
     assert join_timeouts == [45.0, 45.0]  # rebalance timeout + 5 s
 
 
@@ -211,7 +220,8 @@ def test_join_errors_that_rejoin_at_once(code: int, keeps_member_id: bool) -> No
     h = Harness()
     h.engine._generation = h.engine.generation.__class__(-1, "m-1", None)
     h.prepare(
-        NODE, m.JoinGroupResponse(error_code=code),
+        NODE,
+        m.JoinGroupResponse(error_code=code),
         joined("m-9", 2, leader="m-9"),
         m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
     )
@@ -227,8 +237,10 @@ def test_join_errors_that_move_to_a_new_coordinator(code: int) -> None:
     h = Harness()
     moved = m.FindCoordinatorResponse(error_code=0, node_id=2, host="127.0.0.2", port=9093)
     h.prepare(NODE, m.JoinGroupResponse(error_code=code), moved)
-    h.prepare(joined("m-1", 1, leader="m-1"),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    h.prepare(
+        joined("m-1", 1, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
     assert h.engine.join_group_if_needed(deadline=None)
     assert [d.node_id for d in h.transport.disconnects] == [1]
     assert [s.coordinator.node_id for s in h.transport.sent if s.coordinator][-1] == 2
@@ -237,8 +249,12 @@ def test_join_errors_that_move_to_a_new_coordinator(code: int) -> None:
 @pytest.mark.parametrize("code", [E.COORDINATOR_LOAD_IN_PROGRESS, E.UNKNOWN_SERVER_ERROR, 9999])
 def test_transient_and_unknown_join_errors_back_off_and_retry(code: int) -> None:
     h = Harness()
-    h.prepare(NODE, m.JoinGroupResponse(error_code=code), joined("m-1", 1, leader="m-1"),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    h.prepare(
+        NODE,
+        m.JoinGroupResponse(error_code=code),
+        joined("m-1", 1, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
     assert h.engine.join_group_if_needed(deadline=None)
     assert len(h.clock.sleeps) == 1
     assert h.transport.disconnects == []
@@ -249,8 +265,11 @@ def test_a_join_disconnect_keeps_the_member_id_and_rediscovers() -> None:
     h.engine._generation = h.engine.generation.__class__(-1, "m-1", None)
     h.prepare(NODE)
     h.prepare(TransportError("connection reset"), response_type=m.JoinGroupResponse)
-    h.prepare(NODE, joined("m-1", 1, leader="m-1"),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    h.prepare(
+        NODE,
+        joined("m-1", 1, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
     assert h.engine.join_group_if_needed(deadline=None)
     assert [j.member_id for j in h.transport.requests(m.JoinGroupRequest)] == ["m-1", "m-1"]
     assert len(h.transport.requests(m.FindCoordinatorRequest)) == 2
@@ -265,8 +284,11 @@ def test_join_response_of_another_protocol_type_is_fatal() -> None:
 
 def test_static_member_joins_in_one_step_with_its_instance_id() -> None:
     h = Harness(group_instance_id="worker-1")
-    h.prepare(NODE, joined("worker-1-abc", 1, leader="worker-1-abc"),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    h.prepare(
+        NODE,
+        joined("worker-1-abc", 1, leader="worker-1-abc"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
     assert h.engine.join_group_if_needed(deadline=None)
     (join,) = h.transport.requests(m.JoinGroupRequest)
     assert (join.member_id, join.group_instance_id) == ("", "worker-1")
@@ -275,9 +297,13 @@ def test_static_member_joins_in_one_step_with_its_instance_id() -> None:
 def test_returning_static_leader_skips_assignment() -> None:
     """KIP-814: the broker kept the assignment; the leader must not compute another."""
     h = Harness(group_instance_id="worker-1")
-    h.prepare(NODE, joined("w-1", 4, leader="w-1", skip_assignment=True),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2",
-                                  assignment=b"kept"))
+    h.prepare(
+        NODE,
+        joined("w-1", 4, leader="w-1", skip_assignment=True),
+        m.SyncGroupResponse(
+            error_code=0, protocol_type="test", protocol_name="v2", assignment=b"kept"
+        ),
+    )
     assert h.engine.join_group_if_needed(deadline=None)
     assert not [c for c in h.member.calls if c[0] == "assign"]
     assert h.transport.requests(m.SyncGroupRequest)[0].assignments == ()
@@ -293,9 +319,13 @@ def test_returning_static_leader_skips_assignment() -> None:
 )
 def test_sync_errors_that_rejoin_at_once(code: int, member_id_after: str) -> None:
     h = Harness()
-    h.prepare(NODE, joined("m-1", 1, leader="m-1"), m.SyncGroupResponse(error_code=code),
-              joined("m-1", 2, leader="m-1"),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    h.prepare(
+        NODE,
+        joined("m-1", 1, leader="m-1"),
+        m.SyncGroupResponse(error_code=code),
+        joined("m-1", 2, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
     assert h.engine.join_group_if_needed(deadline=None)
     second = h.transport.requests(m.JoinGroupRequest)[1]
     assert second.member_id == member_id_after
@@ -306,8 +336,10 @@ def test_sync_errors_that_rejoin_at_once(code: int, member_id_after: str) -> Non
 
 @pytest.mark.parametrize(
     ("code", "error_class"),
-    [(E.FENCED_INSTANCE_ID, errors.FencedInstanceError),
-     (E.GROUP_AUTHORIZATION_FAILED, errors.GroupAuthorizationError)],
+    [
+        (E.FENCED_INSTANCE_ID, errors.FencedInstanceError),
+        (E.GROUP_AUTHORIZATION_FAILED, errors.GroupAuthorizationError),
+    ],
 )
 def test_fatal_sync_errors(code: int, error_class: type[Exception]) -> None:
     h = Harness()
@@ -318,8 +350,11 @@ def test_fatal_sync_errors(code: int, error_class: type[Exception]) -> None:
 
 def test_sync_answering_another_protocol_name_is_fatal() -> None:
     h = Harness()
-    h.prepare(NODE, joined("m-1", 1, leader="m-1"),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v1"))
+    h.prepare(
+        NODE,
+        joined("m-1", 1, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v1"),
+    )
     with pytest.raises(errors.InconsistentGroupProtocolError, match="'v1'"):
         h.engine.join_group_if_needed(deadline=None)
 
@@ -329,16 +364,21 @@ def test_generation_reset_while_sync_in_flight_rejoins_instead_of_completing() -
 
     def sync_while_heartbeat_resets(request: m.Request) -> m.Response:
         # The heartbeat thread learns the generation is gone while SyncGroup is in flight.
-        h.engine._on_heartbeat_response(E.ILLEGAL_GENERATION, h.engine.generation,
-                                        h.engine.coordinator)  # type: ignore[arg-type]
-        return m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2",
-                                   assignment=b"stale")
+        h.engine._on_heartbeat_response(
+            E.ILLEGAL_GENERATION, h.engine.generation, h.engine.coordinator
+        )  # type: ignore[arg-type]
+        return m.SyncGroupResponse(
+            error_code=0, protocol_type="test", protocol_name="v2", assignment=b"stale"
+        )
 
     h.prepare(NODE, joined("m-1", 1, leader="m-1"))
     h.prepare(sync_while_heartbeat_resets, response_type=m.SyncGroupResponse)
-    h.prepare(joined("m-1", 2, leader="m-1"),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2",
-                                  assignment=b"fresh"))
+    h.prepare(
+        joined("m-1", 2, leader="m-1"),
+        m.SyncGroupResponse(
+            error_code=0, protocol_type="test", protocol_name="v2", assignment=b"fresh"
+        ),
+    )
     assert h.engine.join_group_if_needed(deadline=None)
     completes = [c for c in h.member.calls if c[0] == "complete"]
     assert completes == [("complete", 2, "m-1", "v2", b"fresh")]
@@ -350,8 +390,12 @@ def test_generation_reset_while_sync_in_flight_rejoins_instead_of_completing() -
 def test_perform_assignment_raising_fails_the_rebalance_and_retries() -> None:
     h = Harness()
     h.member.assign_error = RuntimeError("bug in assignor")
-    h.prepare(NODE, joined("m-1", 1, leader="m-1"), joined("m-1", 1, leader="m-1"),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    h.prepare(
+        NODE,
+        joined("m-1", 1, leader="m-1"),
+        joined("m-1", 1, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
 
     def clear_error(seconds: float, interrupt: object) -> None:
         h.member.assign_error = None
@@ -435,8 +479,10 @@ def test_heartbeat_membership_errors_reset_and_rejoin(code: int, member_id_after
     assert h.engine.generation.member_id == member_id_after
     assert h.engine._rejoin_reason is not None
     # The subclass is told, before the next join, that the old generation is gone.
-    h.prepare(joined("m-1", 2, leader="m-1"),
-              m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    h.prepare(
+        joined("m-1", 2, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
     assert h.engine.join_group_if_needed(deadline=None)
     assert ("prepare", -1, member_id_after) in h.member.calls
 
@@ -445,8 +491,7 @@ def test_heartbeat_error_of_a_stale_generation_is_ignored() -> None:
     h = stable_leader()
     old = h.engine.generation
     h.engine._generation = old.__class__(2, "m-1", "v2")  # rejoined meanwhile
-    h.engine._on_heartbeat_response(E.ILLEGAL_GENERATION, old,
-                                    h.engine.coordinator)  # type: ignore[arg-type]
+    h.engine._on_heartbeat_response(E.ILLEGAL_GENERATION, old, h.engine.coordinator)  # type: ignore[arg-type]
     assert h.engine.state is MemberState.STABLE
     assert h.engine.generation.generation_id == 2
 

@@ -17,8 +17,9 @@ def test_every_error_derives_from_the_root() -> None:
 
 
 def test_broker_error_names_group_member_code_and_what_to_do() -> None:
-    e = errors.broker_error(ErrorCode.FENCED_INSTANCE_ID, group_id="orders", member_id="w-1-x",
-                            api="JoinGroup")
+    e = errors.broker_error(
+        ErrorCode.FENCED_INSTANCE_ID, group_id="orders", member_id="w-1-x", api="JoinGroup"
+    )
     assert isinstance(e, errors.FencedInstanceError)
     text = str(e)
     for part in ("orders", "w-1-x", "JoinGroup", "FENCED_INSTANCE_ID", "(82)", "its own id"):
@@ -32,8 +33,10 @@ def test_unknown_codes_map_to_the_base_broker_error() -> None:
     assert "UNKNOWN_ERROR_CODE_12345" in str(e)
 
 
-@pytest.mark.parametrize("table", [classify.JOIN_GROUP, classify.SYNC_GROUP, classify.HEARTBEAT,
-                                   classify.FIND_COORDINATOR])
+@pytest.mark.parametrize(
+    "table",
+    [classify.JOIN_GROUP, classify.SYNC_GROUP, classify.HEARTBEAT, classify.FIND_COORDINATOR],
+)
 def test_every_fatal_reaction_has_a_fatal_error_class(table: dict[int, classify.Reaction]) -> None:
     for code, reaction in table.items():
         error = errors.broker_error(code, group_id="g")

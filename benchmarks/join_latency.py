@@ -1,0 +1,658 @@
+"""Join latency: how long a group takes to absorb one new member.
+
+For each group size N (default 1, 10, 50) and each implementation, start N
+members of a fresh group, wait until they are stable, then start one more
+member and measure the time until *all* N+1 members have completed the
+rebalance, i.e. each has received its assignment of the same, new
+generation. The three implementations run against the same broker, with the
+same settings (session timeout 10 s, heartbeat interval 500 ms, rebalance
+timeout / max.poll.interval.ms 30 s) and the classic rebalance protocol:
+
+* ``ours``: a ``coordination.Coordinator`` subclass with a range assignment;
+* ``kafka-python``: ``KafkaConsumer`` (range assignor), one polling thread each;
+* ``java``: Kafka's Java ``KafkaConsumer`` (kafka-clients 4.3.1, ``group.protocol=classic``,
+  ``RangeAssignor``), all members as threads of one JVM driven over stdin/stdout
+  (``benchmarks/java/JoinLatency.java``, compiled with ``javac`` at run time).
+
+Both consumers subscribe to one 64-partition topic; ``ours`` divides the same 64
+partition numbers. The clock starts just before the new member's client is
+created and stops at the last member's assignment callback.
+
+Run (JDK 17+ and Maven needed; a Kafka 4.3.1 broker is started on loopback unless
+``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS`` names one)::
+
+    python benchmarks/join_latency.py --quick          # about a minute
+    python benchmarks/join_latency.py                  # N = 1, 10, 50; 5 runs each
+    python benchmarks/join_latency.py --sizes 1,10 --repeats 3
+
+The last line of the output holds the headline figures as ``name=value`` pairs.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import contextlib
+import logging
+import os
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.errors import TopicAlreadyExistsError
+
+# Run from a checkout without installing the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from coordination import Coordinator, Member, ProtocolMetadata  # noqa: E402
+from coordination.testing import KafkaCluster, resolve_classpath  # noqa: E402
+
+log = logging.getLogger("join_latency")
+
+SESSION_TIMEOUT_MS = 10_000
+HEARTBEAT_INTERVAL_MS = 500
+REBALANCE_TIMEOUT_MS = 30_000
+# How long a consumer's poll() blocks. It bounds how late a consumer's polling thread
+# acts on a rebalance its heartbeat thread discovered, so both consumers use the same.
+POLL_TIMEOUT_MS = 100
+TOPIC = "join-latency"
+PARTITIONS = 64
+JAVA_ARTIFACTS = ("org.apache.kafka:kafka-clients:4.3.1", "org.slf4j:slf4j-nop:1.7.36")
+JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "JoinLatency.java"
+# After the N members agree on a generation, it must stay unchanged this long before the
+# new member is started: a member still joining would otherwise start a rebalance inside
+# the measured interval. Three heartbeat intervals let every member hear of one.
+SETTLE_S = 3 * HEARTBEAT_INTERVAL_MS / 1000
+# Longest wait for a group to converge; well above a session timeout, so a member that
+# was evicted would still show up as a slow run rather than hang the benchmark.
+CONVERGE_TIMEOUT_S = 120.0
+CLOSE_TIMEOUT_S = 60.0
+
+IMPLEMENTATIONS = ("ours", "kafka-python", "java")
+SHORT = {"ours": "ours", "kafka-python": "kp", "java": "java"}
+
+
+class BenchmarkError(Exception):
+    """A member failed or a group did not converge in time."""
+
+
+class Tracker:
+    """The latest generation each member of one group completed, and when.
+
+    Members report from their own threads (or, for Java, from the thread reading the
+    JVM's output); times are seconds on one clock per implementation, so only
+    differences between them mean anything.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._latest: dict[int, tuple[int, float]] = {}
+        self._events = 0
+        self._error: str | None = None
+
+    def record(self, member: int, generation: int, at: float) -> None:
+        with self._changed:
+            self._latest[member] = (generation, at)
+            self._events += 1
+            self._changed.notify_all()
+
+    def fail(self, problem: str) -> None:
+        with self._changed:
+            if self._error is None:
+                self._error = problem
+            self._changed.notify_all()
+
+    def wait_converged(self, members: int, above: int, timeout_s: float) -> tuple[int, float]:
+        """Wait until ``members`` members all completed one generation newer than ``above``.
+
+        Returns:
+            That generation and the time the last of them completed it.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                if self._error is not None:
+                    raise BenchmarkError(self._error)
+                done = self._converged(members, above)
+                if done is not None:
+                    return done
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    generations = sorted(g for g, _ in self._latest.values())
+                    raise BenchmarkError(
+                        f"{members} members did not converge on a generation above {above} "
+                        f"within {timeout_s:.0f}s; members' generations: {generations}"
+                    )
+                self._changed.wait(remaining)
+
+    def wait_stable(self, members: int, timeout_s: float) -> int:
+        """Wait until ``members`` members agree on a generation that then stays put.
+
+        Returns:
+            The generation.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            generation, _ = self.wait_converged(members, -1, deadline - time.monotonic())
+            with self._changed:
+                events = self._events
+            time.sleep(SETTLE_S)
+            with self._changed:
+                if self._events == events:
+                    return generation
+
+    def _converged(self, members: int, above: int) -> tuple[int, float] | None:
+        if len(self._latest) != members:
+            return None
+        generations = {g for g, _ in self._latest.values()}
+        if len(generations) != 1:
+            return None
+        generation = generations.pop()
+        if generation <= above:
+            return None
+        return generation, max(at for _, at in self._latest.values())
+
+
+def range_split(partitions: int, members: int) -> list[list[int]]:
+    """Partitions 0..partitions-1 in contiguous shares, the first ones one larger."""
+    share, extra = divmod(partitions, members)
+    shares = []
+    start = 0
+    for i in range(members):
+        size = share + (1 if i < extra else 0)
+        shares.append(list(range(start, start + size)))
+        start += size
+    return shares
+
+
+class Group(abc.ABC):
+    """The members of one benchmark group, of one implementation."""
+
+    def __init__(self, group_id: str, tracker: Tracker) -> None:
+        self.group_id = group_id
+        self.tracker = tracker
+
+    @abc.abstractmethod
+    def start_members(self, count: int) -> None:
+        """Start ``count`` members; returns without waiting for them to join."""
+
+    @abc.abstractmethod
+    def add_member(self) -> float:
+        """Start one more member; returns the start time, on the tracker's clock."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop every member and wait until they have left."""
+
+
+# -- ours: coordination.Coordinator ---------------------------------------------------------
+
+
+class RangeCoordinator(Coordinator):
+    """A member that gets a contiguous share of the topic's partitions."""
+
+    def __init__(self, group_id: str, index: int, tracker: Tracker, **settings: Any) -> None:
+        super().__init__(group_id, **settings)
+        self._index = index
+        self._tracker = tracker
+
+    def protocol_type(self) -> str:
+        # Not "consumer": the broker must not take this for a consumer group.
+        return "join-latency"
+
+    def metadata(self) -> list[ProtocolMetadata]:
+        # Like a consumer's subscription: the topic it wants a share of.
+        return [ProtocolMetadata("range", TOPIC.encode())]
+
+    def perform_assignment(
+        self, leader_id: str, protocol: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
+        ids = sorted(m.member_id for m in members)
+        shares = range_split(PARTITIONS, len(ids))
+        return {mid: ",".join(map(str, share)).encode() for mid, share in zip(ids, shares)}
+
+    def on_join_complete(
+        self, generation: int, member_id: str, protocol: str, assignment: bytes
+    ) -> None:
+        self._tracker.record(self._index, generation, time.perf_counter())
+
+
+class OursGroup(Group):
+    def __init__(self, group_id: str, tracker: Tracker, bootstrap_servers: str) -> None:
+        super().__init__(group_id, tracker)
+        self._bootstrap_servers = bootstrap_servers
+        self._members: list[RangeCoordinator] = []
+
+    def _start_one(self) -> None:
+        member = RangeCoordinator(
+            self.group_id,
+            len(self._members),
+            self.tracker,
+            bootstrap_servers=self._bootstrap_servers,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
+            client_id=f"join-latency-{len(self._members)}",
+        )
+        self._members.append(member)
+        member.start()
+
+    def start_members(self, count: int) -> None:
+        for _ in range(count):
+            self._start_one()
+
+    def add_member(self) -> float:
+        t0 = time.perf_counter()
+        self._start_one()
+        return t0
+
+    def close(self) -> None:
+        # In parallel: one by one, each LeaveGroup would rebalance the members still there.
+        threads = [
+            threading.Thread(target=m.close, args=(CLOSE_TIMEOUT_S,), daemon=True)
+            for m in self._members
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(CLOSE_TIMEOUT_S + 5)
+        self._members.clear()
+
+
+# -- kafka-python: KafkaConsumer ------------------------------------------------------------
+
+
+class _AssignmentListener(ConsumerRebalanceListener):  # type: ignore[misc]  # untyped base
+    def __init__(self, member: KafkaPythonMember) -> None:
+        self._member = member
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        pass
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self._member.assigned()
+
+
+class KafkaPythonMember:
+    """One KafkaConsumer and the thread that polls it (a KafkaConsumer is not thread-safe)."""
+
+    def __init__(self, index: int, group_id: str, tracker: Tracker, bootstrap: str) -> None:
+        self._index = index
+        self._group_id = group_id
+        self._tracker = tracker
+        self._bootstrap = bootstrap
+        self._stopping = threading.Event()
+        self._consumer: Any = None
+        self.thread = threading.Thread(target=self._run, name=f"kp-member-{index}", daemon=True)
+
+    def assigned(self) -> None:
+        at = time.perf_counter()
+        # The public snapshot of the membership; it has the generation just joined.
+        generation = self._consumer.group_metadata().generation_id
+        self._tracker.record(self._index, generation, at)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _run(self) -> None:
+        try:
+            # Created here, not by the caller, as the Java driver does: the measured
+            # interval includes building the client for every implementation.
+            self._consumer = KafkaConsumer(
+                bootstrap_servers=self._bootstrap,
+                group_id=self._group_id,
+                client_id=f"join-latency-{self._index}",
+                session_timeout_ms=SESSION_TIMEOUT_MS,
+                heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+                max_poll_interval_ms=REBALANCE_TIMEOUT_MS,
+                partition_assignment_strategy=(RangePartitionAssignor,),
+                # Membership only: no offset commits on the rebalance path.
+                enable_auto_commit=False,
+            )
+        except Exception as e:
+            self._tracker.fail(f"kafka-python member {self._index} could not start: {e!r}")
+            return
+        try:
+            self._consumer.subscribe(topics=[TOPIC], listener=_AssignmentListener(self))
+            while not self._stopping.is_set():
+                self._consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+        except Exception as e:
+            if not self._stopping.is_set():
+                self._tracker.fail(f"kafka-python member {self._index} failed: {e!r}")
+        finally:
+            self._consumer.close(autocommit=False)
+
+
+class KafkaPythonGroup(Group):
+    def __init__(self, group_id: str, tracker: Tracker, bootstrap_servers: str) -> None:
+        super().__init__(group_id, tracker)
+        self._bootstrap_servers = bootstrap_servers
+        self._members: list[KafkaPythonMember] = []
+
+    def _start_one(self) -> None:
+        member = KafkaPythonMember(
+            len(self._members), self.group_id, self.tracker, self._bootstrap_servers
+        )
+        self._members.append(member)
+        member.thread.start()
+
+    def start_members(self, count: int) -> None:
+        for _ in range(count):
+            self._start_one()
+
+    def add_member(self) -> float:
+        t0 = time.perf_counter()
+        self._start_one()
+        return t0
+
+    def close(self) -> None:
+        for m in self._members:
+            m.stop()
+        for m in self._members:
+            m.thread.join(CLOSE_TIMEOUT_S)
+        self._members.clear()
+
+
+# -- java: KafkaConsumer threads in one JVM ---------------------------------------------------
+
+
+class JavaDriver:
+    """The JVM of benchmarks/java/JoinLatency.java, one group at a time."""
+
+    def __init__(self, bootstrap_servers: str, workdir: Path) -> None:
+        for tool in ("java", "javac"):
+            if shutil.which(tool) is None:
+                raise BenchmarkError(f"`{tool}` is not on PATH: install a JDK (17+)")
+        jars = [str(p) for p in resolve_classpath(list(JAVA_ARTIFACTS))]
+        classes = workdir / "classes"
+        compiled = subprocess.run(
+            ["javac", "-d", str(classes), "-cp", os.pathsep.join(jars), str(JAVA_SOURCE)],
+            capture_output=True, text=True, timeout=300,
+        )
+        if compiled.returncode != 0:
+            raise BenchmarkError(f"javac failed:\n{compiled.stdout}{compiled.stderr}")
+        command = [
+            "java", "-Xmx1g", "-cp", os.pathsep.join([str(classes), *jars]), "JoinLatency",
+            bootstrap_servers, TOPIC, str(SESSION_TIMEOUT_MS), str(HEARTBEAT_INTERVAL_MS),
+            str(REBALANCE_TIMEOUT_MS), str(POLL_TIMEOUT_MS),
+        ]
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        self._replies: queue.Queue[list[str]] = queue.Queue()
+        self._tracker_lock = threading.Lock()
+        self._tracker: Tracker | None = None
+        self._reader = threading.Thread(target=self._read, name="java-reader", daemon=True)
+        self._reader.start()
+
+    def use(self, tracker: Tracker | None) -> None:
+        """Send the events of the coming group to ``tracker``."""
+        with self._tracker_lock:
+            self._tracker = tracker
+
+    def command(self, line: str) -> None:
+        assert self._process.stdin is not None
+        if self._process.poll() is not None:
+            raise BenchmarkError(f"the JVM exited with {self._process.returncode}")
+        self._process.stdin.write(line + "\n")
+        self._process.stdin.flush()
+
+    def expect(self, word: str, timeout_s: float) -> list[str]:
+        """The next reply that starts with ``word``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BenchmarkError(f"the JVM did not answer {word!r} within {timeout_s:.0f}s")
+            try:
+                reply = self._replies.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                if self._process.poll() is not None:
+                    raise BenchmarkError(
+                        f"the JVM exited with {self._process.returncode}"
+                    ) from None
+                continue
+            if reply[0] == word:
+                return reply
+            log.warning("ignoring a late reply from the JVM: %s", " ".join(reply))
+
+    def close(self) -> None:
+        try:
+            if self._process.poll() is None:
+                with contextlib.suppress(OSError, BenchmarkError):
+                    self.command("quit")
+                self._process.wait(CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.warning("the JVM did not quit; killing it")
+        finally:
+            if self._process.poll() is None:
+                self._process.kill()
+                self._process.wait()
+            self._reader.join(5)
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            words = line.split()
+            if not words:
+                continue
+            with self._tracker_lock:
+                tracker = self._tracker
+            if words[0] == "assigned" and tracker is not None:
+                tracker.record(int(words[1]), int(words[2]), int(words[3]) / 1e9)
+            elif words[0] == "error":
+                problem = f"Java member {words[1]}: {' '.join(words[2:])}"
+                log.error("%s", problem)
+                if tracker is not None:
+                    tracker.fail(problem)
+            else:
+                self._replies.put(words)
+
+
+class JavaGroup(Group):
+    def __init__(self, group_id: str, tracker: Tracker, driver: JavaDriver) -> None:
+        super().__init__(group_id, tracker)
+        self._driver = driver
+        driver.use(tracker)
+
+    def start_members(self, count: int) -> None:
+        self._driver.command(f"start {self.group_id} {count}")
+        self._driver.expect("started", CONVERGE_TIMEOUT_S)
+
+    def add_member(self) -> float:
+        self._driver.command("join")
+        # The JVM reads its clock itself, so the pipe's delay is not measured.
+        return int(self._driver.expect("t0", CONVERGE_TIMEOUT_S)[1]) / 1e9
+
+    def close(self) -> None:
+        try:
+            self._driver.command("stop")
+            self._driver.expect("stopped", CLOSE_TIMEOUT_S + 30)
+        finally:
+            self._driver.use(None)
+
+
+# -- the benchmark --------------------------------------------------------------------------
+
+
+def measure_once(open_group: Callable[[str, Tracker], Group], group_id: str, size: int) -> float:
+    """Milliseconds from starting member N+1 until all N+1 completed the new generation."""
+    tracker = Tracker()
+    group = open_group(group_id, tracker)
+    try:
+        group.start_members(size)
+        before = tracker.wait_stable(size, CONVERGE_TIMEOUT_S)
+        t0 = group.add_member()
+        _, t1 = tracker.wait_converged(size + 1, before, CONVERGE_TIMEOUT_S)
+        return (t1 - t0) * 1000
+    finally:
+        group.close()
+
+
+def create_topic(bootstrap_servers: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    try:
+        admin.create_topics({TOPIC: {"num_partitions": PARTITIONS}}, wait_for_metadata=True)
+    except TopicAlreadyExistsError:
+        pass  # an earlier run against the same cluster made it
+    finally:
+        admin.close()
+
+
+@contextlib.contextmanager
+def broker(bootstrap_servers: str | None) -> Iterator[str]:
+    """The given cluster, or a Kafka broker started for this run."""
+    if bootstrap_servers:
+        yield bootstrap_servers
+        return
+    print("starting a local Kafka broker ...", flush=True)
+    with KafkaCluster(brokers=1) as kafka:
+        yield kafka.bootstrap_servers
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Time for a group of N members to absorb one new member, for "
+        "coordination, kafka-python and the Java consumer.")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small run (N = 1, 10; 2 runs each), about a minute")
+    parser.add_argument("--sizes", help="comma-separated group sizes N (default 1,10,50)")
+    parser.add_argument("--repeats", type=int, help="runs per size and implementation "
+                        "(default 5)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="unrecorded runs (N=1) per implementation first (default 1)")
+    parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS),
+                        help=f"comma-separated subset of {','.join(IMPLEMENTATIONS)}")
+    parser.add_argument("--bootstrap-servers",
+                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+                        help="an existing cluster (default: $KAFKA_BOOTSTRAP_SERVERS, else a "
+                        "broker started for this run)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ("1,10" if args.quick else "1,10,50")
+    args.sizes = [int(s) for s in sizes.split(",") if s.strip()]
+    args.repeats = args.repeats or (2 if args.quick else 5)
+    args.implementations = [i.strip() for i in args.implementations.split(",") if i.strip()]
+    unknown = set(args.implementations) - set(IMPLEMENTATIONS)
+    if unknown:
+        parser.error(f"unknown implementations {sorted(unknown)}; choose from {IMPLEMENTATIONS}")
+    if any(n < 1 for n in args.sizes) or args.repeats < 1 or args.warmup < 0:
+        parser.error("sizes and --repeats must be positive, --warmup not negative")
+    return args
+
+
+def report(results: Mapping[tuple[str, int], list[float]], failures: Mapping[tuple[str, int], int],
+           implementations: Sequence[str], sizes: Sequence[int], repeats: int) -> None:
+    print()
+    print(f"Join latency (ms): member N+1 starts -> all N+1 members have the new generation's "
+          f"assignment; median [min .. max] of {repeats} runs")
+    print(f"session.timeout.ms={SESSION_TIMEOUT_MS} heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}"
+          f" rebalance timeout={REBALANCE_TIMEOUT_MS} consumer poll timeout={POLL_TIMEOUT_MS} "
+          f"topic partitions={PARTITIONS}")
+    columns = [*implementations]
+    ratios = [other for other in ("java", "kafka-python")
+              if "ours" in implementations and other in implementations]
+    header = f"{'N':>4} | " + " | ".join(f"{c:^26}" for c in columns)
+    header += "".join(f" | {'ours/' + SHORT[r]:>8}" for r in ratios)
+    print(header)
+    print("-" * len(header))
+    headline: list[str] = []
+    medians: dict[tuple[str, int], float] = {}
+    for n in sizes:
+        cells = []
+        for impl in columns:
+            samples = results.get((impl, n), [])
+            failed = failures.get((impl, n), 0)
+            if samples:
+                medians[impl, n] = statistics.median(samples)
+                cell = f"{medians[impl, n]:7.0f} [{min(samples):5.0f} .. {max(samples):5.0f}]"
+            else:
+                cell = "no result"
+            if failed:
+                cell += f" {failed} failed"
+            cells.append(f"{cell:^26}")
+        row = f"{n:>4} | " + " | ".join(cells)
+        for other in ratios:
+            if ("ours", n) in medians and (other, n) in medians:
+                row += f" | {medians['ours', n] / medians[other, n]:8.2f}"
+            else:
+                row += f" | {'-':>8}"
+        print(row)
+    print("(ratios below 1: ours is faster)")
+    for n in sizes:
+        for impl in columns:
+            if (impl, n) in medians:
+                headline.append(f"{SHORT[impl]}_n{n}_ms={medians[impl, n]:.1f}")
+        for other in ratios:
+            if ("ours", n) in medians and (other, n) in medians:
+                name = "java" if other == "java" else "kp"
+                headline.append(
+                    f"ratio_vs_{name}_n{n}={medians['ours', n] / medians[other, n]:.3f}")
+    print(" ".join(headline))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    run_id = uuid.uuid4().hex[:8]
+    results: dict[tuple[str, int], list[float]] = {}
+    failures: dict[tuple[str, int], int] = {}
+    with contextlib.ExitStack() as stack:
+        bootstrap = stack.enter_context(broker(args.bootstrap_servers))
+        create_topic(bootstrap)
+        openers: dict[str, Callable[[str, Tracker], Group]] = {}
+        if "ours" in args.implementations:
+            openers["ours"] = lambda g, t: OursGroup(g, t, bootstrap)
+        if "kafka-python" in args.implementations:
+            openers["kafka-python"] = lambda g, t: KafkaPythonGroup(g, t, bootstrap)
+        if "java" in args.implementations:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="join-")))
+            driver = JavaDriver(bootstrap, workdir)
+            stack.callback(driver.close)
+            openers["java"] = lambda g, t: JavaGroup(g, t, driver)
+        print(f"broker {bootstrap}; sizes {args.sizes}; {args.repeats} runs each; "
+              f"{args.warmup} warm-up run(s)", flush=True)
+
+        def run(impl: str, n: int, label: str) -> float | None:
+            group_id = f"join-latency-{run_id}-{SHORT[impl]}-n{n}-{label}"
+            try:
+                ms = measure_once(openers[impl], group_id, n)
+            except BenchmarkError as e:
+                print(f"  {impl:>12} N={n:<3} {label}: FAILED: {e}", flush=True)
+                return None
+            print(f"  {impl:>12} N={n:<3} {label}: {ms:8.1f} ms", flush=True)
+            return ms
+
+        for w in range(args.warmup):
+            for impl in args.implementations:
+                run(impl, 1, f"warmup{w + 1}")
+        for n in args.sizes:
+            # Implementations take turns within each repetition, so a slow drift of the
+            # machine (or the broker) does not favour one of them.
+            for r in range(args.repeats):
+                for impl in args.implementations:
+                    ms = run(impl, n, f"run{r + 1}")
+                    if ms is None:
+                        failures[impl, n] = failures.get((impl, n), 0) + 1
+                    else:
+                        results.setdefault((impl, n), []).append(ms)
+    report(results, failures, args.implementations, args.sizes, args.repeats)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

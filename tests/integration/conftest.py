@@ -1,0 +1,58 @@
+"""A real Apache Kafka broker for the integration tests.
+
+Where the broker comes from, in order:
+1. ``KAFKA_BOOTSTRAP_SERVERS``, if set (an existing cluster);
+2. testcontainers' Kafka image, if a Docker engine answers;
+3. Kafka's jars from Maven Central, started as a KRaft broker on loopback.
+
+The engine tests run once per Kafka version in ``KAFKA_VERSIONS`` (default: the
+newest 4.x and 3.9.x; comma-separated). A broker that cannot be started fails
+the tests with its log; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from coordination.testing import KAFKA_3, NEWEST_KAFKA, KafkaCluster
+
+VERSIONS = [v for v in os.environ.get("KAFKA_VERSIONS", f"{NEWEST_KAFKA},{KAFKA_3}").split(",")
+            if v]
+
+
+def _docker_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session", params=VERSIONS, ids=lambda v: f"kafka-{v}")
+def kafka(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Bootstrap servers of a running broker of the parametrized Kafka version."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    version: str = request.param
+    if _docker_available():
+        try:
+            from testcontainers.kafka import KafkaContainer  # type: ignore[import-not-found]
+        except ImportError:
+            pass
+        else:
+            container = KafkaContainer(f"apache/kafka:{version}").with_kraft()
+            container.with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+            container.with_env("KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", "500")
+            with container:
+                yield container.get_bootstrap_server()
+            return
+    with KafkaCluster(brokers=1, version=version) as cluster:
+        yield cluster.bootstrap_servers

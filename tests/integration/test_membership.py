@@ -1,0 +1,241 @@
+"""The engine against a real Apache Kafka broker: joins, leaves, crashes, freezes, upgrades."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordination import MemberState, errors
+
+from .members import FAST, Listing, new_group, settled, wait_until
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def members(kafka: str) -> Iterator[list[Listing]]:
+    """Members created by a test; all closed at its end."""
+    created: list[Listing] = []
+    yield created
+    for m in created:
+        m.close(timeout=10)
+
+
+def start(created: list[Listing], kafka: str, group: str, n: int, **kw: Any) -> list[Listing]:
+    new = [Listing(group, bootstrap_servers=kafka, **kw) for _ in range(n)]
+    created.extend(new)
+    for m in new:
+        m.start()
+    return new
+
+
+class MemberProcess:
+    """A member in its own process, so that it can be killed or frozen."""
+
+    def __init__(self, kafka: str, group: str, instance_id: str | None = None) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.members", kafka, group, instance_id or "-"],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        self.events: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.events.append(json.loads(line))
+
+    def joined(self) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == "joined"]
+
+    def signal(self, sig: int) -> None:
+        self.process.send_signal(sig)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.write("close\n")
+                self.process.stdin.flush()
+                self.process.wait(15)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+        self._reader.join(5)  # the pipe ends when the process does
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[MemberProcess]]:
+    created: list[MemberProcess] = []
+    yield created
+    for p in created:
+        if p.process.poll() is None:
+            p.signal(signal.SIGCONT)
+        p.close()
+
+
+def test_three_members_agree_on_one_leader_and_its_assignment(kafka: str, members) -> None:
+    group = new_group()
+    trio = start(members, kafka, group, 3)
+    for m in trio:
+        m.ensure_active_group(timeout=30)
+    wait_until(lambda: settled(trio, 3), 15, "three members in one generation")
+    assert sum(m.is_leader for m in trio) == 1
+    leader = next(m for m in trio if m.is_leader)
+    assignments = [m.last()[3] for m in trio]
+    # Every member got its part of the one plan the leader made.
+    assert {a["leader"] for a in assignments} == {leader.member_id}
+    assert sorted(a["index"] for a in assignments) == [0, 1, 2]
+    assert all(a["members"] == sorted(m.member_id for m in trio) for a in assignments)
+    assert leader.assigned_as_leader[-1] == 3
+    assert all(m.state is MemberState.STABLE for m in trio)
+    assert len({m.generation() for m in trio}) == 3  # same generation id, distinct member ids
+    assert len({m.generation().generation_id for m in trio}) == 1
+
+
+def test_a_member_that_leaves_makes_the_rest_rebalance_at_once(kafka: str, members) -> None:
+    group = new_group()
+    trio = start(members, kafka, group, 3, session_timeout_ms=30_000,
+                 heartbeat_interval_ms=300)
+    wait_until(lambda: settled(trio, 3), 30, "three members")
+    generation = trio[0].last()[0]
+    leaving = trio[2]
+    started = time.monotonic()
+    leaving.close()
+    # Far sooner than the 30 s session timeout: LeaveGroup told the broker.
+    wait_until(lambda: settled(trio[:2], 2), 10, "two members after a leave")
+    assert time.monotonic() - started < 10
+    assert trio[0].last()[0] > generation
+    assert leaving.state is MemberState.CLOSED
+
+
+def test_a_killed_member_is_evicted_after_the_session_timeout(kafka: str, members,
+                                                              processes) -> None:
+    group = new_group()
+    pair = start(members, kafka, group, 2)
+    victim = MemberProcess(kafka, group)
+    processes.append(victim)
+    wait_until(lambda: settled(pair, 3) and bool(victim.joined()), 30, "three members")
+    victim.signal(signal.SIGKILL)
+    killed = time.monotonic()
+    wait_until(lambda: settled(pair, 2), 20, "the survivors to rebalance")
+    waited = time.monotonic() - killed
+    session = FAST["session_timeout_ms"] / 1000
+    # Not before the session ran out (no LeaveGroup was sent), and not much later.
+    assert session * 0.8 <= waited <= session + 8
+
+
+def test_a_frozen_member_learns_it_lost_its_generation_and_rejoins(kafka: str, members,
+                                                                   processes) -> None:
+    group = new_group()
+    pair = start(members, kafka, group, 2)
+    frozen = MemberProcess(kafka, group)
+    processes.append(frozen)
+    wait_until(lambda: settled(pair, 3) and bool(frozen.joined()), 30, "three members")
+    old = frozen.joined()[-1]
+    frozen.signal(signal.SIGSTOP)
+    wait_until(lambda: settled(pair, 2), 20, "the others to evict the frozen member")
+    evicted_in = pair[0].last()[0]
+    frozen.signal(signal.SIGCONT)
+    wait_until(lambda: settled(pair, 3) and len(frozen.joined()) > 1
+               and frozen.joined()[-1]["generation"] == pair[0].last()[0], 30,
+               "the frozen member to come back")
+    # Before rejoining it was told its old generation was gone (-1), not asked to hand it over.
+    prepares = [e for e in frozen.events if e["event"] == "prepare"]
+    assert prepares[-1]["generation"] == -1
+    rejoined = frozen.joined()[-1]
+    assert rejoined["generation"] > evicted_in > old["generation"]
+    assert rejoined["member_id"] != old["member_id"]  # UNKNOWN_MEMBER_ID dropped the old id
+
+
+def test_a_static_member_restarting_within_its_session_causes_no_rebalance(
+    kafka: str, members, processes
+) -> None:
+    group = new_group()
+    pair = start(members, kafka, group, 2, session_timeout_ms=20_000)
+    static = MemberProcess(kafka, group, instance_id="static-1")
+    processes.append(static)
+    wait_until(lambda: settled(pair, 3) and bool(static.joined()), 30, "three members")
+    generation = pair[0].last()[0]
+    completed_before = [len(m.completed) for m in pair]
+    static.close()  # a static member does not send LeaveGroup
+    again = MemberProcess(kafka, group, instance_id="static-1")
+    processes.append(again)
+    wait_until(lambda: bool(again.joined()), 30, "the static member to come back")
+    time.sleep(2)  # several heartbeats: a rebalance would show by now
+    assert again.joined()[-1]["generation"] == generation
+    assert [len(m.completed) for m in pair] == completed_before
+    assert all(m.generation().generation_id == generation for m in pair)
+
+
+def test_a_static_member_sharing_an_instance_id_is_fenced(kafka: str, members) -> None:
+    group = new_group()
+    (first,) = start(members, kafka, group, 1, group_instance_id="dup")
+    first.ensure_active_group(timeout=30)
+    (second,) = start(members, kafka, group, 1, group_instance_id="dup")
+    second.ensure_active_group(timeout=30)
+    # The newcomer took the instance id over; the first learns it was fenced, and stops.
+    wait_until(lambda: first.state is MemberState.CLOSED, 15, "the first to be fenced")
+    with pytest.raises(errors.FencedInstanceError, match="its own id"):
+        first.ensure_active_group(timeout=1)
+
+
+def test_protocol_upgrade_by_rolling_restart(kafka: str, members) -> None:
+    group = new_group()
+    upgraded = start(members, kafka, group, 1, protocols=("v2", "v1"))
+    old = start(members, kafka, group, 2, protocols=("v1",))
+    wait_until(lambda: settled(upgraded + old, 3), 30, "a mixed group")
+    assert {m.last()[2] for m in upgraded + old} == {"v1"}  # the only common protocol
+    for i, m in enumerate(old):
+        m.close()
+        upgraded += start(members, kafka, group, 1, protocols=("v2", "v1"))
+        current = upgraded + old[i + 1:]
+        wait_until(lambda c=current: settled(c, 3), 30, f"the group after restart {i + 1}")
+    assert {m.last()[2] for m in upgraded} == {"v2"}
+
+
+def test_a_member_of_another_protocol_type_is_refused(kafka: str, members) -> None:
+    group = new_group()
+    (member,) = start(members, kafka, group, 1)
+    member.ensure_active_group(timeout=30)
+    (stranger,) = start(members, kafka, group, 1, protocol_type="something-else")
+    with pytest.raises(errors.InconsistentGroupProtocolError) as raised:
+        stranger.ensure_active_group(timeout=30)
+    assert raised.value.group_id == group
+    assert "same protocol_type" in str(raised.value)
+    assert member.state is MemberState.STABLE
+
+
+def test_a_session_timeout_the_broker_refuses_is_a_clear_error(kafka: str, members) -> None:
+    (member,) = start(members, kafka, new_group(), 1, session_timeout_ms=10_000_000,
+                      heartbeat_interval_ms=1000)
+    with pytest.raises(errors.InvalidSessionTimeoutError, match="group.max.session.timeout.ms"):
+        member.ensure_active_group(timeout=30)
+
+
+def test_metrics_count_what_happened(kafka: str, members) -> None:
+    group = new_group()
+    (first,) = start(members, kafka, group, 1)
+    first.ensure_active_group(timeout=30)
+    start(members, kafka, group, 1)
+    wait_until(lambda: first.metrics().rebalance_total >= 2, 20, "a second rebalance")
+    metrics = first.metrics()
+    assert metrics.last_rebalance_latency_s is not None and metrics.last_rebalance_latency_s < 10
+    assert "group is already rebalancing" in metrics.rejoin_reasons
+    wait_until(lambda: (first.metrics().last_heartbeat_age_s or 99) < 1, 5, "a heartbeat")
