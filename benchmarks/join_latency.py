@@ -55,8 +55,8 @@ from kafka.errors import TopicAlreadyExistsError
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordination import Coordinator, Member, ProtocolMetadata  # noqa: E402
-from coordination.testing import KafkaCluster, resolve_classpath  # noqa: E402
+from coordination import Coordinator, Member, ProtocolMetadata
+from coordination.testing import KafkaCluster, resolve_classpath
 
 log = logging.getLogger("join_latency")
 
@@ -136,8 +136,11 @@ class Tracker:
                     )
                 self._changed.wait(remaining)
 
-    def wait_stable(self, members: int, timeout_s: float) -> int:
+    def wait_stable(self, members: int, timeout_s: float, phase_s: float) -> int:
         """Wait until ``members`` members agree on a generation that then stays put.
+
+        Returns ``SETTLE_S + phase_s`` after the last member completed that generation
+        (or a few milliseconds more: when this thread saw it).
 
         Returns:
             The generation.
@@ -147,7 +150,7 @@ class Tracker:
             generation, _ = self.wait_converged(members, -1, deadline - time.monotonic())
             with self._changed:
                 events = self._events
-            time.sleep(SETTLE_S)
+            time.sleep(SETTLE_S + phase_s)
             with self._changed:
                 if self._events == events:
                     return generation
@@ -220,7 +223,10 @@ class RangeCoordinator(Coordinator):
     ) -> Mapping[str, bytes]:
         ids = sorted(m.member_id for m in members)
         shares = range_split(PARTITIONS, len(ids))
-        return {mid: ",".join(map(str, share)).encode() for mid, share in zip(ids, shares)}
+        return {
+            mid: ",".join(map(str, share)).encode()
+            for mid, share in zip(ids, shares, strict=True)
+        }
 
     def on_join_complete(
         self, generation: int, member_id: str, protocol: str, assignment: bytes
@@ -486,13 +492,22 @@ class JavaGroup(Group):
 # -- the benchmark --------------------------------------------------------------------------
 
 
-def measure_once(open_group: Callable[[str, Tracker], Group], group_id: str, size: int) -> float:
-    """Milliseconds from starting member N+1 until all N+1 completed the new generation."""
+def measure_once(
+    open_group: Callable[[str, Tracker], Group], group_id: str, size: int, phase_s: float
+) -> float:
+    """Milliseconds from starting member N+1 until all N+1 completed the new generation.
+
+    Member N+1 starts ``phase_s`` (plus the settling time) after the N members completed
+    their generation. Existing members learn of a rebalance from their next heartbeat,
+    and they heartbeat in step, from the moment they joined; so where the new member
+    lands in the heartbeat interval decides most of the latency, and must not be left
+    to chance (or, worse, be the same every time).
+    """
     tracker = Tracker()
     group = open_group(group_id, tracker)
     try:
         group.start_members(size)
-        before = tracker.wait_stable(size, CONVERGE_TIMEOUT_S)
+        before = tracker.wait_stable(size, CONVERGE_TIMEOUT_S, phase_s)
         t0 = group.add_member()
         _, t1 = tracker.wait_converged(size + 1, before, CONVERGE_TIMEOUT_S)
         return (t1 - t0) * 1000
@@ -608,6 +623,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # kafka-python warns at every group's first join (its leader assigns before it has
+        # the topic's metadata, then rebalances again) and logs cancelled requests on close
+        # as errors. A member that really fails shows up as a failed or slow run.
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
     run_id = uuid.uuid4().hex[:8]
     results: dict[tuple[str, int], list[float]] = {}
     failures: dict[tuple[str, int], int] = {}
@@ -627,10 +647,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"broker {bootstrap}; sizes {args.sizes}; {args.repeats} runs each; "
               f"{args.warmup} warm-up run(s)", flush=True)
 
-        def run(impl: str, n: int, label: str) -> float | None:
+        def run(impl: str, n: int, label: str, phase_s: float) -> float | None:
             group_id = f"join-latency-{run_id}-{SHORT[impl]}-n{n}-{label}"
             try:
-                ms = measure_once(openers[impl], group_id, n)
+                ms = measure_once(openers[impl], group_id, n, phase_s)
             except BenchmarkError as e:
                 print(f"  {impl:>12} N={n:<3} {label}: FAILED: {e}", flush=True)
                 return None
@@ -639,13 +659,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         for w in range(args.warmup):
             for impl in args.implementations:
-                run(impl, 1, f"warmup{w + 1}")
+                run(impl, 1, f"warmup{w + 1}", 0.0)
         for n in args.sizes:
             # Implementations take turns within each repetition, so a slow drift of the
             # machine (or the broker) does not favour one of them.
             for r in range(args.repeats):
+                # Run r starts the new member at the same point of the heartbeat interval
+                # for every implementation; the runs spread evenly over the interval.
+                phase_s = (r + 0.5) / args.repeats * HEARTBEAT_INTERVAL_MS / 1000
                 for impl in args.implementations:
-                    ms = run(impl, n, f"run{r + 1}")
+                    ms = run(impl, n, f"run{r + 1}", phase_s)
                     if ms is None:
                         failures[impl, n] = failures.get((impl, n), 0) + 1
                     else:

@@ -1,0 +1,16 @@
+# Shared set-up for scripts/demo.sh and scripts/test.sh: a virtualenv in .venv with the
+# project and its test tools installed. Sourced, not run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+for tool in python3 java mvn; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "error: '$tool' is not installed; this project needs Python 3.10+, a JDK 17+ and Maven" \
+         "(Kafka's jars come from Maven Central)" >&2
+    exit 1
+  fi
+done
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e ".[test]"

@@ -1,0 +1,71 @@
+"""The group survives its brokers: a restart of the only broker, the loss of the coordinator.
+
+These tests start brokers of their own (newest Kafka), since they stop and kill them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from coordination.testing import KafkaCluster
+
+from .members import Listing, new_group, settled, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+# A dead broker is noticed by the controller after broker.session.timeout.ms (default 9 s).
+FAST_FAILOVER = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+
+
+@pytest.fixture
+def members() -> Iterator[list[Listing]]:
+    created: list[Listing] = []
+    yield created
+    for m in created:
+        m.close(timeout=5)
+
+
+def test_the_group_recovers_after_its_broker_restarts(members: list[Listing]) -> None:
+    with KafkaCluster(1) as kafka:
+        group = new_group()
+        pair = [Listing(group, bootstrap_servers=kafka.bootstrap_servers,
+                        session_timeout_ms=15_000, heartbeat_interval_ms=500) for _ in range(2)]
+        members.extend(pair)
+        for m in pair:
+            m.start()
+        wait_until(lambda: settled(pair, 2), 30, "two members")
+        kafka.stop_broker(1)
+        time.sleep(3)
+        kafka.start_broker(1)
+        restarted = time.monotonic()
+        # Heartbeats get through again; both members are stable in one generation of two.
+        wait_until(lambda: all((m.metrics().last_heartbeat_age_s or 99)
+                               < time.monotonic() - restarted for m in pair)
+                   and settled(pair, 2), 60, "the group after the restart")
+        assert all(m.metrics().coordinator_discoveries >= 2 for m in pair)
+
+
+def test_the_group_follows_its_coordinator_to_another_broker(members: list[Listing]) -> None:
+    with KafkaCluster(3, config=FAST_FAILOVER) as kafka:
+        group = new_group()
+        pair = [Listing(group, bootstrap_servers=kafka.bootstrap_servers,
+                        session_timeout_ms=20_000, heartbeat_interval_ms=500) for _ in range(2)]
+        members.extend(pair)
+        for m in pair:
+            m.start()
+        wait_until(lambda: settled(pair, 2), 60, "two members")
+        coordinator = pair[0]._engine.coordinator
+        assert coordinator is not None
+        kafka.kill_broker(coordinator.node_id)
+        killed = time.monotonic()
+
+        def moved() -> bool:
+            nodes = [m._engine.coordinator for m in pair]
+            return all(n is not None and n.node_id != coordinator.node_id for n in nodes)
+
+        wait_until(lambda: moved() and settled(pair, 2)
+                   and all((m.metrics().last_heartbeat_age_s or 99) < time.monotonic() - killed
+                           for m in pair), 60, "the group on its new coordinator")
