@@ -45,15 +45,19 @@ class ShardOwner(Coordinator):
     ) -> None:
         self.owned = assignment.decode().split(",") if assignment else []
         role = "leader  " if self.is_leader else "follower"
-        print(f"  gen {generation:>2}  {self.name:<7} {role} owns {', '.join(self.owned)}",
-              flush=True)
+        print(
+            f"  gen {generation:>2}  {self.name:<7} {role} owns {', '.join(self.owned)}", flush=True
+        )
         self.changed.set()
 
 
 def run(bootstrap_servers: str) -> None:
     group = f"demo-{uuid.uuid4().hex[:8]}"
-    settings = {"bootstrap_servers": bootstrap_servers, "session_timeout_ms": 6000,
-                "heartbeat_interval_ms": 500}
+    settings = {
+        "bootstrap_servers": bootstrap_servers,
+        "session_timeout_ms": 6000,
+        "heartbeat_interval_ms": 500,
+    }
     members: list[ShardOwner] = []
     try:
         for name in ("alice", "bob", "carol"):
@@ -83,8 +87,11 @@ def _wait_all_agree(members: list[ShardOwner], timeout: float = 60.0) -> None:
     while time.monotonic() < deadline:
         stable = [m.generation_if_stable() for m in members]
         owned = sorted(s for m in members for s in m.owned)
-        if (all(stable) and len({g.generation_id for g in stable if g}) == 1
-                and owned == sorted(WORK)):
+        if (
+            all(stable)
+            and len({g.generation_id for g in stable if g}) == 1
+            and owned == sorted(WORK)
+        ):
             time.sleep(0.2)  # let the last member's print land
             return
         time.sleep(0.05)

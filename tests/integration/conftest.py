@@ -21,8 +21,9 @@ import pytest
 
 from coordination.testing import KAFKA_3, NEWEST_KAFKA, KafkaCluster
 
-VERSIONS = [v for v in os.environ.get("KAFKA_VERSIONS", f"{NEWEST_KAFKA},{KAFKA_3}").split(",")
-            if v]
+VERSIONS = [
+    v for v in os.environ.get("KAFKA_VERSIONS", f"{NEWEST_KAFKA},{KAFKA_3}").split(",") if v
+]
 
 
 def _docker_available() -> bool:

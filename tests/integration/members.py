@@ -12,8 +12,12 @@ from typing import Any
 
 from coordination import Coordinator, Member, ProtocolMetadata
 
-FAST = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300, "rebalance_timeout_ms": 10000,
-        "retry_backoff_ms": 50}
+FAST = {
+    "session_timeout_ms": 3000,
+    "heartbeat_interval_ms": 300,
+    "rebalance_timeout_ms": 10000,
+    "retry_backoff_ms": 50,
+}
 
 
 def new_group() -> str:
@@ -23,8 +27,14 @@ def new_group() -> str:
 class Listing(Coordinator):
     """The leader hands every member the sorted list of member ids and its own position."""
 
-    def __init__(self, group_id: str, *, protocols: Sequence[str] = ("v1",),
-                 protocol_type: str = "listing", **settings: Any) -> None:
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        protocols: Sequence[str] = ("v1",),
+        protocol_type: str = "listing",
+        **settings: Any,
+    ) -> None:
         super().__init__(group_id, **{**FAST, **settings})
         self.protocols = list(protocols)
         self._type = protocol_type
@@ -39,8 +49,9 @@ class Listing(Coordinator):
     def metadata(self) -> Sequence[ProtocolMetadata]:
         return [ProtocolMetadata(p, p.encode()) for p in self.protocols]
 
-    def perform_assignment(self, leader_id: str, protocol: str,
-                           members: Sequence[Member]) -> Mapping[str, bytes]:
+    def perform_assignment(
+        self, leader_id: str, protocol: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
         ids = sorted(m.member_id for m in members)
         with self.lock:
             self.assigned_as_leader.append(len(ids))
@@ -51,8 +62,9 @@ class Listing(Coordinator):
         with self.lock:
             self.prepared.append((generation, member_id))
 
-    def on_join_complete(self, generation: int, member_id: str, protocol: str,
-                         assignment: bytes) -> None:
+    def on_join_complete(
+        self, generation: int, member_id: str, protocol: str, assignment: bytes
+    ) -> None:
         with self.lock:
             self.completed.append((generation, member_id, protocol, json.loads(assignment)))
 
@@ -78,9 +90,11 @@ def settled(members: Sequence[Listing], size: int) -> bool:
             if not m.completed:
                 return False
             lasts.append(m.completed[-1])
-    return (len({g for g, *_ in lasts}) == 1
-            and all(len(a["members"]) == size for *_, a in lasts)
-            and all(m.generation_if_stable() is not None for m in members))
+    return (
+        len({g for g, *_ in lasts}) == 1
+        and all(len(a["members"]) == size for *_, a in lasts)
+        and all(m.generation_if_stable() is not None for m in members)
+    )
 
 
 def main() -> None:
@@ -100,8 +114,12 @@ def main() -> None:
 
     def on_join_complete(generation: int, member_id: str, protocol: str, a: bytes) -> None:
         original_complete(generation, member_id, protocol, a)
-        emit(event="joined", generation=generation, member_id=member_id,
-             members=json.loads(a)["members"])
+        emit(
+            event="joined",
+            generation=generation,
+            member_id=member_id,
+            members=json.loads(a)["members"],
+        )
 
     member.on_join_prepare = on_join_prepare  # type: ignore[method-assign]
     member.on_join_complete = on_join_complete  # type: ignore[method-assign]

@@ -31,8 +31,15 @@ def members() -> Iterator[list[Listing]]:
 def test_the_group_recovers_after_its_broker_restarts(members: list[Listing]) -> None:
     with KafkaCluster(1) as kafka:
         group = new_group()
-        pair = [Listing(group, bootstrap_servers=kafka.bootstrap_servers,
-                        session_timeout_ms=15_000, heartbeat_interval_ms=500) for _ in range(2)]
+        pair = [
+            Listing(
+                group,
+                bootstrap_servers=kafka.bootstrap_servers,
+                session_timeout_ms=15_000,
+                heartbeat_interval_ms=500,
+            )
+            for _ in range(2)
+        ]
         members.extend(pair)
         for m in pair:
             m.start()
@@ -42,17 +49,32 @@ def test_the_group_recovers_after_its_broker_restarts(members: list[Listing]) ->
         kafka.start_broker(1)
         restarted = time.monotonic()
         # Heartbeats get through again; both members are stable in one generation of two.
-        wait_until(lambda: all((m.metrics().last_heartbeat_age_s or 99)
-                               < time.monotonic() - restarted for m in pair)
-                   and settled(pair, 2), 60, "the group after the restart")
+        wait_until(
+            lambda: (
+                all(
+                    (m.metrics().last_heartbeat_age_s or 99) < time.monotonic() - restarted
+                    for m in pair
+                )
+                and settled(pair, 2)
+            ),
+            60,
+            "the group after the restart",
+        )
         assert all(m.metrics().coordinator_discoveries >= 2 for m in pair)
 
 
 def test_the_group_follows_its_coordinator_to_another_broker(members: list[Listing]) -> None:
     with KafkaCluster(3, config=FAST_FAILOVER) as kafka:
         group = new_group()
-        pair = [Listing(group, bootstrap_servers=kafka.bootstrap_servers,
-                        session_timeout_ms=20_000, heartbeat_interval_ms=500) for _ in range(2)]
+        pair = [
+            Listing(
+                group,
+                bootstrap_servers=kafka.bootstrap_servers,
+                session_timeout_ms=20_000,
+                heartbeat_interval_ms=500,
+            )
+            for _ in range(2)
+        ]
         members.extend(pair)
         for m in pair:
             m.start()
@@ -66,6 +88,15 @@ def test_the_group_follows_its_coordinator_to_another_broker(members: list[Listi
             nodes = [m._engine.coordinator for m in pair]
             return all(n is not None and n.node_id != coordinator.node_id for n in nodes)
 
-        wait_until(lambda: moved() and settled(pair, 2)
-                   and all((m.metrics().last_heartbeat_age_s or 99) < time.monotonic() - killed
-                           for m in pair), 60, "the group on its new coordinator")
+        wait_until(
+            lambda: (
+                moved()
+                and settled(pair, 2)
+                and all(
+                    (m.metrics().last_heartbeat_age_s or 99) < time.monotonic() - killed
+                    for m in pair
+                )
+            ),
+            60,
+            "the group on its new coordinator",
+        )

@@ -46,7 +46,10 @@ class MemberProcess:
     def __init__(self, kafka: str, group: str, instance_id: str | None = None) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.integration.members", kafka, group, instance_id or "-"],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         self.events: list[dict[str, Any]] = []
@@ -111,8 +114,7 @@ def test_three_members_agree_on_one_leader_and_its_assignment(kafka: str, member
 
 def test_a_member_that_leaves_makes_the_rest_rebalance_at_once(kafka: str, members) -> None:
     group = new_group()
-    trio = start(members, kafka, group, 3, session_timeout_ms=30_000,
-                 heartbeat_interval_ms=300)
+    trio = start(members, kafka, group, 3, session_timeout_ms=30_000, heartbeat_interval_ms=300)
     wait_until(lambda: settled(trio, 3), 30, "three members")
     generation = trio[0].last()[0]
     leaving = trio[2]
@@ -125,8 +127,9 @@ def test_a_member_that_leaves_makes_the_rest_rebalance_at_once(kafka: str, membe
     assert leaving.state is MemberState.CLOSED
 
 
-def test_a_killed_member_is_evicted_after_the_session_timeout(kafka: str, members,
-                                                              processes) -> None:
+def test_a_killed_member_is_evicted_after_the_session_timeout(
+    kafka: str, members, processes
+) -> None:
     group = new_group()
     pair = start(members, kafka, group, 2)
     victim = MemberProcess(kafka, group)
@@ -141,8 +144,9 @@ def test_a_killed_member_is_evicted_after_the_session_timeout(kafka: str, member
     assert session * 0.8 <= waited <= session + 8
 
 
-def test_a_frozen_member_learns_it_lost_its_generation_and_rejoins(kafka: str, members,
-                                                                   processes) -> None:
+def test_a_frozen_member_learns_it_lost_its_generation_and_rejoins(
+    kafka: str, members, processes
+) -> None:
     group = new_group()
     pair = start(members, kafka, group, 2)
     frozen = MemberProcess(kafka, group)
@@ -153,9 +157,15 @@ def test_a_frozen_member_learns_it_lost_its_generation_and_rejoins(kafka: str, m
     wait_until(lambda: settled(pair, 2), 20, "the others to evict the frozen member")
     evicted_in = pair[0].last()[0]
     frozen.signal(signal.SIGCONT)
-    wait_until(lambda: settled(pair, 3) and len(frozen.joined()) > 1
-               and frozen.joined()[-1]["generation"] == pair[0].last()[0], 30,
-               "the frozen member to come back")
+    wait_until(
+        lambda: (
+            settled(pair, 3)
+            and len(frozen.joined()) > 1
+            and frozen.joined()[-1]["generation"] == pair[0].last()[0]
+        ),
+        30,
+        "the frozen member to come back",
+    )
     # Before rejoining it was told its old generation was gone (-1), not asked to hand it over.
     prepares = [e for e in frozen.events if e["event"] == "prepare"]
     assert prepares[-1]["generation"] == -1
@@ -205,7 +215,7 @@ def test_protocol_upgrade_by_rolling_restart(kafka: str, members) -> None:
     for i, m in enumerate(old):
         m.close()
         upgraded += start(members, kafka, group, 1, protocols=("v2", "v1"))
-        current = upgraded + old[i + 1:]
+        current = upgraded + old[i + 1 :]
         wait_until(lambda c=current: settled(c, 3), 30, f"the group after restart {i + 1}")
     assert {m.last()[2] for m in upgraded} == {"v2"}
 
@@ -223,9 +233,12 @@ def test_a_member_of_another_protocol_type_is_refused(kafka: str, members) -> No
 
 
 def test_a_session_timeout_the_broker_refuses_is_a_clear_error(kafka: str, members) -> None:
-    (member,) = start(members, kafka, new_group(), 1, session_timeout_ms=10_000_000,
-                      heartbeat_interval_ms=1000)
-    with pytest.raises(errors.InvalidSessionTimeoutError, match="group.max.session.timeout.ms"):
+    (member,) = start(
+        members, kafka, new_group(), 1, session_timeout_ms=10_000_000, heartbeat_interval_ms=1000
+    )
+    with pytest.raises(
+        errors.InvalidSessionTimeoutError, match=r"group\.max\.session\.timeout\.ms"
+    ):
         member.ensure_active_group(timeout=30)
 
 
