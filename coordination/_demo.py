@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ._coordinator import Coordinator
 from ._types import Member, ProtocolMetadata
@@ -19,7 +20,7 @@ WORK = [f"shard-{i}" for i in range(8)]
 class ShardOwner(Coordinator):
     """Shares eight named shards among the members; the leader deals them out round-robin."""
 
-    def __init__(self, name: str, group_id: str, **settings: object) -> None:
+    def __init__(self, name: str, group_id: str, **settings: Any) -> None:
         super().__init__(group_id, **settings)
         self.name = name
         self.owned: list[str] = []

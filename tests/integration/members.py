@@ -112,13 +112,13 @@ def main() -> None:
         original_prepare(generation, member_id)
         emit(event="prepare", generation=generation, member_id=member_id)
 
-    def on_join_complete(generation: int, member_id: str, protocol: str, a: bytes) -> None:
-        original_complete(generation, member_id, protocol, a)
+    def on_join_complete(generation: int, member_id: str, protocol: str, assignment: bytes) -> None:
+        original_complete(generation, member_id, protocol, assignment)
         emit(
             event="joined",
             generation=generation,
             member_id=member_id,
-            members=json.loads(a)["members"],
+            members=json.loads(assignment)["members"],
         )
 
     member.on_join_prepare = on_join_prepare  # type: ignore[method-assign]

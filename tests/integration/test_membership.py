@@ -216,7 +216,11 @@ def test_protocol_upgrade_by_rolling_restart(kafka: str, members) -> None:
         m.close()
         upgraded += start(members, kafka, group, 1, protocols=("v2", "v1"))
         current = upgraded + old[i + 1 :]
-        wait_until(lambda c=current: settled(c, 3), 30, f"the group after restart {i + 1}")
+
+        def restarted(c: list[Listing] = current) -> bool:
+            return settled(c, 3)
+
+        wait_until(restarted, 30, f"the group after restart {i + 1}")
     assert {m.last()[2] for m in upgraded} == {"v2"}
 
 

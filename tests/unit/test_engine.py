@@ -364,9 +364,9 @@ def test_generation_reset_while_sync_in_flight_rejoins_instead_of_completing() -
 
     def sync_while_heartbeat_resets(request: m.Request) -> m.Response:
         # The heartbeat thread learns the generation is gone while SyncGroup is in flight.
-        h.engine._on_heartbeat_response(
-            E.ILLEGAL_GENERATION, h.engine.generation, h.engine.coordinator
-        )  # type: ignore[arg-type]
+        node = h.engine.coordinator
+        assert node is not None
+        h.engine._on_heartbeat_response(E.ILLEGAL_GENERATION, h.engine.generation, node)
         return m.SyncGroupResponse(
             error_code=0, protocol_type="test", protocol_name="v2", assignment=b"stale"
         )
