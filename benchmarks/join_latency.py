@@ -20,13 +20,15 @@ created and stops at the last member's assignment callback. Existing members
 learn of the rebalance from their next heartbeat, so the result depends mostly
 on where in the heartbeat interval the new member arrives: run r of R starts it
 at the same point, (r + 0.5) / R of an interval past a fixed settling time, for
-every implementation. Implementations take turns within each run.
+every implementation. Implementations take turns within each run. The report
+gives median [min .. max] and the mean, which for runs spread this way estimates
+the latency of a member arriving at a random moment.
 
 Run (JDK 17+ and Maven needed; a Kafka 4.3.1 broker is started on loopback unless
 ``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS`` names one)::
 
     python benchmarks/join_latency.py --quick          # about a minute
-    python benchmarks/join_latency.py                  # N = 1, 10, 50; 5 runs each
+    python benchmarks/join_latency.py                  # N = 1, 10, 50; 10 runs each
     python benchmarks/join_latency.py --sizes 1,10 --repeats 3
 
 The last line of the output holds the headline figures as ``name=value`` pairs.
@@ -503,7 +505,8 @@ class JavaGroup(Group):
 
 
 def measure_once(
-    open_group: Callable[[str, Tracker], Group], group_id: str, size: int, phase_s: float
+    open_group: Callable[[str, Tracker], Group], group_id: str, size: int, phase_s: float,
+    *, dump_stacks: bool = False,
 ) -> float:
     """Milliseconds from starting member N+1 until all N+1 completed the new generation.
 
@@ -521,6 +524,11 @@ def measure_once(
         t0 = group.add_member()
         _, t1 = tracker.wait_converged(size + 1, before, CONVERGE_TIMEOUT_S)
         return (t1 - t0) * 1000
+    except BenchmarkError:
+        if dump_stacks:
+            # Where the members that did not make it are stuck (before close ends them).
+            faulthandler.dump_traceback(all_threads=True)
+        raise
     finally:
         group.close()
 
@@ -554,7 +562,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="a small run (N = 1, 10; 2 runs each), about a minute")
     parser.add_argument("--sizes", help="comma-separated group sizes N (default 1,10,50)")
     parser.add_argument("--repeats", type=int, help="runs per size and implementation "
-                        "(default 5)")
+                        "(default 10)")
     parser.add_argument("--warmup", type=int, default=1,
                         help="unrecorded runs (N=1) per implementation first (default 1)")
     parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS),
@@ -563,11 +571,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
                         help="an existing cluster (default: $KAFKA_BOOTSTRAP_SERVERS, else a "
                         "broker started for this run)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log at INFO level; dump every thread's stack when a run fails")
     args = parser.parse_args(argv)
     sizes = args.sizes or ("1,10" if args.quick else "1,10,50")
     args.sizes = [int(s) for s in sizes.split(",") if s.strip()]
-    args.repeats = args.repeats or (2 if args.quick else 5)
+    args.repeats = args.repeats or (2 if args.quick else 10)
     args.implementations = [i.strip() for i in args.implementations.split(",") if i.strip()]
     unknown = set(args.implementations) - set(IMPLEMENTATIONS)
     if unknown:
@@ -579,52 +588,67 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def report(results: Mapping[tuple[str, int], list[float]], failures: Mapping[tuple[str, int], int],
            implementations: Sequence[str], sizes: Sequence[int], repeats: int) -> None:
-    print()
-    print(f"Join latency (ms): member N+1 starts -> all N+1 members have the new generation's "
-          f"assignment; median [min .. max] of {repeats} runs")
-    print(f"session.timeout.ms={SESSION_TIMEOUT_MS} heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}"
-          f" rebalance timeout={REBALANCE_TIMEOUT_MS} consumer poll timeout={POLL_TIMEOUT_MS} "
-          f"topic partitions={PARTITIONS}")
     columns = [*implementations]
     ratios = [other for other in ("java", "kafka-python")
               if "ours" in implementations and other in implementations]
+    medians = {key: statistics.median(v) for key, v in results.items() if v}
+    means = {key: statistics.fmean(v) for key, v in results.items() if v}
+
+    def ratio_cells(stat: Mapping[tuple[str, int], float], n: int) -> str:
+        cells = ""
+        for other in ratios:
+            if ("ours", n) in stat and (other, n) in stat:
+                cells += f" | {stat['ours', n] / stat[other, n]:9.2f}"
+            else:
+                cells += f" | {'-':>9}"
+        return cells
+
+    print()
+    print(f"Join latency (ms): member N+1 starts -> all N+1 members have the new generation's "
+          f"assignment; {repeats} runs per cell")
+    print(f"session.timeout.ms={SESSION_TIMEOUT_MS} heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}"
+          f" rebalance timeout={REBALANCE_TIMEOUT_MS} consumer poll timeout={POLL_TIMEOUT_MS} "
+          f"topic partitions={PARTITIONS}")
     width = 26 if not failures else 36
     header = f"{'N':>4} | " + " | ".join(f"{c:^{width}}" for c in columns)
-    header += "".join(f" | {'ours/' + SHORT[r]:>8}" for r in ratios)
+    header += "".join(f" | {'ours/' + SHORT[r]:>9}" for r in ratios)
+    print("\nmedian [min .. max]")
     print(header)
     print("-" * len(header))
-    headline: list[str] = []
-    medians: dict[tuple[str, int], float] = {}
     for n in sizes:
         cells = []
         for impl in columns:
             samples = results.get((impl, n), [])
             failed = failures.get((impl, n), 0)
             if samples:
-                medians[impl, n] = statistics.median(samples)
                 cell = f"{medians[impl, n]:7.0f} [{min(samples):5.0f} .. {max(samples):5.0f}]"
             else:
                 cell = "no result"
             if failed:
                 cell += f" ({failed} failed)"
             cells.append(f"{cell:^{width}}")
-        row = f"{n:>4} | " + " | ".join(cells)
-        for other in ratios:
-            if ("ours", n) in medians and (other, n) in medians:
-                row += f" | {medians['ours', n] / medians[other, n]:8.2f}"
-            else:
-                row += f" | {'-':>8}"
-        print(row)
+        print(f"{n:>4} | " + " | ".join(cells) + ratio_cells(medians, n))
+    # The runs spread the new member's arrival evenly over the heartbeat interval, so
+    # their mean estimates the latency of an arrival at a random moment; the median of
+    # so few runs moves by up to half a step of that spread with where each client's
+    # heartbeats happen to fall.
+    print("\nmean")
+    print(f"{'N':>4} | " + " | ".join(f"{c:^12}" for c in columns)
+          + "".join(f" | {'ours/' + SHORT[r]:>9}" for r in ratios))
+    for n in sizes:
+        cells = [f"{means[impl, n]:^12.0f}" if (impl, n) in means else f"{'-':^12}"
+                 for impl in columns]
+        print(f"{n:>4} | " + " | ".join(cells) + ratio_cells(means, n))
     print("(ratios below 1: ours is faster)")
+    headline: list[str] = []
     for n in sizes:
         for impl in columns:
             if (impl, n) in medians:
                 headline.append(f"{SHORT[impl]}_n{n}_ms={medians[impl, n]:.1f}")
         for other in ratios:
             if ("ours", n) in medians and (other, n) in medians:
-                name = "java" if other == "java" else "kp"
-                headline.append(
-                    f"ratio_vs_{name}_n{n}={medians['ours', n] / medians[other, n]:.3f}")
+                headline.append(f"ratio_vs_{SHORT[other]}_n{n}="
+                                f"{medians['ours', n] / medians[other, n]:.3f}")
     print(" ".join(headline))
 
 
@@ -661,12 +685,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         def run(impl: str, n: int, label: str, phase_s: float) -> float | None:
             group_id = f"join-latency-{run_id}-{SHORT[impl]}-n{n}-{label}"
             try:
-                ms = measure_once(openers[impl], group_id, n, phase_s)
+                ms = measure_once(openers[impl], group_id, n, phase_s, dump_stacks=args.verbose)
             except BenchmarkError as e:
                 print(f"  {impl:>12} N={n:<3} {label}: FAILED: {e}", flush=True)
-                if args.verbose:
-                    # Where the members that did not make it are stuck.
-                    faulthandler.dump_traceback(all_threads=True)
                 return None
             print(f"  {impl:>12} N={n:<3} {label}: {ms:8.1f} ms", flush=True)
             return ms
@@ -688,7 +709,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     else:
                         results.setdefault((impl, n), []).append(ms)
     report(results, failures, args.implementations, args.sizes, args.repeats)
-    return 1 if failures else 0
+    # Only a failure of this library fails the benchmark: the other clients are the
+    # yardstick, and their failures are reported in the table.
+    return 1 if any(impl == "ours" for impl, _ in failures) else 0
 
 
 if __name__ == "__main__":
