@@ -236,8 +236,7 @@ class RangeCoordinator(Coordinator):
         ids = sorted(m.member_id for m in members)
         shares = range_split(PARTITIONS, len(ids))
         return {
-            mid: ",".join(map(str, share)).encode()
-            for mid, share in zip(ids, shares, strict=True)
+            mid: ",".join(map(str, share)).encode() for mid, share in zip(ids, shares, strict=True)
         }
 
     def on_join_complete(
@@ -246,7 +245,23 @@ class RangeCoordinator(Coordinator):
         self._tracker.record(self._index, generation, time.perf_counter())
 
 
-class OursGroup(Group):
+class InProcessGroup(Group):
+    """A group whose members live in this process, started one at a time."""
+
+    @abc.abstractmethod
+    def _start_one(self) -> None: ...
+
+    def start_members(self, count: int) -> None:
+        for _ in range(count):
+            self._start_one()
+
+    def add_member(self) -> float:
+        t0 = time.perf_counter()
+        self._start_one()
+        return t0
+
+
+class OursGroup(InProcessGroup):
     def __init__(self, group_id: str, tracker: Tracker, bootstrap_servers: str) -> None:
         super().__init__(group_id, tracker)
         self._bootstrap_servers = bootstrap_servers
@@ -265,15 +280,6 @@ class OursGroup(Group):
         )
         self._members.append(member)
         member.start()
-
-    def start_members(self, count: int) -> None:
-        for _ in range(count):
-            self._start_one()
-
-    def add_member(self) -> float:
-        t0 = time.perf_counter()
-        self._start_one()
-        return t0
 
     def close(self) -> None:
         # In parallel: one by one, each LeaveGroup would rebalance the members still there.
@@ -352,7 +358,7 @@ class KafkaPythonMember:
             self._consumer.close(autocommit=False)
 
 
-class KafkaPythonGroup(Group):
+class KafkaPythonGroup(InProcessGroup):
     def __init__(self, group_id: str, tracker: Tracker, bootstrap_servers: str) -> None:
         super().__init__(group_id, tracker)
         self._bootstrap_servers = bootstrap_servers
@@ -364,15 +370,6 @@ class KafkaPythonGroup(Group):
         )
         self._members.append(member)
         member.thread.start()
-
-    def start_members(self, count: int) -> None:
-        for _ in range(count):
-            self._start_one()
-
-    def add_member(self) -> float:
-        t0 = time.perf_counter()
-        self._start_one()
-        return t0
 
     def close(self) -> None:
         for m in self._members:
@@ -396,14 +393,24 @@ class JavaDriver:
         classes = workdir / "classes"
         compiled = subprocess.run(
             ["javac", "-d", str(classes), "-cp", os.pathsep.join(jars), str(JAVA_SOURCE)],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if compiled.returncode != 0:
             raise BenchmarkError(f"javac failed:\n{compiled.stdout}{compiled.stderr}")
         command = [
-            "java", "-Xmx1g", "-cp", os.pathsep.join([str(classes), *jars]), "JoinLatency",
-            bootstrap_servers, TOPIC, str(SESSION_TIMEOUT_MS), str(HEARTBEAT_INTERVAL_MS),
-            str(REBALANCE_TIMEOUT_MS), str(POLL_TIMEOUT_MS),
+            "java",
+            "-Xmx1g",
+            "-cp",
+            os.pathsep.join([str(classes), *jars]),
+            "JoinLatency",
+            bootstrap_servers,
+            TOPIC,
+            str(SESSION_TIMEOUT_MS),
+            str(HEARTBEAT_INTERVAL_MS),
+            str(REBALANCE_TIMEOUT_MS),
+            str(POLL_TIMEOUT_MS),
         ]
         self._process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
@@ -505,8 +512,12 @@ class JavaGroup(Group):
 
 
 def measure_once(
-    open_group: Callable[[str, Tracker], Group], group_id: str, size: int, phase_s: float,
-    *, dump_stacks: bool = False,
+    open_group: Callable[[str, Tracker], Group],
+    group_id: str,
+    size: int,
+    phase_s: float,
+    *,
+    dump_stacks: bool = False,
 ) -> float:
     """Milliseconds from starting member N+1 until all N+1 completed the new generation.
 
@@ -557,22 +568,36 @@ def broker(bootstrap_servers: str | None) -> Iterator[str]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Time for a group of N members to absorb one new member, for "
-        "coordination, kafka-python and the Java consumer.")
-    parser.add_argument("--quick", action="store_true",
-                        help="a small run (N = 1, 10; 2 runs each), about a minute")
+        "coordination, kafka-python and the Java consumer."
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a small run (N = 1, 10; 2 runs each), about a minute"
+    )
     parser.add_argument("--sizes", help="comma-separated group sizes N (default 1,10,50)")
-    parser.add_argument("--repeats", type=int, help="runs per size and implementation "
-                        "(default 10)")
-    parser.add_argument("--warmup", type=int, default=1,
-                        help="unrecorded runs (N=1) per implementation first (default 1)")
-    parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS),
-                        help=f"comma-separated subset of {','.join(IMPLEMENTATIONS)}")
-    parser.add_argument("--bootstrap-servers",
-                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
-                        help="an existing cluster (default: $KAFKA_BOOTSTRAP_SERVERS, else a "
-                        "broker started for this run)")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="log at INFO level; dump every thread's stack when a run fails")
+    parser.add_argument("--repeats", type=int, help="runs per size and implementation (default 10)")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="unrecorded runs (N=1) per implementation first (default 1)",
+    )
+    parser.add_argument(
+        "--implementations",
+        default=",".join(IMPLEMENTATIONS),
+        help=f"comma-separated subset of {','.join(IMPLEMENTATIONS)}",
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+        help="an existing cluster (default: $KAFKA_BOOTSTRAP_SERVERS, else a "
+        "broker started for this run)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log at INFO level; dump every thread's stack when a run fails",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or ("1,10" if args.quick else "1,10,50")
     args.sizes = [int(s) for s in sizes.split(",") if s.strip()]
@@ -586,11 +611,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def report(results: Mapping[tuple[str, int], list[float]], failures: Mapping[tuple[str, int], int],
-           implementations: Sequence[str], sizes: Sequence[int], repeats: int) -> None:
+def report(
+    results: Mapping[tuple[str, int], list[float]],
+    failures: Mapping[tuple[str, int], int],
+    implementations: Sequence[str],
+    sizes: Sequence[int],
+    repeats: int,
+) -> None:
     columns = [*implementations]
-    ratios = [other for other in ("java", "kafka-python")
-              if "ours" in implementations and other in implementations]
+    ratios = [
+        other
+        for other in ("java", "kafka-python")
+        if "ours" in implementations and other in implementations
+    ]
     medians = {key: statistics.median(v) for key, v in results.items() if v}
     means = {key: statistics.fmean(v) for key, v in results.items() if v}
 
@@ -604,11 +637,15 @@ def report(results: Mapping[tuple[str, int], list[float]], failures: Mapping[tup
         return cells
 
     print()
-    print(f"Join latency (ms): member N+1 starts -> all N+1 members have the new generation's "
-          f"assignment; {repeats} runs per cell")
-    print(f"session.timeout.ms={SESSION_TIMEOUT_MS} heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}"
-          f" rebalance timeout={REBALANCE_TIMEOUT_MS} consumer poll timeout={POLL_TIMEOUT_MS} "
-          f"topic partitions={PARTITIONS}")
+    print(
+        f"Join latency (ms): member N+1 starts -> all N+1 members have the new generation's "
+        f"assignment; {repeats} runs per cell"
+    )
+    print(
+        f"session.timeout.ms={SESSION_TIMEOUT_MS} heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}"
+        f" rebalance timeout={REBALANCE_TIMEOUT_MS} consumer poll timeout={POLL_TIMEOUT_MS} "
+        f"topic partitions={PARTITIONS}"
+    )
     width = 26 if not failures else 36
     header = f"{'N':>4} | " + " | ".join(f"{c:^{width}}" for c in columns)
     header += "".join(f" | {'ours/' + SHORT[r]:>9}" for r in ratios)
@@ -633,11 +670,15 @@ def report(results: Mapping[tuple[str, int], list[float]], failures: Mapping[tup
     # so few runs moves by up to half a step of that spread with where each client's
     # heartbeats happen to fall.
     print("\nmean")
-    print(f"{'N':>4} | " + " | ".join(f"{c:^12}" for c in columns)
-          + "".join(f" | {'ours/' + SHORT[r]:>9}" for r in ratios))
+    print(
+        f"{'N':>4} | "
+        + " | ".join(f"{c:^12}" for c in columns)
+        + "".join(f" | {'ours/' + SHORT[r]:>9}" for r in ratios)
+    )
     for n in sizes:
-        cells = [f"{means[impl, n]:^12.0f}" if (impl, n) in means else f"{'-':^12}"
-                 for impl in columns]
+        cells = [
+            f"{means[impl, n]:^12.0f}" if (impl, n) in means else f"{'-':^12}" for impl in columns
+        ]
         print(f"{n:>4} | " + " | ".join(cells) + ratio_cells(means, n))
     print("(ratios below 1: ours is faster)")
     headline: list[str] = []
@@ -647,8 +688,9 @@ def report(results: Mapping[tuple[str, int], list[float]], failures: Mapping[tup
                 headline.append(f"{SHORT[impl]}_n{n}_ms={medians[impl, n]:.1f}")
         for other in ratios:
             if ("ours", n) in medians and (other, n) in medians:
-                headline.append(f"ratio_vs_{SHORT[other]}_n{n}="
-                                f"{medians['ours', n] / medians[other, n]:.3f}")
+                headline.append(
+                    f"ratio_vs_{SHORT[other]}_n{n}={medians['ours', n] / medians[other, n]:.3f}"
+                )
     print(" ".join(headline))
 
 
@@ -679,8 +721,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             driver = JavaDriver(bootstrap, workdir)
             stack.callback(driver.close)
             openers["java"] = lambda g, t: JavaGroup(g, t, driver)
-        print(f"broker {bootstrap}; sizes {args.sizes}; {args.repeats} runs each; "
-              f"{args.warmup} warm-up run(s)", flush=True)
+        print(
+            f"broker {bootstrap}; sizes {args.sizes}; {args.repeats} runs each; "
+            f"{args.warmup} warm-up run(s)",
+            flush=True,
+        )
 
         def run(impl: str, n: int, label: str, phase_s: float) -> float | None:
             group_id = f"join-latency-{run_id}-{SHORT[impl]}-n{n}-{label}"

@@ -32,15 +32,8 @@ __all__ = [
     "errors",
 ]
 
-# Show the public names as coordination.X in reprs and tracebacks.
-for _name in (
-    "Coordinator",
-    "CoordinatorConfig",
-    "Generation",
-    "Member",
-    "MemberMetrics",
-    "MemberState",
-    "ProtocolMetadata",
-):
-    globals()[_name].__module__ = __name__
+# Show the public classes as coordination.X in reprs and tracebacks.
+for _name in __all__:
+    if isinstance(globals()[_name], type):
+        globals()[_name].__module__ = __name__
 del _name

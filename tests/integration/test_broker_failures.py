@@ -20,6 +20,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 FAST_FAILOVER = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 
 
+def start_pair(
+    members: list[Listing], kafka: KafkaCluster, session_timeout_ms: int
+) -> list[Listing]:
+    """Two members of a new group, started; long sessions so they outlive the broker trouble."""
+    group = new_group()
+    pair = [
+        Listing(
+            group,
+            bootstrap_servers=kafka.bootstrap_servers,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=500,
+        )
+        for _ in range(2)
+    ]
+    members.extend(pair)
+    for m in pair:
+        m.start()
+    return pair
+
+
 @pytest.fixture
 def members() -> Iterator[list[Listing]]:
     created: list[Listing] = []
@@ -30,19 +50,7 @@ def members() -> Iterator[list[Listing]]:
 
 def test_the_group_recovers_after_its_broker_restarts(members: list[Listing]) -> None:
     with KafkaCluster(1) as kafka:
-        group = new_group()
-        pair = [
-            Listing(
-                group,
-                bootstrap_servers=kafka.bootstrap_servers,
-                session_timeout_ms=15_000,
-                heartbeat_interval_ms=500,
-            )
-            for _ in range(2)
-        ]
-        members.extend(pair)
-        for m in pair:
-            m.start()
+        pair = start_pair(members, kafka, session_timeout_ms=15_000)
         wait_until(lambda: settled(pair, 2), 30, "two members")
         kafka.stop_broker(1)
         time.sleep(3)
@@ -65,19 +73,7 @@ def test_the_group_recovers_after_its_broker_restarts(members: list[Listing]) ->
 
 def test_the_group_follows_its_coordinator_to_another_broker(members: list[Listing]) -> None:
     with KafkaCluster(3, config=FAST_FAILOVER) as kafka:
-        group = new_group()
-        pair = [
-            Listing(
-                group,
-                bootstrap_servers=kafka.bootstrap_servers,
-                session_timeout_ms=20_000,
-                heartbeat_interval_ms=500,
-            )
-            for _ in range(2)
-        ]
-        members.extend(pair)
-        for m in pair:
-            m.start()
+        pair = start_pair(members, kafka, session_timeout_ms=20_000)
         wait_until(lambda: settled(pair, 2), 60, "two members")
         coordinator = pair[0]._engine.coordinator
         assert coordinator is not None

@@ -127,14 +127,22 @@ def test_a_member_that_leaves_makes_the_rest_rebalance_at_once(kafka: str, membe
     assert leaving.state is MemberState.CLOSED
 
 
+def two_members_and_a_process(
+    kafka: str, members: list[Listing], processes: list[MemberProcess]
+) -> tuple[list[Listing], MemberProcess]:
+    """A stable group of three: two members here and one in a process of its own."""
+    group = new_group()
+    pair = start(members, kafka, group, 2)
+    other = MemberProcess(kafka, group)
+    processes.append(other)
+    wait_until(lambda: settled(pair, 3) and bool(other.joined()), 30, "three members")
+    return pair, other
+
+
 def test_a_killed_member_is_evicted_after_the_session_timeout(
     kafka: str, members, processes
 ) -> None:
-    group = new_group()
-    pair = start(members, kafka, group, 2)
-    victim = MemberProcess(kafka, group)
-    processes.append(victim)
-    wait_until(lambda: settled(pair, 3) and bool(victim.joined()), 30, "three members")
+    pair, victim = two_members_and_a_process(kafka, members, processes)
     victim.signal(signal.SIGKILL)
     killed = time.monotonic()
     wait_until(lambda: settled(pair, 2), 20, "the survivors to rebalance")
@@ -147,11 +155,7 @@ def test_a_killed_member_is_evicted_after_the_session_timeout(
 def test_a_frozen_member_learns_it_lost_its_generation_and_rejoins(
     kafka: str, members, processes
 ) -> None:
-    group = new_group()
-    pair = start(members, kafka, group, 2)
-    frozen = MemberProcess(kafka, group)
-    processes.append(frozen)
-    wait_until(lambda: settled(pair, 3) and bool(frozen.joined()), 30, "three members")
+    pair, frozen = two_members_and_a_process(kafka, members, processes)
     old = frozen.joined()[-1]
     frozen.signal(signal.SIGSTOP)
     wait_until(lambda: settled(pair, 2), 20, "the others to evict the frozen member")
