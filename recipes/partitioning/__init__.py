@@ -1,0 +1,1 @@
+"""Consumer partitioning over Kafka's own ``consumer`` protocol (in progress)."""

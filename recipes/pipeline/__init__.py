@@ -1,0 +1,1 @@
+"""The data pipeline this framework coordinates, on Apache Spark through PySpark (in progress)."""

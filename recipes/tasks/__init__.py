@@ -1,0 +1,1 @@
+"""Connect-style task distribution over a group of workers (in progress)."""
