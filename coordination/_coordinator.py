@@ -62,7 +62,8 @@ class Coordinator(abc.ABC):
 
     What a callback may call:
         ``generation()``, ``generation_if_stable()``, ``member_id``, ``state``,
-        ``is_leader``, ``metrics()`` and ``request_rejoin()`` are safe anywhere.
+        ``is_leader``, ``membership_lease()``, ``metrics()`` and ``request_rejoin()`` are
+        safe anywhere.
         ``close()`` and ``ensure_active_group()`` must not be called from a
         callback: they wait for the membership thread, which is running the
         callback (``close`` raises :class:`~coordination.errors.CoordinatorStateError`).
@@ -239,6 +240,22 @@ class Coordinator(abc.ABC):
         if not isinstance(reason, str) or not reason:
             raise ValueError("request_rejoin needs a non-empty reason")
         self._engine.request_rejoin(reason)
+
+    def membership_lease(self) -> float:
+        """Seconds during which the broker cannot have removed this member from the group.
+
+        Counted from the send time of the last request whose success proved the broker
+        counted this member (a heartbeat, JoinGroup or SyncGroup), plus the smaller of
+        ``session_timeout_ms`` and ``rebalance_timeout_ms``: the broker's timers started no
+        earlier than that. 0.0 when the member has no confirmed place in a generation.
+
+        This is what makes leadership safe: a member that acts as the only one of its kind
+        (a leader, the owner of a task) must stop before its lease runs out, because after
+        that the group may have moved on without it, even if this process has noticed
+        nothing (a network partition, a long pause). The time is read from a clock that also
+        counts time the host spent suspended (``CLOCK_BOOTTIME`` on Linux).
+        """
+        return self._engine.membership_lease()
 
     def metrics(self) -> MemberMetrics:
         """Counters and timings of this member."""

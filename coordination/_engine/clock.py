@@ -17,11 +17,21 @@ class Clock(Protocol):
         ...
 
 
-class SystemClock:
-    """The real clock."""
+# Kafka's brokers keep counting while this host is suspended; CLOCK_MONOTONIC does not, so a
+# member that wakes from a suspend would think its session younger than the broker does.
+# CLOCK_BOOTTIME (Linux) counts suspended time too.
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 
-    def monotonic(self) -> float:
-        return time.monotonic()
+
+def _boottime() -> float:
+    assert _BOOTTIME is not None
+    return time.clock_gettime(_BOOTTIME)
+
+
+class SystemClock:
+    """The real clock: monotonic, and on Linux counting time spent suspended."""
+
+    monotonic = staticmethod(_boottime if _BOOTTIME is not None else time.monotonic)
 
     def sleep(self, seconds: float, interrupt: threading.Event) -> None:
         if seconds > 0:

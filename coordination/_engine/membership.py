@@ -153,6 +153,11 @@ class GroupMembership:
         self._fatal: CoordinationError | None = None
         self._last_error: str | None = None
         self._closing = False
+        # The generation and the send time of the last request whose success proved that the
+        # broker counted this member (a JoinGroup, SyncGroup or Heartbeat): the broker's session
+        # and join timers started no earlier than that, so it cannot have removed the member
+        # before that time plus min(session timeout, rebalance timeout).
+        self._confirmed: tuple[Generation, float] | None = None
 
         now = self._clock.monotonic()
         self._timers = HeartbeatTimers(
@@ -199,6 +204,17 @@ class GroupMembership:
     def fatal_error(self) -> CoordinationError | None:
         with self._lock:
             return self._fatal
+
+    def membership_lease(self) -> float:
+        """Seconds during which the broker cannot have removed this member; 0.0 if none."""
+        cfg = self._config
+        with self._lock:
+            active = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
+            if not active or self._confirmed is None or self._confirmed[0] != self._generation:
+                return 0.0
+            confirmed_at = self._confirmed[1]
+        guaranteed_s = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms) / 1000
+        return max(0.0, confirmed_at + guaranteed_s - self._clock.monotonic())
 
     def metrics(self) -> MemberMetrics:
         now = self._clock.monotonic()
@@ -497,6 +513,7 @@ class GroupMembership:
         long_timeout_s = max(
             cfg.request_timeout_ms / 1000, cfg.rebalance_timeout_ms / 1000 + _JOIN_TIMEOUT_LAPSE_S
         )
+        join_sent_at = self._clock.monotonic()
         try:
             joined = self._transport.send(
                 join, msg.JoinGroupResponse, coordinator=coordinator, timeout_s=long_timeout_s
@@ -527,6 +544,7 @@ class GroupMembership:
                 return _Failed(Reaction(Next.RETRY_NOW), "the join was abandoned", sent)
             generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
             self._generation = generation
+            self._confirmed = (generation, join_sent_at)
             self._leader_id = joined.leader or None
             self._state = MemberState.COMPLETING_REBALANCE
             # Heartbeats start here: the sync phase can take up to the rebalance timeout.
@@ -561,6 +579,7 @@ class GroupMembership:
             protocol_name=generation.protocol,
             assignments=assignments,
         )
+        sync_sent_at = self._clock.monotonic()
         try:
             # A follower's SyncGroup waits for the leader's, up to the rebalance timeout.
             synced = self._transport.send(
@@ -595,6 +614,7 @@ class GroupMembership:
                     generation,
                 )
             self._state = MemberState.STABLE
+            self._confirmed = (generation, sync_sent_at)
             if self._rejoin_requests == requests_at_start:
                 self._rejoin_reason = None
             now = self._clock.monotonic()
@@ -868,16 +888,18 @@ class GroupMembership:
             if same_node:
                 self._mark_coordinator_unknown(f"heartbeat got no response: {e}")
             return None
-        return self._on_heartbeat_response(response.error_code, sent, node)
+        return self._on_heartbeat_response(response.error_code, sent, node, sent_at=now)
 
     def _on_heartbeat_response(
-        self, code: int, sent: Generation, node: CoordinatorNode
+        self, code: int, sent: Generation, node: CoordinatorNode, sent_at: float | None = None
     ) -> float | None:
         now = self._clock.monotonic()
         retry_s = self._config.retry_backoff_ms / 1000
         with self._lock:
             self._counters.heartbeat_total += 1
             if code == ErrorCode.NONE:
+                if sent_at is not None and self._generation == sent:
+                    self._confirmed = (sent, sent_at)
                 self._timers.received(now)
                 self._counters.last_heartbeat_at = now
                 return self._timers.time_to_next(now)

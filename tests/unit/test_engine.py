@@ -568,3 +568,60 @@ def test_closing_during_a_join_drops_the_parked_connection_first() -> None:
     h.engine.close(timeout_s=5)
     assert len(h.transport.disconnects) == 1
     assert len(h.transport.requests(m.LeaveGroupRequest)) == 1
+
+
+# ------------------------------------------------------------------------- membership lease
+
+
+def test_membership_lease_runs_from_the_send_time_of_the_last_confirmation() -> None:
+    h = stable_leader(session_timeout_ms=10_000, heartbeat_interval_ms=1000)
+    assert h.engine.membership_lease() == pytest.approx(10.0)
+    h.clock.advance(4)
+    assert h.engine.membership_lease() == pytest.approx(6.0)
+    # A successful heartbeat renews it from the moment the heartbeat was sent.
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    h.engine.heartbeat_once()
+    assert h.engine.membership_lease() == pytest.approx(10.0)
+
+
+def test_membership_lease_is_bounded_by_the_rebalance_timeout() -> None:
+    h = stable_leader(session_timeout_ms=10_000, rebalance_timeout_ms=7_000)
+    assert h.engine.membership_lease() == pytest.approx(7.0)
+
+
+def test_rebalance_in_progress_does_not_renew_the_lease() -> None:
+    # The broker may already be timing this member out of the join phase.
+    h = stable_leader(session_timeout_ms=10_000)
+    h.clock.advance(3)
+    h.prepare(m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS))
+    h.engine.heartbeat_once()
+    assert h.engine.membership_lease() == pytest.approx(7.0)
+
+
+def test_failed_heartbeats_let_the_lease_run_out_while_the_member_is_still_stable() -> None:
+    h = stable_leader(session_timeout_ms=10_000, heartbeat_interval_ms=1000)
+    h.clock.advance(1)
+    h.prepare(TransportError("timed out"), response_type=m.HeartbeatResponse)
+    h.engine.heartbeat_once()
+    h.clock.advance(5)
+    assert h.engine.membership_lease() == pytest.approx(4.0)
+    h.clock.advance(5)
+    assert h.engine.state is MemberState.STABLE  # the engine has not noticed anything yet
+    assert h.engine.membership_lease() == 0.0
+
+
+@pytest.mark.parametrize(
+    ("code", "member_id_after"), [(E.ILLEGAL_GENERATION, "m-1"), (E.UNKNOWN_MEMBER_ID, "")]
+)
+def test_losing_the_generation_ends_the_lease_at_once(code: int, member_id_after: str) -> None:
+    h = stable_leader()
+    h.clock.advance(3)
+    h.prepare(m.HeartbeatResponse(error_code=code))
+    h.engine.heartbeat_once()
+    assert h.engine.generation.member_id == member_id_after
+    assert h.engine.membership_lease() == 0.0
+
+
+def test_a_member_that_never_joined_has_no_lease() -> None:
+    h = Harness()
+    assert h.engine.membership_lease() == 0.0
