@@ -1,0 +1,459 @@
+"""Kafka's ``consumer`` protocol: the Subscription and Assignment bytes of JoinGroup and SyncGroup.
+
+A member of a consumer group sends a :class:`Subscription` as its protocol metadata in
+JoinGroup; the leader answers each member with an :class:`Assignment` in SyncGroup. The byte
+layouts here are Kafka's (``ConsumerProtocolSubscription`` and ``ConsumerProtocolAssignment``,
+versions 0 to 3), so a member of this library can share a group with Java, librdkafka,
+kafka-python or franz-go consumers. The module also reads and writes the user data of Java's
+``sticky`` and ``cooperative-sticky`` assignors.
+
+Layout (big-endian, non-flexible; every message starts with an int16 version)::
+
+    Subscription  v0: topics [string], user_data nullable bytes
+                  v1: + owned_partitions [topic string, partitions [int32]]
+                  v2: + generation_id int32 (KIP-792)
+                  v3: + rack_id nullable string (KIP-881)
+    Assignment v0-3: assigned_partitions [topic string, partitions [int32]], user_data nullable bytes
+
+Fields are only ever appended, so readers parse a newer version with the newest layout they
+know and ignore the rest.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+from coordination.errors import ConfigurationError, ProtocolCodecError
+
+__all__ = [
+    "ASSIGNMENT_VERSION",
+    "PROTOCOL_TYPE",
+    "SUBSCRIPTION_VERSION",
+    "Assignment",
+    "ConsumerProtocolError",
+    "RebalanceProtocol",
+    "StickyUserData",
+    "Subscription",
+    "TopicPartition",
+    "decode_assignment",
+    "decode_cooperative_sticky_user_data",
+    "decode_sticky_user_data",
+    "decode_subscription",
+    "encode_assignment",
+    "encode_cooperative_sticky_user_data",
+    "encode_sticky_user_data",
+    "encode_subscription",
+]
+
+PROTOCOL_TYPE: Final = "consumer"
+"""The JoinGroup ``protocol_type`` of Kafka consumer groups."""
+SUBSCRIPTION_VERSION: Final = 3
+"""The newest ``ConsumerProtocolSubscription`` version this module writes and fully reads."""
+ASSIGNMENT_VERSION: Final = 3
+"""The newest ``ConsumerProtocolAssignment`` version (1 to 3 are the same bytes as 0)."""
+
+_INT16: Final = struct.Struct(">h")
+_INT32: Final = struct.Struct(">i")
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic; equal to (and hashable like) kafka-python's TopicPartition."""
+
+    topic: str
+    partition: int
+
+
+class RebalanceProtocol(enum.Enum):
+    """How members hand partitions over in a rebalance (KIP-429); values are Kafka's ids."""
+
+    EAGER = 0
+    """Every member revokes all its partitions before it rejoins; the default."""
+    COOPERATIVE = 1
+    """Members keep their partitions through a rebalance and revoke only what moves; a
+    partition changes owner over two rebalances (revoke, then assign)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """What a member asks for in JoinGroup: its topics and what it owns.
+
+    Example:
+        sub = Subscription(("orders",), owned_partitions=(TopicPartition("orders", 0),),
+                           generation_id=7)
+        assert decode_subscription(encode_subscription(sub)) == sub
+
+    Attributes:
+        topics: the subscribed topic names. Kafka writes them sorted; so does this module.
+        user_data: assignor-specific bytes (``None`` is written as a null, not empty, field).
+        owned_partitions: the partitions the member owns now (v1+, KIP-429).
+        generation_id: the generation in which it got them, -1 if none (v2+, KIP-792).
+        rack_id: the member's ``client.rack``, ``None`` if unset (v3+, KIP-881).
+        group_instance_id: the member's static ``group.instance.id``. Not on the wire: the
+            caller fills it from the JoinGroup response so that range and round-robin order
+            static members as Java does. Decoding leaves it ``None``.
+    """
+
+    topics: tuple[str, ...]
+    user_data: bytes | None = None
+    owned_partitions: tuple[TopicPartition, ...] = ()
+    generation_id: int = -1
+    rack_id: str | None = None
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """What the leader gives a member in SyncGroup.
+
+    Attributes:
+        partitions: the partitions the member owns from now on.
+        user_data: assignor-specific bytes, ``None`` if the assignor sends none.
+    """
+
+    partitions: tuple[TopicPartition, ...]
+    user_data: bytes | None = None
+
+
+class StickyUserData(NamedTuple):
+    """The user data of Java's eager ``StickyAssignor``: the member's last assignment."""
+
+    partitions: tuple[TopicPartition, ...]
+    generation: int | None
+    """``None`` in version 0 of this user data, which had no generation."""
+
+
+class ConsumerProtocolError(ProtocolCodecError):
+    """Consumer-protocol bytes (a subscription, an assignment or user data) are malformed.
+
+    The message says what was wrong and where; the caller adds which member sent them.
+    """
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+
+def _string(value: str) -> bytes:
+    data = value.encode()
+    if len(data) > 0x7FFF:
+        raise ConfigurationError(f"string of {len(data)} bytes does not fit an int16 length")
+    return _INT16.pack(len(data)) + data
+
+
+def _nullable_bytes(value: bytes | None) -> bytes:
+    if value is None:
+        return _INT32.pack(-1)
+    return _INT32.pack(len(value)) + bytes(value)
+
+
+def _topic_partitions(groups: Sequence[tuple[str, Sequence[int]]]) -> bytes:
+    out = [_INT32.pack(len(groups))]
+    for topic, partitions in groups:
+        out.append(_string(topic))
+        out.append(struct.pack(f">i{len(partitions)}i", len(partitions), *partitions))
+    return b"".join(out)
+
+
+def _group_sorted(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
+    """Group by topic, topics and partitions sorted (Kafka's order for owned partitions)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return [(topic, sorted(by_topic[topic])) for topic in sorted(by_topic)]
+
+
+def _group_in_order(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
+    """Group by topic in order of first appearance (Kafka's order for assigned partitions)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return list(by_topic.items())
+
+
+def _check_version(version: int, kind: str) -> None:
+    if not 0 <= version <= SUBSCRIPTION_VERSION:
+        raise ConfigurationError(
+            f"{kind} version must be 0 to {SUBSCRIPTION_VERSION}, got {version}"
+        )
+
+
+def encode_subscription(sub: Subscription, version: int = SUBSCRIPTION_VERSION) -> bytes:
+    """Write a subscription as Kafka's ``ConsumerProtocolSubscription`` of ``version``.
+
+    Fields newer than ``version`` are left out, as Kafka does (they are "ignorable").
+    Topics and owned partitions are written sorted.
+
+    Args:
+        sub: the subscription.
+        version: 0 to 3.
+
+    Returns:
+        The int16 version followed by the fields.
+
+    Raises:
+        ConfigurationError: ``version`` is out of range or a topic name is too long.
+    """
+    _check_version(version, "subscription")
+    out = [_INT16.pack(version), _INT32.pack(len(sub.topics))]
+    out.extend(_string(topic) for topic in sorted(sub.topics))
+    out.append(_nullable_bytes(sub.user_data))
+    if version >= 1:
+        out.append(_topic_partitions(_group_sorted(sub.owned_partitions)))
+    if version >= 2:
+        out.append(_INT32.pack(sub.generation_id))
+    if version >= 3:
+        out.append(_INT16.pack(-1) if sub.rack_id is None else _string(sub.rack_id))
+    return b"".join(out)
+
+
+def encode_assignment(assignment: Assignment, version: int = ASSIGNMENT_VERSION) -> bytes:
+    """Write an assignment as Kafka's ``ConsumerProtocolAssignment`` of ``version``.
+
+    Versions 0 to 3 have the same fields; only the version number differs. Partitions are
+    grouped by topic in order of first appearance, as Kafka writes them.
+
+    Args:
+        assignment: the assignment.
+        version: 0 to 3.
+
+    Returns:
+        The int16 version followed by the fields.
+
+    Raises:
+        ConfigurationError: ``version`` is out of range or a topic name is too long.
+    """
+    _check_version(version, "assignment")
+    return b"".join(
+        (
+            _INT16.pack(version),
+            _topic_partitions(_group_in_order(assignment.partitions)),
+            _nullable_bytes(assignment.user_data),
+        )
+    )
+
+
+# -- decoding -----------------------------------------------------------------------------------
+
+
+class _Reader:
+    """A cursor over bytes that raises ConsumerProtocolError naming what it was reading."""
+
+    __slots__ = ("data", "kind", "pos")
+
+    def __init__(self, data: bytes, kind: str) -> None:
+        self.data = data
+        self.pos = 0
+        self.kind = kind
+
+    def at_end(self) -> bool:
+        return self.pos >= len(self.data)
+
+    def _need(self, size: int, what: str) -> None:
+        if self.pos + size > len(self.data):
+            raise ConsumerProtocolError(
+                f"{self.kind} truncated: {what} needs {size} bytes at offset {self.pos}, "
+                f"{len(self.data) - self.pos} left"
+            )
+
+    def int16(self, what: str) -> int:
+        self._need(2, what)
+        (value,) = _INT16.unpack_from(self.data, self.pos)
+        self.pos += 2
+        return int(value)
+
+    def int32(self, what: str) -> int:
+        self._need(4, what)
+        (value,) = _INT32.unpack_from(self.data, self.pos)
+        self.pos += 4
+        return int(value)
+
+    def string(self, what: str, *, nullable: bool = False) -> str | None:
+        size = self.int16(f"length of {what}")
+        if size < 0:
+            if nullable and size == -1:
+                return None
+            raise ConsumerProtocolError(f"{self.kind}: {what} has invalid length {size}")
+        self._need(size, what)
+        raw = self.data[self.pos : self.pos + size]
+        self.pos += size
+        try:
+            return raw.decode()
+        except UnicodeDecodeError as e:
+            raise ConsumerProtocolError(f"{self.kind}: {what} is not valid UTF-8: {e}") from e
+
+    def nullable_bytes(self, what: str) -> bytes | None:
+        size = self.int32(f"length of {what}")
+        if size == -1:
+            return None
+        if size < 0:
+            raise ConsumerProtocolError(f"{self.kind}: {what} has invalid length {size}")
+        self._need(size, what)
+        value = self.data[self.pos : self.pos + size]
+        self.pos += size
+        return bytes(value)
+
+    def count(self, what: str) -> int:
+        size = self.int32(f"length of {what}")
+        if size < 0:
+            raise ConsumerProtocolError(f"{self.kind}: {what} has invalid length {size}")
+        # Every element takes at least 2 bytes: refuse a bogus length before allocating.
+        self._need(2 * size, what)
+        return size
+
+    def int32_array(self, what: str) -> tuple[int, ...]:
+        size = self.count(what)
+        self._need(4 * size, what)
+        values = struct.unpack_from(f">{size}i", self.data, self.pos)
+        self.pos += 4 * size
+        return values
+
+    def topic_partitions(self, what: str) -> tuple[TopicPartition, ...]:
+        out: list[TopicPartition] = []
+        for _ in range(self.count(what)):
+            topic = self.string(f"topic name in {what}")
+            assert topic is not None
+            partitions = self.int32_array(f"partitions of {topic!r} in {what}")
+            out.extend(TopicPartition(topic, p) for p in partitions)
+        return tuple(out)
+
+
+def _version(reader: _Reader) -> int:
+    version = reader.int16("version")
+    if version < 0:
+        raise ConsumerProtocolError(f"{reader.kind}: unsupported version {version}")
+    return version
+
+
+def decode_subscription(data: bytes) -> Subscription:
+    """Read Kafka's ``ConsumerProtocolSubscription`` bytes.
+
+    Accepted beyond the letter of the schema, as other clients need it: versions above 3
+    (read as version 3, trailing bytes ignored), and a message that ends cleanly after
+    the topics or any later whole field (the missing fields take their defaults), which
+    some older clients send with a newer version number.
+
+    Args:
+        data: the protocol metadata of one member from a JoinGroup response.
+
+    Returns:
+        The subscription; ``generation_id`` is -1 and ``rack_id`` ``None`` where absent.
+
+    Raises:
+        ConsumerProtocolError: the version is negative, a field is cut in the middle, a
+            length is negative (other than a null), or a string is not UTF-8.
+    """
+    reader = _Reader(memoryview(data).tobytes(), "subscription")
+    version = _version(reader)
+    topics = tuple(
+        str(reader.string("topic name")) for _ in range(reader.count("topics"))
+    )
+    user_data: bytes | None = None
+    owned: tuple[TopicPartition, ...] = ()
+    generation_id = -1
+    rack_id: str | None = None
+    if not reader.at_end():
+        user_data = reader.nullable_bytes("user data")
+    if version >= 1 and not reader.at_end():
+        owned = reader.topic_partitions("owned partitions")
+    if version >= 2 and not reader.at_end():
+        generation_id = reader.int32("generation id")
+    if version >= 3 and not reader.at_end():
+        rack_id = reader.string("rack id", nullable=True)
+        # Java treats an empty rack id as no rack.
+        rack_id = rack_id or None
+    return Subscription(topics, user_data, owned, generation_id, rack_id)
+
+
+def decode_assignment(data: bytes) -> Assignment:
+    """Read Kafka's ``ConsumerProtocolAssignment`` bytes.
+
+    Versions above 3 are read as version 3 (trailing bytes ignored); a message that ends
+    right after the partitions has no user data.
+
+    Args:
+        data: this member's assignment from a SyncGroup response.
+
+    Returns:
+        The assignment, partitions in the order they were written.
+
+    Raises:
+        ConsumerProtocolError: the bytes are shorter than a version, the version is
+            negative, a field is cut in the middle or has a negative length.
+    """
+    reader = _Reader(memoryview(data).tobytes(), "assignment")
+    _version(reader)
+    partitions = reader.topic_partitions("assigned partitions")
+    user_data = None if reader.at_end() else reader.nullable_bytes("user data")
+    return Assignment(partitions, user_data)
+
+
+# -- assignor user data -------------------------------------------------------------------------
+
+
+def encode_cooperative_sticky_user_data(generation: int) -> bytes:
+    """Java ``CooperativeStickyAssignor`` user data: the member's last generation, int32.
+
+    Args:
+        generation: the generation of the member's last assignment, -1 if none.
+
+    Returns:
+        Four bytes, big-endian; -1 is ``ff ff ff ff``.
+    """
+    return _INT32.pack(generation)
+
+
+def decode_cooperative_sticky_user_data(data: bytes) -> int:
+    """Read Java ``CooperativeStickyAssignor`` user data (trailing bytes are ignored, as Java).
+
+    Args:
+        data: the subscription's user data.
+
+    Returns:
+        The generation it carries.
+
+    Raises:
+        ConsumerProtocolError: fewer than 4 bytes.
+    """
+    if len(data) < 4:
+        raise ConsumerProtocolError(
+            f"cooperative-sticky user data has {len(data)} bytes, needs 4 (int32 generation)"
+        )
+    return int(_INT32.unpack_from(data)[0])
+
+
+def encode_sticky_user_data(
+    partitions: Iterable[TopicPartition], generation: int | None
+) -> bytes:
+    """Java ``StickyAssignor`` user data: ``[topic string, partitions [int32]]`` then generation.
+
+    Args:
+        partitions: the member's last assignment.
+        generation: its generation; ``None`` writes version 0 of the layout, which has none.
+
+    Returns:
+        The bytes Java's ``StickyAssignor.subscriptionUserData`` would write (topics sorted).
+    """
+    body = _topic_partitions(_group_sorted(partitions))
+    return body if generation is None else body + _INT32.pack(generation)
+
+
+def decode_sticky_user_data(data: bytes) -> StickyUserData:
+    """Read Java ``StickyAssignor`` user data, with or without the generation.
+
+    Args:
+        data: the subscription's user data.
+
+    Returns:
+        The previous assignment and its generation (``None`` for the old layout).
+
+    Raises:
+        ConsumerProtocolError: the bytes are neither layout. (Java's assignor then treats
+            the member as owning nothing; the assignors here do the same.)
+    """
+    reader = _Reader(memoryview(data).tobytes(), "sticky user data")
+    partitions = reader.topic_partitions("previous assignment")
+    generation = None if len(data) - reader.pos < 4 else reader.int32("generation")
+    return StickyUserData(partitions, generation)
