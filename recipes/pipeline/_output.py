@@ -1,0 +1,623 @@
+"""The exactly-once output protocol of the pipeline: stage, commit, publish, recover.
+
+Results of one batch (one offset range of one partition) are written to a
+uniquely named *staging* directory, the offset commit names that directory in
+its metadata, and only then is the directory renamed into ``published/``. A new
+owner of the partition finishes what a crashed owner committed but did not
+publish (:meth:`PipelineOutput.recover`) and deletes what it never committed
+(:meth:`PipelineOutput.cleanup_orphans`). See ``docs/pipeline.md`` for the
+failure walkthrough. This module does file work only; it never starts Spark.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from coordination.errors import CoordinationError
+
+__all__ = [
+    "MANIFEST_NAME",
+    "OffsetRange",
+    "PipelineOutput",
+    "PipelineOutputError",
+    "PublishedRangeError",
+    "StagedBatch",
+]
+
+log = logging.getLogger("recipes.pipeline")
+
+MANIFEST_NAME: Final = "_manifest.json"
+"""File written into a staging directory after Spark's write succeeded.
+
+Its presence marks the stage complete; the leading underscore makes Spark's
+Parquet reader skip it.
+"""
+
+_MANIFEST_FORMAT: Final = 1
+_STAGING: Final = "staging"
+_PUBLISHED: Final = "published"
+
+# Parsed from the right: Kafka topic names may contain "-" (and "." and "_"),
+# partitions and offsets are digits, and the uuid is hex without dashes, so the
+# split is unambiguous. Offsets are zero-padded to 20 digits (the width of
+# 2**63 - 1) so that names sort in offset order.
+_NAME = re.compile(
+    r"^(?P<topic>.+)-(?P<partition>\d+)-(?P<start>\d{20})-(?P<end>\d{20})"
+    r"(?:-(?P<attempt>[0-9a-f]{32}))?$"
+)
+
+
+class PipelineOutputError(CoordinationError):
+    """The pipeline's output directory is not in a state the protocol allows.
+
+    Raised when a batch to publish is incomplete or gone without having been
+    published, when commit metadata names a batch whose results are lost, or
+    when an argument breaks the protocol's rules (an offset out of the batch's
+    range). The message says which directory and which rule.
+    """
+
+
+class PublishedRangeError(PipelineOutputError):
+    """Published offset ranges of a partition overlap or leave a gap.
+
+    Attributes:
+        problems: One line per problem found, ``"<topic>-<partition>: ..."``.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("published ranges are not contiguous: " + "; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class OffsetRange:
+    """The offsets ``[start_offset, end_offset)`` of one Kafka partition.
+
+    Example:
+        OffsetRange(topic="events", partition=3, start_offset=100, end_offset=250).name
+        # 'events-3-00000000000000000100-00000000000000000250'
+
+    Attributes:
+        topic: The Kafka topic.
+        partition: The partition number.
+        start_offset: First offset of the range (the committed offset the batch started at).
+        end_offset: One past the last offset (the offset the batch commits).
+    """
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+
+    def __post_init__(self) -> None:
+        if not self.topic or "/" in self.topic or self.topic in (".", ".."):
+            raise PipelineOutputError(f"topic {self.topic!r} cannot name a directory")
+        if self.partition < 0:
+            raise PipelineOutputError(f"partition must be >= 0, got {self.partition}")
+        if not 0 <= self.start_offset <= self.end_offset:
+            raise PipelineOutputError(
+                f"offsets must satisfy 0 <= start <= end, got [{self.start_offset}, "
+                f"{self.end_offset})"
+            )
+
+    @property
+    def name(self) -> str:
+        """The published directory name, ``<topic>-<partition>-<start:020d>-<end:020d>``."""
+        return f"{self.topic}-{self.partition}-{self.start_offset:020d}-{self.end_offset:020d}"
+
+    @classmethod
+    def parse(cls, name: str) -> OffsetRange | None:
+        """Read the range from a published or staging directory name.
+
+        Args:
+            name: A directory name (not a path), with or without the staging suffix.
+
+        Returns:
+            The range, or None if ``name`` is not a name this protocol writes.
+        """
+        parsed = _parse(name)
+        return None if parsed is None else parsed[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagedBatch:
+    """Results of one batch, written to staging and waiting for the offset commit.
+
+    Commit ``range.end_offset`` with metadata :attr:`commit_metadata`, then call
+    :meth:`PipelineOutput.publish`; if the broker rejects the commit, call
+    :meth:`PipelineOutput.abandon`.
+
+    Attributes:
+        range: The offsets the batch covers.
+        name: The staging directory name, ``<range.name>-<32 hex digits>``.
+        path: The staging directory.
+        records: Records in the batch.
+        rejected: Records that were not a valid event (see ``docs/pipeline.md``).
+        rejected_offsets: Offsets of rejected records, ascending, at most 100.
+        window_ms: The tumbling window size the results were computed with.
+    """
+
+    range: OffsetRange
+    name: str
+    path: Path
+    records: int
+    rejected: int
+    rejected_offsets: tuple[int, ...] = field(default=())
+    window_ms: int
+
+    @property
+    def commit_metadata(self) -> str:
+        """The OffsetCommit metadata to commit with: the staging directory name."""
+        return self.name
+
+
+class PipelineOutput:
+    """One output directory of the pipeline and the operations of its protocol.
+
+    Example:
+        output = PipelineOutput("/data/agg")
+        output.recover("events", 3, committed, metadata)        # on assignment
+        output.cleanup_orphans("events", 3, committed, metadata)
+        staged = stage_batch(spark, output, batch)              # Spark writes to staging
+        if commit(3, staged.range.end_offset, staged.commit_metadata):
+            output.publish(staged)
+        else:                                                   # partition lost: a zombie
+            output.abandon(staged)
+
+    Layout::
+
+        <root>/staging/<topic>-<partition>-<start:020d>-<end:020d>-<uuid>/   being committed
+        <root>/published/<topic>-<partition>-<start:020d>-<end:020d>/        final results
+
+    Requirements:
+        ``root`` is a local or mounted POSIX directory shared by the Spark
+        driver and executors, on one filesystem, so that ``rename(2)`` of a
+        directory is atomic. Object stores (S3, GCS) have no atomic rename and
+        are not supported.
+
+    Concurrency:
+        Every method is safe to call from several processes at once for the
+        same batch (an old and a new owner publishing the same staging
+        directory: one rename wins, the other finds the target and returns).
+        The protocol relies on the broker to let only the current owner of a
+        partition commit; the methods here never decide ownership.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        """Use ``root`` as the output directory, creating its two subdirectories.
+
+        Args:
+            root: The output directory.
+        """
+        self.root = Path(root)
+        self.staging_dir = self.root / _STAGING
+        self.published_dir = self.root / _PUBLISHED
+        self.staging_dir.mkdir(parents=True, exist_ok=True)
+        self.published_dir.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"PipelineOutput({str(self.root)!r})"
+
+    # -- staging ---------------------------------------------------------------
+
+    def new_staging_path(self, offsets: OffsetRange) -> Path:
+        """A fresh staging directory path for one attempt at ``offsets`` (not created).
+
+        The random suffix keeps two attempts at the same range (a retry, or an
+        old and a new owner) from writing into each other's directory.
+
+        Args:
+            offsets: The batch's offset range.
+
+        Returns:
+            ``<root>/staging/<offsets.name>-<uuid4 hex>``.
+        """
+        return self.staging_dir / f"{offsets.name}-{uuid.uuid4().hex}"
+
+    def finish_stage(
+        self,
+        path: Path,
+        offsets: OffsetRange,
+        *,
+        records: int,
+        rejected_offsets: list[int],
+        window_ms: int,
+    ) -> StagedBatch:
+        """Mark a staging directory complete by writing its manifest.
+
+        Called by :func:`stage_batch` after Spark's write returned; only a
+        directory with a manifest can be published.
+
+        Args:
+            path: The staging directory Spark wrote.
+            offsets: The batch's offset range.
+            records: Records in the batch.
+            rejected_offsets: Offsets of the records that were not valid events.
+            window_ms: The window size the results were computed with.
+
+        Returns:
+            The staged batch.
+        """
+        shown = tuple(sorted(rejected_offsets)[:100])
+        manifest = {
+            "format": _MANIFEST_FORMAT,
+            "topic": offsets.topic,
+            "partition": offsets.partition,
+            "start_offset": offsets.start_offset,
+            "end_offset": offsets.end_offset,
+            "records": records,
+            "rejected": len(rejected_offsets),
+            "rejected_offsets": list(shown),
+            "window_ms": window_ms,
+        }
+        # Written to a temporary name and renamed so that a crash never leaves a
+        # half-written manifest that would mark a stage complete.
+        tmp = path / f".{MANIFEST_NAME}.tmp"
+        tmp.write_text(json.dumps(manifest, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path / MANIFEST_NAME)
+        _fsync_tree(path)
+        return StagedBatch(
+            range=offsets,
+            name=path.name,
+            path=path,
+            records=records,
+            rejected=len(rejected_offsets),
+            rejected_offsets=shown,
+            window_ms=window_ms,
+        )
+
+    # -- the protocol ------------------------------------------------------------
+
+    def publish(self, staged: StagedBatch | str) -> Path:
+        """Atomically move a committed staging directory into ``published/``.
+
+        Call only after the offset commit naming it succeeded. Idempotent: if
+        the published directory already exists (another process published the
+        same range first), the staging directory is removed and the call
+        succeeds.
+
+        Args:
+            staged: The staged batch, or its staging directory name (the commit metadata).
+
+        Returns:
+            The published directory.
+
+        Raises:
+            PipelineOutputError: The name is not a staging name, the staging
+                directory has no manifest (Spark's write did not finish), or it
+                is gone and the range was never published: its results are lost.
+        """
+        name = staged if isinstance(staged, str) else staged.name
+        offsets = self._staging_range(name)
+        src = self.staging_dir / name
+        dst = self.published_dir / offsets.name
+        if src.is_dir() and not (src / MANIFEST_NAME).is_file():
+            raise PipelineOutputError(f"{src} has no {MANIFEST_NAME}: its write did not finish")
+        try:
+            os.rename(src, dst)
+        except FileNotFoundError:
+            if dst.is_dir():
+                log.debug("%s was already published", offsets.name)
+                return dst
+            raise PipelineOutputError(
+                f"{src} is gone and {dst} does not exist: the results of a committed "
+                "batch were deleted"
+            ) from None
+        except OSError as exc:
+            # rename(2) of a directory onto a non-empty directory fails with
+            # ENOTEMPTY (or EEXIST): the same range was published by someone
+            # else, from the same Kafka records, so this copy is redundant.
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not dst.is_dir():
+                raise
+            log.info("%s was already published; removing %s", offsets.name, name)
+            shutil.rmtree(src, ignore_errors=True)
+            return dst
+        _fsync_dir(self.published_dir)
+        _fsync_dir(self.staging_dir)
+        log.info("published %s", offsets.name)
+        return dst
+
+    def abandon(self, staged: StagedBatch | str) -> None:
+        """Delete a staging directory whose offset commit the broker rejected.
+
+        A rejected commit means this worker no longer owns the partition;
+        another owner will process the range again. Idempotent.
+
+        Args:
+            staged: The staged batch, or its staging directory name.
+
+        Raises:
+            PipelineOutputError: The name is not a staging name.
+        """
+        name = staged if isinstance(staged, str) else staged.name
+        self._staging_range(name)
+        shutil.rmtree(self.staging_dir / name, ignore_errors=True)
+        log.info("abandoned %s", name)
+
+    def recover(
+        self, topic: str, partition: int, committed_offset: int | None, commit_metadata: str | None
+    ) -> Path | None:
+        """Publish the batch the previous owner committed but did not publish.
+
+        Call on every assignment of a partition, before its first batch and
+        before :meth:`cleanup_orphans`.
+
+        Args:
+            topic: The topic of the partition.
+            partition: The partition.
+            committed_offset: The committed offset, or None if there is none.
+            commit_metadata: The metadata committed with it, or None.
+
+        Returns:
+            The published directory of the committed batch if the metadata names
+            one (whether published now or earlier), else None (no commit yet, or
+            the commit was not made by this pipeline, e.g. an offset reset).
+
+        Raises:
+            PipelineOutputError: The metadata names a batch of another partition,
+                or a batch whose results are neither staged nor published.
+        """
+        if committed_offset is None or not commit_metadata:
+            return None
+        parsed = _parse(commit_metadata)
+        if parsed is None or parsed[1] is None:
+            log.warning(
+                "%s-%d: commit metadata %r is not a staging name; nothing to recover",
+                topic,
+                partition,
+                commit_metadata,
+            )
+            return None
+        offsets = self._staging_range(commit_metadata)
+        if (offsets.topic, offsets.partition) != (topic, partition):
+            raise PipelineOutputError(
+                f"commit metadata {commit_metadata!r} of {topic}-{partition} names "
+                "another partition's batch"
+            )
+        if offsets.end_offset != committed_offset:
+            # The offset was moved without this pipeline (a reset tool keeps or
+            # rewrites metadata); the named batch is not what the commit covers.
+            log.warning(
+                "%s-%d: committed offset %d does not end batch %s; nothing to recover",
+                topic,
+                partition,
+                committed_offset,
+                commit_metadata,
+            )
+            return None
+        if (self.published_dir / offsets.name).is_dir() and not (
+            self.staging_dir / commit_metadata
+        ).exists():
+            return self.published_dir / offsets.name
+        log.info("%s-%d: recovering committed batch %s", topic, partition, commit_metadata)
+        return self.publish(commit_metadata)
+
+    def cleanup_orphans(
+        self,
+        topic: str,
+        partition: int,
+        committed_offset: int | None,
+        commit_metadata: str | None = None,
+    ) -> list[str]:
+        """Delete the partition's staging directories that were never committed.
+
+        Call on assignment after :meth:`recover`, before the first batch: at
+        that point no staging directory of the partition can still be
+        published, except the one the commit names (kept here in case
+        :meth:`recover` was skipped). Orphans come from owners that crashed
+        between write and commit and from zombies whose commit was rejected
+        and that died before :meth:`abandon`.
+
+        Args:
+            topic: The topic of the partition.
+            partition: The partition.
+            committed_offset: The committed offset, or None if there is none.
+            commit_metadata: The metadata committed with it. Without it, staging
+                directories ending at ``committed_offset`` are kept, since one of
+                them may be the committed batch.
+
+        Returns:
+            The names of the deleted directories, sorted.
+        """
+        removed: list[str] = []
+        for name, offsets in self._staged(topic, partition):
+            if name == commit_metadata:
+                continue
+            if commit_metadata is None and offsets.end_offset == committed_offset:
+                continue
+            shutil.rmtree(self.staging_dir / name, ignore_errors=True)
+            removed.append(name)
+        if removed:
+            log.info("%s-%d: removed orphaned staging %s", topic, partition, removed)
+        return sorted(removed)
+
+    # -- inspection -----------------------------------------------------------------
+
+    def staged(self, topic: str | None = None, partition: int | None = None) -> list[str]:
+        """Names of the staging directories, sorted, optionally of one partition.
+
+        Args:
+            topic: Only this topic (with ``partition``: only that partition).
+            partition: Only this partition.
+
+        Returns:
+            Staging directory names.
+        """
+        return sorted(name for name, _ in self._staged(topic, partition))
+
+    def published(
+        self, topic: str | None = None, partition: int | None = None
+    ) -> list[OffsetRange]:
+        """The published ranges, sorted by topic, partition and offset.
+
+        Args:
+            topic: Only this topic.
+            partition: Only this partition.
+
+        Returns:
+            One range per published directory.
+        """
+        ranges = []
+        for entry in _listdir(self.published_dir):
+            parsed = _parse(entry)
+            if parsed is None or parsed[1] is not None:
+                continue
+            offsets = parsed[0]
+            if topic is not None and offsets.topic != topic:
+                continue
+            if partition is not None and offsets.partition != partition:
+                continue
+            ranges.append(offsets)
+        return sorted(ranges)
+
+    def published_paths(self) -> list[Path]:
+        """The published directories, in the order of :meth:`published`."""
+        return [self.published_dir / r.name for r in self.published()]
+
+    def check_published(
+        self, expected: Mapping[tuple[str, int], tuple[int, int]] | None = None
+    ) -> dict[tuple[str, int], tuple[int, int]]:
+        """Check that each partition's published ranges are contiguous and disjoint.
+
+        Args:
+            expected: Optionally, per ``(topic, partition)``, the span
+                ``(start, end)`` the published ranges must cover exactly (for
+                example the first offset and the committed offset).
+
+        Returns:
+            Per ``(topic, partition)``, the span ``(start, end)`` its ranges cover.
+
+        Raises:
+            PublishedRangeError: Two ranges overlap, there is a gap, or a span
+                differs from ``expected``; all problems are listed.
+        """
+        spans: dict[tuple[str, int], tuple[int, int]] = {}
+        problems: list[str] = []
+        by_partition: dict[tuple[str, int], list[OffsetRange]] = {}
+        for r in self.published():
+            by_partition.setdefault((r.topic, r.partition), []).append(r)
+        for tp, ranges in by_partition.items():
+            ranges.sort(key=lambda r: (r.start_offset, r.end_offset))
+            for prev, cur in itertools.pairwise(ranges):
+                if cur.start_offset < prev.end_offset:
+                    problems.append(f"{tp[0]}-{tp[1]}: {prev.name} overlaps {cur.name}")
+                elif cur.start_offset > prev.end_offset:
+                    problems.append(f"{tp[0]}-{tp[1]}: gap [{prev.end_offset}, {cur.start_offset})")
+            spans[tp] = (ranges[0].start_offset, max(r.end_offset for r in ranges))
+        for tp, span in (expected or {}).items():
+            if spans.get(tp) != span:
+                problems.append(f"{tp[0]}-{tp[1]}: covers {spans.get(tp)}, expected {span}")
+        if problems:
+            raise PublishedRangeError(problems)
+        return spans
+
+    def read_manifest(self, path: Path) -> dict[str, Any]:
+        """The manifest of a staging or published directory.
+
+        Args:
+            path: The directory.
+
+        Returns:
+            The manifest's fields (``topic``, ``partition``, ``start_offset``,
+            ``end_offset``, ``records``, ``rejected``, ``rejected_offsets``, ``window_ms``).
+
+        Raises:
+            PipelineOutputError: The directory has no readable manifest.
+        """
+        try:
+            data = json.loads((path / MANIFEST_NAME).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PipelineOutputError(f"{path} has no readable {MANIFEST_NAME}") from exc
+        if not isinstance(data, dict):
+            raise PipelineOutputError(f"{path / MANIFEST_NAME} is not a JSON object")
+        return data
+
+    # -- internals ------------------------------------------------------------------
+
+    def _staging_range(self, name: str) -> OffsetRange:
+        parsed = _parse(name)
+        if parsed is None or parsed[1] is None:
+            raise PipelineOutputError(f"{name!r} is not a staging directory name")
+        return parsed[0]
+
+    def _staged(
+        self, topic: str | None, partition: int | None
+    ) -> Iterator[tuple[str, OffsetRange]]:
+        for entry in _listdir(self.staging_dir):
+            parsed = _parse(entry)
+            if parsed is None or parsed[1] is None:
+                continue
+            offsets = parsed[0]
+            if topic is not None and offsets.topic != topic:
+                continue
+            if partition is not None and offsets.partition != partition:
+                continue
+            yield entry, offsets
+
+
+def _parse(name: str) -> tuple[OffsetRange, str | None] | None:
+    """The range and the attempt suffix (None for a published name) of a directory name."""
+    m = _NAME.match(name)
+    if m is None:
+        return None
+    try:
+        offsets = OffsetRange(
+            topic=m["topic"],
+            partition=int(m["partition"]),
+            start_offset=int(m["start"]),
+            end_offset=int(m["end"]),
+        )
+    except PipelineOutputError:
+        return None  # e.g. start > end: not a name this protocol writes
+    return offsets, m["attempt"]
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+def _fsync_tree(path: Path) -> None:
+    # The commit that follows staging tells every later owner "these results
+    # exist". Spark's local filesystem writer does not fsync, so without this a
+    # machine crash (not just a process crash) after the commit could leave
+    # recover() a staging directory with truncated Parquet files.
+    for entry in path.rglob("*"):
+        if entry.is_file():
+            fd = os.open(entry, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    _fsync_dir(path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    # A rename or a new entry is durable only once its directory is synced. For
+    # publish() this matters: the next batch's commit replaces the metadata that
+    # names the staging directory, so a publish undone by a machine crash after
+    # that commit would leave an orphan that cleanup_orphans() deletes.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
