@@ -12,6 +12,7 @@ failure walkthrough. This module does file work only; it never starts Spark.
 from __future__ import annotations
 
 import errno
+import hashlib
 import itertools
 import json
 import logging
@@ -33,6 +34,7 @@ __all__ = [
     "PipelineOutputError",
     "PublishedRangeError",
     "StagedBatch",
+    "dir_topic",
 ]
 
 log = logging.getLogger("recipes.pipeline")
@@ -52,6 +54,12 @@ _PUBLISHED: Final = "published"
 # partitions and offsets are digits, and the uuid is hex without dashes, so the
 # split is unambiguous. Offsets are zero-padded to 20 digits (the width of
 # 2**63 - 1) so that names sort in offset order.
+# A directory name is limited to 255 bytes (NAME_MAX) but a topic name to 249
+# characters; with partition, offsets and uuid a name needs 86 more. Longer
+# topics are shortened to a prefix, "~" (not legal in topic names, so no real
+# topic collides) and 16 hex digits of the topic's SHA-256.
+_MAX_DIR_TOPIC: Final = 160
+
 _NAME = re.compile(
     r"^(?P<topic>.+)-(?P<partition>\d+)-(?P<start>\d{20})-(?P<end>\d{20})"
     r"(?:-(?P<attempt>[0-9a-f]{32}))?$"
@@ -103,9 +111,9 @@ class OffsetRange:
     def __post_init__(self) -> None:
         if not self.topic or "/" in self.topic or self.topic in (".", ".."):
             raise PipelineOutputError(f"topic {self.topic!r} cannot name a directory")
-        if self.partition < 0:
-            raise PipelineOutputError(f"partition must be >= 0, got {self.partition}")
-        if not 0 <= self.start_offset <= self.end_offset:
+        if not 0 <= self.partition < 2**31:
+            raise PipelineOutputError(f"partition must be in [0, 2**31), got {self.partition}")
+        if not 0 <= self.start_offset <= self.end_offset < 2**63:
             raise PipelineOutputError(
                 f"offsets must satisfy 0 <= start <= end, got [{self.start_offset}, "
                 f"{self.end_offset})"
@@ -114,11 +122,14 @@ class OffsetRange:
     @property
     def name(self) -> str:
         """The published directory name, ``<topic>-<partition>-<start:020d>-<end:020d>``."""
-        return f"{self.topic}-{self.partition}-{self.start_offset:020d}-{self.end_offset:020d}"
+        topic = dir_topic(self.topic)
+        return f"{topic}-{self.partition}-{self.start_offset:020d}-{self.end_offset:020d}"
 
     @classmethod
     def parse(cls, name: str) -> OffsetRange | None:
         """Read the range from a published or staging directory name.
+
+        A topic longer than 160 characters comes back shortened (see :func:`dir_topic`).
 
         Args:
             name: A directory name (not a path), with or without the staging suffix.
@@ -380,7 +391,7 @@ class PipelineOutput:
             )
             return None
         offsets = self._staging_range(commit_metadata)
-        if (offsets.topic, offsets.partition) != (topic, partition):
+        if (offsets.topic, offsets.partition) != (dir_topic(topic), partition):
             raise PipelineOutputError(
                 f"commit metadata {commit_metadata!r} of {topic}-{partition} names "
                 "another partition's batch"
@@ -474,7 +485,7 @@ class PipelineOutput:
             if parsed is None or parsed[1] is not None:
                 continue
             offsets = parsed[0]
-            if topic is not None and offsets.topic != topic:
+            if topic is not None and offsets.topic != dir_topic(topic):
                 continue
             if partition is not None and offsets.partition != partition:
                 continue
@@ -515,9 +526,10 @@ class PipelineOutput:
                 elif cur.start_offset > prev.end_offset:
                     problems.append(f"{tp[0]}-{tp[1]}: gap [{prev.end_offset}, {cur.start_offset})")
             spans[tp] = (ranges[0].start_offset, max(r.end_offset for r in ranges))
-        for tp, span in (expected or {}).items():
-            if spans.get(tp) != span:
-                problems.append(f"{tp[0]}-{tp[1]}: covers {spans.get(tp)}, expected {span}")
+        for (topic, partition), span in (expected or {}).items():
+            got = spans.get((dir_topic(topic), partition))
+            if got != span:
+                problems.append(f"{topic}-{partition}: covers {got}, expected {span}")
         if problems:
             raise PublishedRangeError(problems)
         return spans
@@ -559,11 +571,27 @@ class PipelineOutput:
             if parsed is None or parsed[1] is None:
                 continue
             offsets = parsed[0]
-            if topic is not None and offsets.topic != topic:
+            if topic is not None and offsets.topic != dir_topic(topic):
                 continue
             if partition is not None and offsets.partition != partition:
                 continue
             yield entry, offsets
+
+
+def dir_topic(topic: str) -> str:
+    """The form of ``topic`` used in directory names: itself, or shortened if too long.
+
+    Args:
+        topic: A Kafka topic name.
+
+    Returns:
+        ``topic`` if at most 160 characters, else its first 143 characters, ``~``
+        and 16 hex digits of its SHA-256. :meth:`OffsetRange.parse` returns this form.
+    """
+    if len(topic) <= _MAX_DIR_TOPIC:
+        return topic
+    digest = hashlib.sha256(topic.encode()).hexdigest()[:16]
+    return f"{topic[: _MAX_DIR_TOPIC - 17]}~{digest}"
 
 
 def _parse(name: str) -> tuple[OffsetRange, str | None] | None:

@@ -1,0 +1,275 @@
+"""The file side of the exactly-once protocol, without Spark: names, publish, recover, cleanup."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from recipes.pipeline._output import (
+    MANIFEST_NAME,
+    OffsetRange,
+    PipelineOutput,
+    PipelineOutputError,
+    PublishedRangeError,
+    StagedBatch,
+    dir_topic,
+)
+from recipes.pipeline._spark import Batch
+
+
+def fake_stage(
+    output: PipelineOutput, topic: str, partition: int, start: int, end: int
+) -> StagedBatch:
+    """What stage_batch leaves behind, with a stand-in for Spark's Parquet file."""
+    offsets = OffsetRange(topic=topic, partition=partition, start_offset=start, end_offset=end)
+    path = output.new_staging_path(offsets)
+    path.mkdir()
+    (path / "part-00000.parquet").write_bytes(b"PAR1 stand-in")
+    return output.finish_stage(
+        path, offsets, records=end - start, rejected_offsets=[], window_ms=60_000
+    )
+
+
+class TestNames:
+    def test_published_name_pads_offsets_to_twenty_digits(self):
+        r = OffsetRange(topic="events", partition=3, start_offset=100, end_offset=250)
+        assert r.name == "events-3-00000000000000000100-00000000000000000250"
+
+    @pytest.mark.parametrize("topic", ["events", "a-1", "a-1-2", "my.topic_v2", "_private", "7"])
+    def test_names_parse_back_whatever_the_topic(self, topic):
+        r = OffsetRange(topic=topic, partition=12, start_offset=0, end_offset=2**63 - 1)
+        assert OffsetRange.parse(r.name) == r
+        assert OffsetRange.parse(r.name + "-" + "ab" * 16) == r
+
+    @pytest.mark.parametrize(
+        "name",
+        [
+            "",
+            "events",
+            "events-3-100-250",
+            "events-3-00000000000000000100-00000000000000000250-notahexsuffix",
+            "events-3-00000000000000000250-00000000000000000100",  # start > end
+        ],
+    )
+    def test_foreign_names_do_not_parse(self, name):
+        assert OffsetRange.parse(name) is None
+
+    @pytest.mark.parametrize(
+        ("topic", "partition", "start", "end"),
+        [
+            ("", 0, 0, 1),
+            ("a/b", 0, 0, 1),
+            ("..", 0, 0, 1),
+            ("t", -1, 0, 1),
+            ("t", 0, 5, 4),
+            ("t", 0, -1, 4),
+        ],
+    )
+    def test_invalid_ranges_are_refused(self, topic, partition, start, end):
+        with pytest.raises(PipelineOutputError):
+            OffsetRange(topic=topic, partition=partition, start_offset=start, end_offset=end)
+
+    def test_commit_metadata_is_the_staging_name(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        assert staged.commit_metadata == staged.path.name
+
+    def test_long_topics_are_shortened_to_fit_a_directory_name(self, output):
+        topic = "t" * 249  # Kafka's longest topic name
+        other = "t" * 248 + "u"
+        staged = fake_stage(output, topic, 2**31 - 1, 0, 2**63 - 1)
+        fake_stage(output, other, 2**31 - 1, 0, 2**63 - 1)
+        assert len(staged.commit_metadata.encode()) <= 255  # NAME_MAX
+        assert dir_topic(topic) != dir_topic(other)
+        assert OffsetRange.parse(staged.name) == OffsetRange(
+            topic=dir_topic(topic), partition=2**31 - 1, start_offset=0, end_offset=2**63 - 1
+        )
+        assert output.staged(topic) == [staged.name]
+        assert output.recover(topic, 2**31 - 1, 2**63 - 1, staged.commit_metadata) is not None
+        assert output.check_published({(topic, 2**31 - 1): (0, 2**63 - 1)})
+
+
+class TestBatch:
+    def test_records_must_increase_within_the_range(self):
+        Batch(
+            topic="t", partition=0, start_offset=10, end_offset=20, records=[(10, b""), (19, b"")]
+        )
+        for records in ([(9, b"")], [(20, b"")], [(12, b""), (12, b"")], [(13, b""), (12, b"")]):
+            with pytest.raises(PipelineOutputError):
+                Batch(topic="t", partition=0, start_offset=10, end_offset=20, records=records)
+
+
+class TestPublish:
+    def test_publish_renames_staging_into_published(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        path = output.publish(staged)
+        assert path == output.published_dir / "t-0-00000000000000000000-00000000000000000010"
+        assert (path / MANIFEST_NAME).is_file()
+        assert output.staged() == []
+        assert output.published() == [staged.range]
+
+    def test_publishing_again_is_a_no_op(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        first = output.publish(staged)
+        assert output.publish(staged) == first
+        assert output.publish(staged.commit_metadata) == first
+
+    def test_a_second_copy_of_a_published_range_is_dropped(self, output):
+        first = fake_stage(output, "t", 0, 0, 10)
+        second = fake_stage(output, "t", 0, 0, 10)
+        output.publish(first)
+        output.publish(second)
+        assert output.staged() == []
+        assert output.published() == [first.range]
+
+    def test_concurrent_publishers_of_one_batch_both_succeed(self, output):
+        # The old owner's publish() racing the new owner's recover().
+        errors: list[BaseException] = []
+        for i in range(20):
+            staged = fake_stage(output, "t", 0, i, i + 1)
+
+            def publish(s: StagedBatch = staged) -> None:
+                try:
+                    output.publish(s)
+                except BaseException as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=publish) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert errors == []
+        assert len(output.published()) == 20
+        assert output.staged() == []
+
+    def test_an_unfinished_stage_is_not_published(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        (staged.path / MANIFEST_NAME).unlink()  # as if Spark's write were still running
+        with pytest.raises(PipelineOutputError, match="did not finish"):
+            output.publish(staged)
+        assert output.published() == []
+
+    def test_a_lost_committed_batch_is_an_error(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        output.abandon(staged)
+        with pytest.raises(PipelineOutputError, match="deleted"):
+            output.publish(staged)
+
+    @pytest.mark.parametrize("name", ["t-0-00000000000000000000-00000000000000000010", "../x", "x"])
+    def test_only_staging_names_are_accepted(self, output, name):
+        with pytest.raises(PipelineOutputError, match="not a staging directory name"):
+            output.publish(name)
+        with pytest.raises(PipelineOutputError):
+            output.abandon(name)
+
+
+class TestAbandon:
+    def test_abandon_deletes_the_stage_and_is_idempotent(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        output.abandon(staged)
+        output.abandon(staged)
+        assert not staged.path.exists()
+        assert output.staged() == output.published() == []
+
+
+class TestRecover:
+    def test_nothing_to_recover_without_a_commit(self, output):
+        assert output.recover("t", 0, None, None) is None
+        assert output.recover("t", 0, 42, "") is None
+
+    def test_metadata_from_elsewhere_is_ignored(self, output):
+        assert output.recover("t", 0, 42, "written by another tool") is None
+
+    def test_committed_but_unpublished_batch_is_published(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        # The old owner committed offset 10 with this metadata, then crashed.
+        path = output.recover("t", 0, 10, staged.commit_metadata)
+        assert path == output.published_dir / staged.range.name
+        assert output.staged() == []
+
+    def test_recover_after_publish_returns_the_published_dir(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        published = output.publish(staged)
+        assert output.recover("t", 0, 10, staged.commit_metadata) == published
+
+    def test_a_moved_offset_does_not_publish_the_named_batch(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        # An offset reset to 5 that kept the old metadata.
+        assert output.recover("t", 0, 5, staged.commit_metadata) is None
+        assert output.published() == []
+
+    def test_metadata_of_another_partition_is_refused(self, output):
+        staged = fake_stage(output, "t", 1, 0, 10)
+        with pytest.raises(PipelineOutputError, match="another partition"):
+            output.recover("t", 0, 10, staged.commit_metadata)
+
+    def test_a_committed_batch_that_vanished_is_an_error(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        output.abandon(staged)
+        with pytest.raises(PipelineOutputError):
+            output.recover("t", 0, 10, staged.commit_metadata)
+
+
+class TestCleanupOrphans:
+    def test_removes_uncommitted_stages_of_the_partition_only(self, output):
+        committed = fake_stage(output, "t", 0, 0, 10)
+        crashed_before_commit = fake_stage(output, "t", 0, 10, 30)
+        rejected_zombie = fake_stage(output, "t", 0, 0, 7)
+        other_partition = fake_stage(output, "t", 1, 10, 30)
+        other_topic = fake_stage(output, "t-0", 0, 10, 30)
+
+        removed = output.cleanup_orphans("t", 0, 10, committed.commit_metadata)
+
+        assert removed == sorted([crashed_before_commit.name, rejected_zombie.name])
+        assert output.staged() == sorted([committed.name, other_partition.name, other_topic.name])
+
+    def test_without_metadata_stages_ending_at_the_commit_are_kept(self, output):
+        maybe_committed = fake_stage(output, "t", 0, 0, 10)
+        orphan = fake_stage(output, "t", 0, 10, 30)
+        assert output.cleanup_orphans("t", 0, 10) == [orphan.name]
+        assert output.staged() == [maybe_committed.name]
+
+    def test_after_recover_nothing_of_the_partition_is_left(self, output):
+        committed = fake_stage(output, "t", 0, 0, 10)
+        fake_stage(output, "t", 0, 10, 20)
+        output.recover("t", 0, 10, committed.commit_metadata)
+        output.cleanup_orphans("t", 0, 10, committed.commit_metadata)
+        assert output.staged("t", 0) == []
+        assert output.published() == [committed.range]
+
+
+class TestCheckPublished:
+    def publish(self, output: PipelineOutput, *ranges: tuple[str, int, int, int]) -> None:
+        for topic, partition, start, end in ranges:
+            output.publish(fake_stage(output, topic, partition, start, end))
+
+    def test_contiguous_ranges_pass_and_report_their_span(self, output):
+        self.publish(output, ("t", 0, 0, 10), ("t", 0, 10, 25), ("t", 1, 5, 6), ("u", 0, 0, 0))
+        spans = output.check_published({("t", 0): (0, 25)})
+        assert spans == {("t", 0): (0, 25), ("t", 1): (5, 6), ("u", 0): (0, 0)}
+
+    def test_overlap_and_gap_are_reported(self, output):
+        self.publish(output, ("t", 0, 0, 10), ("t", 0, 5, 20), ("t", 1, 0, 10), ("t", 1, 12, 20))
+        with pytest.raises(PublishedRangeError) as info:
+            output.check_published()
+        assert len(info.value.problems) == 2
+        assert "overlaps" in info.value.problems[0]
+        assert "gap [10, 12)" in info.value.problems[1]
+
+    def test_span_must_match_what_was_committed(self, output):
+        self.publish(output, ("t", 0, 0, 10))
+        with pytest.raises(PublishedRangeError, match="expected"):
+            output.check_published({("t", 0): (0, 11)})
+        with pytest.raises(PublishedRangeError, match="covers None"):
+            output.check_published({("t", 1): (0, 1)})
+
+    def test_manifest_is_read_back(self, output):
+        staged = fake_stage(output, "t", 0, 3, 10)
+        manifest = output.read_manifest(output.publish(staged))
+        assert manifest["start_offset"] == 3
+        assert manifest["end_offset"] == 10
+        assert manifest["records"] == 7
+        with pytest.raises(PipelineOutputError):
+            output.read_manifest(Path(output.root))
