@@ -33,6 +33,7 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
@@ -155,7 +156,7 @@ public final class PeerConsumer implements ConsumerRebalanceListener {
     /** Prints one event; {@code fields} is the JSON text of the fields after "event". */
     static void emit(String event, String fields, double t) {
         String line = "{\"event\":" + quote(event) + (fields.isEmpty() ? "" : "," + fields)
-            + ",\"t\":" + t + "}";
+            + ",\"t\":" + String.format(Locale.ROOT, "%.3f", t) + "}";
         // The polling thread and the shutdown hook may both print; lines must not interleave.
         synchronized (OUT) {
             System.out.println(line);
