@@ -290,18 +290,24 @@ def stage_batch(
 
     offsets = batch.range
     events = parse_events(records_dataframe(spark, batch.records))
-    observation = Observation("batch")
-    observed = events.observe(
-        observation,
-        F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
-    )
-    results = aggregate_events(observed, window_ms)
+    observation: Observation | None = None
+    if batch.records:
+        # Not for an empty batch: Spark optimises its plan to an empty relation,
+        # the metrics are never reported, and Observation.get waits, then fails.
+        observation = Observation("batch")
+        events = events.observe(
+            observation,
+            F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
+        )
+    results = aggregate_events(events, window_ms)
     path = output.new_staging_path(offsets)
     try:
         # coalesce(1): a batch's results are small, and one file per batch
         # keeps the published tree (and later reads) from filling with empty parts.
         results.coalesce(1).write.mode("errorifexists").parquet(str(path))
-        rejected = [int(o) for o in observation.get["rejected_offsets"]]
+        rejected: list[int] = []
+        if observation is not None:
+            rejected = [int(o) for o in observation.get["rejected_offsets"]]
         return output.finish_stage(
             path,
             offsets,

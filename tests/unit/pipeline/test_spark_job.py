@@ -1,0 +1,347 @@
+"""The Spark side on a local SparkSession: exact aggregates, and exactly-once output under failures.
+
+The broker is played by :class:`CommitLog`: one partition's committed offset and
+metadata, accepting a commit only from the current generation, as Kafka's group
+coordinator does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from recipes.pipeline._output import PipelineOutput, PipelineOutputError, StagedBatch
+from recipes.pipeline._spark import (
+    DEFAULT_WINDOW_MS,
+    MAX_ABS_VALUE,
+    Batch,
+    aggregate_events,
+    parse_events,
+    read_results,
+    records_dataframe,
+    stage_batch,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.spark
+
+Results = dict[tuple[str, int], tuple[int, Decimal]]
+Record = tuple[int, bytes | None]
+NINE_PLACES = Decimal("0.000000001")
+
+
+def event(key: str, ts_ms: int, value: str, event_id: str = "e") -> bytes:
+    # The value is spliced in as JSON text so that decimals stay exactly as written.
+    fields = (
+        f'"key": {json.dumps(key)}, "ts_ms": {ts_ms}, "value": {value}, "event_id": "{event_id}"'
+    )
+    return ("{" + fields + "}").encode()
+
+
+def expected_results(records: Iterable[Record], window_ms: int = DEFAULT_WINDOW_MS) -> Results:
+    """The aggregates computed in plain Python, for valid events as the tests generate them."""
+    out: dict[tuple[str, int], tuple[int, Decimal]] = {}
+    for _, raw in records:
+        if raw is None:
+            continue
+        try:
+            e = json.loads(raw, parse_float=Decimal, parse_int=Decimal)
+        except ValueError:
+            continue
+        if not isinstance(e, dict) or not isinstance(e.get("key"), str):
+            continue
+        ts, value = e.get("ts_ms"), e.get("value")
+        if not isinstance(ts, Decimal) or ts != ts.to_integral_value() or ts < 0:
+            continue
+        if not isinstance(value, Decimal) or abs(value) >= MAX_ABS_VALUE:
+            continue
+        window = int(ts) - int(ts) % window_ms
+        count, total = out.get((e["key"], window), (0, Decimal(0)))
+        out[(e["key"], window)] = (count + 1, total + value.quantize(NINE_PLACES, ROUND_HALF_UP))
+    return out
+
+
+def normalized(results: Results) -> dict[tuple[str, int], tuple[int, Decimal]]:
+    # Decimal("0.3") == Decimal("0.300000000"); normalising only makes failures readable.
+    return {k: (c, s.normalize()) for k, (c, s) in sorted(results.items())}
+
+
+@dataclass
+class CommitLog:
+    """The broker's committed offset of one partition, fenced by generation."""
+
+    offset: int | None = None
+    metadata: str | None = None
+    generation: int = 0
+
+    def rebalance(self) -> int:
+        self.generation += 1
+        return self.generation
+
+    def commit(self, generation: int, offset: int, metadata: str) -> bool:
+        if generation != self.generation:
+            return False  # ILLEGAL_GENERATION: the member lost the partition
+        self.offset, self.metadata = offset, metadata
+        return True
+
+
+def batch_of(
+    records: Sequence[Record], start: int, end: int, topic: str = "events", partition: int = 0
+) -> Batch:
+    return Batch(
+        topic=topic,
+        partition=partition,
+        start_offset=start,
+        end_offset=end,
+        records=[r for r in records if start <= r[0] < end],
+    )
+
+
+def take_over(
+    output: PipelineOutput, log: CommitLog, topic: str = "events", partition: int = 0
+) -> tuple[int, int]:
+    """What a new owner does on assignment; returns its generation and start offset."""
+    generation = log.rebalance()
+    output.recover(topic, partition, log.offset, log.metadata)
+    output.cleanup_orphans(topic, partition, log.offset, log.metadata)
+    return generation, log.offset or 0
+
+
+def generate(n: int, seed: int, *, invalid_every: int = 0, skip_every: int = 0) -> list[Record]:
+    """``n`` offsets of a partition: events over 5 keys and 10 windows; some invalid or skipped."""
+    rng = random.Random(seed)
+    records: list[Record] = []
+    for offset in range(n):
+        if skip_every and offset % skip_every == skip_every - 1:
+            continue  # a transaction marker or compacted record: the offset has no record
+        if invalid_every and offset % invalid_every == 0:
+            records.append((offset, rng.choice([b"not json", None, b'{"key": "k"}', b"[1]"])))
+            continue
+        key = f"k{rng.randrange(5)}"
+        ts = 1_700_000_000_000 + rng.randrange(600_000)
+        value = Decimal(rng.randrange(-10_000_000, 10_000_000)) / 1000
+        records.append((offset, event(key, ts, str(value), f"{offset}")))
+    return records
+
+
+class TestAggregation:
+    def test_known_input_gives_exact_counts_and_sums(self, spark: SparkSession, output):
+        records: list[Record] = [
+            (0, event("a", 0, "0.1")),
+            (1, event("a", 59_999, "0.2")),  # last millisecond of window 0
+            (2, event("a", 60_000, "5")),  # first millisecond of window 1
+            (3, event("b", 30_000, "-1.5")),
+            (4, event("b", 30_001, '"2.5"')),  # a number in a string is accepted
+            (5, event("a", 119_999, "1.0000000005")),  # rounded half-up to 9 places
+            (6, event("a", 0, "1e3")),
+        ]
+        staged = stage_batch(spark, output, batch_of(records, 0, 7))
+        output.publish(staged)
+        assert read_results(spark, output) == {
+            ("a", 0): (3, Decimal("1000.3")),
+            ("a", 60_000): (2, Decimal("6.000000001")),
+            ("b", 0): (2, Decimal("1")),
+        }
+        assert (staged.records, staged.rejected) == (7, 0)
+
+    def test_window_size_is_configurable(self, spark: SparkSession, output):
+        records: list[Record] = [(i, event("k", i * 400, "1")) for i in range(10)]
+        output.publish(stage_batch(spark, output, batch_of(records, 0, 10), window_ms=1_000))
+        assert read_results(spark, output) == {
+            ("k", 0): (3, Decimal(3)),  # 0, 400, 800
+            ("k", 1_000): (2, Decimal(2)),  # 1200, 1600
+            ("k", 2_000): (3, Decimal(3)),  # 2000, 2400, 2800
+            ("k", 3_000): (2, Decimal(2)),  # 3200, 3600
+        }
+
+    def test_window_size_must_be_positive(self, spark: SparkSession):
+        events = parse_events(records_dataframe(spark, []))
+        with pytest.raises(PipelineOutputError, match="window_ms"):
+            aggregate_events(events, 0)
+
+    def test_invalid_records_are_rejected_and_listed(self, spark: SparkSession, output):
+        records: list[Record] = [
+            (10, b"not json"),
+            (11, None),  # tombstone
+            (12, b"\xff\xfe"),  # not UTF-8
+            (13, b"[1, 2]"),
+            (14, b'{"key": "a", "ts_ms": 5}'),  # no value
+            (15, b'{"key": "a", "ts_ms": 5.5, "value": 1}'),  # fractional timestamp
+            (16, b'{"key": "a", "ts_ms": -1, "value": 1}'),  # before the epoch
+            (17, b'{"key": "a", "ts_ms": 5, "value": 1e18}'),  # too large to sum safely
+            (18, b'{"key": "a", "ts_ms": 5, "value": true}'),
+            (19, b'{"ts_ms": 5, "value": 1}'),  # no key
+            (20, event("a", 5, "-999999999999999999.999999999")),  # the largest accepted
+        ]
+        staged = stage_batch(spark, output, batch_of(records, 10, 21))
+        assert staged.rejected == 10
+        assert staged.rejected_offsets == tuple(range(10, 20))
+        manifest = output.read_manifest(output.publish(staged))
+        assert manifest["rejected_offsets"] == list(range(10, 20))
+        assert read_results(spark, output) == {
+            ("a", 0): (1, Decimal("-999999999999999999.999999999"))
+        }
+
+    def test_an_empty_range_is_published_to_keep_ranges_contiguous(
+        self, spark: SparkSession, output
+    ):
+        output.publish(stage_batch(spark, output, batch_of([], 0, 5)))  # only transaction markers
+        output.publish(stage_batch(spark, output, batch_of([(5, event("a", 1, "2"))], 5, 6)))
+        assert output.check_published({("events", 0): (0, 6)})
+        assert read_results(spark, output) == {("a", 0): (1, Decimal(2))}
+
+    def test_results_of_partitions_and_batches_combine(self, spark: SparkSession, output):
+        records = generate(600, seed=1)
+        for partition in (0, 1):
+            for start in range(0, 600, 200):
+                batch = batch_of(records, start, start + 200, partition=partition)
+                output.publish(stage_batch(spark, output, batch))
+        single = expected_results(records)
+        doubled = {k: (2 * c, 2 * s) for k, (c, s) in single.items()}
+        assert normalized(read_results(spark, output)) == normalized(doubled)
+
+    def test_nothing_published_reads_as_empty(self, spark: SparkSession, output):
+        stage_batch(spark, output, batch_of([(0, event("a", 1, "1"))], 0, 1))  # staged only
+        assert read_results(spark, output) == {}
+
+
+class TestExactlyOnce:
+    def test_retried_batch_is_counted_once(self, spark: SparkSession, output):
+        records = generate(300, seed=2)
+        log = CommitLog()
+        generation, start = take_over(output, log)
+        # Attempt 1 is written, but its commit times out on the client side
+        # (the request never reached the broker); the worker retries the batch.
+        first = stage_batch(spark, output, batch_of(records, start, 300))
+        second = stage_batch(spark, output, batch_of(records, start, 300))
+        assert log.commit(generation, 300, second.commit_metadata)
+        output.publish(second)
+        output.abandon(first)
+        assert normalized(read_results(spark, output)) == normalized(expected_results(records))
+        assert output.staged() == []
+
+    def test_two_copies_of_a_range_publish_once(self, spark: SparkSession, output):
+        records = generate(100, seed=3)
+        copies = [stage_batch(spark, output, batch_of(records, 0, 100)) for _ in range(2)]
+        for staged in copies + copies:
+            output.publish(staged)
+        assert len(output.published()) == 1
+        assert normalized(read_results(spark, output)) == normalized(expected_results(records))
+
+    def test_crash_between_commit_and_publish_is_recovered_by_next_owner(
+        self, spark: SparkSession, output, tmp_path: Path
+    ):
+        records = generate(200, seed=4)
+        log = CommitLog()
+        generation, _ = take_over(output, log)
+        staged = stage_batch(spark, output, batch_of(records, 0, 120))
+        assert log.commit(generation, 120, staged.commit_metadata)
+        # The owner dies here. The next owner, another process with its own
+        # view of the directory, takes over from the commit.
+        other = PipelineOutput(tmp_path / "out")
+        generation, start = take_over(other, log)
+        assert start == 120
+        assert other.published() == [staged.range]
+        staged = stage_batch(spark, other, batch_of(records, start, 200))
+        assert log.commit(generation, 200, staged.commit_metadata)
+        other.publish(staged)
+        assert other.check_published({("events", 0): (0, 200)})
+        assert normalized(read_results(spark, other)) == normalized(expected_results(records))
+
+    def test_crash_after_write_before_commit_leaves_an_orphan_that_is_removed(
+        self, spark: SparkSession, output
+    ):
+        records = generate(200, seed=5)
+        log = CommitLog()
+        generation, _ = take_over(output, log)
+        orphan = stage_batch(spark, output, batch_of(records, 0, 150))
+        # Died before the commit: the offset stays at None (start of the partition).
+        generation, start = take_over(output, log)
+        assert start == 0
+        assert not orphan.path.exists()
+        staged = stage_batch(spark, output, batch_of(records, start, 200))
+        assert log.commit(generation, 200, staged.commit_metadata)
+        output.publish(staged)
+        assert normalized(read_results(spark, output)) == normalized(expected_results(records))
+
+    def test_zombie_whose_commit_is_rejected_abandons(self, spark: SparkSession, output):
+        records = generate(300, seed=6)
+        log = CommitLog()
+        zombie_generation, _ = take_over(output, log)
+        # A long GC pause: the group moved the partition to another member,
+        # which processes [0, 300) while the zombie is still on [0, 200).
+        owner_generation, start = take_over(output, log)
+        zombie = stage_batch(spark, output, batch_of(records, 0, 200))
+        owner = stage_batch(spark, output, batch_of(records, start, 300))
+        assert log.commit(owner_generation, 300, owner.commit_metadata)
+        output.publish(owner)
+        assert not log.commit(zombie_generation, 200, zombie.commit_metadata)
+        output.abandon(zombie)
+        assert output.staged() == []
+        assert output.check_published({("events", 0): (0, 300)})
+        assert normalized(read_results(spark, output)) == normalized(expected_results(records))
+
+    def test_failed_write_leaves_no_staging_directory(
+        self, spark: SparkSession, output, monkeypatch
+    ):
+        def fail(*args: object, **kwargs: object) -> StagedBatch:
+            raise OSError("disk full")
+
+        monkeypatch.setattr(output, "finish_stage", fail)
+        with pytest.raises(OSError, match="disk full"):
+            stage_batch(spark, output, batch_of([(0, event("a", 1, "1"))], 0, 1))
+        assert output.staged() == []
+
+    @pytest.mark.parametrize("seed", [7, 8])
+    def test_handovers_with_different_batch_boundaries_give_exact_totals(
+        self, spark: SparkSession, output, seed
+    ):
+        """Owners cut the partition differently and fail at every step of the protocol."""
+        n = 2_000
+        records = generate(n, seed=seed, invalid_every=37, skip_every=11)
+        rng = random.Random(seed)
+        log = CommitLog()
+        generation, start = take_over(output, log)
+        zombies: list[tuple[int, StagedBatch]] = []
+        steps = 0
+        while start < n:
+            steps += 1
+            end = min(n, start + rng.randrange(50, 400))
+            staged = stage_batch(spark, output, batch_of(records, start, end))
+            fate = rng.choice(["ok", "ok", "crash_after_write", "crash_after_commit", "zombie"])
+            if fate == "zombie":
+                # Another member took the partition before this commit arrived.
+                zombies.append((generation, staged))
+                generation, start = take_over(output, log)
+                continue
+            if fate == "crash_after_write":
+                generation, start = take_over(output, log)
+                continue
+            assert log.commit(generation, end, staged.commit_metadata)
+            if fate == "crash_after_commit":
+                generation, start = take_over(output, log)
+                continue
+            output.publish(staged)
+            start = end
+        for zombie_generation, staged in zombies:
+            if not log.commit(zombie_generation, staged.range.end_offset, staged.commit_metadata):
+                output.abandon(staged)
+        assert steps > 8
+        assert output.check_published({("events", 0): (0, n)})
+        assert normalized(read_results(spark, output)) == normalized(expected_results(records))
+
+
+def test_session_is_configured_for_small_batches(spark: SparkSession):
+    conf = spark.sparkContext.getConf()
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+    assert conf.get("spark.ui.enabled") == "false"
+    assert conf.get("spark.master") == "local[2]"
