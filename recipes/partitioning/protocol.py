@@ -13,7 +13,8 @@ Layout (big-endian, non-flexible; every message starts with an int16 version)::
                   v1: + owned_partitions [topic string, partitions [int32]]
                   v2: + generation_id int32 (KIP-792)
                   v3: + rack_id nullable string (KIP-881)
-    Assignment v0-3: assigned_partitions [topic string, partitions [int32]], user_data nullable bytes
+    Assignment  v0-3: assigned_partitions [topic string, partitions [int32]],
+                      user_data nullable bytes
 
 Fields are only ever appended, so readers parse a newer version with the newest layout they
 know and ignore the rest.
@@ -347,9 +348,7 @@ def decode_subscription(data: bytes) -> Subscription:
     """
     reader = _Reader(memoryview(data).tobytes(), "subscription")
     version = _version(reader)
-    topics = tuple(
-        str(reader.string("topic name")) for _ in range(reader.count("topics"))
-    )
+    topics = tuple(str(reader.string("topic name")) for _ in range(reader.count("topics")))
     user_data: bytes | None = None
     owned: tuple[TopicPartition, ...] = ()
     generation_id = -1
@@ -424,9 +423,7 @@ def decode_cooperative_sticky_user_data(data: bytes) -> int:
     return int(_INT32.unpack_from(data)[0])
 
 
-def encode_sticky_user_data(
-    partitions: Iterable[TopicPartition], generation: int | None
-) -> bytes:
+def encode_sticky_user_data(partitions: Iterable[TopicPartition], generation: int | None) -> bytes:
     """Java ``StickyAssignor`` user data: ``[topic string, partitions [int32]]`` then generation.
 
     Args:

@@ -1,0 +1,671 @@
+"""The sticky assignment algorithm shared by ``sticky`` and ``cooperative-sticky`` (internal).
+
+The rules are those of Kafka's ``AbstractStickyAssignor`` (clients 3.6+, KIP-792 claims);
+the data layout is this module's own, built for groups of thousands of members and a
+million partitions in pure Python:
+
+* A partition is an int, its *global id*: topics are sorted by name and numbered, and
+  partition ``p`` of topic ``i`` is ``offsets[i] + p``. Members are numbered in member id
+  order. Hot loops touch ints and lists only, never per-partition objects.
+* The uniform path (every member subscribes to the same topics) deals the unassigned
+  partitions round-robin in whole passes, with list slices, instead of one at a time.
+* The general path finds "the least loaded member subscribed to topic t" with one heap per
+  distinct subscription, keyed ``count * members + member``, so a key is one int.
+
+Where Java's result depends on ``HashMap`` iteration order (which of several members that
+own too many partitions may keep the extra one), members are taken in member id order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Mapping, Sequence
+from itertools import chain, compress, repeat
+from operator import itemgetter
+from typing import NamedTuple
+
+from coordination.errors import AssignmentError
+
+from ..protocol import Assignment, Subscription, TopicPartition
+from .base import gc_paused, subscribed_partition_counts
+
+__all__ = ["MemberClaim", "sticky_assign"]
+
+_partition_of = itemgetter(1)
+_new_tuple = tuple.__new__
+
+
+class MemberClaim(NamedTuple):
+    """What a member says it owned, and since which generation (-1: unknown)."""
+
+    partitions: Sequence[TopicPartition]
+    generation: int
+
+
+class _Layout:
+    """Topics, their global id ranges, and the TopicPartition object of each global id."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.topics = list(counts)
+        self.counts = list(counts.values())
+        self.offsets: list[int] = []
+        total = 0
+        for count in self.counts:
+            self.offsets.append(total)
+            total += count
+        self.total = total
+        self.base = dict(zip(self.topics, self.offsets, strict=True))
+        self.index = {topic: i for i, topic in enumerate(self.topics)}
+        # TopicPartition objects for the output, filled from the input's own objects where
+        # possible: creating a million of them costs about half a second.
+        self.objects: list[TopicPartition | None] = [None] * total
+        self.smallest = min(self.counts, default=0)
+
+    def topic_of(self, gid: int) -> int:
+        return bisect_right(self.offsets, gid) - 1
+
+    def to_ids(self, partitions: Sequence[TopicPartition]) -> list[int]:
+        """Global ids of the partitions that exist; remembers their objects for the output."""
+        if not partitions:
+            return []
+        base = self.base
+        try:
+            ids = [base[t] + p for t, p in partitions]
+        except KeyError:
+            ids = [base[t] + p if t in base else -1 for t, p in partitions]
+        numbers = list(map(_partition_of, partitions))
+        if min(numbers) < 0 or max(numbers) >= self.smallest or min(ids) < 0:
+            # Rare: a claim on a topic that is gone or has fewer partitions now.
+            keep = [
+                gid >= 0 and p < self.counts[self.index[t]]
+                for gid, (t, p) in zip(ids, partitions, strict=True)
+            ]
+            ids = list(compress(ids, keep))
+            partitions = list(compress(partitions, keep))
+        # C-level loop: one setitem per partition, no Python frame.
+        deque(map(self.objects.__setitem__, ids, partitions), maxlen=0)
+        return ids
+
+    def pt_key(self, gid: int) -> tuple[int, int]:
+        """Java's order for trimming owned partitions: by partition number, then topic."""
+        t = self.topic_of(gid)
+        return (gid - self.offsets[t], t)
+
+    def fill_objects(self) -> None:
+        """Create the TopicPartition objects the input did not provide."""
+        objects = self.objects
+        for topic, start, count in zip(self.topics, self.offsets, self.counts, strict=True):
+            chunk = objects[start : start + count]
+            missing = chunk.count(None)
+            if not missing:
+                continue
+            if missing == count:
+                # All C-level: tuple.__new__(TopicPartition, (topic, p)) for each p.
+                objects[start : start + count] = map(
+                    _new_tuple, repeat(TopicPartition), zip(repeat(topic), range(count))
+                )
+            else:
+                for p, old in enumerate(chunk):
+                    if old is None:
+                        objects[start + p] = TopicPartition(topic, p)
+
+
+def _resolve_claims(
+    claims: list[list[int]], generations: list[int]
+) -> tuple[list[list[int]], set[int]]:
+    """Apply KIP-792's rules to the members' claims.
+
+    A partition claimed by one member belongs to it. Claimed by several, it belongs to
+    the one with the highest generation; if two or more share the highest generation,
+    no claim is valid and the partition is returned in the second set ("multiply
+    claimed": somebody may still hold it, so cooperative rebalancing must not hand it to
+    a new owner in this round).
+
+    Returns:
+        Each member's valid claims (in its own order, duplicates dropped), and the
+        multiply claimed partitions.
+    """
+    total = sum(len(c) for c in claims)
+    if len(set(chain.from_iterable(claims))) == total:
+        return claims, set()
+    best: dict[int, int] = {}
+    holder: dict[int, int] = {}
+    for member, ids in enumerate(claims):
+        generation = generations[member]
+        for gid in set(ids):
+            seen = best.get(gid)
+            if seen is None or generation > seen:
+                best[gid] = generation
+                holder[gid] = member
+            elif generation == seen:
+                holder[gid] = -1
+    owned: list[list[int]] = []
+    for member, ids in enumerate(claims):
+        mine = [gid for gid in dict.fromkeys(ids) if holder[gid] == member]
+        owned.append(mine)
+    return owned, {gid for gid, member in holder.items() if member == -1}
+
+
+def sticky_assign(
+    partitions_per_topic: Mapping[str, int],
+    subscriptions: Mapping[str, Subscription],
+    claims: Mapping[str, MemberClaim],
+    *,
+    cooperative: bool,
+) -> dict[str, Assignment]:
+    """Balanced, sticky assignment; with ``cooperative``, no partition changes hands directly.
+
+    Args:
+        partitions_per_topic: partition count of each known topic.
+        subscriptions: each member id's subscription.
+        claims: each member id's previously owned partitions and their generation.
+        cooperative: withhold partitions that would move from a member that still owns
+            them (or that several members claim); they are assigned in the next round.
+
+    Returns:
+        Each member id's assignment, partitions sorted.
+
+    Raises:
+        ConfigurationError: a partition count is negative.
+        AssignmentError: the algorithm ran out of members to fill (a bug).
+    """
+    with gc_paused():
+        return _sticky_assign(partitions_per_topic, subscriptions, claims, cooperative)
+
+
+def _sticky_assign(
+    partitions_per_topic: Mapping[str, int],
+    subscriptions: Mapping[str, Subscription],
+    claims: Mapping[str, MemberClaim],
+    cooperative: bool,
+) -> dict[str, Assignment]:
+    members = sorted(subscriptions)
+    if not members:
+        return {}
+    layout = _Layout(subscribed_partition_counts(partitions_per_topic, subscriptions))
+    generations = [claims[m].generation for m in members]
+    raw = [layout.to_ids(claims[m].partitions) for m in members]
+    owned, multiply_claimed = _resolve_claims(raw, generations)
+
+    first = subscriptions[members[0]].topics
+    first_set = frozenset(first)
+    uniform = all(
+        s.topics == first or frozenset(s.topics) == first_set
+        for s in (subscriptions[m] for m in members)
+    )
+    if uniform:
+        result, transferring = _assign_uniform(layout, owned, multiply_claimed)
+        if not cooperative:
+            transferring = set()
+    else:
+        result = _GeneralBuilder(layout, members, subscriptions, owned, raw, generations).build()
+        transferring = _transferring(raw, result) if cooperative else set()
+
+    layout.fill_objects()
+    out: dict[str, Assignment] = {}
+    objects = layout.objects
+    for member, ids in zip(members, result, strict=True):
+        if transferring:
+            ids = [gid for gid in ids if gid not in transferring]
+        ids.sort()
+        out[member] = Assignment(tuple(map(objects.__getitem__, ids)))  # type: ignore[arg-type]
+    return out
+
+
+def _transferring(claims: list[list[int]], result: list[list[int]]) -> set[int]:
+    """Partitions given to a member other than one that claims it still (Java's general path).
+
+    Java computes these from the claims as sent, stale ones included: a partition any
+    member says it owns and is not kept by that member is "revoked"; revoked partitions
+    given to someone else wait for the next round.
+    """
+    revoked: set[int] = set()
+    added: set[int] = set()
+    for ids, assigned in zip(claims, result, strict=True):
+        mine = set(ids)
+        got = set(assigned)
+        revoked.update(mine - got)
+        added.update(got - mine)
+    return added & revoked
+
+
+# -- uniform subscriptions ----------------------------------------------------------------------
+
+
+def _assign_uniform(
+    layout: _Layout, owned: list[list[int]], multiply_claimed: set[int]
+) -> tuple[list[list[int]], set[int]]:
+    """Java's ``ConstrainedAssignmentBuilder`` (without racks): every member, same topics.
+
+    1. Each member keeps what it owns, up to its quota: all if below ``min_quota``;
+       ``max_quota`` while fewer than ``P % M`` members have been given the extra one;
+       else ``min_quota``. What it must give up is "maybe revoked".
+    2. The rest is dealt round-robin, sorted by topic and partition, first to the members
+       below ``min_quota`` (in member id order, pass after pass), then one each to the
+       members at ``min_quota`` that may still take the extra partition.
+
+    Returns:
+        Each member's partitions, and those moving away from a member that still owns
+        them (maybe revoked and given to another, or multiply claimed).
+    """
+    total = layout.total
+    count = len(owned)
+    min_quota, extra_members = divmod(total, count)
+    max_quota = min_quota + (1 if extra_members else 0)
+    over = 0
+    assignment: list[list[int]] = []
+    under: list[int] = []
+    exact: list[int] = []
+    maybe_revoked: dict[int, int] = {}
+    free = bytearray(b"\x01") * total
+
+    for member, ids in enumerate(owned):
+        size = len(ids)
+        if size < min_quota:
+            keep = ids
+            under.append(member)
+        elif size >= max_quota and over < extra_members:
+            over += 1
+            if over == extra_members:
+                exact.clear()
+            keep = _trim(layout, ids, max_quota, member, maybe_revoked)
+        else:
+            keep = _trim(layout, ids, min_quota, member, maybe_revoked)
+            if over < extra_members:
+                exact.append(member)
+        assignment.append(list(keep))
+        for gid in keep:
+            free[gid] = 0
+
+    kept_sizes = [len(a) for a in assignment]
+    pending = list(compress(range(total), free))
+    remaining = len(pending)
+    at = 0
+    # Whole passes over the members below min_quota: member j of the pass gets every
+    # len(under)-th partition, which is what dealing one at a time would give it.
+    while under and at < remaining:
+        width = len(under)
+        deficit = min(min_quota - len(assignment[m]) for m in under)
+        passes = min(deficit, (remaining - at) // width)
+        if passes:
+            stop = at + passes * width
+            for j, member in enumerate(under):
+                assignment[member].extend(pending[at + j : stop : width])
+            at = stop
+        else:
+            for member, gid in zip(under, pending[at:], strict=False):
+                assignment[member].append(gid)
+            at = remaining
+        still: list[int] = []
+        for member in under:
+            if len(assignment[member]) == min_quota:
+                exact.append(member)
+            else:
+                still.append(member)
+        under = still
+    if at < remaining:
+        if remaining - at > len(exact):
+            raise AssignmentError(
+                f"sticky assignment: {remaining - at} partitions left but only "
+                f"{len(exact)} members can take one more (please report this bug)"
+            )
+        for member, gid in zip(exact, pending[at:], strict=False):
+            assignment[member].append(gid)
+
+    transferring: set[int] = set()
+    if maybe_revoked or multiply_claimed:
+        for member, ids in enumerate(assignment):
+            for gid in ids[kept_sizes[member] :]:
+                previous = maybe_revoked.get(gid)
+                if (previous is not None and previous != member) or gid in multiply_claimed:
+                    transferring.add(gid)
+    return assignment, transferring
+
+
+def _trim(
+    layout: _Layout, ids: list[int], quota: int, member: int, maybe_revoked: dict[int, int]
+) -> list[int]:
+    if len(ids) <= quota:
+        return ids
+    ordered = sorted(ids, key=layout.pt_key)
+    for gid in ordered[quota:]:
+        maybe_revoked[gid] = member
+    return ordered[:quota]
+
+
+# -- general case -------------------------------------------------------------------------------
+
+
+class _Movements:
+    """Java's ``PartitionMovements``: where each moved partition came from, per topic.
+
+    Used to move a partition back along the way another partition of the same topic came,
+    rather than shuffle two partitions between the same pair of members.
+    """
+
+    def __init__(self, layout: _Layout) -> None:
+        self.layout = layout
+        self.moves: dict[int, tuple[int, int]] = {}
+        self.by_topic: dict[int, dict[tuple[int, int], set[int]]] = {}
+
+    def _remove(self, gid: int) -> tuple[int, int]:
+        pair = self.moves.pop(gid)
+        topic = self.layout.topic_of(gid)
+        pairs = self.by_topic[topic]
+        pairs[pair].discard(gid)
+        if not pairs[pair]:
+            del pairs[pair]
+        if not pairs:
+            del self.by_topic[topic]
+        return pair
+
+    def _add(self, gid: int, pair: tuple[int, int]) -> None:
+        self.moves[gid] = pair
+        topic = self.layout.topic_of(gid)
+        self.by_topic.setdefault(topic, {}).setdefault(pair, set()).add(gid)
+
+    def move(self, gid: int, old: int, new: int) -> None:
+        if gid in self.moves:
+            source, _ = self._remove(gid)
+            if source != new:
+                self._add(gid, (source, new))
+        else:
+            self._add(gid, (old, new))
+
+    def partition_to_move(self, gid: int, old: int, new: int) -> int:
+        pairs = self.by_topic.get(self.layout.topic_of(gid))
+        if pairs is None:
+            return gid
+        if gid in self.moves:
+            old = self.moves[gid][0]
+        reverse = pairs.get((new, old))
+        if not reverse:
+            return gid
+        # Java takes any; the smallest keeps the result deterministic.
+        return min(reverse)
+
+
+class _GeneralBuilder:
+    """Java's ``GeneralAssignmentBuilder`` (without racks): members subscribe differently.
+
+    1. Keep every valid claim whose topic the member still subscribes to.
+    2. Give each unassigned partition (topics with the fewest possible members first) to
+       the least loaded member subscribed to it, ties to the lowest member id.
+    3. Move partitions towards balance: back to the member of the previous generation
+       that had it, or to the least loaded member, until no count exceeds another
+       possible owner's by more than one. Keep the result only if it is more balanced.
+    """
+
+    def __init__(
+        self,
+        layout: _Layout,
+        members: list[str],
+        subscriptions: Mapping[str, Subscription],
+        owned: list[list[int]],
+        claims: list[list[int]],
+        generations: list[int],
+    ) -> None:
+        self.layout = layout
+        self.size = len(members)
+        topics_count = len(layout.topics)
+        # Members with the same subscription form a class; per-topic and per-member facts
+        # are computed once per class (a group rarely has more than a few).
+        class_index: dict[frozenset[int], int] = {}
+        by_names: dict[tuple[str, ...], frozenset[int]] = {}
+        self.class_members: list[list[int]] = []
+        self.class_of: list[int] = []
+        for member, name in enumerate(members):
+            names = subscriptions[name].topics
+            mine = by_names.get(names)
+            if mine is None:
+                mine = frozenset(layout.index[t] for t in names if t in layout.index)
+                by_names[names] = mine
+            c = class_index.setdefault(mine, len(class_index))
+            if c == len(self.class_members):
+                self.class_members.append([])
+            self.class_members[c].append(member)
+            self.class_of.append(c)
+        self.class_topics = list(class_index)
+        class_max = [sum(layout.counts[t] for t in mine) for mine in self.class_topics]
+        self.member_topics = [self.class_topics[c] for c in self.class_of]
+        self.max_sizes = [class_max[c] for c in self.class_of]
+        self.topic_classes: list[list[int]] = [[] for _ in range(topics_count)]
+        self.topic_members = [0] * topics_count
+        for c, mine in enumerate(self.class_topics):
+            for t in mine:
+                self.topic_classes[t].append(c)
+                self.topic_members[t] += len(self.class_members[c])
+        # The topic of each global id, for the loops that need it per partition.
+        self.topic_ids: list[int] = []
+        for t, count in enumerate(layout.counts):
+            self.topic_ids.extend(repeat(t, count))
+        self.owned = owned
+        self.claims = claims
+        self.generations = generations
+        self.owner = [-1] * layout.total
+        self.current: list[list[int]] = []
+        self.counts: list[int] = []
+        self.revocation_required = False
+        self.heaps: list[list[int]] = []
+        self.keys: list[int] = []
+
+    # The least loaded member of topic t: the smallest live key among its classes' heaps.
+    def _least(self, topic: int) -> int:
+        heaps = self.heaps
+        keys = self.keys
+        size = self.size
+        best = -1
+        best_heap: list[int] | None = None
+        for c in self.topic_classes[topic]:
+            heap = heaps[c]
+            while heap and keys[heap[0] % size] != heap[0]:
+                heapq.heappop(heap)
+            if heap and (best < 0 or heap[0] < best):
+                best = heap[0]
+                best_heap = heap
+        if best_heap is None:
+            return -1
+        return best % size
+
+    def _set_count(self, member: int, count: int) -> None:
+        self.counts[member] = count
+        key = count * self.size + member
+        self.keys[member] = key
+        heapq.heappush(self.heaps[self.class_of[member]], key)
+
+    def build(self) -> list[list[int]]:
+        layout = self.layout
+        size = self.size
+        topic_ids = self.topic_ids
+        owner = self.owner
+        prev = self._previous_owners()
+        assigned_flags = bytearray(layout.total)
+        set_owner = owner.__setitem__
+        set_flag = assigned_flags.__setitem__
+        for member, ids in enumerate(self.owned):
+            mine = self.member_topics[member]
+            if not set(map(topic_ids.__getitem__, ids)) <= mine:
+                # The member left some of these topics: those partitions must be revoked
+                # before anyone else can have them.
+                ids = [gid for gid in ids if topic_ids[gid] in mine]
+                self.revocation_required = True
+            deque(map(set_owner, ids, repeat(member)), maxlen=0)
+            deque(map(set_flag, ids, repeat(1)), maxlen=0)
+            self.current.append(list(ids))
+        self.counts = [len(c) for c in self.current]
+        self.keys = [self.counts[m] * size + m for m in range(size)]
+        self.heaps = [sorted(self.keys[m] for m in ms) for ms in self.class_members]
+        initializing = max(self.counts) == 0
+
+        topic_order = sorted(
+            range(len(layout.topics)),
+            key=lambda t: (self.topic_members[t], layout.topics[t]),
+        )
+        # Only topics with two or more possible members can move.
+        movable: list[int] = []
+        movable_unassigned: list[int] = []
+        for t in topic_order:
+            start = layout.offsets[t]
+            span = range(start, start + layout.counts[t])
+            free = list(compress(span, map((1).__xor__, assigned_flags[span.start : span.stop])))
+            if free and self.topic_members[t]:
+                self._assign_least_loaded(t, free)
+            if self.topic_members[t] >= 2:
+                movable.extend(span)
+                movable_unassigned.extend(free)
+
+        movable_topics = {t for t, n in enumerate(self.topic_members) if n >= 2}
+        self.active = [self._can_participate(m, movable_topics) for m in range(size)]
+        active_counts = [self.counts[m] for m in range(size) if self.active[m]]
+        self.histogram: dict[int, int] = {}
+        for c in active_counts:
+            self.histogram[c] = self.histogram.get(c, 0) + 1
+        self.low = min(active_counts, default=0)
+        self.high = max(active_counts, default=0)
+        self.movements = _Movements(layout)
+        self.undo: list[tuple[int, int, int]] = []
+        before = _balance_score(active_counts)
+
+        if not self.revocation_required:
+            self._perform_reassignments(movable_unassigned, prev)
+        performed = self._perform_reassignments(movable, prev)
+        if not initializing and performed:
+            after = _balance_score([self.counts[m] for m in range(size) if self.active[m]])
+            if after >= before:
+                for gid, old, new in reversed(self.undo):
+                    self.current[new].remove(gid)
+                    self.current[old].append(gid)
+                    owner[gid] = old
+        return self.current
+
+    def _previous_owners(self) -> dict[int, int]:
+        """Partitions' owners in the newest generation older than the group's newest."""
+        newest = max(self.generations, default=-1)
+        prev: dict[int, tuple[int, int]] = {}
+        for member, ids in enumerate(self.claims):
+            generation = self.generations[member]
+            if generation >= newest:
+                continue
+            for gid in ids:
+                seen = prev.get(gid)
+                if seen is None or generation > seen[1]:
+                    prev[gid] = (member, generation)
+        return {gid: member for gid, (member, _) in prev.items()}
+
+    def _assign_least_loaded(self, topic: int, partitions: list[int]) -> None:
+        size = self.size
+        keys = self.keys
+        counts = self.counts
+        current = self.current
+        owner = self.owner
+        classes = self.topic_classes[topic]
+        if len(classes) == 1:
+            # One kind of member takes this topic: no stale keys exist yet (counts only
+            # grew through this heap), so its top is the least loaded member.
+            heap = self.heaps[classes[0]]
+            replace = heapq.heapreplace
+            for gid in partitions:
+                key = heap[0]
+                member = key % size
+                current[member].append(gid)
+                owner[gid] = member
+                counts[member] += 1
+                keys[member] = key + size
+                replace(heap, key + size)
+            return
+        for gid in partitions:
+            member = self._least(topic)
+            current[member].append(gid)
+            owner[gid] = member
+            heap = self.heaps[self.class_of[member]]
+            key = keys[member]
+            counts[member] += 1
+            keys[member] = key + size
+            heapq.heapreplace(heap, key + size)
+
+    def _can_participate(self, member: int, movable_topics: set[int]) -> bool:
+        if self.counts[member] < self.max_sizes[member]:
+            return True
+        topic_ids = self.topic_ids
+        return any(topic_ids[gid] in movable_topics for gid in self.current[member])
+
+    def _is_balanced(self) -> bool:
+        if self.low >= self.high - 1:
+            return True
+        layout = self.layout
+        counts = self.counts
+        owner = self.owner
+        active = self.active
+        for member in range(self.size):
+            if not active[member] or counts[member] == self.max_sizes[member]:
+                continue
+            mine = counts[member]
+            for t in self.member_topics[member]:
+                start = layout.offsets[t]
+                for gid in range(start, start + layout.counts[t]):
+                    other = owner[gid]
+                    if other < 0 or other == member or not active[other]:
+                        continue
+                    if mine + 1 < counts[other]:
+                        return False
+        return True
+
+    def _perform_reassignments(self, partitions: list[int], prev: dict[int, int]) -> bool:
+        performed = False
+        topic_ids = self.topic_ids
+        counts = self.counts
+        while True:
+            modified = False
+            for gid in partitions:
+                if self._is_balanced():
+                    break
+                member = self.owner[gid]
+                if member < 0:
+                    continue
+                previous = prev.get(gid)
+                if (
+                    previous is not None
+                    and self.active[previous]
+                    and counts[member] > counts[previous] + 1
+                ):
+                    self._reassign(gid, previous)
+                    performed = modified = True
+                    continue
+                least = self._least(topic_ids[gid])
+                if least >= 0 and counts[member] > counts[least] + 1:
+                    self._reassign(gid, least)
+                    performed = modified = True
+            if not modified:
+                return performed
+
+    def _reassign(self, gid: int, new: int) -> None:
+        gid = self.movements.partition_to_move(gid, self.owner[gid], new)
+        old = self.owner[gid]
+        self.movements.move(gid, old, new)
+        self.current[old].remove(gid)
+        self.current[new].append(gid)
+        self.owner[gid] = new
+        self.undo.append((gid, old, new))
+        self._shift(old, -1)
+        self._shift(new, +1)
+
+    def _shift(self, member: int, delta: int) -> None:
+        before = self.counts[member]
+        after = before + delta
+        self._set_count(member, after)
+        histogram = self.histogram
+        histogram[before] -= 1
+        if not histogram[before]:
+            del histogram[before]
+        histogram[after] = histogram.get(after, 0) + 1
+        self.low = min(histogram)
+        self.high = max(histogram)
+
+
+def _balance_score(counts: list[int]) -> int:
+    """Sum of |a - b| over all pairs of counts (Java's getBalanceScore), in O(n log n)."""
+    ordered = sorted(counts)
+    n = len(ordered)
+    return sum(c * (2 * i - n + 1) for i, c in enumerate(ordered))
