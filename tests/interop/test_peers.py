@@ -252,3 +252,33 @@ def test_eager_range_group_of_both_kinds(
     produced |= produce(kafka, topic, 60, PARTITIONS)
     check_history(peers, produced)
     no_errors(peers)
+
+
+@pytest.mark.integration
+def test_java_peers_upgrade_from_eager_to_cooperative_in_two_rolling_bounces(
+    kafka: str, peers: list[PeerProcess], tmp_path: Path
+) -> None:
+    # Kafka's documented upgrade: bounce every member with "range,cooperative-sticky", then
+    # again with "cooperative-sticky" alone. The group must never have two owners at once.
+    topic, group = new_name("interop"), new_name("group")
+    create_topic(kafka, topic, PARTITIONS)
+    everything = topic_partitions(topic, PARTITIONS)
+    live = [start_fast("java", kafka, group, topic, f"java-{i}", tmp_path, "range") for i in (1, 2)]
+    peers += live
+    wait_settled(live, everything, SETTLE_S)
+    produced = produce(kafka, topic, 60, PARTITIONS)
+    n = 2
+    for assignor in ("range,cooperative-sticky", "cooperative-sticky"):
+        for i in range(len(live)):
+            live[i].terminate()
+            n += 1
+            live[i] = start_fast("java", kafka, group, topic, f"java-{n}", tmp_path, assignor)
+            peers.append(live[i])
+            wait_settled(live, everything, SETTLE_S)
+    produced |= produce(kafka, topic, 60, PARTITIONS)
+    check_history(peers, produced)
+    # Once every member had switched, the leader used the cooperative assignor.
+    assert live[0].of("led") or live[1].of("led")
+    last_led = max((e for p in live for e in p.of("led")), key=lambda e: float(e["t"]))
+    assert last_led["assignor"] == "cooperative-sticky"
+    no_errors(peers)

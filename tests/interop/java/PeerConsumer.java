@@ -15,7 +15,7 @@
  *   {"event":"records","partitions":[["t",0,first_offset,last_offset,count],...]}
  *   {"event":"committed","offsets":[["t",0,next_offset],...]}
  *   {"event":"commit_failed","error":"..."}
- *   {"event":"led","members":N,"assignment":{member_id:[["t",0],...]}}
+ *   {"event":"led","assignor":"range","members":N,"assignment":{member_id:[["t",0],...]}}
  *   {"event":"error","error":"..."}
  *   {"event":"closed"}
  * The times of "assigned" are taken when the callback starts and those of "revoked" and
@@ -178,13 +178,14 @@ public final class PeerConsumer implements ConsumerRebalanceListener {
 
     // -- leadership: the standard assignors, announcing each time they run ----------------
 
-    static GroupAssignment logged(
+    static GroupAssignment logged(String assignor,
             GroupSubscription subscription, GroupAssignment assignment, double t) {
         List<String> members = new ArrayList<>();
         for (var entry : new TreeMap<>(assignment.groupAssignment()).entrySet()) {
             members.add(quote(entry.getKey()) + ":" + partitions(entry.getValue().partitions()));
         }
-        emit("led", "\"members\":" + subscription.groupSubscription().size()
+        emit("led", "\"assignor\":" + quote(assignor)
+            + ",\"members\":" + subscription.groupSubscription().size()
             + ",\"assignment\":{" + String.join(",", members) + "}", t);
         return assignment;
     }
@@ -194,7 +195,7 @@ public final class PeerConsumer implements ConsumerRebalanceListener {
         @Override
         public GroupAssignment assign(Cluster metadata, GroupSubscription subscription) {
             double t = now();
-            return logged(subscription, super.assign(metadata, subscription), t);
+            return logged(name(), subscription, super.assign(metadata, subscription), t);
         }
     }
 
@@ -203,7 +204,7 @@ public final class PeerConsumer implements ConsumerRebalanceListener {
         @Override
         public GroupAssignment assign(Cluster metadata, GroupSubscription subscription) {
             double t = now();
-            return logged(subscription, super.assign(metadata, subscription), t);
+            return logged(name(), subscription, super.assign(metadata, subscription), t);
         }
     }
 
