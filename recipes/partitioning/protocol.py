@@ -26,6 +26,7 @@ import enum
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Final, NamedTuple
 
 from coordination.errors import ConfigurationError, ProtocolCodecError
@@ -59,6 +60,7 @@ ASSIGNMENT_VERSION: Final = 3
 
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
+_new_tuple = tuple.__new__
 
 
 class TopicPartition(NamedTuple):
@@ -312,12 +314,49 @@ class _Reader:
         return values
 
     def topic_partitions(self, what: str) -> tuple[TopicPartition, ...]:
+        start = self.pos
+        try:
+            return self._topic_partitions_fast(what)
+        except (struct.error, ValueError):
+            # Malformed somewhere: read again, checking each field, to say what and where.
+            self.pos = start
+            return self._topic_partitions_checked(what)
+
+    def _topic_partitions_fast(self, what: str) -> tuple[TopicPartition, ...]:
+        # The hot path of a leader reading thousands of subscriptions: locals only, one
+        # bounds check per field, and a fall-back to the checked reader on any anomaly.
+        data = self.data
+        end = len(data)
+        count = self.count(what)
+        pos = self.pos
+        unpack16 = _INT16.unpack_from
+        unpack32 = _INT32.unpack_from
+        out: list[TopicPartition] = []
+        for _ in range(count):
+            (size,) = unpack16(data, pos)
+            pos += 2
+            if size < 0 or pos + size > end:
+                raise ValueError("bad topic name")
+            topic = data[pos : pos + size].decode()
+            pos += size
+            (n,) = unpack32(data, pos)
+            pos += 4
+            if n < 0 or pos + 4 * n > end:
+                raise ValueError("bad partition array")
+            partitions = struct.unpack_from(f">{n}i", data, pos)
+            pos += 4 * n
+            # All C-level: tuple.__new__(TopicPartition, (topic, p)) per partition.
+            out.extend(map(_new_tuple, repeat(TopicPartition), zip(repeat(topic), partitions)))
+        self.pos = pos
+        return tuple(out)
+
+    def _topic_partitions_checked(self, what: str) -> tuple[TopicPartition, ...]:
         out: list[TopicPartition] = []
         for _ in range(self.count(what)):
             topic = self.string(f"topic name in {what}")
             assert topic is not None
             partitions = self.int32_array(f"partitions of {topic!r} in {what}")
-            out.extend(TopicPartition(topic, p) for p in partitions)
+            out.extend(map(_new_tuple, repeat(TopicPartition), zip(repeat(topic), partitions)))
         return tuple(out)
 
 

@@ -13,7 +13,7 @@ from ..protocol import (
     encode_cooperative_sticky_user_data,
 )
 from ._sticky_core import MemberClaim, sticky_assign
-from .base import PartitionAssignor
+from .base import PartitionAssignor, gc_paused
 
 __all__ = ["CooperativeStickyAssignor"]
 
@@ -98,8 +98,9 @@ class CooperativeStickyAssignor(PartitionAssignor):
         Raises:
             ConfigurationError: a partition count is negative.
         """
-        claims = {member: _claim(sub) for member, sub in subscriptions.items()}
-        return sticky_assign(partitions_per_topic, subscriptions, claims, cooperative=True)
+        with gc_paused():
+            claims = {member: _claim(sub) for member, sub in subscriptions.items()}
+            return sticky_assign(partitions_per_topic, subscriptions, claims, cooperative=True)
 
 
 def _claim(subscription: Subscription) -> MemberClaim:

@@ -13,7 +13,7 @@ from ..protocol import (
     encode_sticky_user_data,
 )
 from ._sticky_core import MemberClaim, sticky_assign
-from .base import PartitionAssignor
+from .base import PartitionAssignor, gc_paused
 
 __all__ = ["StickyAssignor"]
 
@@ -88,8 +88,9 @@ class StickyAssignor(PartitionAssignor):
         Raises:
             ConfigurationError: a partition count is negative.
         """
-        claims = {member: _claim(sub) for member, sub in subscriptions.items()}
-        return sticky_assign(partitions_per_topic, subscriptions, claims, cooperative=False)
+        with gc_paused():
+            claims = {member: _claim(sub) for member, sub in subscriptions.items()}
+            return sticky_assign(partitions_per_topic, subscriptions, claims, cooperative=False)
 
 
 def _claim(subscription: Subscription) -> MemberClaim:
