@@ -506,3 +506,15 @@ def test_on_assignment_feeds_user_data() -> None:
         [TP("t", 1)], 4
     )
     assert RangeAssignor().subscription_user_data(frozenset()) is None
+
+
+def test_public_names_documented_and_shown_under_the_package() -> None:
+    import recipes.partitioning.assignors as package
+
+    assert package.__all__ == sorted(package.__all__)
+    for name in package.__all__:
+        obj = getattr(package, name)
+        assert obj.__doc__, name
+        assert obj.__module__ == "recipes.partitioning.assignors"
+        for method in ("assign", "supported_protocols", "subscription_user_data", "on_assignment"):
+            assert getattr(obj, method).__doc__, f"{name}.{method}"
