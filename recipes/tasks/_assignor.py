@@ -24,26 +24,29 @@ The rules, in the order :func:`assign` applies them:
    gone; every assignment carries ``delay_ms``, after which the workers rejoin so the held
    tasks can be given to others. If ``W`` comes back in time it gets its tasks back and
    nothing else moves.
-5. **New tasks** (and released ones) go, largest first, to the worker furthest below its
-   fair share that has room for them.
-6. **Balance.** When no task is held, a worker keeps its tasks (smallest first) while its
-   load is below its fair share, so it ends within one task of it; the rest is revoked and
-   handed to under-loaded workers in the next round. Balance revocations never happen in
-   two rounds back to back: if the round after a revoking round would revoke again (a
-   worker joined meanwhile), it waits a growing backoff first (Connect's KAFKA-12495), so
-   a join or a leave settles in at most two rounds and never causes a revocation storm.
+5. **New tasks** (and released ones) go, largest first, each to the least loaded worker that
+   has room for it.
+6. **Balance.** When no task is held, tasks move from heavier to lighter workers while the
+   gap between the two is larger than the largest task on the heavier one; each moved task
+   is revoked now and assigned next round. So a balanced group is one where every worker is
+   within its largest task of every worker with room for it: with equal weights
+   (``Balance.COUNT``), counts differ by at most one. Greedy placement already leaves workers
+   that close, so a leave revokes nothing; a join revokes just enough to fill the newcomer.
+   Balanced is a property of the loads alone, so the round that hands the revoked tasks over
+   finds nothing more to move. Balance revocations never happen in two rounds back to back
+   either: if the round after a revoking round would revoke again (a worker joined
+   meanwhile), it waits a growing backoff first (Connect's KAFKA-12495). A join or a leave
+   thus settles in at most two rounds, without a revocation storm.
 
-Fair shares ("targets") come from water-filling: every worker gets the same load unless its
-capacity is lower, in which case it gets its capacity and the others share the rest. With
-uniform task weights (``Balance.COUNT``, or all weights equal) the targets are whole
-numbers of tasks, the larger ones going to the workers that already run the most, so the
-result is exact: task counts differ by at most one between workers without a binding
-capacity. With mixed weights every worker ends below ``target + its largest task``.
+Capacity (``WorkerState.capacity``) is a hard limit: a worker over it sheds tasks (smallest
+kept first) even while tasks are held, and a task no worker has room for stays unassigned
+and is reported in :attr:`AssignmentResult.unassigned`.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -482,7 +485,7 @@ class _Plan:
 
 
 class _Planner:
-    """Rules 5 and 6: fair shares, what each worker keeps, where the rest goes."""
+    """Rules 5 and 6: what each worker keeps, where new tasks go, what moves for balance."""
 
     def __init__(
         self,
@@ -493,145 +496,146 @@ class _Planner:
         self._loads = loads
         self._capacities = capacities
         self._state = state
-        placeable = set(state.free)
-        for wid in capacities:
-            placeable |= state.running[wid] | state.returning[wid]
-        current = {wid: len(state.running[wid]) + len(state.returning[wid]) for wid in capacities}
-        self._targets = _targets([loads[t] for t in sorted(placeable)], capacities, current)
-        scale = max([1.0, *(loads[t] for t in placeable)])
-        self._eps = _EPS * scale * max(1, len(placeable))
+        # The worker running each task that some worker runs and may keep.
+        self._origin = {t: wid for wid, ts in state.running.items() for t in ts}
+        planned = set(state.free).union(*state.running.values(), *state.returning.values())
+        scale = max([1.0, *(loads[t] for t in planned)])
+        self._eps = _EPS * scale * max(1, len(planned))
 
     def plan(self, *, balancing: bool) -> _Plan:
-        loads, eps, state = self._loads, self._eps, self._state
+        """Plan the round; with ``balancing`` off, no running task moves except for capacity."""
+        loads, eps, state, origin = self._loads, self._eps, self._state, self._origin
+        on: dict[str, set[str]] = {}
         level: dict[str, float] = {}
-        final: dict[str, set[str]] = {}
-        shed_from: dict[str, str] = {}  # running task shed -> the worker running it
-        for_balance: set[str] = set()
+        over_capacity: set[str] = set()
         pool: list[str] = sorted(state.free)
         for wid, capacity in self._capacities.items():
-            target = self._targets[wid]
+            # Capacity is a hard limit, enforced even when balancing waits. Running tasks
+            # first, smallest first: a returning task is dropped before a running one is
+            # revoked, and as many tasks as possible stay.
             total = 0.0
             kept: set[str] = set()
-            # Running tasks first, so that a returning task is dropped before a running one
-            # is revoked; smallest first, so what is shed is few, large tasks. Keeping while
-            # below the target leaves the worker under ``target + largest task``, and the
-            # placement below leaves receivers there too: a balanced plan is its own
-            # fixpoint and the next round revokes nothing.
             order = sorted(state.running[wid], key=lambda t: (loads[t], t)) + sorted(
                 state.returning[wid], key=lambda t: (loads[t], t)
             )
             for task in order:
-                load = loads[task]
-                over_capacity = capacity is not None and total + load > capacity + eps
-                if not over_capacity and not (balancing and total >= target - eps):
-                    kept.add(task)
-                    total += load
+                if capacity is not None and total + loads[task] > capacity + eps:
+                    pool.append(task)
+                    if task in origin:
+                        over_capacity.add(task)
                     continue
-                pool.append(task)
-                if task in state.running[wid]:
-                    shed_from[task] = wid
-                    if not over_capacity:
-                        for_balance.add(task)
-            level[wid] = total
-            final[wid] = kept
+                kept.add(task)
+                total += loads[task]
+            on[wid] = kept
+            level[wid] = math.fsum(loads[t] for t in kept)
 
-        moving: dict[str, str] = {}
-        unassigned: list[str] = []
-        balance_moves = 0
-        # Largest first to the worker furthest below its target that has room: the classic
-        # LPT greedy. Running tasks shed above are placed too, but only on paper: they are
-        # revoked now and reach their destination next round (``moving``).
-        for task in sorted(pool, key=lambda t: (-loads[t], t)):
-            load = loads[task]
-            best: str | None = None
-            best_key = (math.inf, "")
-            for wid, capacity in self._capacities.items():
-                if capacity is not None and level[wid] + load > capacity + eps:
+        # New, released and shed tasks: largest first, each to the least loaded worker with
+        # room for it (the LPT greedy). Then balance: move tasks from heavier to lighter
+        # workers while a move narrows their gap (see _improving_move). Each move lowers the
+        # sum of squared loads, so this ends; and where it ends is a property of the loads
+        # alone, so the round after a handover (same loads, the moved tasks now running)
+        # finds nothing to move: no storm. Balancing can make room for a task that fitted
+        # nowhere before, hence the loop.
+        unassigned = sorted(pool, key=lambda t: (-loads[t], t))
+        moves_left = 4 * len(loads) + 16  # a guard against float pathologies only
+        while True:
+            waiting = unassigned
+            unassigned = []
+            moved = False
+            # Workers by (load, worker id); those without room for a task are set aside
+            # for it and put back after.
+            heap = [(level[wid], wid) for wid in self._capacities]
+            heapq.heapify(heap)
+            for task in waiting:
+                load = loads[task]
+                skipped: list[tuple[float, str]] = []
+                best: str | None = None
+                while heap:
+                    entry = heapq.heappop(heap)
+                    capacity = self._capacities[entry[1]]
+                    if capacity is None or entry[0] + load <= capacity + eps:
+                        best = entry[1]
+                        break
+                    skipped.append(entry)
+                for entry in skipped:
+                    heapq.heappush(heap, entry)
+                if best is None:
+                    unassigned.append(task)
                     continue
-                key = (level[wid] - self._targets[wid], wid)
-                if key < best_key:
-                    best, best_key = wid, key
-            if best is None:
-                unassigned.append(task)
-                continue
-            level[best] += load
-            origin = shed_from.get(task)
-            if origin is None or origin == best:
-                # Free, returning, or shed but best where it is: run it there now.
-                final[best].add(task)
-            else:
-                moving[task] = best
-                if task in for_balance:
-                    balance_moves += 1
+                on[best].add(task)
+                level[best] += load
+                heapq.heappush(heap, (level[best], best))
+            while moves_left > 0:
+                move = self._improving_move(on, level, balancing)
+                if move is None:
+                    break
+                moves_left -= 1
+                moved = True
+                task, source, target = move
+                on[source].remove(task)
+                on[target].add(task)
+                level[source] = math.fsum(loads[t] for t in on[source])
+                level[target] = math.fsum(loads[t] for t in on[target])
+            if not (moved and unassigned):
+                break  # nothing changed since the placement above: nothing more fits
+
+        final: dict[str, set[str]] = {wid: set() for wid in on}
+        moving: dict[str, str] = {}
+        balance_moves = 0
+        for wid, tasks in on.items():
+            for task in tasks:
+                running_on = origin.get(task)
+                if running_on is None or running_on == wid:
+                    final[wid].add(task)
+                else:
+                    # Revoked from running_on now; runs on wid from the next round.
+                    moving[task] = wid
+                    if task not in over_capacity:
+                        balance_moves += 1
         return _Plan(final, moving, unassigned, balance_moves)
 
+    def _improving_move(
+        self, on: Mapping[str, set[str]], level: Mapping[str, float], balancing: bool
+    ) -> tuple[str, str, str] | None:
+        """The next task to move (task, from, to), or None if the plan is balanced.
 
-def _targets(
-    loads: Sequence[float],
-    capacities: Mapping[str, float | None],
-    current: Mapping[str, int],
-) -> dict[str, float]:
-    """Each worker's fair share of ``sum(loads)`` given the capacities (water-filling).
-
-    With uniform loads the shares are whole numbers of tasks, the larger ones going to the
-    workers that run the most now (fewest moves; and a balanced state maps to itself).
-    """
-    if not capacities:
-        return {}
-    if loads and all(x == loads[0] for x in loads):
-        return _count_targets(len(loads), loads[0], capacities, current)
-    remaining = math.fsum(loads)
-
-    # Lowest capacity first: a worker whose capacity is below an equal share of what is
-    # left takes its capacity, and the others share the rest.
-    def by_capacity(wid: str) -> tuple[float, str]:
-        capacity = capacities[wid]
-        return (math.inf if capacity is None else capacity, wid)
-
-    order = sorted(capacities, key=by_capacity)
-    targets: dict[str, float] = {}
-    for i, wid in enumerate(order):
-        share = remaining / (len(order) - i)
-        capacity = capacities[wid]
-        if capacity is not None and capacity < share:
-            targets[wid] = capacity
-            remaining -= capacity
-        else:
-            for rest in order[i:]:
-                targets[rest] = share
-            break
-    return targets
-
-
-def _count_targets(
-    n: int,
-    unit: float,
-    capacities: Mapping[str, float | None],
-    current: Mapping[str, int],
-) -> dict[str, float]:
-    slots = {
-        wid: None if cap is None else math.floor(cap / unit + _EPS)
-        for wid, cap in capacities.items()
-    }
-
-    def fill(level: int) -> int:
-        return sum(level if s is None else min(s, level) for s in slots.values())
-
-    # The lowest level at which the workers hold all n tasks (or the top, if they cannot).
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fill(mid) >= n:
-            hi = mid
-        else:
-            lo = mid + 1
-    level = lo
-    if level == 0:
-        return {wid: 0.0 for wid in capacities}
-    counts = {wid: (level - 1 if s is None else min(s, level - 1)) for wid, s in slots.items()}
-    extra = n - sum(counts.values())
-    eligible = [wid for wid, s in slots.items() if s is None or s >= level]
-    eligible.sort(key=lambda w: (-current[w], w))
-    for wid in eligible[: max(extra, 0)]:
-        counts[wid] += 1
-    return {wid: c * unit for wid, c in counts.items()}
+        A task that does not run where it is planned moves if that narrows the gap between
+        the two workers (gap > its load). A running task moves only if the gap is larger
+        than the largest task on the giver: greedy placement never leaves a worker more than
+        one task above another, so a leave (whose tasks are simply placed) never revokes,
+        and balanced means "every worker is within its largest task of every other", which
+        for equal loads is "counts differ by at most one".
+        """
+        loads, eps, origin = self._loads, self._eps, self._origin
+        descending = sorted(on, key=lambda w: (-level[w], w))
+        ascending = descending[::-1]
+        for source in descending:
+            if not on[source]:
+                continue
+            largest = max(loads[t] for t in on[source])
+            movable = {
+                t: (largest if origin.get(t) == source else loads[t]) + eps
+                for t in on[source]
+                if balancing or origin.get(t) != source
+            }
+            if not movable:
+                continue
+            lowest = min(movable.values())
+            for target in ascending:
+                gap = level[source] - level[target]
+                if gap <= lowest:
+                    break  # targets only get heavier from here on
+                capacity = self._capacities[target]
+                room = math.inf if capacity is None else capacity - level[target] + eps
+                best: tuple[bool, float, str] | None = None
+                for task, needed in movable.items():
+                    load = loads[task]
+                    if gap > needed and load <= room:
+                        # Prefer a task that costs no revocation, then the one that
+                        # narrows the gap the most (closest to half of it).
+                        key = (origin.get(task) == source, abs(gap - 2 * load), task)
+                        if best is None or key < best:
+                            best = key
+                if best is not None:
+                    return best[2], source, target
+        return None
