@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 # Loads are sums of floats; comparisons allow this much (relative) rounding error so that
-# a worker exactly at its target is not seen as below it because of the last bit.
+# two loads equal on paper compare equal, and a task that just fits is seen to fit.
 _EPS: Final = 1e-9
 
 # The backoff before a second balance revocation right after one, then x10 per further
@@ -238,6 +238,17 @@ def assign(
     balance: Balance = Balance.WEIGHT,
 ) -> AssignmentResult:
     """Compute one round of incremental cooperative assignment (see the module docstring).
+
+    Example:
+        # In the leader's perform_assignment (the codecs are in recipes.tasks._wire):
+        workers = [decode_worker_metadata(m.member_id, m.metadata) for m in members]
+        result = assign(
+            self._tasks, workers, self._memory, leader_id=leader_id,
+            now_ms=int(time.monotonic() * 1000), max_delay_ms=300_000,
+            config_version=self._tasks_version,
+        )
+        self._pending_memory = result.memory  # kept once the round completes
+        return {m: encode_assignment(a) for m, a in result.assignments.items()}
 
     Deterministic: the result depends only on the arguments, not on the order of
     ``workers`` or of ``tasks``.
