@@ -64,6 +64,12 @@ _DEFAULT_CONF: Final[Mapping[str, str]] = {
     # A batch aggregates to a few thousand rows: 200 shuffle partitions (the
     # default) would be 200 tasks of scheduling overhead per batch.
     "spark.sql.shuffle.partitions": "4",
+    # Version 2 of Hadoop's committer moves task output into place at task
+    # commit, saving a rename pass per batch (measured ~20% of a 1k-record
+    # batch). Its weakness, a visible half-written output after a failed job,
+    # does not matter here: the staging directory is private to one attempt and
+    # only the manifest, written last, marks it complete.
+    "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
@@ -138,7 +144,8 @@ def spark_session(
 
     Defaults: ``spark.driver.memory`` and ``spark.executor.memory`` 512m,
     ``spark.sql.shuffle.partitions`` 4, the web UI and the console progress bar
-    off, session time zone UTC, log level WARN. ``conf`` overrides any of them.
+    off, session time zone UTC, Hadoop's file output committer version 2, log
+    level WARN. ``conf`` overrides any of them.
 
     Args:
         master: ``spark.master``: ``local[2]`` for two local cores, or a cluster
