@@ -209,8 +209,10 @@ class GroupMembership:
         """Seconds during which the broker cannot have removed this member; 0.0 if none."""
         cfg = self._config
         with self._lock:
-            active = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
-            if not active or self._confirmed is None or self._confirmed[0] != self._generation:
+            # A member rejoining (PREPARING_REBALANCE) keeps its generation and its place in
+            # the group until the broker answers; a reset or leave changes the generation.
+            gone = self._state in (MemberState.UNJOINED, MemberState.CLOSED)
+            if gone or self._confirmed is None or self._confirmed[0] != self._generation:
                 return 0.0
             confirmed_at = self._confirmed[1]
         guaranteed_s = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms) / 1000

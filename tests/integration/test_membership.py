@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +12,7 @@ import pytest
 
 from coordination import MemberState, errors
 
-from .members import FAST, Listing, new_group, settled, wait_until
+from .members import FAST, EventProcess, Listing, new_group, settled, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,56 +35,16 @@ def start(created: list[Listing], kafka: str, group: str, n: int, **kw: Any) -> 
     return new
 
 
-class MemberProcess:
-    """A member in its own process, so that it can be killed or frozen."""
-
-    def __init__(self, kafka: str, group: str, instance_id: str | None = None) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.members", kafka, group, instance_id or "-"],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        self.events: list[dict[str, Any]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.events.append(json.loads(line))
-
-    def joined(self) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == "joined"]
-
-    def signal(self, sig: int) -> None:
-        self.process.send_signal(sig)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.write("close\n")
-                self.process.stdin.flush()
-                self.process.wait(15)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
-        self._reader.join(5)  # the pipe ends when the process does
-        for pipe in (self.process.stdin, self.process.stdout):
-            if pipe is not None:
-                pipe.close()
+def member_process(kafka: str, group: str, instance_id: str | None = None) -> EventProcess:
+    """A ``Listing`` member in its own process, so that it can be killed or frozen."""
+    return EventProcess("tests.integration.members", kafka, group, instance_id or "-")
 
 
 @pytest.fixture
-def processes() -> Iterator[list[MemberProcess]]:
-    created: list[MemberProcess] = []
+def processes() -> Iterator[list[EventProcess]]:
+    created: list[EventProcess] = []
     yield created
     for p in created:
-        if p.process.poll() is None:
-            p.signal(signal.SIGCONT)
         p.close()
 
 
@@ -128,12 +83,12 @@ def test_a_member_that_leaves_makes_the_rest_rebalance_at_once(kafka: str, membe
 
 
 def two_members_and_a_process(
-    kafka: str, members: list[Listing], processes: list[MemberProcess]
-) -> tuple[list[Listing], MemberProcess]:
+    kafka: str, members: list[Listing], processes: list[EventProcess]
+) -> tuple[list[Listing], EventProcess]:
     """A stable group of three: two members here and one in a process of its own."""
     group = new_group()
     pair = start(members, kafka, group, 2)
-    other = MemberProcess(kafka, group)
+    other = member_process(kafka, group)
     processes.append(other)
     wait_until(lambda: settled(pair, 3) and bool(other.joined()), 30, "three members")
     return pair, other
@@ -183,13 +138,13 @@ def test_a_static_member_restarting_within_its_session_causes_no_rebalance(
 ) -> None:
     group = new_group()
     pair = start(members, kafka, group, 2, session_timeout_ms=20_000)
-    static = MemberProcess(kafka, group, instance_id="static-1")
+    static = member_process(kafka, group, instance_id="static-1")
     processes.append(static)
     wait_until(lambda: settled(pair, 3) and bool(static.joined()), 30, "three members")
     generation = pair[0].last()[0]
     completed_before = [len(m.completed) for m in pair]
     static.close()  # a static member does not send LeaveGroup
-    again = MemberProcess(kafka, group, instance_id="static-1")
+    again = member_process(kafka, group, instance_id="static-1")
     processes.append(again)
     wait_until(lambda: bool(again.joined()), 30, "the static member to come back")
     time.sleep(2)  # several heartbeats: a rebalance would show by now

@@ -625,3 +625,10 @@ def test_losing_the_generation_ends_the_lease_at_once(code: int, member_id_after
 def test_a_member_that_never_joined_has_no_lease() -> None:
     h = Harness()
     assert h.engine.membership_lease() == 0.0
+
+
+def test_the_lease_holds_while_the_member_rejoins() -> None:
+    h = stable_leader(session_timeout_ms=10_000)
+    h.engine._state = MemberState.PREPARING_REBALANCE  # JoinGroup in flight
+    h.clock.advance(2)
+    assert h.engine.membership_lease() == pytest.approx(8.0)

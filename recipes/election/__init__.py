@@ -1,0 +1,22 @@
+"""Leader election over a Kafka group: one leader at a time, a fencing token that proves it.
+
+See :class:`LeaderElection`. The group's members advertise an identity; every member learns
+who leads; the leader gets a :class:`Leadership` whose token grows with every new leader and
+whose transactional producer the broker fences once a newer leader exists.
+"""
+
+from ._choice import choose_leader as choose_leader
+from ._election import DuplicateIdentityError as DuplicateIdentityError
+from ._election import LeaderElection as LeaderElection
+from ._election import LeaderInfo as LeaderInfo
+from ._election import Leadership as Leadership
+from ._election import NotLeaderError as NotLeaderError
+
+__all__ = [
+    "DuplicateIdentityError",
+    "LeaderElection",
+    "LeaderInfo",
+    "Leadership",
+    "NotLeaderError",
+    "choose_leader",
+]

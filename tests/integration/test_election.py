@@ -1,0 +1,316 @@
+"""Leader election on a real broker: one leader, failover, fencing, no overlap under chaos."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from recipes.election import LeaderElection, LeaderInfo, Leadership
+
+from .members import FAST, EventProcess, new_group, wait_until
+
+pytestmark = pytest.mark.integration
+
+SESSION_S = FAST["session_timeout_ms"] / 1000
+
+
+@pytest.fixture
+def elections() -> Iterator[list[LeaderElection]]:
+    created: list[LeaderElection] = []
+    yield created
+    for e in created:
+        e.close()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[EventProcess]]:
+    created: list[EventProcess] = []
+    yield created
+    for p in created:
+        p.close()
+
+
+def elect(
+    created: list[LeaderElection], kafka: str, group: str, identity: str, **kw: Any
+) -> LeaderElection:
+    e = LeaderElection(group, identity=identity, bootstrap_servers=kafka, **{**FAST, **kw})
+    created.append(e)
+    e.start()
+    return e
+
+
+def agreed(members: list[LeaderElection]) -> LeaderInfo | None:
+    """The leader every member names, if they all name the same one and it knows it leads."""
+    views = {m.leader() for m in members}
+    if len(views) != 1:
+        return None
+    (info,) = views
+    if info is None:
+        return None
+    leaders = [m for m in members if m.is_leader]
+    return info if [m.identity for m in leaders] == [info.identity] else None
+
+
+def wait_agreed(members: list[LeaderElection], timeout: float = 30) -> LeaderInfo:
+    wait_until(lambda: agreed(members) is not None, timeout, "all members to agree on a leader")
+    info = agreed(members)
+    assert info is not None
+    return info
+
+
+def test_three_members_elect_exactly_one_leader_and_all_agree(kafka: str, elections) -> None:
+    group = new_group()
+    trio = [elect(elections, kafka, group, f"http://node-{i}") for i in range(3)]
+    info = wait_agreed(trio)
+    assert sum(m.is_leader for m in trio) == 1
+    assert info.identity == "http://node-0"  # equal priorities: the smallest identity
+    assert all(m.members() == trio[0].members() for m in trio)
+    assert sorted(trio[0].members().values()) == [f"http://node-{i}" for i in range(3)]
+
+
+def test_graceful_close_hands_leadership_over_quickly(kafka: str, elections) -> None:
+    group = new_group()
+    trio = [elect(elections, kafka, group, f"http://node-{i}") for i in range(3)]
+    first = wait_agreed(trio)
+    leader = next(m for m in trio if m.identity == first.identity)
+    rest = [m for m in trio if m is not leader]
+    started = time.monotonic()
+    leader.close()
+    second = wait_agreed(rest, timeout=SESSION_S)  # LeaveGroup: no session timeout to wait
+    assert time.monotonic() - started < SESSION_S
+    assert second.identity != first.identity
+    assert second.token > first.token  # a new leadership, a higher fencing token
+
+
+def test_other_members_joining_or_leaving_do_not_move_leadership(kafka: str, elections) -> None:
+    group = new_group()
+    leader = elect(elections, kafka, group, "http://z-leader")  # would lose a free election
+    wait_agreed([leader])
+    token = leader.leadership().token  # type: ignore[union-attr]
+    elected: list[Leadership] = []
+    deposed: list[Leadership] = []
+    leader._on_elected, leader._on_deposed = elected.append, deposed.append
+    others = [elect(elections, kafka, group, f"http://a-{i}", priority=5) for i in range(2)]
+    info = wait_agreed([leader, *others])
+    assert (info.identity, info.token) == ("http://z-leader", token)
+    others[0].close()
+    wait_until(lambda: len(leader.members()) == 2, 30, "the group to shrink")
+    assert agreed([leader, others[1]]) == info
+    assert elected == [] and deposed == []  # never interrupted
+
+
+def test_ineligible_members_never_lead_and_learn_there_is_no_leader(kafka: str, elections) -> None:
+    group = new_group()
+    observers = [
+        elect(elections, kafka, group, f"http://obs-{i}", eligible=False) for i in range(2)
+    ]
+    candidate = elect(elections, kafka, group, "http://zz-candidate")
+    info = wait_agreed([*observers, candidate])
+    assert info.identity == "http://zz-candidate"
+    assert not any(o.is_leader for o in observers)
+    candidate.close()
+    wait_until(
+        lambda: all(len(o.members()) == 2 and o.leader() is None for o in observers),
+        30,
+        "observers to learn that nobody leads",
+    )
+    assert not any(o.is_leader for o in observers)
+
+
+def test_duplicate_identity_is_reported_to_the_duplicate(kafka: str, elections) -> None:
+    group = new_group()
+    first = elect(elections, kafka, group, "http://same")
+    wait_agreed([first])
+    second = elect(elections, kafka, group, "http://same")
+    from recipes.election import DuplicateIdentityError
+
+    with pytest.raises(DuplicateIdentityError, match="http://same"):
+        second.run(lambda leadership: None, timeout=30)
+    assert first.is_leader  # the current leader keeps its place
+
+
+def test_run_calls_func_while_leading_then_steps_down(kafka: str, elections) -> None:
+    group = new_group()
+    a = elect(elections, kafka, group, "http://a")
+    wait_agreed([a])
+    b = elect(elections, kafka, group, "http://b")
+    wait_agreed([a, b])
+    seen: list[tuple[str, int, bool]] = []
+
+    def lead(leadership: Leadership) -> int:
+        seen.append((leadership.identity, leadership.token, leadership.is_valid()))
+        return 42
+
+    result = a.run(lead)
+    assert result == 42
+    assert seen and seen[0][0] == "http://a" and seen[0][2]
+    # a stepped down and left the running: b takes over.
+    info = wait_agreed([a, b])
+    assert info.identity == "http://b" and info.token > seen[0][1]
+    assert not a.is_leader
+
+
+# ------------------------------------------------------------------ kills and freezes
+
+
+def election_process(kafka: str, group: str, identity: str, *options: str) -> EventProcess:
+    return EventProcess("tests.integration.election_member", kafka, group, identity, *options)
+
+
+def leaders_of(procs: list[EventProcess]) -> list[EventProcess]:
+    """Processes whose last elected/deposed event is 'elected'."""
+    result = []
+    for p in procs:
+        changes = [e for e in p.events if e["event"] in ("elected", "deposed")]
+        if changes and changes[-1]["event"] == "elected":
+            result.append(p)
+    return result
+
+
+def test_sigkilled_leader_is_replaced_after_the_session_timeout(kafka: str, processes) -> None:
+    group = new_group()
+    procs = [election_process(kafka, group, f"http://p-{i}") for i in range(3)]
+    processes.extend(procs)
+    wait_until(lambda: len(leaders_of(procs)) == 1, 30, "a leader")
+    (leader,) = leaders_of(procs)
+    killed_at = time.time()
+    leader.signal(signal.SIGKILL)
+    rest = [p for p in procs if p is not leader]
+    wait_until(lambda: len(leaders_of(rest)) == 1, SESSION_S * 4, "a new leader")
+    (successor,) = leaders_of(rest)
+    elected_at = successor.of("elected")[-1]["t"]
+    # Not before the broker could have expired the dead leader's session.
+    assert elected_at - killed_at >= SESSION_S - 1.0
+    assert elected_at - killed_at < SESSION_S * 3
+
+
+def test_frozen_leader_is_deposed_and_its_writes_are_fenced(kafka: str, processes) -> None:
+    group = new_group()
+    topic = f"leader-writes-{uuid.uuid4().hex[:8]}"
+    procs = [
+        election_process(kafka, group, f"http://p-{i}", "--topic", topic, "--zombie")
+        for i in range(2)
+    ]
+    processes.extend(procs)
+    wait_until(lambda: len(leaders_of(procs)) == 1, 30, "a leader")
+    (old,) = leaders_of(procs)
+    (new,) = [p for p in procs if p is not old]
+    wait_until(lambda: bool(old.of("wrote")), 30, "the leader to write")
+
+    old.signal(signal.SIGSTOP)
+    frozen_at = time.time()
+    wait_until(lambda: bool(new.of("elected") and new.of("wrote")), SESSION_S * 5, "a new leader")
+    assert new.of("elected")[-1]["token"] > old.of("elected")[-1]["token"]
+    old.signal(signal.SIGCONT)
+    resumed_at = time.time()
+    wait_until(lambda: bool(old.of("deposed") and old.of("write_rejected")), 20, "the old leader")
+
+    # After resuming, it learned of its deposition before doing anything as leader.
+    writes_after = [e for e in old.of("wrote") if e["checked_at"] > frozen_at]
+    assert writes_after == []
+    assert old.of("check_failed") or old.of("deposed")[0]["t"] >= resumed_at
+    # Its write that ignored the deposition was refused by the broker: it was fenced.
+    assert old.of("write_rejected")[0]["error"] in (
+        "ProducerFencedError",
+        "InvalidProducerEpochError",
+        "KafkaError",
+    ), old.of("write_rejected")
+    assert not old.of("zombie_write_accepted")
+
+
+def read_committed(kafka: str, topic: str) -> list[dict[str, Any]]:
+    """Every committed record of the (one-partition) topic, in log order."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        end = consumer.end_offsets([tp])[tp]  # the last stable offset, for read_committed
+        records: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 60
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(json.loads(r.value) for r in batch)
+        assert consumer.position(tp) >= end, "could not read the leaders' topic to its end"
+        return records
+    finally:
+        consumer.close()
+
+
+def test_random_kills_and_freezes_never_overlap_two_leaders(kafka: str, processes) -> None:
+    """An outside observer checks, from the fenced writes and each leader's own checks, that no
+    two leaderships ever overlapped while members were killed, frozen and restarted."""
+    rng = random.Random(int(time.time()))
+    group = new_group()
+    topic = f"leader-writes-{uuid.uuid4().hex[:8]}"
+    alive: list[EventProcess] = []
+    counter = iter(range(1000))
+
+    def spawn() -> None:
+        p = election_process(kafka, group, f"http://p-{next(counter)}", "--topic", topic)
+        processes.append(p)
+        alive.append(p)
+
+    for _ in range(3):
+        spawn()
+    deadline = time.monotonic() + 75
+    actions: list[str] = []
+    while time.monotonic() < deadline:
+        time.sleep(rng.uniform(1.0, SESSION_S * 1.5))
+        victim = rng.choice(leaders_of(alive) or alive)
+        action = rng.choice(["kill", "freeze", "close"])
+        actions.append(action)
+        if action == "kill":
+            victim.signal(signal.SIGKILL)
+            alive.remove(victim)
+            spawn()
+        elif action == "freeze":
+            victim.signal(signal.SIGSTOP)
+            time.sleep(rng.uniform(SESSION_S * 0.5, SESSION_S * 2))
+            victim.signal(signal.SIGCONT)
+        else:
+            alive.remove(victim)
+            threading.Thread(target=victim.close, daemon=True).start()
+            spawn()
+    wait_until(lambda: len(leaders_of(alive)) == 1, SESSION_S * 6, "a final leader")
+    for p in alive:  # closing ends the last leader's open transaction
+        p.close()
+
+    records = read_committed(kafka, topic)
+    assert records, "no leader ever wrote"
+    # 1. The log, which only fenced producers could write to, saw tokens only grow, and
+    #    each token belongs to one identity.
+    tokens = [r["token"] for r in records]
+    assert tokens == sorted(tokens), f"a deposed leader wrote after its successor: {tokens}"
+    owners: dict[int, set[str]] = {}
+    for r in records:
+        owners.setdefault(r["token"], set()).add(r["identity"])
+    assert all(len(ids) == 1 for ids in owners.values()), owners
+    # 2. Each leader's own successful checks (wall clock, one host) never overlap another
+    #    leadership's span from election to last successful check.
+    spans: dict[int, list[float]] = {}
+    for p in processes:
+        for e in p.events:
+            if e["event"] == "elected":
+                spans.setdefault(e["token"], [e["t"], e["t"]])
+            elif e["event"] == "wrote":
+                span = spans.setdefault(e["token"], [e["checked_at"], e["checked_at"]])
+                span[1] = max(span[1], e["checked_at"])
+    ordered = sorted(spans.items())
+    for (t1, (_, end1)), (t2, (start2, _)) in itertools.pairwise(ordered):
+        assert end1 < start2, f"leadership {t1} acted until {end1}, after {t2} began at {start2}"
+    assert len(spans) >= 3, f"too few leader changes to prove anything: {actions}"
