@@ -15,6 +15,7 @@ from ._types import NO_GENERATION as NO_GENERATION
 from ._types import Generation as Generation
 from ._types import Member as Member
 from ._types import MemberState as MemberState
+from ._types import OffsetAndMetadata as OffsetAndMetadata
 from ._types import ProtocolMetadata as ProtocolMetadata
 
 __version__ = "0.1.0"
@@ -27,6 +28,7 @@ __all__ = [
     "Member",
     "MemberMetrics",
     "MemberState",
+    "OffsetAndMetadata",
     "ProtocolMetadata",
     "__version__",
     "errors",

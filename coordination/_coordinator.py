@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -14,7 +14,7 @@ from ._config import CoordinatorConfig
 from ._engine.membership import GroupMembership
 from ._metrics import MemberMetrics
 from ._transport.base import Transport
-from ._types import Generation, Member, MemberState, ProtocolMetadata
+from ._types import Generation, Member, MemberState, OffsetAndMetadata, ProtocolMetadata
 
 log = logging.getLogger("coordination")
 
@@ -256,6 +256,54 @@ class Coordinator(abc.ABC):
         counts time the host spent suspended (``CLOCK_BOOTTIME`` on Linux).
         """
         return self._engine.membership_lease()
+
+    def commit_offsets(
+        self,
+        offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+        *,
+        generation: Generation | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        """Commit offsets for the group, fenced by this member's generation.
+
+        The commit carries the member id and generation, so the broker refuses it if the
+        member missed a rebalance or was removed: a member that lost its partitions cannot
+        commit over their new owner. Coordinator moves and loading are retried until
+        ``timeout``.
+
+        Args:
+            offsets: by ``(topic, partition)``, the offset of the next record to process and
+                an optional metadata string.
+            generation: commit only if this is still the member's generation (e.g. the one
+                whose assignment the records were processed under); default: the current one.
+            timeout: seconds to keep retrying.
+
+        Raises:
+            CommitFailedError: the generation is stale, the member id is gone or the group
+                is rebalancing; nothing was committed and the member rejoins by itself.
+            CoordinationTimeoutError: the coordinator did not answer in time (the commit may
+                or may not have been applied).
+            BrokerError: any other refusal (e.g. OFFSET_METADATA_TOO_LARGE,
+                TOPIC_AUTHORIZATION_FAILED), naming the partitions.
+        """
+        from ._engine import offsets as _offsets
+
+        _offsets.commit(self._engine, offsets, generation, timeout)
+
+    def committed_offsets(
+        self, partitions: Iterable[tuple[str, int]], *, timeout: float = 30.0
+    ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        """The group's committed offsets for ``partitions`` (None: nothing committed).
+
+        Waits for pending transactional offset commits (``require_stable``).
+
+        Raises:
+            CoordinationTimeoutError: the coordinator did not answer in time.
+            BrokerError: the broker refused (e.g. GROUP_AUTHORIZATION_FAILED).
+        """
+        from ._engine import offsets as _offsets
+
+        return _offsets.fetch(self._engine, partitions, timeout)
 
     def metrics(self) -> MemberMetrics:
         """Counters and timings of this member."""

@@ -80,3 +80,18 @@ class Member:
     member_id: str
     group_instance_id: str | None
     metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed position in a partition, as the group stores it.
+
+    Attributes:
+        offset: the offset of the next record to process (the last processed one + 1).
+        metadata: a string stored with it (Kafka's ``committed_metadata``), e.g. what the
+            output of the records before ``offset`` is called; at most the broker's
+            ``offset.metadata.max.bytes`` (4096 by default).
+    """
+
+    offset: int
+    metadata: str = ""

@@ -11,6 +11,7 @@ Catch :class:`CoordinationError` to catch them all. The tree::
     │   ├── RetriableBrokerError                  retried with backoff by the engine
     │   ├── RebalanceRequiredError                answered by a rejoin by the engine
     │   ├── MembershipLostError                   the member's generation or id is gone
+    │   ├── CommitFailedError                     an offset commit was fenced: nothing committed
     │   └── FatalBrokerError                      the member stops; a person must act
     │       ├── FencedInstanceError               FENCED_INSTANCE_ID
     │       ├── GroupAuthorizationError           GROUP_AUTHORIZATION_FAILED
@@ -37,6 +38,7 @@ from ._protocol.error_codes import ErrorCode as _Code
 __all__ = [
     "AssignmentError",
     "BrokerError",
+    "CommitFailedError",
     "ConfigurationError",
     "ConnectionFailedError",
     "CoordinationError",
@@ -131,6 +133,19 @@ class MembershipLostError(BrokerError):
     """This member's generation or member id is no longer valid; the engine rejoins."""
 
     retriable = True
+
+
+class CommitFailedError(BrokerError):
+    """An offset commit was rejected because of the group, not the offsets: the member's
+    generation is stale, its member id is gone, or the group is rebalancing.
+
+    Nothing was committed. The member's partitions may already belong to another member,
+    which will start from the last committed offsets: records processed since then will be
+    processed again there. Do not retry the commit; let the member rejoin (it does so by
+    itself) and continue with what it is assigned then.
+    """
+
+    hint = "Nothing was committed; the partitions may now belong to another member"
 
 
 class FatalBrokerError(BrokerError):

@@ -205,6 +205,36 @@ class GroupMembership:
         with self._lock:
             return self._fatal
 
+    @property
+    def config(self) -> CoordinatorConfig:
+        return self._config
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def transport(self) -> Transport:
+        return self._transport
+
+    def forget_coordinator(self, reason: str) -> None:
+        """Drop the coordinator (it moved or failed); the membership thread finds it again."""
+        self._mark_coordinator_unknown(reason)
+
+    def pause(self, seconds: float) -> None:
+        """Sleep on the engine's clock (tests' manual clocks advance instead)."""
+        self._clock.sleep(seconds, threading.Event())
+
+    def react_to_fenced_request(self, sent: Generation, reset: Reset, api: str, code: int) -> None:
+        """A request of ``sent`` was refused for its generation: reset and rejoin, once."""
+        with self._lock:
+            if self._generation != sent or self._state is MemberState.CLOSED:
+                return  # already handled (e.g. by a heartbeat with the same answer)
+            if reset is not Reset.NOTHING:
+                self._reset_locked(reset)
+            self._request_rejoin_locked(f"{api} returned {error_name(code)}")
+            self._changed.notify_all()
+
     def membership_lease(self) -> float:
         """Seconds during which the broker cannot have removed this member; 0.0 if none."""
         cfg = self._config

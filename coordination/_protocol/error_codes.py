@@ -17,6 +17,7 @@ class ErrorCode(enum.IntEnum):
     NONE = 0
     UNKNOWN_TOPIC_OR_PARTITION = 3
     REQUEST_TIMED_OUT = 7
+    OFFSET_METADATA_TOO_LARGE = 12
     NETWORK_EXCEPTION = 13
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
@@ -27,6 +28,8 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     UNSUPPORTED_VERSION = 35
     INVALID_REQUEST = 42
@@ -35,6 +38,7 @@ class ErrorCode(enum.IntEnum):
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    UNSTABLE_OFFSET_COMMIT = 88
 
 
 DESCRIPTIONS: dict[ErrorCode, str] = {
@@ -43,6 +47,12 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.NONE: "no error",
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "the topic or partition does not exist",
     ErrorCode.REQUEST_TIMED_OUT: "the broker timed the request out",
+    ErrorCode.OFFSET_METADATA_TOO_LARGE: "the commit's metadata string is longer than the "
+    "broker's offset.metadata.max.bytes",
+    ErrorCode.INVALID_COMMIT_OFFSET_SIZE: "the offset commit is too large for the broker",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "the principal is not authorized for the topic",
+    ErrorCode.UNSTABLE_OFFSET_COMMIT: "a transaction that commits offsets for the partition "
+    "is still open",
     ErrorCode.NETWORK_EXCEPTION: "the broker lost a connection while serving the request",
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "the coordinator is still loading the group",
     ErrorCode.COORDINATOR_NOT_AVAILABLE: "the group coordinator is not available",

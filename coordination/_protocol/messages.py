@@ -17,6 +17,10 @@ MAX_VERSIONS: Final = {
     "SyncGroup": 5,
     "Heartbeat": 4,
     "LeaveGroup": 5,
+    # v10 names topics by id; v9 is the newest that names them, as these messages do.
+    "OffsetCommit": 9,
+    # v8 batches groups; v7 (one group, require_stable) is all a member needs.
+    "OffsetFetch": 7,
 }
 # Kafka truncates KIP-800 reasons to this many characters (JoinGroupRequest.maybeTruncateReason).
 MAX_REASON_LENGTH: Final = 255
@@ -124,12 +128,46 @@ class LeaveGroupResponse:
     version: int = MAX_VERSIONS["LeaveGroup"]
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    # (topic, partition, committed offset, metadata), sorted.
+    offsets: tuple[tuple[str, int, int, str | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    # (topic, partition, error code); the broker reports group-level errors per partition.
+    partitions: tuple[tuple[str, int, int], ...]
+    version: int = MAX_VERSIONS["OffsetCommit"]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]
+    require_stable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    error_code: int
+    # (topic, partition, committed offset or -1, metadata, error code).
+    partitions: tuple[tuple[str, int, int, str | None, int], ...]
+    version: int = MAX_VERSIONS["OffsetFetch"]
+
+
 Request = (
     FindCoordinatorRequest
     | JoinGroupRequest
     | SyncGroupRequest
     | HeartbeatRequest
     | LeaveGroupRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
 )
 Response = (
     FindCoordinatorResponse
@@ -137,4 +175,6 @@ Response = (
     | SyncGroupResponse
     | HeartbeatResponse
     | LeaveGroupResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
 )

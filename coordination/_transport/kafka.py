@@ -162,6 +162,10 @@ class KafkaTransport:
                 group_instance_id=request.group_instance_id,
                 max_version=m.MAX_VERSIONS["Heartbeat"],
             )
+        if isinstance(request, m.OffsetCommitRequest):
+            return _offset_commit(request)
+        if isinstance(request, m.OffsetFetchRequest):
+            return _offset_fetch(request)
         identity = kgroup.LeaveGroupRequest.MemberIdentity
         return kgroup.LeaveGroupRequest(
             group_id=request.group_id,
@@ -215,6 +219,25 @@ class KafkaTransport:
             return m.LeaveGroupResponse(
                 error_code=raw.error_code, member_error_code=member_error, version=version
             )
+        if isinstance(raw, kgroup.OffsetCommitResponse):
+            return m.OffsetCommitResponse(
+                partitions=tuple(
+                    (t.name, p.partition_index, p.error_code)
+                    for t in raw.topics
+                    for p in t.partitions
+                ),
+                version=version,
+            )
+        if isinstance(raw, kgroup.OffsetFetchResponse):
+            return m.OffsetFetchResponse(
+                error_code=raw.error_code if version >= 2 else 0,
+                partitions=tuple(
+                    (t.name, p.partition_index, p.committed_offset, p.metadata, p.error_code)
+                    for t in raw.topics
+                    for p in t.partitions
+                ),
+                version=version,
+            )
         # FindCoordinator: v4+ answers per key; one key was asked for.
         if version >= 4:
             if len(raw.coordinators) != 1:
@@ -238,3 +261,42 @@ class KafkaTransport:
             error_message=getattr(raw, "error_message", None),
             version=version,
         )
+
+
+def _offset_commit(request: m.OffsetCommitRequest) -> Any:
+    topic_type = kgroup.OffsetCommitRequest.OffsetCommitRequestTopic
+    partition_type = topic_type.OffsetCommitRequestPartition
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition, offset, metadata in request.offsets:
+        by_topic.setdefault(topic, []).append(
+            partition_type(
+                partition_index=partition,
+                committed_offset=offset,
+                committed_leader_epoch=-1,
+                committed_metadata=metadata,
+            )
+        )
+    return kgroup.OffsetCommitRequest(
+        group_id=request.group_id,
+        generation_id_or_member_epoch=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id,
+        topics=[topic_type(name=t, partitions=ps) for t, ps in by_topic.items()],
+        # v2 is the oldest Kafka 4 accepts; v7 carries the static member's instance id.
+        min_version=7 if request.group_instance_id else 2,
+        max_version=m.MAX_VERSIONS["OffsetCommit"],
+    )
+
+
+def _offset_fetch(request: m.OffsetFetchRequest) -> Any:
+    topic_type = kgroup.OffsetFetchRequest.OffsetFetchRequestTopic
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in request.partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return kgroup.OffsetFetchRequest(
+        group_id=request.group_id,
+        topics=[topic_type(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+        require_stable=request.require_stable,
+        min_version=1,
+        max_version=m.MAX_VERSIONS["OffsetFetch"],
+    )

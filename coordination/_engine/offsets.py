@@ -1,0 +1,175 @@
+"""Committing and fetching offsets in the group, fenced by the member's generation.
+
+A commit carries the member id and generation it was made in, so the broker rejects the
+commit of a member that missed a rebalance (``ILLEGAL_GENERATION``) or was removed
+(``UNKNOWN_MEMBER_ID``): a member that lost its partitions can never commit over the new
+owner. Those rejections surface as :class:`~coordination.errors.CommitFailedError` and make
+the member rejoin, as a heartbeat with the same answer would.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+from .._protocol import messages as msg
+from .._protocol.error_codes import ErrorCode, error_name
+from .._transport.base import TransportError
+from .._types import Generation, OffsetAndMetadata
+from ..errors import CommitFailedError, CoordinationTimeoutError, broker_error
+from .classify import Reset
+
+if TYPE_CHECKING:
+    from .membership import GroupMembership
+
+log = logging.getLogger("coordination.offsets")
+
+R = TypeVar("R", msg.OffsetCommitResponse, msg.OffsetFetchResponse)
+
+# Answers that say the commit's generation is not the group's: reset as a heartbeat would.
+_FENCED = {
+    ErrorCode.ILLEGAL_GENERATION: Reset.GENERATION,
+    ErrorCode.UNKNOWN_MEMBER_ID: Reset.MEMBER,
+    ErrorCode.REBALANCE_IN_PROGRESS: Reset.NOTHING,
+    ErrorCode.FENCED_INSTANCE_ID: Reset.NOTHING,
+}
+_FIND_COORDINATOR = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE}
+_RETRY = {
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.UNSTABLE_OFFSET_COMMIT,
+}
+
+
+def commit(
+    engine: GroupMembership,
+    offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+    generation: Generation | None,
+    timeout_s: float,
+) -> None:
+    """Commit ``offsets`` in ``generation`` (default: the current one); see Coordinator."""
+    cfg = engine.config
+    sent = generation or engine.generation
+    if sent.generation_id < 0 or not sent.member_id:
+        raise CommitFailedError(
+            ErrorCode.ILLEGAL_GENERATION,
+            group_id=cfg.group_id,
+            member_id=sent.member_id,
+            api="OffsetCommit (not sent: the member is not in a generation)",
+        )
+    request = msg.OffsetCommitRequest(
+        group_id=cfg.group_id,
+        generation_id=sent.generation_id,
+        member_id=sent.member_id,
+        group_instance_id=cfg.group_instance_id,
+        offsets=tuple(sorted((t, p, om.offset, om.metadata) for (t, p), om in offsets.items())),
+    )
+    if not request.offsets:
+        return
+    deadline = engine.clock.monotonic() + timeout_s
+    while True:
+        response = _send(engine, request, msg.OffsetCommitResponse, deadline, "OffsetCommit")
+        if response is None:
+            continue
+        codes = {code for _, _, code in response.partitions if code != ErrorCode.NONE}
+        if not codes:
+            return
+        fenced = codes & _FENCED.keys()
+        if fenced:
+            code = min(fenced)
+            engine.react_to_fenced_request(sent, _FENCED[ErrorCode(code)], "OffsetCommit", code)
+            raise CommitFailedError(
+                code, group_id=cfg.group_id, member_id=sent.member_id, api="OffsetCommit"
+            )
+        if codes & _FIND_COORDINATOR:
+            engine.forget_coordinator(f"OffsetCommit returned {error_name(min(codes))}")
+            _backoff(engine, deadline, "OffsetCommit")
+            continue
+        if codes <= _RETRY:
+            _backoff(engine, deadline, "OffsetCommit")
+            continue
+        failed = sorted(
+            f"{t}-{p}: {error_name(c)}" for t, p, c in response.partitions if c != ErrorCode.NONE
+        )
+        error = broker_error(
+            min(codes - _RETRY), group_id=cfg.group_id, member_id=sent.member_id, api="OffsetCommit"
+        )
+        raise type(error)(
+            error.code,
+            group_id=cfg.group_id,
+            member_id=sent.member_id,
+            api=f"OffsetCommit of {', '.join(failed)}",
+        )
+
+
+def fetch(
+    engine: GroupMembership, partitions: Iterable[tuple[str, int]], timeout_s: float
+) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+    """The group's committed offsets of ``partitions`` (None where nothing is committed)."""
+    cfg = engine.config
+    wanted = tuple(sorted(set(partitions)))
+    if not wanted:
+        return {}
+    request = msg.OffsetFetchRequest(group_id=cfg.group_id, partitions=wanted)
+    deadline = engine.clock.monotonic() + timeout_s
+    while True:
+        response = _send(engine, request, msg.OffsetFetchResponse, deadline, "OffsetFetch")
+        if response is None:
+            continue
+        codes = {response.error_code} | {c for *_, c in response.partitions}
+        codes.discard(ErrorCode.NONE)
+        if codes & _FIND_COORDINATOR:
+            engine.forget_coordinator(f"OffsetFetch returned {error_name(min(codes))}")
+            _backoff(engine, deadline, "OffsetFetch")
+            continue
+        if codes and codes <= _RETRY:
+            _backoff(engine, deadline, "OffsetFetch")
+            continue
+        if codes:
+            raise broker_error(min(codes), group_id=cfg.group_id, api="OffsetFetch")
+        result: dict[tuple[str, int], OffsetAndMetadata | None] = dict.fromkeys(wanted)
+        for topic, partition, offset, metadata, _ in response.partitions:
+            if offset >= 0:
+                result[(topic, partition)] = OffsetAndMetadata(offset, metadata or "")
+        return result
+
+
+def _send(
+    engine: GroupMembership,
+    request: msg.OffsetCommitRequest | msg.OffsetFetchRequest,
+    response_type: type[R],
+    deadline: float,
+    api: str,
+) -> R | None:
+    """One attempt; None after a transport failure or while no coordinator is known."""
+    node = engine.coordinator
+    if node is None:
+        # The membership thread is looking for it; wait for it rather than look twice.
+        _backoff(engine, deadline, api, "the group coordinator is not known yet")
+        return None
+    remaining = deadline - engine.clock.monotonic()
+    try:
+        return engine.transport.send(
+            request,
+            response_type,
+            coordinator=node,
+            timeout_s=max(0.1, min(remaining, engine.config.request_timeout_ms / 1000)),
+        )
+    except TransportError as e:
+        if e.fatal:
+            raise
+        engine.forget_coordinator(f"{api} got no response: {e}")
+        _backoff(engine, deadline, api, str(e))
+        return None
+
+
+def _backoff(engine: GroupMembership, deadline: float, api: str, why: str = "") -> None:
+    wait_s = engine.config.retry_backoff_ms / 1000
+    if engine.clock.monotonic() + wait_s > deadline:
+        raise CoordinationTimeoutError(
+            f"group {engine.config.group_id!r}: {api} did not complete in time"
+            + (f" ({why})" if why else "")
+        )
+    engine.pause(wait_s)
