@@ -1,1 +1,35 @@
-"""Consumer partitioning over Kafka's own ``consumer`` protocol (in progress)."""
+"""Consumer partitioning over Kafka's own ``consumer`` protocol.
+
+:class:`Consumer` is a Kafka consumer whose group membership is this library's: it can
+share a group with Kafka's Java consumer and librdkafka-based consumers. Underneath,
+:class:`ConsumerPartitioning` is the group side alone (ownership of partitions, with a
+:class:`RebalanceListener`), for services that read partitions their own way. The
+assignors are in :mod:`recipes.partitioning.assignors`, the wire formats in
+:mod:`recipes.partitioning.protocol`.
+"""
+
+from ._consumer import Consumer as Consumer
+from ._consumer import PartitionsNotOwnedError as PartitionsNotOwnedError
+from ._listener import RebalanceListener as RebalanceListener
+from ._partitioning import ConsumerPartitioning as ConsumerPartitioning
+from .assignors import CooperativeStickyAssignor as CooperativeStickyAssignor
+from .assignors import PartitionAssignor as PartitionAssignor
+from .assignors import RangeAssignor as RangeAssignor
+from .assignors import RoundRobinAssignor as RoundRobinAssignor
+from .assignors import StickyAssignor as StickyAssignor
+from .protocol import RebalanceProtocol as RebalanceProtocol
+from .protocol import TopicPartition as TopicPartition
+
+__all__ = [
+    "Consumer",
+    "ConsumerPartitioning",
+    "CooperativeStickyAssignor",
+    "PartitionAssignor",
+    "PartitionsNotOwnedError",
+    "RangeAssignor",
+    "RebalanceListener",
+    "RebalanceProtocol",
+    "RoundRobinAssignor",
+    "StickyAssignor",
+    "TopicPartition",
+]

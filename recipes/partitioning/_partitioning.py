@@ -1,0 +1,385 @@
+"""Kafka's ``consumer`` protocol as a Coordinator: the group side of a Kafka consumer."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from coordination import Coordinator, Member, ProtocolMetadata
+from coordination.errors import ConfigurationError, ProtocolCodecError
+
+from ._listener import RebalanceListener
+from ._metadata import TopicMetadata
+from .assignors import CooperativeStickyAssignor, PartitionAssignor, RangeAssignor
+from .protocol import (
+    PROTOCOL_TYPE,
+    Assignment,
+    RebalanceProtocol,
+    Subscription,
+    TopicPartition,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+
+log = logging.getLogger("recipes.partitioning")
+
+_EMPTY: frozenset[TopicPartition] = frozenset()
+
+
+class ConsumerPartitioning(Coordinator):
+    """A member of a Kafka consumer group: it owns a share of the subscribed partitions.
+
+    Speaks Kafka's standard ``consumer`` protocol (subscription and assignment formats v0-v3,
+    the assignors ``range``, ``roundrobin``, ``sticky``, ``cooperative-sticky``), so one group
+    can mix these members with Kafka's Java consumer, librdkafka/confluent-kafka, kafka-python
+    and others; any of them may be the leader. It only coordinates ownership; to also read
+    records and commit offsets use :class:`~recipes.partitioning.Consumer`, built on it.
+
+    Example:
+        class Printer(RebalanceListener):
+            def on_partitions_assigned(self, partitions):
+                print("now mine:", sorted(partitions))
+
+        member = ConsumerPartitioning("orders-workers", topics=["orders"], listener=Printer(),
+                                      bootstrap_servers="localhost:9092")
+        with member:
+            member.ensure_active_group(timeout=30)
+            print(member.owned())
+
+    Rebalance protocol:
+        COOPERATIVE if every configured assignor supports it, else EAGER (as Java decides).
+        The default assignors are ``[cooperative-sticky, range]``: EAGER, compatible with
+        groups of older members. To move a running group from ``range`` to
+        ``cooperative-sticky`` without stopping it, roll out ``[cooperative-sticky, range]``,
+        then ``[cooperative-sticky]``.
+
+    Generations and ownership (KIP-792):
+        Each subscription carries the partitions the member owns and the generation in
+        which it got them; the leader discards stale claims. When the member loses its
+        generation (ILLEGAL_GENERATION, session expired) it keeps its member id, forgets its
+        partitions (``on_partitions_lost``) and rejoins.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        topics: Iterable[str] | None = None,
+        pattern: str | re.Pattern[str] | None = None,
+        assignors: Sequence[PartitionAssignor] | None = None,
+        listener: RebalanceListener | None = None,
+        rack_id: str | None = None,
+        metadata_max_age_ms: int = 300_000,
+        **settings: Any,
+    ) -> None:
+        """Validate the settings; nothing connects until :meth:`start`.
+
+        Args:
+            group_id: the consumer group (Kafka ``group.id``).
+            topics: the topics to subscribe to; or
+            pattern: a regular expression; every matching topic is subscribed, and topics
+                created or deleted later make the member rejoin (checked every
+                ``metadata_max_age_ms``).
+            assignors: the assignors this member supports, most preferred first (Kafka
+                ``partition.assignment.strategy``); default ``[CooperativeStickyAssignor(),
+                RangeAssignor()]``.
+            listener: told of revoked, assigned and lost partitions.
+            rack_id: this member's rack (Kafka ``client.rack``), sent in the subscription.
+            metadata_max_age_ms: how often topics and partition counts are checked for
+                changes (Kafka ``metadata.max.age.ms``, default 300000).
+            **settings: as for :class:`coordination.Coordinator`.
+
+        Raises:
+            ConfigurationError: a setting is invalid; the message names it.
+        """
+        if (topics is None) == (pattern is None):
+            raise ConfigurationError("give exactly one of topics=[...] or pattern='regex'")
+        super().__init__(group_id, **settings)
+        self._assignors = (
+            list(assignors)
+            if assignors is not None
+            else [
+                CooperativeStickyAssignor(),
+                RangeAssignor(),
+            ]
+        )
+        if not self._assignors:
+            raise ConfigurationError("assignors must name at least one PartitionAssignor")
+        names = [a.name for a in self._assignors]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"assignors have duplicate names: {names}")
+        common = set(RebalanceProtocol)
+        for a in self._assignors:
+            common &= set(a.supported_protocols())
+        if not common:
+            raise ConfigurationError(
+                f"assignors {names} share no rebalance protocol; every one supports EAGER "
+                "unless it says otherwise"
+            )
+        self.rebalance_protocol = max(common, key=lambda p: p.value)
+        if (
+            isinstance(metadata_max_age_ms, bool)
+            or not isinstance(metadata_max_age_ms, int)
+            or (metadata_max_age_ms <= 0)
+        ):
+            raise ConfigurationError(
+                f"metadata_max_age_ms must be a positive int, got {metadata_max_age_ms!r}"
+            )
+        self._listener = listener or RebalanceListener()
+        self._rack_id = rack_id
+        self._metadata_max_age_s = metadata_max_age_ms / 1000
+        self._metadata = TopicMetadata(self.config.connection)
+        self._lock = threading.RLock()
+        self._pattern: re.Pattern[str] | None = None
+        self._topics: frozenset[str] = frozenset()
+        self._set_subscription(topics, pattern)
+        self._owned: frozenset[TopicPartition] = _EMPTY
+        self._owned_generation = -1
+        # What the leader assigned from, to notice partition-count changes (as Java does).
+        self._assigned_counts: dict[str, int] | None = None
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ public
+
+    def protocol_type(self) -> str:
+        return PROTOCOL_TYPE
+
+    def owned(self) -> frozenset[TopicPartition]:
+        """The partitions this member owns now."""
+        with self._lock:
+            return self._owned
+
+    def subscription(self) -> frozenset[str]:
+        """The topics this member subscribes to now (for a pattern: those that match)."""
+        with self._lock:
+            return self._topics
+
+    def subscribe(
+        self, topics: Iterable[str] | None = None, pattern: str | re.Pattern[str] | None = None
+    ) -> None:
+        """Change the subscription; the member rejoins so the group reassigns."""
+        if (topics is None) == (pattern is None):
+            raise ConfigurationError("give exactly one of topics=[...] or pattern='regex'")
+        self._set_subscription(topics, pattern)
+        self.request_rejoin("subscription changed")
+
+    def start(self) -> None:
+        with self._lock:
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch_metadata,
+                    name=f"partitioning-metadata-{self.group_id}",
+                    daemon=True,
+                )
+                self._watcher.start()
+        super().start()
+
+    def close(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        super().close(timeout)
+        self._metadata.close()
+
+    # ------------------------------------------------------------------ the protocol
+
+    def metadata(self) -> Sequence[ProtocolMetadata]:
+        with self._lock:
+            if self._pattern is not None:
+                self._topics = self._matching(self._metadata.topic_names())
+            topics = self._topics
+            owned = self._owned
+            generation = self._owned_generation if owned else -1
+        return [
+            ProtocolMetadata(
+                a.name,
+                encode_subscription(
+                    Subscription(
+                        topics=tuple(sorted(topics)),
+                        user_data=a.subscription_user_data(topics),
+                        owned_partitions=tuple(sorted(owned)),
+                        generation_id=generation,
+                        rack_id=self._rack_id,
+                    )
+                ),
+            )
+            for a in self._assignors
+        ]
+
+    def perform_assignment(
+        self, leader_id: str, protocol: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
+        assignor = next((a for a in self._assignors if a.name == protocol), None)
+        if assignor is None:  # the broker only selects protocols every member listed
+            raise ConfigurationError(f"the group selected assignor {protocol!r}, unknown here")
+        subscriptions: dict[str, Subscription] = {}
+        for m in members:
+            try:
+                sub = decode_subscription(m.metadata)
+            except ProtocolCodecError as e:
+                # A bad member gets nothing; the others are assigned as if it were absent.
+                log.error(
+                    "group %s: member %s sent a subscription that cannot be decoded (%s); "
+                    "it gets no partitions",
+                    self.group_id,
+                    m.member_id,
+                    e,
+                )
+                continue
+            subscriptions[m.member_id] = Subscription(
+                topics=sub.topics,
+                user_data=sub.user_data,
+                owned_partitions=sub.owned_partitions,
+                generation_id=sub.generation_id,
+                rack_id=sub.rack_id,
+                group_instance_id=m.group_instance_id,
+            )
+        all_topics = {t for s in subscriptions.values() for t in s.topics}
+        counts = self._metadata.partition_counts(all_topics)
+        plan = assignor.assign(counts, subscriptions)
+        with self._lock:
+            self._assigned_counts = counts
+        empty = encode_assignment(Assignment(()))
+        result = {m.member_id: empty for m in members}
+        for member_id, assignment in plan.items():
+            result[member_id] = encode_assignment(assignment)
+        log.info(
+            "group %s: %s assigned %d partitions of %d topics to %d members",
+            self.group_id,
+            protocol,
+            sum(len(a.partitions) for a in plan.values()),
+            len(counts),
+            len(members),
+        )
+        return result
+
+    # The callbacks below run one at a time (the engine serializes them). The listener is
+    # called without holding self._lock, so that it may use a consumer that takes its own
+    # lock and then asks this object (owned()) from another thread.
+
+    def on_join_prepare(self, generation: int, member_id: str) -> None:
+        with self._lock:
+            owned, topics = self._owned, self._topics
+        if not owned:
+            return
+        if generation < 0 or not member_id:
+            # The membership is gone: the partitions may be someone else's already.
+            self._give_up(owned, lost=True)
+        elif self.rebalance_protocol is RebalanceProtocol.EAGER:
+            self._give_up(owned, lost=False)
+        else:
+            # Cooperative: keep everything still subscribed; revoke what is not.
+            gone = frozenset(tp for tp in owned if tp.topic not in topics)
+            if gone:
+                self._give_up(gone, lost=False)
+
+    def on_join_complete(
+        self, generation: int, member_id: str, protocol: str, assignment: bytes
+    ) -> None:
+        try:
+            decoded = decode_assignment(assignment)
+        except ProtocolCodecError as e:
+            log.error(
+                "group %s: cannot decode this member's assignment (%s); rejoining",
+                self.group_id,
+                e,
+            )
+            self.request_rejoin(f"assignment could not be decoded: {e}")
+            return
+        assigned = frozenset(decoded.partitions)
+        assignor = next((a for a in self._assignors if a.name == protocol), None)
+        revoked = self.owned() - assigned
+        if revoked:
+            # EAGER revoked everything in on_join_prepare, so this is COOPERATIVE (or an
+            # assignor that broke the rules): revoke first, then rejoin to hand over.
+            self._give_up(revoked, lost=False)
+        with self._lock:
+            added = assigned - self._owned
+            self._owned = assigned
+            self._owned_generation = generation
+        if assignor is not None:
+            assignor.on_assignment(decoded, generation)
+        self._listener.on_partitions_assigned(added)
+        if revoked:
+            self.request_rejoin(f"need to hand over {len(revoked)} revoked partitions")
+
+    def on_leave_prepare(self) -> None:
+        owned = self.owned()
+        if owned:
+            self._give_up(owned, lost=self.generation().generation_id < 0)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _give_up(self, partitions: frozenset[TopicPartition], *, lost: bool) -> None:
+        """Tell the listener first (the partitions are still owned meanwhile), then drop them."""
+        try:
+            if lost:
+                self._listener.on_partitions_lost(partitions)
+            else:
+                self._listener.on_partitions_revoked(partitions)
+        finally:
+            with self._lock:
+                self._owned = self._owned - partitions
+                if not self._owned:
+                    self._owned_generation = -1
+
+    def _set_subscription(
+        self, topics: Iterable[str] | None, pattern: str | re.Pattern[str] | None
+    ) -> None:
+        with self._lock:
+            if pattern is not None:
+                try:
+                    self._pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+                except re.error as e:
+                    raise ConfigurationError(
+                        f"pattern {pattern!r} is not a valid regex: {e}"
+                    ) from None
+                self._topics = frozenset()
+            else:
+                assert topics is not None
+                names = frozenset(topics)
+                if (
+                    isinstance(topics, str)
+                    or not names
+                    or not all(isinstance(t, str) and t for t in names)
+                ):
+                    raise ConfigurationError(
+                        f"topics must be a non-empty list of topic names, got {topics!r}"
+                    )
+                self._pattern = None
+                self._topics = names
+
+    def _matching(self, names: Iterable[str]) -> frozenset[str]:
+        assert self._pattern is not None
+        return frozenset(n for n in names if self._pattern.fullmatch(n))
+
+    def _watch_metadata(self) -> None:
+        """Rejoin when the pattern matches other topics or a partition count changed."""
+        while not self._stop.wait(self._metadata_max_age_s):
+            try:
+                reason = self._metadata_change()
+            except Exception as e:  # the cluster is unreachable: the engine will notice too
+                log.debug("group %s: metadata check failed: %s", self.group_id, e)
+                continue
+            if reason:
+                log.info("group %s: %s; rejoining", self.group_id, reason)
+                self.request_rejoin(reason)
+
+    def _metadata_change(self) -> str | None:
+        with self._lock:
+            pattern, topics, counts = self._pattern, self._topics, self._assigned_counts
+        if pattern is not None:
+            matching = self._matching(self._metadata.topic_names())
+            if matching != topics:
+                added, removed = sorted(matching - topics), sorted(topics - matching)
+                return f"subscribed topics changed (+{added} -{removed})"
+        if counts is not None and self.is_leader:
+            now = self._metadata.partition_counts(counts)
+            changed = sorted(t for t in counts if now.get(t) != counts[t])
+            if changed:
+                return f"partition count changed for {changed}"
+        return None
