@@ -1,4 +1,4 @@
-"""Fixtures of the interop tests: the integration tests' broker, and peers ended after each test."""
+"""Fixtures of the interop tests: peers ended after each test (the broker: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-# The same session-scoped, version-parametrized broker as tests/integration uses.
-from tests.integration.conftest import kafka as kafka
 
 from .peers import PeerProcess
 

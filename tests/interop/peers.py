@@ -57,7 +57,7 @@ RDKAFKA_SCRIPT: Final = HERE / "rdkafka_peer.py"
 # a real one it would flood stderr. The peers report on stdout, in JSON.
 JAVA_ARTIFACTS: Final = ("org.apache.kafka:kafka-clients:4.3.1", "org.slf4j:slf4j-nop:1.7.36")
 
-Kind = Literal["java", "rdkafka"]
+Kind = Literal["java", "rdkafka", "ours"]
 Event = dict[str, Any]
 TopicPartition = tuple[str, int]
 Record = tuple[str, int, int]
@@ -553,6 +553,49 @@ def start_rdkafka_peer(
         ),
     ]
     return PeerProcess(name, "rdkafka", command, _log_dir(log_dir) / f"{name}.stderr")
+
+
+def start_ours_peer(
+    bootstrap_servers: str,
+    group_id: str,
+    topics: Sequence[str],
+    *,
+    name: str,
+    assignor: str = "cooperative-sticky",
+    session_timeout_ms: int = 6000,
+    heartbeat_interval_ms: int = 500,
+    max_poll_interval_ms: int = 30000,
+    group_instance_id: str | None = None,
+    poll_ms: int = 100,
+    max_poll_records: int = 500,
+    log_dir: Path | None = None,
+) -> PeerProcess:
+    """Start a peer running this library's ``Consumer``; ``name`` is also its client_id.
+
+    ``assignor`` is any of ``range``, ``roundrobin``, ``sticky``, ``cooperative-sticky``
+    or a preference list such as ``cooperative-sticky,range``.
+    """
+    root = HERE.parents[1]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.interop.ours_peer",
+        *_peer_args(
+            bootstrap_servers,
+            group_id,
+            topics,
+            name,
+            assignor,
+            session_timeout_ms,
+            heartbeat_interval_ms,
+            max_poll_interval_ms,
+            group_instance_id,
+            poll_ms,
+            max_poll_records,
+        ),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return PeerProcess(name, "ours", command, _log_dir(log_dir) / f"{name}.stderr", env=env)
 
 
 # -- topics and records ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ from .peers import (
     ownership_intervals,
     produce,
     start_java_peer,
+    start_ours_peer,
     start_rdkafka_peer,
     topic_partitions,
     wait_settled,
@@ -50,7 +51,7 @@ def start_fast(
 ) -> PeerProcess:
     """A peer with a short session: a killed peer's partitions move within seconds (the
     test broker allows sessions down to 500 ms)."""
-    begin = start_java_peer if kind == "java" else start_rdkafka_peer
+    begin = {"java": start_java_peer, "rdkafka": start_rdkafka_peer, "ours": start_ours_peer}[kind]
     return begin(
         kafka,
         group,
