@@ -14,16 +14,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # Registered here as well as (once added) in pyproject.toml, so that
-    # --strict-markers accepts the marker either way.
-    config.addinivalue_line("markers", "spark: needs PySpark and a JDK (a local SparkSession)")
-
-
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    """A local SparkSession shared by the tests of one module (JVM start-up takes seconds)."""
-    pytest.importorskip("pyspark")
+    """A local SparkSession shared by the tests of one module (JVM start-up takes seconds).
+
+    PySpark is part of the test extra; without it these tests fail (on the import), they
+    are never skipped.
+    """
     from recipes.pipeline._spark import spark_session
 
     session = spark_session("local[2]", app_name="pipeline-tests")
