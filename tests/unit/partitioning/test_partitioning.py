@@ -1,0 +1,184 @@
+"""The consumer-protocol member's side of a rebalance, driven through its callbacks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coordination import Member
+from coordination.errors import ConfigurationError
+from recipes.partitioning import (
+    ConsumerPartitioning,
+    CooperativeStickyAssignor,
+    RangeAssignor,
+    RebalanceListener,
+    RebalanceProtocol,
+    TopicPartition,
+)
+from recipes.partitioning.protocol import (
+    Assignment,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+
+T = "orders"
+
+
+def tps(*partitions: int) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(T, p) for p in partitions)
+
+
+class Recorder(RebalanceListener):
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, frozenset[TopicPartition]]] = []
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        self.calls.append(("assigned", partitions))
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        self.calls.append(("revoked", partitions))
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        self.calls.append(("lost", partitions))
+
+
+class FakeMetadata:
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = counts
+
+    def partition_counts(self, topics: Any) -> dict[str, int]:
+        return {t: n for t, n in self.counts.items() if t in set(topics)}
+
+    def topic_names(self) -> set[str]:
+        return set(self.counts)
+
+    def close(self) -> None:
+        pass
+
+
+def member(*assignors: Any, **kw: Any) -> tuple[ConsumerPartitioning, Recorder]:
+    listener = Recorder()
+    m = ConsumerPartitioning(
+        "g",
+        topics=kw.pop("topics", [T]),
+        assignors=list(assignors) or None,
+        listener=listener,
+        bootstrap_servers="localhost:9092",
+        **kw,
+    )
+    m._metadata = FakeMetadata({T: 6, "other": 2})  # type: ignore[assignment]
+    return m, listener
+
+
+def assignment(*partitions: int) -> bytes:
+    return encode_assignment(Assignment(tuple(sorted(tps(*partitions)))))
+
+
+def test_default_assignors_make_an_eager_member_that_also_speaks_cooperative_sticky() -> None:
+    m, _ = member()
+    assert m.rebalance_protocol is RebalanceProtocol.EAGER
+    assert [p.name for p in m.metadata()] == ["cooperative-sticky", "range"]
+    only_coop, _ = member(CooperativeStickyAssignor())
+    assert only_coop.rebalance_protocol is RebalanceProtocol.COOPERATIVE
+
+
+def test_eager_revokes_everything_before_rejoining_then_assigns_everything() -> None:
+    m, rec = member(RangeAssignor())
+    m.on_join_complete(1, "m-1", "range", assignment(0, 1, 2))
+    m.on_join_prepare(1, "m-1")
+    m.on_join_complete(2, "m-1", "range", assignment(1, 2))
+    assert rec.calls == [
+        ("assigned", tps(0, 1, 2)),
+        ("revoked", tps(0, 1, 2)),
+        ("assigned", tps(1, 2)),
+    ]
+    assert m.owned() == tps(1, 2)
+
+
+def test_cooperative_revokes_only_what_moves_and_rejoins_to_hand_it_over() -> None:
+    m, rec = member(CooperativeStickyAssignor())
+    rejoins: list[str] = []
+    m.request_rejoin = rejoins.append  # type: ignore[method-assign]
+    m.on_join_complete(1, "m-1", "cooperative-sticky", assignment(0, 1, 2, 3))
+    m.on_join_prepare(1, "m-1")  # keeps everything
+    m.on_join_complete(2, "m-1", "cooperative-sticky", assignment(0, 1))
+    assert rec.calls == [
+        ("assigned", tps(0, 1, 2, 3)),
+        ("revoked", tps(2, 3)),
+        ("assigned", frozenset()),  # called even when nothing was added
+    ]
+    assert m.owned() == tps(0, 1)
+    assert len(rejoins) == 1 and "revoked" in rejoins[0]
+
+
+@pytest.mark.parametrize("assignor", [RangeAssignor(), CooperativeStickyAssignor()])
+def test_losing_the_generation_loses_the_partitions_without_revoking(assignor: Any) -> None:
+    m, rec = member(assignor)
+    m.on_join_complete(3, "m-1", assignor.name, assignment(0, 1))
+    m.on_join_prepare(-1, "m-1")  # ILLEGAL_GENERATION: member id kept, generation reset
+    assert rec.calls[-1] == ("lost", tps(0, 1))
+    assert m.owned() == frozenset()
+    sub = decode_subscription(m.metadata()[0].metadata)
+    assert sub.owned_partitions == () and sub.generation_id == -1
+
+
+def test_subscription_carries_owned_partitions_with_their_generation() -> None:
+    m, _ = member(CooperativeStickyAssignor())
+    m.on_join_complete(7, "m-1", "cooperative-sticky", assignment(4, 5))
+    sub = decode_subscription(m.metadata()[0].metadata)
+    assert sub.topics == (T,)
+    assert sub.owned_partitions == tuple(sorted(tps(4, 5)))
+    assert sub.generation_id == 7  # KIP-792
+
+
+def test_leader_assigns_around_a_member_whose_subscription_cannot_be_decoded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    m, _ = member(RangeAssignor())
+    good = encode_subscription(Subscription((T,)))
+    members = [
+        Member("a", None, good),
+        Member("bad", None, b"\x00\x07garbage"),
+        Member("c", None, good),
+    ]
+    plan = m.perform_assignment("a", "range", members)
+    assert set(plan) == {"a", "bad", "c"}
+    assert decode_assignment(plan["bad"]).partitions == ()
+    got = {mid: set(decode_assignment(b).partitions) for mid, b in plan.items()}
+    assert got["a"] | got["c"] == tps(0, 1, 2, 3, 4, 5)
+    assert "bad" in caplog.text and "cannot be decoded" in caplog.text
+
+
+def test_an_undecodable_assignment_makes_the_member_rejoin() -> None:
+    m, rec = member(RangeAssignor())
+    rejoins: list[str] = []
+    m.request_rejoin = rejoins.append  # type: ignore[method-assign]
+    m.on_join_complete(2, "m-1", "range", b"\xff")
+    assert rejoins and rec.calls == []
+
+
+def test_pattern_subscription_follows_the_matching_topics() -> None:
+    m, _ = member(RangeAssignor(), topics=None, pattern=r"ord.*")
+    assert decode_subscription(m.metadata()[0].metadata).topics == (T,)
+    m._metadata.counts["orders-eu"] = 3  # type: ignore[attr-defined]
+    assert "orders-eu" in (m._metadata_change() or "")
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"topics": None}, "exactly one"),
+        ({"topics": [T], "pattern": "x"}, "exactly one"),
+        ({"topics": "orders"}, "list of topic names"),
+        ({"topics": None, "pattern": "("}, "not a valid regex"),
+        ({"topics": [T], "assignors": []}, "at least one"),
+        ({"topics": [T], "assignors": [RangeAssignor(), RangeAssignor()]}, "duplicate"),
+    ],
+)
+def test_bad_subscriptions_and_assignors_are_named(kw: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        ConsumerPartitioning("g", bootstrap_servers="localhost:9092", **kw)
