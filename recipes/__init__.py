@@ -1,8 +1,10 @@
 """Ready-made coordination recipes built on ``coordination.Coordinator``.
 
-Planned: consumer partitioning over Kafka's ``consumer`` protocol, leader
-election with fencing tokens, and Connect-style task distribution. None is
-released yet; this package holds them as they land.
+* :mod:`recipes.partitioning`: a Kafka consumer (Kafka's own ``consumer`` protocol, all four
+  assignors, eager and cooperative) that shares groups with Java and librdkafka consumers.
+* :mod:`recipes.election`: leader election with fencing tokens.
+* :mod:`recipes.tasks`: Connect-style incremental cooperative task distribution.
+* :mod:`recipes.pipeline`: the data pipeline on Apache Spark (PySpark) that these coordinate.
 """
 
 __all__: list[str] = []
