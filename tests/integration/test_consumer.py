@@ -1,0 +1,137 @@
+"""The partitioning recipe's consumer on a real broker: patterns, fenced commits, pause state."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from coordination import OffsetAndMetadata, errors
+from recipes.partitioning import (
+    Consumer,
+    CooperativeStickyAssignor,
+    PartitionsNotOwnedError,
+    RangeAssignor,
+    TopicPartition,
+)
+
+from .members import FAST, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[Consumer]]:
+    created: list[Consumer] = []
+    yield created
+    for c in created:
+        c.close()
+
+
+def create(kafka: str, topic: str, partitions: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        admin.close()
+
+
+def produce(kafka: str, topic: str, partitions: int, per_partition: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=kafka)
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.send(topic, value=f"{p}-{i}".encode(), partition=p)
+    producer.flush()
+    producer.close()
+
+
+def consumer(created: list[Consumer], kafka: str, group: str, **kw: Any) -> Consumer:
+    c = Consumer(group, bootstrap_servers=kafka, **{**FAST, **kw})
+    created.append(c)
+    c.start()
+    return c
+
+
+def poll_all(cs: list[Consumer]) -> None:
+    for c in cs:
+        c.poll(timeout_ms=50)
+
+
+def settled(cs: list[Consumer], total: int) -> bool:
+    poll_all(cs)
+    owned = [c.assignment() for c in cs]
+    union = frozenset().union(*owned)
+    gens = {c.group.generation_if_stable() for c in cs}
+    return (
+        sum(len(o) for o in owned) == total
+        and len(union) == total
+        and None not in gens
+        and len({g.generation_id for g in gens if g}) == 1
+    )
+
+
+def test_pattern_subscription_picks_up_new_topics(kafka: str, consumers) -> None:
+    prefix = f"pat-{uuid.uuid4().hex[:8]}"
+    create(kafka, f"{prefix}-a", 2)
+    c = consumer(consumers, kafka, f"g-{prefix}", pattern=rf"{prefix}-.*", metadata_max_age_ms=500)
+    wait_until(lambda: settled([c], 2), 30, "the first topic to be assigned")
+    create(kafka, f"{prefix}-b", 3)
+    wait_until(lambda: settled([c], 5), 30, "the new matching topic to be assigned")
+    assert {tp.topic for tp in c.assignment()} == {f"{prefix}-a", f"{prefix}-b"}
+    assert any("subscribed topics changed" in r for r in c.group.metrics().rejoin_reasons)
+
+
+def test_commits_are_fenced_by_ownership_and_generation(kafka: str, consumers) -> None:
+    topic = f"fence-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, 4)
+    produce(kafka, topic, 4, 5)
+    group = f"g-{topic}"
+    coop = [CooperativeStickyAssignor()]
+    a = consumer(consumers, kafka, group, topics=[topic], assignors=coop)
+    wait_until(lambda: settled([a], 4), 30, "a to own everything")
+    wait_until(lambda: bool(a.poll(200)) or a._positions.keys() == a.assignment(), 30, "records")
+    old_generation = a.group.generation()
+    a.commit()
+    b = consumer(consumers, kafka, group, topics=[topic], assignors=coop)
+    wait_until(lambda: settled([a, b], 4), 30, "a and b to share the partitions")
+    moved = sorted(set(TopicPartition(topic, p) for p in range(4)) - a.assignment())
+    assert moved
+
+    # A partition that was revoked: refused before anything is sent.
+    with pytest.raises(PartitionsNotOwnedError, match=f"{topic}-{moved[0].partition}"):
+        a.commit({moved[0]: 3})
+    # A commit of the old generation: the broker refuses it; nothing is committed.
+    before = b.committed(moved)
+    with pytest.raises(errors.CommitFailedError, match="ILLEGAL_GENERATION"):
+        a.group.commit_offsets(
+            {(t, p): OffsetAndMetadata(1) for t, p in moved}, generation=old_generation
+        )
+    assert b.committed(moved) == before
+    # The new owner commits normally.
+    b.commit({tp: 5 for tp in b.assignment()})
+    assert set(b.committed(b.assignment()).values()) == {5}
+
+
+@pytest.mark.parametrize("cooperative", [True, False], ids=["cooperative", "eager"])
+def test_paused_state_survives_rebalances_as_in_java(
+    kafka: str, consumers, cooperative: bool
+) -> None:
+    topic = f"pause-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, 4)
+    group = f"g-{topic}"
+    assignors = [CooperativeStickyAssignor()] if cooperative else [RangeAssignor()]
+    a = consumer(consumers, kafka, group, topics=[topic], assignors=assignors)
+    wait_until(lambda: settled([a], 4), 30, "a to own everything")
+    a.pause(*a.assignment())
+    b = consumer(consumers, kafka, group, topics=[topic], assignors=assignors)
+    wait_until(lambda: settled([a, b], 4), 30, "a and b to share the partitions")
+    if cooperative:
+        # Only the revoked partitions' pause state is gone; the kept ones stay paused.
+        assert a.paused() == a.assignment()
+    else:
+        # Eager revoked everything, which forgets every pause.
+        assert a.paused() == frozenset()
