@@ -22,6 +22,8 @@ _RESPONSE_TYPES = (
     m.SyncGroupResponse,
     m.HeartbeatResponse,
     m.LeaveGroupResponse,
+    m.OffsetCommitResponse,
+    m.OffsetFetchResponse,
 )
 
 

@@ -11,8 +11,16 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from coordination import Coordinator, Member, MemberState, ProtocolMetadata, errors
+from coordination import (
+    Coordinator,
+    Member,
+    MemberState,
+    OffsetAndMetadata,
+    ProtocolMetadata,
+    errors,
+)
 from coordination._config import CoordinatorConfig
+from coordination._engine import offsets
 from coordination._engine.membership import GroupMembership
 from coordination._protocol.error_codes import ErrorCode as E
 from coordination.testing import ManualClock, ScriptedTransport, TransportError
@@ -632,3 +640,81 @@ def test_the_lease_holds_while_the_member_rejoins() -> None:
     h.engine._state = MemberState.PREPARING_REBALANCE  # JoinGroup in flight
     h.clock.advance(2)
     assert h.engine.membership_lease() == pytest.approx(8.0)
+
+
+# ------------------------------------------------------------------------- offsets
+
+OFFSETS = {("t", 0): OffsetAndMetadata(10, "batch-a"), ("t", 1): OffsetAndMetadata(20)}
+
+
+def committed(*codes: int) -> m.OffsetCommitResponse:
+    return m.OffsetCommitResponse(partitions=tuple(("t", p, c) for p, c in enumerate(codes)))
+
+
+def test_commit_carries_the_generation_and_member_id() -> None:
+    h = stable_leader()
+    h.prepare(committed(0, 0))
+    offsets.commit(h.engine, OFFSETS, None, 5)
+    (req,) = h.transport.requests(m.OffsetCommitRequest)
+    assert (req.generation_id, req.member_id) == (1, "m-1")
+    assert req.offsets == (("t", 0, 10, "batch-a"), ("t", 1, 20, ""))
+
+
+@pytest.mark.parametrize(
+    ("code", "member_id_after"),
+    [(E.ILLEGAL_GENERATION, "m-1"), (E.UNKNOWN_MEMBER_ID, ""), (E.REBALANCE_IN_PROGRESS, "m-1")],
+)
+def test_a_fenced_commit_raises_and_makes_the_member_rejoin(
+    code: int, member_id_after: str
+) -> None:
+    h = stable_leader()
+    h.prepare(committed(code, code))
+    with pytest.raises(errors.CommitFailedError, match="Nothing was committed"):
+        offsets.commit(h.engine, OFFSETS, None, 5)
+    assert h.engine.generation.member_id == member_id_after
+    assert h.engine._rejoin_reason and "OffsetCommit" in h.engine._rejoin_reason
+
+
+def test_a_member_without_a_generation_commits_nothing() -> None:
+    h = Harness()
+    with pytest.raises(errors.CommitFailedError, match="not in a generation"):
+        offsets.commit(h.engine, OFFSETS, None, 5)
+    assert h.transport.requests(m.OffsetCommitRequest) == []
+
+
+def test_commit_of_an_older_generation_is_refused_without_resetting_the_current_one() -> None:
+    h = stable_leader()
+    old = h.engine.generation.__class__(0, "m-1", "v2")
+    h.prepare(committed(E.ILLEGAL_GENERATION, E.ILLEGAL_GENERATION))
+    with pytest.raises(errors.CommitFailedError):
+        offsets.commit(h.engine, OFFSETS, old, 5)
+    assert h.engine.generation.generation_id == 1  # the current generation is untouched
+
+
+def test_commit_follows_the_coordinator_and_retries_loading() -> None:
+    h = stable_leader()
+    h.prepare(committed(E.COORDINATOR_LOAD_IN_PROGRESS, 0), committed(0, 0))
+    offsets.commit(h.engine, OFFSETS, None, 5)
+    assert len(h.transport.requests(m.OffsetCommitRequest)) == 2
+    h.prepare(committed(E.NOT_COORDINATOR, E.NOT_COORDINATOR))
+    with pytest.raises(errors.CoordinationTimeoutError):
+        offsets.commit(h.engine, OFFSETS, None, 0.05)  # no coordinator to retry on in time
+    assert h.engine.coordinator is None
+
+
+def test_other_commit_errors_name_the_partitions() -> None:
+    h = stable_leader()
+    h.prepare(committed(0, E.OFFSET_METADATA_TOO_LARGE))
+    with pytest.raises(errors.BrokerError, match="t-1: OFFSET_METADATA_TOO_LARGE"):
+        offsets.commit(h.engine, OFFSETS, None, 5)
+
+
+def test_fetch_returns_committed_offsets_and_none_where_nothing_is() -> None:
+    h = stable_leader()
+    h.prepare(
+        m.OffsetFetchResponse(
+            error_code=0, partitions=(("t", 0, 10, "batch-a", 0), ("t", 1, -1, "", 0))
+        )
+    )
+    got = offsets.fetch(h.engine, [("t", 1), ("t", 0)], 5)
+    assert got == {("t", 0): OffsetAndMetadata(10, "batch-a"), ("t", 1): None}
