@@ -1,0 +1,592 @@
+"""The pipeline worker: owns a share of the input partitions and runs their micro-batches.
+
+A :class:`PipelineWorker` is a member of a consumer group (Kafka's ``consumer``
+protocol, cooperative-sticky assignment) that fetches the records of the
+partitions it owns, turns each partition's records into micro-batches processed
+by Spark (:func:`~recipes.pipeline._spark.stage_batch`), commits each batch's
+end offset fenced by its generation and only then publishes the batch's
+results. See ``docs/pipeline.md`` for the protocol and its failure cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from coordination import OffsetAndMetadata
+from coordination.errors import CommitFailedError, CoordinationError, CoordinationTimeoutError
+from recipes.partitioning import (
+    ConsumerPartitioning,
+    CooperativeStickyAssignor,
+    RebalanceListener,
+    TopicPartition,
+)
+
+from ._output import PipelineOutput, PipelineOutputError
+from ._spark import DEFAULT_WINDOW_MS, Batch, spark_session, stage_batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["PipelineWorker", "WorkerEvent"]
+
+log = logging.getLogger("recipes.pipeline")
+
+WorkerEvent = Mapping[str, Any]
+"""One observation of a worker, e.g. ``{"event": "batch", "partition": 3, ...}``.
+
+Every event has ``event`` (its kind), ``worker`` (the worker's name) and ``t``
+(wall-clock seconds since the epoch, so that events of several processes on one
+machine can be merged into one timeline).
+"""
+
+# kafka-python fetch settings the worker passes through to its fetcher.
+_FETCH_SETTINGS: Final = frozenset(
+    {"fetch_max_wait_ms", "fetch_max_bytes", "max_partition_fetch_bytes", "receive_buffer_bytes"}
+)
+_REBALANCE_IN_PROGRESS: Final = 27  # Kafka error code
+# A partition stops fetching while this many batches' worth of records wait in memory.
+_BUFFERED_BATCHES: Final = 2
+
+
+@dataclass(eq=False)
+class _Partition:
+    """An owned partition, from its assignment until it is revoked or lost.
+
+    A new object is made at every assignment: the fetch loop compares identities
+    to tell records fetched for this ownership from records of an earlier one.
+    """
+
+    tp: TopicPartition
+    assigned_at: float
+    ready: bool = False  # recovered, cleaned up and the fetcher positioned at ``start``
+    start: int = 0  # the committed offset: where the next batch starts
+    records: list[tuple[int, bytes | None]] = field(default_factory=list)
+    first_buffered_at: float = 0.0
+    paused: bool = False
+
+
+class _Membership(ConsumerPartitioning):
+    """ConsumerPartitioning that tells the worker when a rebalance starts, to time it."""
+
+    def __init__(self, worker: PipelineWorker, group_id: str, **settings: Any) -> None:
+        super().__init__(group_id, **settings)
+        self._worker = worker
+
+    def on_join_prepare(self, generation: int, member_id: str) -> None:
+        self._worker._rebalance_started(generation)
+        super().on_join_prepare(generation, member_id)
+
+
+class _Listener(RebalanceListener):
+    def __init__(self, worker: PipelineWorker) -> None:
+        self._worker = worker
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        self._worker._give_up(partitions, lost=False)
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        self._worker._give_up(partitions, lost=True)
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        self._worker._take(partitions)
+
+
+class PipelineWorker:
+    """One worker of the pipeline: a group member that processes its partitions with Spark.
+
+    Example:
+        worker = PipelineWorker("agg-workers", topic="events", output="/data/agg",
+                                bootstrap_servers="localhost:9092", name="w1")
+        worker.start()                  # starts Spark, joins the group
+        try:
+            worker.run(stop)            # processes batches until stop (an Event) is set
+        finally:
+            worker.close()              # hands its partitions over cleanly
+
+    Each owned partition is processed in micro-batches: records are buffered
+    until ``max_batch_records`` are waiting or the oldest has waited
+    ``max_batch_delay_ms``; a batch starts at the partition's committed offset
+    and ends one past its last record. Per batch: stage with Spark, commit the
+    end offset with the staged name as metadata (fenced by the generation),
+    publish. A rejected commit (``CommitFailedError``: the generation is gone)
+    abandons the staged batch and the partition is read again from its
+    committed offset if the member still owns it.
+
+    Ownership changes (on the group's membership thread):
+        assigned: the partition is recovered (the previous owner's committed but
+            unpublished batch is published, its orphans deleted) before its
+            first batch, on the worker's thread.
+        revoked / lost: the callback waits for the batch in flight on those
+            partitions to finish (commit and publish, or abandon if the broker
+            refuses the commit) and drops their buffered records, so the next
+            owner starts from a committed offset whose results are published.
+            Other partitions keep going: with cooperative rebalancing a worker
+            whose partitions do not move is never interrupted.
+
+    Threads:
+        :meth:`run` is the only thread that touches Spark and the fetcher. The
+        rebalance callbacks run on the membership thread and wait at most one
+        batch for :meth:`run`; :meth:`close` must not be called from them.
+
+    Events:
+        ``on_event`` receives a :data:`WorkerEvent` for: ``started`` (Spark up),
+        ``rebalance`` (a rebalance began), ``assigned`` / ``revoked`` / ``lost``
+        (with ``partitions``, ``generation``, and ``rebalance_ms`` since the
+        rebalance began), ``recovered`` (a partition is ready: its committed
+        offset, what recover published, the orphans removed), ``batch``
+        (partition, offsets, records, rejected, milliseconds), ``abandoned``,
+        ``closed``. It runs on the worker's threads and must be fast.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        topic: str,
+        output: PipelineOutput | str | Path,
+        name: str = "worker",
+        master: str = "local[1]",
+        spark_conf: Mapping[str, str] | None = None,
+        window_ms: int = DEFAULT_WINDOW_MS,
+        max_batch_records: int = 20_000,
+        max_batch_delay_ms: int = 1000,
+        on_event: Callable[[WorkerEvent], None] | None = None,
+        **settings: Any,
+    ) -> None:
+        """Validate the settings; nothing starts until :meth:`start`.
+
+        Args:
+            group_id: The consumer group of the workers (Kafka ``group.id``).
+            topic: The input topic.
+            output: The output directory (a :class:`PipelineOutput` or its root).
+            name: This worker's name in logs and events.
+            master: ``spark.master``; default ``local[1]``, one core per worker.
+            spark_conf: Further Spark settings (see :func:`spark_session`).
+            window_ms: The tumbling window size; fixed for the life of ``output``.
+            max_batch_records: Most records in one batch.
+            max_batch_delay_ms: Longest time a fetched record waits for its batch.
+            on_event: Observer of the worker's events (see the class docstring).
+            **settings: Group and connection settings of
+                :class:`~recipes.partitioning.ConsumerPartitioning`
+                (``bootstrap_servers`` (required), ``session_timeout_ms``, ...), and the
+                kafka-python fetch settings ``fetch_max_wait_ms``, ``fetch_max_bytes``,
+                ``max_partition_fetch_bytes``, ``receive_buffer_bytes``.
+
+        Raises:
+            ConfigurationError: A setting is invalid.
+        """
+        from coordination.errors import ConfigurationError
+
+        if max_batch_records <= 0 or max_batch_delay_ms < 0:
+            raise ConfigurationError(
+                "max_batch_records must be > 0 and max_batch_delay_ms >= 0, got "
+                f"{max_batch_records} and {max_batch_delay_ms}"
+            )
+        if window_ms <= 0:
+            raise ConfigurationError(f"window_ms must be > 0, got {window_ms}")
+        self.name = name
+        self.topic = topic
+        self.output = output if isinstance(output, PipelineOutput) else PipelineOutput(output)
+        self.window_ms = window_ms
+        self.max_batch_records = max_batch_records
+        self.max_batch_delay_s = max_batch_delay_ms / 1000
+        self._master = master
+        self._spark_conf = dict(spark_conf or {})
+        self._on_event = on_event
+        fetch = {k: settings.pop(k) for k in list(settings) if k in _FETCH_SETTINGS}
+        self.group = _Membership(
+            self,
+            group_id,
+            topics=[topic],
+            assignors=[CooperativeStickyAssignor()],
+            listener=_Listener(self),
+            **settings,
+        )
+        connection = {
+            k: v
+            for k, v in self.group.config.connection.items()
+            if k.startswith(("bootstrap_servers", "security_protocol", "ssl_", "sasl_"))
+        }
+        self._fetch_config: dict[str, Any] = {
+            **connection,
+            "fetch_max_wait_ms": 200,
+            **fetch,
+            "group_id": None,  # the fetcher reads only; offsets are committed by the group
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+            # Aborted records of transactional producers are never aggregated.
+            "isolation_level": "read_committed",
+            "client_id": f"{self.group.config.client_id}-fetch",
+        }
+        self._spark: SparkSession | None = None
+        self._fetcher: Any = None
+        self._fetching: frozenset[TopicPartition] = frozenset()
+        # Guards the fields below; _changed is notified whenever _in_flight clears.
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._parts: dict[TopicPartition, _Partition] = {}
+        self._revoking: set[TopicPartition] = set()
+        self._in_flight: TopicPartition | None = None
+        self._rebalance_t0: float | None = None
+        self._closed = False
+        self.records_processed = 0
+        self.batches = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start Spark (seconds: a JVM starts) and join the group in the background.
+
+        Raises:
+            pyspark.errors.PySparkException: Spark could not start.
+        """
+        from kafka import KafkaConsumer
+
+        if self._spark is None:
+            t0 = time.monotonic()
+            self._spark = spark_session(
+                self._master,
+                app_name=f"coordination-pipeline-{self.name}",
+                conf={"spark.driver.memory": "512m", **self._spark_conf},
+            )
+            self._emit("started", spark_start_ms=round((time.monotonic() - t0) * 1000))
+        if self._fetcher is None:
+            self._fetcher = KafkaConsumer(**self._fetch_config)
+        self.group.start()
+
+    def run(self, stop: threading.Event) -> None:
+        """Fetch and process batches until ``stop`` is set (call :meth:`start` first).
+
+        Args:
+            stop: Set it (from any thread) to make this method return after the
+                batch in progress.
+
+        Raises:
+            CoordinationError: The worker was closed or not started, or the
+                output is in a state the protocol does not allow (e.g. a
+                committed batch's results were deleted); the worker stops.
+        """
+        if self._spark is None or self._fetcher is None:
+            raise CoordinationError("PipelineWorker.run: call start() first")
+        while not stop.is_set():
+            self._step()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Leave the group (revoking its partitions cleanly) and stop the fetcher and Spark.
+
+        Call after :meth:`run` returned, not from a rebalance callback.
+
+        Args:
+            timeout: Seconds to wait for the group to be left.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self.group.close(timeout)
+        if self._fetcher is not None:
+            self._fetcher.close()
+            self._fetcher = None
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+        self._emit("closed", records=self.records_processed, batches=self.batches)
+
+    def owned(self) -> frozenset[TopicPartition]:
+        """The partitions this worker owns now."""
+        with self._lock:
+            return frozenset(self._parts)
+
+    # ------------------------------------------------------------------ the worker's thread
+
+    def _step(self) -> None:
+        with self._lock:
+            parts = dict(self._parts)
+        self._reassign_fetcher(frozenset(parts))
+        for part in parts.values():
+            if not part.ready:
+                self._prepare(part)
+        polled = self._fetcher.poll(timeout_ms=100) if parts else {}
+        if not parts:
+            time.sleep(0.1)
+        now = time.monotonic()
+        with self._lock:
+            for ktp, records in polled.items():
+                tp = TopicPartition(ktp.topic, ktp.partition)
+                current = self._parts.get(tp)
+                # Fetched for an ownership that ended (or before the fetcher was
+                # positioned): dropped. A newer ownership seeks to the committed offset
+                # when it is prepared, so nothing is skipped.
+                if current is None or current is not parts.get(tp) or not current.ready:
+                    continue
+                if not current.records:
+                    current.first_buffered_at = now
+                last = current.records[-1][0] if current.records else current.start - 1
+                current.records.extend((r.offset, r.value) for r in records if r.offset > last)
+            self._flow_control()
+            batch = self._next_batch(now)
+        if batch is not None:
+            self._process(*batch)
+
+    def _reassign_fetcher(self, partitions: frozenset[TopicPartition]) -> None:
+        if partitions != self._fetching:
+            self._fetcher.assign([_kafka_tp(tp) for tp in sorted(partitions)])
+            self._fetching = partitions
+
+    def _flow_control(self) -> None:
+        """Pause partitions with enough records waiting, so memory stays bounded."""
+        limit = _BUFFERED_BATCHES * self.max_batch_records
+        for part in self._parts.values():
+            full = len(part.records) >= limit
+            if full != part.paused and part.tp in self._fetching:
+                (self._fetcher.pause if full else self._fetcher.resume)(_kafka_tp(part.tp))
+                part.paused = full
+
+    def _next_batch(self, now: float) -> tuple[_Partition, Batch] | None:
+        """Cut the next batch (holding the lock) and mark its partition in flight."""
+        due = [
+            p
+            for p in self._parts.values()
+            if p.ready
+            and p.records
+            and p.tp not in self._revoking
+            and (
+                len(p.records) >= self.max_batch_records
+                or now - p.first_buffered_at >= self.max_batch_delay_s
+            )
+        ]
+        if not due:
+            return None
+        # The longest-waiting partition first, so that none starves.
+        part = min(due, key=lambda p: p.first_buffered_at)
+        records = part.records[: self.max_batch_records]
+        del part.records[: self.max_batch_records]
+        part.first_buffered_at = now
+        self._in_flight = part.tp
+        batch = Batch(
+            topic=part.tp.topic,
+            partition=part.tp.partition,
+            start_offset=part.start,
+            end_offset=records[-1][0] + 1,
+            records=records,
+        )
+        return part, batch
+
+    def _prepare(self, part: _Partition) -> None:
+        """Recover a newly assigned partition and position the fetcher at its committed offset.
+
+        Runs as the partition's work in flight: a revocation waits for it, since
+        cleanup_orphans by a worker that no longer owns the partition could
+        delete its new owner's staging directory.
+        """
+        tp = part.tp
+        with self._lock:
+            if self._parts.get(tp) is not part or tp in self._revoking:
+                return
+            self._in_flight = tp
+        try:
+            try:
+                committed = self.group.committed_offsets([(tp.topic, tp.partition)])[
+                    (tp.topic, tp.partition)
+                ]
+            except CoordinationError as e:
+                log.warning("%s: %s: cannot fetch the committed offset yet: %s", self.name, tp, e)
+                return
+            offset = committed.offset if committed is not None else None
+            metadata = committed.metadata if committed is not None else None
+            recovered = self.output.recover(tp.topic, tp.partition, offset, metadata)
+            orphans = self.output.cleanup_orphans(tp.topic, tp.partition, offset, metadata)
+            if offset is None:
+                ktp = _kafka_tp(tp)
+                offset = int(self._fetcher.beginning_offsets([ktp])[ktp])
+            self._fetcher.seek(_kafka_tp(tp), offset)
+            # An earlier ownership may have left the partition paused in the fetcher.
+            self._fetcher.resume(_kafka_tp(tp))
+            with self._lock:
+                part.start = offset
+                part.records.clear()
+                part.ready = True
+            self._emit(
+                "recovered",
+                partition=tp.partition,
+                committed=offset,
+                published=recovered.name if recovered is not None else None,
+                orphans=len(orphans),
+            )
+        finally:
+            self._done()
+
+    def _process(self, part: _Partition, batch: Batch) -> None:
+        """Stage, commit, publish (or abandon) one batch; the partition is in flight."""
+        assert self._spark is not None
+        tp = part.tp
+        t0 = time.monotonic()
+        try:
+            staged = stage_batch(self._spark, self.output, batch, window_ms=self.window_ms)
+            staged_ms = (time.monotonic() - t0) * 1000
+            commit = {
+                (tp.topic, tp.partition): OffsetAndMetadata(
+                    batch.end_offset, staged.commit_metadata
+                )
+            }
+            try:
+                self._commit(commit)
+            except CommitFailedError as e:
+                self.output.abandon(staged)
+                self._emit(
+                    "abandoned",
+                    partition=tp.partition,
+                    start=batch.start_offset,
+                    end=batch.end_offset,
+                    reason=str(e),
+                )
+                log.warning("%s: %s: commit refused, batch abandoned: %s", self.name, tp, e)
+                self._reread(part)
+                return
+            except CoordinationTimeoutError as e:
+                # Unknown whether the commit landed: the next prepare asks the broker,
+                # and recover publishes the batch or cleanup_orphans deletes it.
+                log.warning("%s: %s: commit outcome unknown: %s", self.name, tp, e)
+                self._reread(part)
+                return
+            self.output.publish(staged)
+            with self._lock:
+                part.start = batch.end_offset
+            self.records_processed += len(batch.records)
+            self.batches += 1
+            self._emit(
+                "batch",
+                partition=tp.partition,
+                start=batch.start_offset,
+                end=batch.end_offset,
+                records=len(batch.records),
+                rejected=staged.rejected,
+                stage_ms=round(staged_ms),
+                ms=round((time.monotonic() - t0) * 1000),
+            )
+        except PipelineOutputError:
+            raise
+        except Exception as e:
+            # Spark failed (or the output could not be written): nothing was
+            # committed, so read the partition again from its committed offset.
+            log.exception("%s: %s: batch [%d, %d) failed", self.name, tp, *_bounds(batch))
+            self._emit("failed", partition=tp.partition, error=repr(e))
+            self._reread(part)
+        finally:
+            self._done()
+
+    def _commit(self, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
+        """Commit in the current generation, retrying while the group completes a rebalance.
+
+        The current generation, not the one the batch started in: a cooperative
+        rebalance that leaves the partition here moves the generation on, and the
+        batch is still this worker's to commit. The partition cannot have a new
+        owner meanwhile: its revocation waits for this batch. The broker refuses
+        commits with REBALANCE_IN_PROGRESS only between JoinGroup and SyncGroup
+        (the group's CompletingRebalance state), so a retry after the sync
+        commits the batch instead of throwing away its work.
+        """
+        deadline = time.monotonic() + self.group.config.rebalance_timeout_ms / 1000
+        while True:
+            try:
+                self.group.commit_offsets(offsets, generation=self.group.generation())
+                return
+            except CommitFailedError as e:
+                if e.code != _REBALANCE_IN_PROGRESS or time.monotonic() >= deadline:
+                    raise
+                log.info("%s: commit met a rebalance in progress; retrying", self.name)
+                time.sleep(0.2)
+
+    def _reread(self, part: _Partition) -> None:
+        with self._lock:
+            part.ready = False
+            part.records.clear()
+
+    def _done(self) -> None:
+        with self._changed:
+            self._in_flight = None
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------ membership thread
+
+    def _rebalance_started(self, generation: int) -> None:
+        with self._lock:
+            self._rebalance_t0 = time.monotonic()
+        self._emit("rebalance", generation=generation)
+
+    def _rebalance_ms(self) -> int | None:
+        with self._lock:
+            t0 = self._rebalance_t0
+        return None if t0 is None else round((time.monotonic() - t0) * 1000)
+
+    def _give_up(self, partitions: frozenset[TopicPartition], *, lost: bool) -> None:
+        """Wait for the batch in flight on ``partitions``, then forget them.
+
+        Walkthrough of the race this closes (cooperative rebalance, p moves to B):
+        1. the worker thread cut a batch of p and is staging it;
+        2. the group revokes p: this callback marks p revoking (no new batch of p
+           starts) and waits;
+        3. the worker thread commits the batch (the generation is current, p is still
+           this member's until the callback returns) and publishes it, or abandons
+           it if the broker refused;
+        4. the callback drops p; only then does the member rejoin and B get p, at the
+           committed offset, with its results published.
+        For lost partitions the same wait ends in a refused commit and an abandon.
+        """
+        t0 = time.monotonic()
+        with self._changed:
+            self._revoking |= partitions
+            while self._in_flight is not None and self._in_flight in partitions:
+                if not self._changed.wait(10.0):
+                    log.warning(
+                        "%s: still waiting for the batch of %s before handing it over",
+                        self.name,
+                        self._in_flight,
+                    )
+            for tp in partitions:
+                self._parts.pop(tp, None)
+            self._revoking -= partitions
+        self._emit(
+            "lost" if lost else "revoked",
+            partitions=_numbers(partitions),
+            generation=self.group.generation().generation_id,
+            waited_ms=round((time.monotonic() - t0) * 1000),
+            rebalance_ms=self._rebalance_ms(),
+        )
+
+    def _take(self, partitions: frozenset[TopicPartition]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for tp in partitions:
+                self._parts[tp] = _Partition(tp=tp, assigned_at=now)
+            owned = frozenset(self._parts)
+        self._emit(
+            "assigned",
+            partitions=_numbers(partitions),
+            owned=_numbers(owned),
+            generation=self.group.generation().generation_id,
+            rebalance_ms=self._rebalance_ms(),
+        )
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        if self._on_event is not None:
+            self._on_event({"event": kind, "worker": self.name, "t": time.time(), **fields})
+
+
+def _numbers(partitions: frozenset[TopicPartition]) -> list[int]:
+    return sorted(tp.partition for tp in partitions)
+
+
+def _bounds(batch: Batch) -> tuple[int, int]:
+    return batch.start_offset, batch.end_offset
+
+
+def _kafka_tp(tp: TopicPartition) -> Any:
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    return KafkaTopicPartition(tp.topic, tp.partition)
