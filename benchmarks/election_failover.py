@@ -34,7 +34,7 @@ Run (JDK 17+ and Maven needed; kazoo installed; a Kafka 4.3.1 broker and a ZooKe
 3.9 server are started on loopback unless ``--bootstrap-servers`` names a Kafka cluster)::
 
     python benchmarks/election_failover.py --quick      # about a minute
-    python benchmarks/election_failover.py              # 20 handoffs + 12 crashes each, ~9 min
+    python benchmarks/election_failover.py              # 30 handoffs + 20 crashes each, ~9 min
 
 The last line of the output holds the headline figures as ``name=value`` pairs.
 """
@@ -340,8 +340,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick", action="store_true", help="3 handoffs and 2 crashes each, about a minute"
     )
-    parser.add_argument("--handoffs", type=int, help="graceful handoff runs (default 20)")
-    parser.add_argument("--crashes", type=int, help="crash failover runs (default 12)")
+    parser.add_argument("--handoffs", type=int, help="graceful handoff runs (default 30)")
+    parser.add_argument("--crashes", type=int, help="crash failover runs (default 20)")
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument(
         "--heartbeat-interval-ms", type=int, default=1000, help="ours (default 1000)"
@@ -364,8 +364,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "-v", "--verbose", action="store_true", help="members' logs to stderr, not a file"
     )
     args = parser.parse_args(argv)
-    args.handoffs = args.handoffs if args.handoffs is not None else (3 if args.quick else 20)
-    args.crashes = args.crashes if args.crashes is not None else (2 if args.quick else 12)
+    args.handoffs = args.handoffs if args.handoffs is not None else (3 if args.quick else 30)
+    args.crashes = args.crashes if args.crashes is not None else (2 if args.quick else 20)
     args.implementations = [i.strip() for i in args.implementations.split(",") if i.strip()]
     unknown = set(args.implementations) - set(IMPLEMENTATIONS)
     if unknown:
