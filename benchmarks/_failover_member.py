@@ -83,7 +83,7 @@ def run_kafka(args: argparse.Namespace) -> None:
 
 
 def run_kazoo(args: argparse.Namespace) -> None:
-    from kazoo.client import KazooClient  # type: ignore[import-untyped]
+    from kazoo.client import KazooClient
 
     client = KazooClient(hosts=args.connect, timeout=args.session_timeout_ms / 1000)
     client.start(timeout=30)

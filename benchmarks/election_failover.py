@@ -60,7 +60,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from kazoo.client import KazooClient  # type: ignore[import-untyped]
+from kazoo.client import KazooClient
 
 # Run from a checkout without installing the package; the helpers sit next to this file.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -215,9 +215,12 @@ class LeaderElection:
 
     Callbacks:
         ``on_elected(leadership)``, ``on_deposed(leadership)`` and ``on_leader_change(info)``
-        run one at a time, on the group's membership thread or on the election's watchdog
-        thread; they must return quickly (start a thread for long work, or use :meth:`run`)
-        and must not call :meth:`close`.
+        run one at a time. ``on_elected`` and ``on_leader_change`` run on the group's
+        membership thread; ``on_deposed`` runs on whichever thread notices first: the
+        membership thread, the election's lease watchdog, or the caller of :meth:`close`,
+        :meth:`set_eligible`, :meth:`run`, or of a check (``is_leader``,
+        :meth:`Leadership.check`) that finds the lease ran out. They must return quickly
+        (start a thread for long work, or use :meth:`run`) and must not call :meth:`close`.
     """
 
     def __init__(
@@ -413,8 +416,9 @@ class LeaderElection:
         try:
             return func(leadership)
         finally:
-            if not leadership.lost.is_set():
-                self.set_eligible(False)
+            # Step down (if still leading) and leave the running either way, so the group
+            # does not elect this member again while no func runs.
+            self.set_eligible(False)
 
     # ------------------------------------------------------------------ the Coordinator side
 

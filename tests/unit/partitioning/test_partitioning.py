@@ -102,7 +102,7 @@ def test_eager_revokes_everything_before_rejoining_then_assigns_everything() -> 
 def test_cooperative_revokes_only_what_moves_and_rejoins_to_hand_it_over() -> None:
     m, rec = member(CooperativeStickyAssignor())
     rejoins: list[str] = []
-    m.request_rejoin = rejoins.append  # type: ignore[method-assign]
+    m.request_rejoin = rejoins.append  # type: ignore[method-assign,assignment]
     m.on_join_complete(1, "m-1", "cooperative-sticky", assignment(0, 1, 2, 3))
     m.on_join_prepare(1, "m-1")  # keeps everything
     m.on_join_complete(2, "m-1", "cooperative-sticky", assignment(0, 1))
@@ -156,7 +156,7 @@ def test_leader_assigns_around_a_member_whose_subscription_cannot_be_decoded(
 def test_an_undecodable_assignment_makes_the_member_rejoin() -> None:
     m, rec = member(RangeAssignor())
     rejoins: list[str] = []
-    m.request_rejoin = rejoins.append  # type: ignore[method-assign]
+    m.request_rejoin = rejoins.append  # type: ignore[method-assign,assignment]
     m.on_join_complete(2, "m-1", "range", b"\xff")
     assert rejoins and rec.calls == []
 
