@@ -7,6 +7,9 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import tempfile
 import threading
 import time
@@ -91,6 +94,8 @@ def run_demo(
     from kafka import TopicPartition as KafkaTopicPartition
     from kafka.admin import KafkaAdminClient, NewTopic
 
+    # kafka-python warns about its own event loop timing under load; not the demo's news.
+    logging.getLogger("kafka").setLevel(logging.ERROR)
     kills = max(0, min(kills, workers - 1))
     t0 = time.time()
     run_id = uuid.uuid4().hex[:8]
@@ -122,8 +127,14 @@ def run_demo(
         say(f"starting {workers} workers (a Spark JVM each, {master}); logs in {root / 'logs'}")
         for w in procs:
             w.wait_for("started", timeout=240)
+        # Settled: every worker has a share and together they own every partition
+        # once (the first to join briefly owns everything).
         _wait(
-            lambda: set().union(*(w.owned() for w in procs)) == set(range(partitions)),
+            lambda: (
+                all(w.owned() for w in procs)
+                and sum(len(w.owned()) for w in procs) == partitions
+                and set().union(*(w.owned() for w in procs)) == set(range(partitions))
+            ),
             timeout=120,
             what="every partition assigned",
         )
@@ -207,11 +218,14 @@ def run_demo(
             w.close()
 
     timeline = Timeline(procs, t0)
+    with open(root / "events.jsonl", "w") as f:
+        for event in timeline.events:
+            f.write(json.dumps(event) + "\n")
     try:
         output.check_published(ends)
     except PublishedRangeError as e:
         problems.extend(e.problems)
-    results = _read(output)
+    results = _read(output, root / "logs" / "verify.log")
     mismatches = [
         f"{key} @ {window}: published {results.get((key, window))}, "
         f"fed {tally.results.get((key, window))}"
@@ -284,10 +298,18 @@ def print_report(report: DemoReport, say: Callable[[str], None] = print) -> None
     say(f"{verdict} ({report.seconds:.1f} s)")
 
 
-def _read(output: PipelineOutput) -> dict[tuple[str, int], tuple[int, Decimal]]:
+def _read(output: PipelineOutput, log: Path) -> dict[tuple[str, int], tuple[int, Decimal]]:
     from ._spark import read_results, spark_session
 
-    spark = spark_session("local[1]", app_name="coordination-pipeline-verify")
+    # The JVM writes its start-up chatter to file descriptor 2 itself: point it at a log.
+    saved = os.dup(2)
+    try:
+        with open(log, "ab") as f:
+            os.dup2(f.fileno(), 2)
+        spark = spark_session("local[1]", app_name="coordination-pipeline-verify")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
     try:
         return read_results(spark, output)
     finally:

@@ -11,6 +11,7 @@ results. See ``docs/pipeline.md`` for the protocol and its failure cases.
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -255,10 +256,47 @@ class PipelineWorker:
                 app_name=f"coordination-pipeline-{self.name}",
                 conf={"spark.driver.memory": "512m", **self._spark_conf},
             )
-            self._emit("started", spark_start_ms=round((time.monotonic() - t0) * 1000))
+            started_ms = round((time.monotonic() - t0) * 1000)
+            t0 = time.monotonic()
+            self._warm_up()
+            self._emit(
+                "started",
+                spark_start_ms=started_ms,
+                warm_up_ms=round((time.monotonic() - t0) * 1000),
+            )
         if self._fetcher is None:
             self._fetcher = KafkaConsumer(**self._fetch_config)
         self.group.start()
+
+    def _warm_up(self) -> None:
+        """Run two small batches into a scratch directory before joining the group.
+
+        A fresh JVM's first Spark job loads and compiles much of Spark and took
+        over 20 s on a busy 2-core machine (later ones: about 1 s). Paying that
+        before joining keeps it out of the partitions' processing: a worker that
+        takes over a killed worker's partitions is ready to process them at once.
+        """
+        assert self._spark is not None
+        with tempfile.TemporaryDirectory(prefix="pipeline-warm-up-") as scratch:
+            output = PipelineOutput(scratch)
+            for n in range(2):
+                records = [
+                    (
+                        i,
+                        b'{"key": "warm-up", "ts_ms": %d, "value": "1.5"}' % i
+                        if i % 10
+                        else b"not json",
+                    )
+                    for i in range(n * 100, n * 100 + 100)
+                ]
+                batch = Batch(
+                    topic="warm-up",
+                    partition=0,
+                    start_offset=n * 100,
+                    end_offset=n * 100 + 100,
+                    records=records,
+                )
+                output.publish(stage_batch(self._spark, output, batch, window_ms=self.window_ms))
 
     def run(self, stop: threading.Event) -> None:
         """Fetch and process batches until ``stop`` is set (call :meth:`start` first).
@@ -399,6 +437,8 @@ class PipelineWorker:
                 return
             offset = committed.offset if committed is not None else None
             metadata = committed.metadata if committed is not None else None
+            # Whether recover finishes a predecessor's commit (for the timeline).
+            unpublished = bool(metadata) and metadata in self.output.staged(tp.topic, tp.partition)
             recovered = self.output.recover(tp.topic, tp.partition, offset, metadata)
             orphans = self.output.cleanup_orphans(tp.topic, tp.partition, offset, metadata)
             if offset is None:
@@ -415,7 +455,7 @@ class PipelineWorker:
                 "recovered",
                 partition=tp.partition,
                 committed=offset,
-                published=recovered.name if recovered is not None else None,
+                published=recovered.name if recovered is not None and unpublished else None,
                 orphans=len(orphans),
             )
         finally:
@@ -565,12 +605,15 @@ class PipelineWorker:
             for tp in partitions:
                 self._parts[tp] = _Partition(tp=tp, assigned_at=now)
             owned = frozenset(self._parts)
+        rebalance_ms = self._rebalance_ms()
+        with self._lock:
+            self._rebalance_t0 = None
         self._emit(
             "assigned",
             partitions=_numbers(partitions),
             owned=_numbers(owned),
             generation=self.group.generation().generation_id,
-            rebalance_ms=self._rebalance_ms(),
+            rebalance_ms=rebalance_ms,
         )
 
     def _emit(self, kind: str, **fields: Any) -> None:
