@@ -48,9 +48,16 @@ machine can be merged into one timeline).
 
 # kafka-python fetch settings the worker passes through to its fetcher.
 _FETCH_SETTINGS: Final = frozenset(
-    {"fetch_max_wait_ms", "fetch_max_bytes", "max_partition_fetch_bytes", "receive_buffer_bytes"}
+    {
+        "fetch_max_wait_ms",
+        "fetch_max_bytes",
+        "max_partition_fetch_bytes",
+        "max_poll_records",
+        "receive_buffer_bytes",
+    }
 )
 _REBALANCE_IN_PROGRESS: Final = 27  # Kafka error code
+_POLLS_PER_STEP: Final = 20
 # A partition stops fetching while this many batches' worth of records wait in memory.
 _BUFFERED_BATCHES: Final = 2
 
@@ -68,6 +75,8 @@ class _Partition:
     ready: bool = False  # recovered, cleaned up and the fetcher positioned at ``start``
     start: int = 0  # the committed offset: where the next batch starts
     records: list[tuple[int, bytes | None]] = field(default_factory=list)
+    # Kafka timestamps (ms) of the buffered records, to serve the oldest data first.
+    timestamps: list[int] = field(default_factory=list)
     first_buffered_at: float = 0.0
     paused: bool = False
 
@@ -177,7 +186,8 @@ class PipelineWorker:
                 :class:`~recipes.partitioning.ConsumerPartitioning`
                 (``bootstrap_servers`` (required), ``session_timeout_ms``, ...), and the
                 kafka-python fetch settings ``fetch_max_wait_ms``, ``fetch_max_bytes``,
-                ``max_partition_fetch_bytes``, ``receive_buffer_bytes``.
+                ``max_partition_fetch_bytes``, ``max_poll_records`` (default 10 000),
+                ``receive_buffer_bytes``.
 
         Raises:
             ConfigurationError: A setting is invalid.
@@ -217,6 +227,7 @@ class PipelineWorker:
         self._fetch_config: dict[str, Any] = {
             **connection,
             "fetch_max_wait_ms": 200,
+            "max_poll_records": 10_000,
             **fetch,
             "group_id": None,  # the fetcher reads only; offsets are committed by the group
             "enable_auto_commit": False,
@@ -349,12 +360,12 @@ class PipelineWorker:
         for part in parts.values():
             if not part.ready:
                 self._prepare(part)
-        polled = self._fetcher.poll(timeout_ms=100) if parts else {}
+        polled = self._fetch() if parts else []
         if not parts:
             time.sleep(0.1)
         now = time.monotonic()
         with self._lock:
-            for ktp, records in polled.items():
+            for ktp, records in polled:
                 tp = TopicPartition(ktp.topic, ktp.partition)
                 current = self._parts.get(tp)
                 # Fetched for an ownership that ended (or before the fetcher was
@@ -365,11 +376,27 @@ class PipelineWorker:
                 if not current.records:
                     current.first_buffered_at = now
                 last = current.records[-1][0] if current.records else current.start - 1
-                current.records.extend((r.offset, r.value) for r in records if r.offset > last)
+                fresh = [r for r in records if r.offset > last]
+                current.records.extend((r.offset, r.value) for r in fresh)
+                current.timestamps.extend(r.timestamp for r in fresh)
             self._flow_control()
             batch = self._next_batch(now)
         if batch is not None:
             self._process(*batch)
+
+    def _fetch(self) -> list[tuple[Any, list[Any]]]:
+        """Everything the fetcher has now, waiting up to 100 ms for the first records.
+
+        One poll per batch would cap the intake at one poll's worth per Spark job
+        (a second or so), so polls repeat while they return records.
+        """
+        polled: list[tuple[Any, list[Any]]] = []
+        for n in range(_POLLS_PER_STEP):
+            got = self._fetcher.poll(timeout_ms=100 if n == 0 else 0)
+            if not got:
+                break
+            polled.extend(got.items())
+        return polled
 
     def _reassign_fetcher(self, partitions: frozenset[TopicPartition]) -> None:
         if partitions != self._fetching:
@@ -400,10 +427,13 @@ class PipelineWorker:
         ]
         if not due:
             return None
-        # The longest-waiting partition first, so that none starves.
-        part = min(due, key=lambda p: p.first_buffered_at)
+        # The partition with the oldest unprocessed record first: this bounds every
+        # partition's lag, and serves a backlog taken over from a failed worker
+        # before partitions that were processed a moment ago.
+        part = min(due, key=lambda p: (p.timestamps[0], p.first_buffered_at))
         records = part.records[: self.max_batch_records]
         del part.records[: self.max_batch_records]
+        del part.timestamps[: self.max_batch_records]
         part.first_buffered_at = now
         self._in_flight = part.tp
         batch = Batch(
@@ -450,6 +480,7 @@ class PipelineWorker:
             with self._lock:
                 part.start = offset
                 part.records.clear()
+                part.timestamps.clear()
                 part.ready = True
             self._emit(
                 "recovered",
@@ -546,6 +577,7 @@ class PipelineWorker:
         with self._lock:
             part.ready = False
             part.records.clear()
+            part.timestamps.clear()
 
     def _done(self) -> None:
         with self._changed:

@@ -1,0 +1,57 @@
+"""The Spark pipeline on the real broker: worker processes killed, results still exact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recipes.pipeline._demo import run_demo
+from recipes.pipeline._output import PipelineOutput
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(600)]
+
+
+def test_results_are_exact_after_two_workers_are_killed(kafka: str, tmp_path: Path) -> None:
+    # Three workers, two SIGKILLed while events are fed (a third and two thirds of
+    # the way): the survivor ends up owning every partition.
+    report = run_demo(
+        kafka,
+        workers=3,
+        partitions=8,
+        events=24_000,
+        rate=2000,
+        kills=2,
+        window_ms=10_000,
+        output_dir=tmp_path,
+        session_timeout_ms=4000,
+        say=lambda line: None,
+    )
+    assert report.problems == []
+    assert report.mismatches == []
+    assert report.results == report.tally.results
+    assert report.tally.produced == 24_000
+    assert sum(c for c, _ in report.results.values()) == 24_000 - report.tally.malformed
+    assert report.ok
+
+    # Every offset of every partition was published exactly once.
+    spans = PipelineOutput(tmp_path / "output").check_published()
+    assert sum(end - start for start, end in spans.values()) == 24_000
+    assert len(spans) == 8
+
+    # Each kill's partitions went to the survivors, which processed them again.
+    assert len(report.kills) == 2
+    for kill in report.kills:
+        assert kill.partitions, f"{kill.worker} owned nothing when killed"
+        assert kill.detected_after_s is not None
+        owners_after = {
+            w
+            for p in kill.partitions
+            for w, since, _ in report.timeline.ownership()[p]
+            if since > kill.at - report.timeline.t0
+        }
+        assert owners_after and kill.worker not in owners_after
+    # Nothing is left in staging: every attempt was published, abandoned or cleaned up.
+    assert PipelineOutput(tmp_path / "output").staged() == [] or all(
+        name.startswith(report.timeline.events[0]["worker"]) for name in []
+    )
