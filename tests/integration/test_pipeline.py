@@ -19,31 +19,34 @@ def test_results_are_exact_after_two_workers_are_killed(kafka: str, tmp_path: Pa
         kafka,
         workers=3,
         partitions=8,
-        events=24_000,
+        events=30_000,
         rate=2000,
         kills=2,
         window_ms=10_000,
         output_dir=tmp_path,
-        session_timeout_ms=4000,
+        session_timeout_ms=3000,
         say=lambda line: None,
     )
     assert report.problems == []
     assert report.mismatches == []
     assert report.results == report.tally.results
-    assert report.tally.produced == 24_000
-    assert sum(c for c, _ in report.results.values()) == 24_000 - report.tally.malformed
+    assert report.tally.produced == 30_000
+    assert sum(c for c, _ in report.results.values()) == 30_000 - report.tally.malformed
     assert report.ok
 
     # Every offset of every partition was published exactly once.
     spans = PipelineOutput(tmp_path / "output").check_published()
-    assert sum(end - start for start, end in spans.values()) == 24_000
+    assert sum(end - start for start, end in spans.values()) == 30_000
     assert len(spans) == 8
 
-    # Each kill's partitions went to the survivors, which processed them again.
+    # Each kill's partitions went to the survivors, which processed them again (the
+    # second kill may fall into the rebalance that follows the first, so only the
+    # first is sure to be noticed by a rebalance of its own).
     assert len(report.kills) == 2
+    assert report.kills[0].detected_after_s is not None
     for kill in report.kills:
         assert kill.partitions, f"{kill.worker} owned nothing when killed"
-        assert kill.detected_after_s is not None
+        assert None not in kill.resumed_after_s.values(), kill
         owners_after = {
             w
             for p in kill.partitions
@@ -52,6 +55,4 @@ def test_results_are_exact_after_two_workers_are_killed(kafka: str, tmp_path: Pa
         }
         assert owners_after and kill.worker not in owners_after
     # Nothing is left in staging: every attempt was published, abandoned or cleaned up.
-    assert PipelineOutput(tmp_path / "output").staged() == [] or all(
-        name.startswith(report.timeline.events[0]["worker"]) for name in []
-    )
+    assert PipelineOutput(tmp_path / "output").staged() == []
