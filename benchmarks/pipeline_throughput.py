@@ -91,8 +91,8 @@ def published_all(output: PipelineOutput, topic: str, per_partition: int) -> boo
     return True
 
 
-def throughput(bootstrap: str, events: int, n: int) -> tuple[float, int]:
-    """Events per second with ``n`` workers, and the number of batches."""
+def throughput(bootstrap: str, events: int, n: int) -> tuple[float, list[int]]:
+    """Events per second with ``n`` workers, and each batch's milliseconds."""
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic)
     produce(bootstrap, topic, partitions=PARTITIONS, events=events, rate=0, window_ms=WINDOW_MS)
@@ -113,7 +113,7 @@ def throughput(bootstrap: str, events: int, n: int) -> tuple[float, int]:
         finally:
             for w in workers:
                 w.close()
-        batches = sum(len(w.of("batch")) for w in workers)
+        batches = [int(e["ms"]) for w in workers for e in w.of("batch")]
     return events / elapsed, batches
 
 
