@@ -174,8 +174,9 @@ def main() -> None:
             rate, batches = throughput(bootstrap, events, n)
             rates[n] = rate
             print(
-                f"{n} worker(s): {events} events in {events / rate:6.1f} s = "
-                f"{rate:8.0f} events/s ({batches} batches)",
+                f"{n} worker(s): {events} events in {events / rate:6.1f} s = {rate:8.0f} events/s "
+                f"({len(batches)} batches, median {statistics.median(batches):.0f} ms, "
+                f"longest {max(batches)} ms)",
                 flush=True,
             )
         detected, resumed = kill_recovery(bootstrap, rate=2000, seconds=15 if args.quick else 30)
