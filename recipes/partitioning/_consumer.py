@@ -277,33 +277,36 @@ class Consumer:
 
     # ------------------------------------------------------------------ ownership changes
 
+    # The user's listener runs without self._lock: it may wait for another thread that
+    # polls or commits (the partitions are still owned meanwhile, so those still work).
+
     def _revoked(self, partitions: frozenset[TopicPartition], lost: bool) -> None:
-        with self._lock:
-            try:
-                if lost:
-                    self._user_listener.on_partitions_lost(partitions)
-                else:
-                    self._user_listener.on_partitions_revoked(partitions)
-            finally:
+        try:
+            if lost:
+                self._user_listener.on_partitions_lost(partitions)
+            else:
+                self._user_listener.on_partitions_revoked(partitions)
+        finally:
+            with self._lock:
                 self._paused -= partitions
                 for tp in partitions:
                     self._positions.pop(tp, None)
                 self._reassign_fetcher(self._group.owned() - partitions)
 
     def _assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        committed = (
+            self._group.committed_offsets([(tp.topic, tp.partition) for tp in partitions])
+            if partitions
+            else {}
+        )
         with self._lock:
-            owned = self._group.owned()
-            self._reassign_fetcher(owned)
-            if partitions:
-                committed = self._group.committed_offsets(
-                    [(tp.topic, tp.partition) for tp in partitions]
-                )
-                for (topic, partition), om in committed.items():
-                    tp = TopicPartition(topic, partition)
-                    if om is not None and self._fetcher is not None:
-                        self._fetcher.seek(_kafka_tp(tp), om.offset)
-                        self._positions[tp] = om.offset
-            self._user_listener.on_partitions_assigned(partitions)
+            self._reassign_fetcher(self._group.owned())
+            for (topic, partition), om in committed.items():
+                tp = TopicPartition(topic, partition)
+                if om is not None and self._fetcher is not None:
+                    self._fetcher.seek(_kafka_tp(tp), om.offset)
+                    self._positions[tp] = om.offset
+        self._user_listener.on_partitions_assigned(partitions)
 
     def _reassign_fetcher(self, partitions: frozenset[TopicPartition]) -> None:
         if self._fetcher is not None and not self._closed:

@@ -314,6 +314,10 @@ class PipelineOutput:
         src = self.staging_dir / name
         dst = self.published_dir / offsets.name
         if src.is_dir() and not (src / MANIFEST_NAME).is_file():
+            if dst.is_dir():
+                # Another publisher moved it away between the two checks above.
+                log.debug("%s was already published", offsets.name)
+                return dst
             raise PipelineOutputError(f"{src} has no {MANIFEST_NAME}: its write did not finish")
         try:
             os.rename(src, dst)
