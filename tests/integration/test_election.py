@@ -73,7 +73,9 @@ def test_three_members_elect_exactly_one_leader_and_all_agree(kafka: str, electi
     trio = [elect(elections, kafka, group, f"http://node-{i}") for i in range(3)]
     info = wait_agreed(trio)
     assert sum(m.is_leader for m in trio) == 1
-    assert info.identity == "http://node-0"  # equal priorities: the smallest identity
+    # Whoever completed the first rebalance leads (sticky); the free-election order
+    # (priority, then smallest identity) is covered by the unit tests.
+    assert info.identity in {f"http://node-{i}" for i in range(3)}
     assert all(m.members() == trio[0].members() for m in trio)
     assert sorted(trio[0].members().values()) == [f"http://node-{i}" for i in range(3)]
 
