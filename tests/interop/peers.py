@@ -424,14 +424,16 @@ def _peer_args(
     group_id: str,
     topics: Sequence[str],
     client_id: str,
-    assignor: str,
-    session_timeout_ms: int,
-    heartbeat_interval_ms: int,
-    max_poll_interval_ms: int,
-    group_instance_id: str | None,
-    poll_ms: int,
-    max_poll_records: int,
+    *,
+    assignor: str = "cooperative-sticky",
+    session_timeout_ms: int = 6000,
+    heartbeat_interval_ms: int = 500,
+    max_poll_interval_ms: int = 30000,
+    group_instance_id: str | None = None,
+    poll_ms: int = 100,
+    max_poll_records: int = 500,
 ) -> list[str]:
+    """The command line every kind of peer takes (see rdkafka_peer.py's usage)."""
     args = [
         "--bootstrap",
         bootstrap_servers,
@@ -465,51 +467,42 @@ def _log_dir(log_dir: Path | None) -> Path:
     return directory
 
 
+def _start(
+    kind: Kind,
+    program: Sequence[str],
+    bootstrap_servers: str,
+    group_id: str,
+    topics: Sequence[str],
+    name: str,
+    log_dir: Path | None,
+    options: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+) -> PeerProcess:
+    command = [*program, *_peer_args(bootstrap_servers, group_id, topics, name, **options)]
+    return PeerProcess(name, kind, command, _log_dir(log_dir) / f"{name}.stderr", env=env)
+
+
 def start_java_peer(
     bootstrap_servers: str,
     group_id: str,
     topics: Sequence[str],
     *,
     name: str,
-    assignor: str = "cooperative-sticky",
-    session_timeout_ms: int = 6000,
-    heartbeat_interval_ms: int = 500,
-    max_poll_interval_ms: int = 30000,
-    group_instance_id: str | None = None,
-    poll_ms: int = 100,
-    max_poll_records: int = 500,
     log_dir: Path | None = None,
+    **options: Any,
 ) -> PeerProcess:
     """Start a Java ``KafkaConsumer`` peer; ``name`` is also its client.id.
 
-    ``assignor`` is ``range``, ``cooperative-sticky`` or a preference list such as
-    ``range,cooperative-sticky`` (Kafka's rolling upgrade to cooperative rebalancing).
-    Its stderr goes to ``<log_dir>/<name>.stderr``.
+    ``options``: ``assignor`` (``range``, ``cooperative-sticky`` or a preference list such
+    as ``range,cooperative-sticky``, Kafka's rolling upgrade to cooperative rebalancing),
+    ``session_timeout_ms``, ``heartbeat_interval_ms``, ``max_poll_interval_ms``,
+    ``group_instance_id``, ``poll_ms``, ``max_poll_records``. Its stderr goes to
+    ``<log_dir>/<name>.stderr``.
     """
     classpath = os.pathsep.join(map(str, compile_java_peer()))
-    command = [
-        "java",
-        "-Xmx128m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        "-cp",
-        classpath,
-        "PeerConsumer",
-        *_peer_args(
-            bootstrap_servers,
-            group_id,
-            topics,
-            name,
-            assignor,
-            session_timeout_ms,
-            heartbeat_interval_ms,
-            max_poll_interval_ms,
-            group_instance_id,
-            poll_ms,
-            max_poll_records,
-        ),
-    ]
-    return PeerProcess(name, "java", command, _log_dir(log_dir) / f"{name}.stderr")
+    java = ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    program = [*java, "-cp", classpath, "PeerConsumer"]
+    return _start("java", program, bootstrap_servers, group_id, topics, name, log_dir, options)
 
 
 def start_rdkafka_peer(
@@ -518,41 +511,20 @@ def start_rdkafka_peer(
     topics: Sequence[str],
     *,
     name: str,
-    assignor: str = "cooperative-sticky",
-    session_timeout_ms: int = 6000,
-    heartbeat_interval_ms: int = 500,
-    max_poll_interval_ms: int = 30000,
-    group_instance_id: str | None = None,
-    poll_ms: int = 100,
-    max_poll_records: int = 500,
     log_dir: Path | None = None,
+    **options: Any,
 ) -> PeerProcess:
     """Start a librdkafka (confluent-kafka) peer; ``name`` is also its client.id.
 
-    ``assignor`` is ``cooperative-sticky``, ``range`` or ``roundrobin``; librdkafka cannot
-    mix eager and cooperative assignors. Its stderr, which includes librdkafka's ``cgrp``
-    debug log, goes to ``<log_dir>/<name>.stderr``.
+    ``options`` as for :func:`start_java_peer`; ``assignor`` is ``cooperative-sticky``,
+    ``range`` or ``roundrobin`` (librdkafka cannot mix eager and cooperative assignors).
+    Its stderr, which includes librdkafka's ``cgrp`` debug log, goes to
+    ``<log_dir>/<name>.stderr``.
     """
     if importlib.util.find_spec("confluent_kafka") is None:
         raise PeerError("the rdkafka peer needs confluent-kafka: pip install confluent-kafka")
-    command = [
-        sys.executable,
-        str(RDKAFKA_SCRIPT),
-        *_peer_args(
-            bootstrap_servers,
-            group_id,
-            topics,
-            name,
-            assignor,
-            session_timeout_ms,
-            heartbeat_interval_ms,
-            max_poll_interval_ms,
-            group_instance_id,
-            poll_ms,
-            max_poll_records,
-        ),
-    ]
-    return PeerProcess(name, "rdkafka", command, _log_dir(log_dir) / f"{name}.stderr")
+    program = [sys.executable, str(RDKAFKA_SCRIPT)]
+    return _start("rdkafka", program, bootstrap_servers, group_id, topics, name, log_dir, options)
 
 
 def start_ours_peer(
@@ -561,41 +533,17 @@ def start_ours_peer(
     topics: Sequence[str],
     *,
     name: str,
-    assignor: str = "cooperative-sticky",
-    session_timeout_ms: int = 6000,
-    heartbeat_interval_ms: int = 500,
-    max_poll_interval_ms: int = 30000,
-    group_instance_id: str | None = None,
-    poll_ms: int = 100,
-    max_poll_records: int = 500,
     log_dir: Path | None = None,
+    **options: Any,
 ) -> PeerProcess:
     """Start a peer running this library's ``Consumer``; ``name`` is also its client_id.
 
-    ``assignor`` is any of ``range``, ``roundrobin``, ``sticky``, ``cooperative-sticky``
-    or a preference list such as ``cooperative-sticky,range``.
+    ``options`` as for :func:`start_java_peer`; ``assignor`` is any of ``range``,
+    ``roundrobin``, ``sticky``, ``cooperative-sticky`` or a preference list.
     """
-    root = HERE.parents[1]
-    command = [
-        sys.executable,
-        "-m",
-        "tests.interop.ours_peer",
-        *_peer_args(
-            bootstrap_servers,
-            group_id,
-            topics,
-            name,
-            assignor,
-            session_timeout_ms,
-            heartbeat_interval_ms,
-            max_poll_interval_ms,
-            group_instance_id,
-            poll_ms,
-            max_poll_records,
-        ),
-    ]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    return PeerProcess(name, "ours", command, _log_dir(log_dir) / f"{name}.stderr", env=env)
+    program = [sys.executable, "-m", "tests.interop.ours_peer"]
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1])}
+    return _start("ours", program, bootstrap_servers, group_id, topics, name, log_dir, options, env)
 
 
 # -- topics and records ---------------------------------------------------------------------
