@@ -55,6 +55,8 @@ CONNECTION_SETTINGS: Final = frozenset(
         "client_dns_lookup",
     }
 )
+# The connection settings a second client (producer, consumer, admin) must share with the group.
+_CLIENT_PREFIXES: Final = ("bootstrap_servers", "security_protocol", "ssl_", "sasl_")
 
 _SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's rule for group.instance.id (JoinGroupRequest.validateGroupInstanceId): a topic-like name.
@@ -117,6 +119,11 @@ class CoordinatorConfig:
 
     connection: Mapping[str, Any] = field(default_factory=dict)
     """Connection settings passed to kafka-python unchanged (``bootstrap_servers``, TLS, SASL)."""
+
+    def client_settings(self) -> dict[str, Any]:
+        """What another kafka-python client of the same cluster needs: bootstrap servers,
+        security protocol, TLS and SASL settings (not the socket tuning)."""
+        return {k: v for k, v in self.connection.items() if k.startswith(_CLIENT_PREFIXES)}
 
     def __post_init__(self) -> None:
         if not isinstance(self.group_id, str) or not self.group_id.strip():

@@ -39,9 +39,6 @@ V = TypeVar("V")
 
 _LEASE_RAN_OUT = "its membership lease ran out: no heartbeat was confirmed in time"
 
-# Settings of the election's transactional producer that come from the group's connection.
-_SHARED_WITH_PRODUCER = ("bootstrap_servers", "security_protocol", "ssl_", "sasl_")
-
 
 class NotLeaderError(CoordinationError):
     """This member does not lead (any more); whatever it was about to do as leader must not
@@ -150,7 +147,7 @@ class Leadership:
         from kafka import KafkaProducer
 
         self.check()
-        config = {**self._election._producer_connection(), **settings}
+        config = {**self._election.coordinator.config.client_settings(), **settings}
         config["transactional_id"] = self._election.transactional_id
         producer = KafkaProducer(**config)
         try:
@@ -588,10 +585,6 @@ class LeaderElection:
                 fn(arg)
             except Exception:
                 log.exception("election %s: %s raised", self.group_id, name)
-
-    def _producer_connection(self) -> dict[str, Any]:
-        connection = self._coordinator.config.connection
-        return {k: v for k, v in connection.items() if k.startswith(_SHARED_WITH_PRODUCER)}
 
     def __repr__(self) -> str:
         leader = self._leader

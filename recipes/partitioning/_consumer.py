@@ -117,13 +117,8 @@ class Consumer:
             listener=_Handover(self),
             **settings,
         )
-        connection = {
-            k: v
-            for k, v in self._group.config.connection.items()
-            if k.startswith(("bootstrap_servers", "security_protocol", "ssl_", "sasl_"))
-        }
         self._fetch_config = {
-            **connection,
+            **self._group.config.client_settings(),
             **fetch,
             "auto_offset_reset": auto_offset_reset,
             "enable_auto_commit": False,

@@ -9,9 +9,6 @@ from typing import Any
 
 log = logging.getLogger("recipes.partitioning")
 
-# Connection settings the metadata client shares with the group (kafka-python names).
-_SHARED_PREFIXES = ("bootstrap_servers", "security_protocol", "ssl_", "sasl_", "client_id")
-
 
 class TopicMetadata:
     """Partition counts and topic names, from the cluster, through one kafka-python client.
@@ -19,8 +16,8 @@ class TopicMetadata:
     Thread-safe: the leader's assignment and the pattern watcher both ask.
     """
 
-    def __init__(self, connection: Mapping[str, Any]) -> None:
-        self._config = {k: v for k, v in connection.items() if k.startswith(_SHARED_PREFIXES)}
+    def __init__(self, client_settings: Mapping[str, Any]) -> None:
+        self._config = dict(client_settings)
         self._lock = threading.Lock()
         self._admin: Any = None
 

@@ -133,7 +133,7 @@ class ConsumerPartitioning(Coordinator):
         self._listener = listener or RebalanceListener()
         self._rack_id = rack_id
         self._metadata_max_age_s = metadata_max_age_ms / 1000
-        self._metadata = TopicMetadata(self.config.connection)
+        self._metadata = TopicMetadata(self.config.client_settings())
         self._lock = threading.RLock()
         self._pattern: re.Pattern[str] | None = None
         self._topics: frozenset[str] = frozenset()

@@ -219,13 +219,8 @@ class PipelineWorker:
             listener=_Listener(self),
             **settings,
         )
-        connection = {
-            k: v
-            for k, v in self.group.config.connection.items()
-            if k.startswith(("bootstrap_servers", "security_protocol", "ssl_", "sasl_"))
-        }
         self._fetch_config: dict[str, Any] = {
-            **connection,
+            **self.group.config.client_settings(),
             "fetch_max_wait_ms": 200,
             "max_poll_records": 10_000,
             **fetch,

@@ -87,3 +87,22 @@ def test_tls_and_sasl_settings_pass_through_to_the_connection() -> None:
         "sasl_plain_password": "p",
         "ssl_cafile": "/ca.pem",
     }
+
+
+def test_client_settings_are_what_a_second_client_of_the_cluster_needs() -> None:
+    cfg = CoordinatorConfig.from_settings(
+        "g",
+        {
+            "bootstrap_servers": "b:9093",
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "PLAIN",
+            "ssl_cafile": "/ca.pem",
+            "reconnect_backoff_ms": 10,
+        },
+    )
+    assert cfg.client_settings() == {
+        "bootstrap_servers": "b:9093",
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN",
+        "ssl_cafile": "/ca.pem",
+    }
