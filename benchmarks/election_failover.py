@@ -56,7 +56,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _zookeeper import ZooKeeperServer
 
-from coordination.testing import KafkaCluster
+from coordination.testing import running_kafka
 
 MEMBER = Path(__file__).resolve().parent / "_failover_member.py"
 MEMBERS = 3
@@ -322,16 +322,6 @@ def percentile(samples: Sequence[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-@contextlib.contextmanager
-def kafka_broker(bootstrap_servers: str | None) -> Iterator[str]:
-    if bootstrap_servers:
-        yield bootstrap_servers
-        return
-    print("starting a local Kafka broker ...", flush=True)
-    with KafkaCluster(brokers=1) as kafka:
-        yield kafka.bootstrap_servers
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Leader handoff and crash failover times of LeaderElection (Kafka) and "
@@ -464,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         openers: dict[str, Callable[[], Election]] = {}
         if "ours" in args.implementations:
-            bootstrap = stack.enter_context(kafka_broker(args.bootstrap_servers))
+            bootstrap = stack.enter_context(running_kafka(args.bootstrap_servers))
             openers["ours"] = lambda: OursElection(
                 bootstrap, args.session_timeout_ms, args.heartbeat_interval_ms, log
             )

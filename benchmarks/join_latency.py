@@ -51,7 +51,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ from kafka.errors import TopicAlreadyExistsError
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordination import Coordinator, Member, ProtocolMetadata
-from coordination.testing import KafkaCluster, resolve_classpath
+from coordination.testing import resolve_classpath, running_kafka
 
 log = logging.getLogger("join_latency")
 
@@ -554,17 +554,6 @@ def create_topic(bootstrap_servers: str) -> None:
         admin.close()
 
 
-@contextlib.contextmanager
-def broker(bootstrap_servers: str | None) -> Iterator[str]:
-    """The given cluster, or a Kafka broker started for this run."""
-    if bootstrap_servers:
-        yield bootstrap_servers
-        return
-    print("starting a local Kafka broker ...", flush=True)
-    with KafkaCluster(brokers=1) as kafka:
-        yield kafka.bootstrap_servers
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Time for a group of N members to absorb one new member, for "
@@ -709,7 +698,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[tuple[str, int], list[float]] = {}
     failures: dict[tuple[str, int], int] = {}
     with contextlib.ExitStack() as stack:
-        bootstrap = stack.enter_context(broker(args.bootstrap_servers))
+        bootstrap = stack.enter_context(running_kafka(args.bootstrap_servers))
         create_topic(bootstrap)
         openers: dict[str, Callable[[str, Tracker], Group]] = {}
         if "ours" in args.implementations:

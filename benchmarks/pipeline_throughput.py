@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from coordination.testing import KafkaCluster
+from coordination.testing import running_kafka
 from recipes.pipeline._cluster import Timeline, WorkerProcess
 from recipes.pipeline._generator import produce
 from recipes.pipeline._output import PipelineOutput, PublishedRangeError
@@ -168,7 +168,7 @@ def main() -> None:
     events = args.events or (24_000 if args.quick else 240_000)
     events -= events % PARTITIONS
     with contextlib.ExitStack() as stack:
-        bootstrap = args.bootstrap or stack.enter_context(KafkaCluster(brokers=1)).bootstrap_servers
+        bootstrap = stack.enter_context(running_kafka(args.bootstrap))
         rates: dict[int, float] = {}
         for n in (1, 2, 3):
             rate, batches = throughput(bootstrap, events, n)

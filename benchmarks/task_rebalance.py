@@ -31,11 +31,10 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from coordination.testing import running_kafka
 from recipes.tasks import TaskDistribution, TaskSpec
 from recipes.tasks._assignor import WorkerState
 
@@ -152,17 +151,6 @@ def measure(ledger: Ledger, before: dict[str, str], t0: float, settled_at: float
     )
 
 
-@contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    from coordination.testing import NEWEST_KAFKA, KafkaCluster
-
-    with KafkaCluster(brokers=1, version=NEWEST_KAFKA) as cluster:
-        yield cluster.bootstrap_servers
-
-
 def run_once(bootstrap: str, eager: bool, cost_s: float) -> dict[str, Figures]:
     kind = EagerTaskDistribution if eager else TaskDistribution
     group = f"bench-tasks-{uuid.uuid4().hex[:8]}"
@@ -227,7 +215,7 @@ def main() -> None:
 
     started = time.monotonic()
     collected: dict[tuple[str, str], list[Figures]] = {}
-    with broker(args.bootstrap) as bootstrap:
+    with running_kafka(args.bootstrap) as bootstrap:
         for n in range(repeat):
             for variant in ("cooperative", "eager"):
                 for event, figures in run_once(

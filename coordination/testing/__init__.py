@@ -16,6 +16,7 @@ from ._broker import NEWEST_KAFKA as NEWEST_KAFKA
 from ._broker import BrokerStartError as BrokerStartError
 from ._broker import KafkaCluster as KafkaCluster
 from ._broker import kafka_classpath as kafka_classpath
+from ._broker import running_kafka as running_kafka
 from ._maven import MavenError as MavenError
 from ._maven import resolve_classpath as resolve_classpath
 from ._scripted import ManualClock as ManualClock
@@ -39,4 +40,5 @@ __all__ = [
     "kafka_classpath",
     "messages",
     "resolve_classpath",
+    "running_kafka",
 ]

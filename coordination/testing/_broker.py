@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -374,3 +374,26 @@ class KafkaCluster:
                 if text.strip():
                     return text[-4000:]
         return "(no log output)"
+
+
+@contextlib.contextmanager
+def running_kafka(
+    bootstrap_servers: str | None = None, *, version: str = NEWEST_KAFKA
+) -> Iterator[str]:
+    """Bootstrap servers of the given cluster, or of a one-broker cluster started meanwhile.
+
+    For demos and benchmarks that take an optional ``--bootstrap-servers``.
+
+    Example:
+        with running_kafka(args.bootstrap_servers) as bootstrap:
+            run(bootstrap)
+
+    Raises:
+        BrokerStartError: no cluster was given and the broker could not start.
+    """
+    if bootstrap_servers:
+        yield bootstrap_servers
+        return
+    print(f"starting a local Kafka {version} broker (jars from Maven Central on first use)...")
+    with KafkaCluster(brokers=1, version=version) as cluster:
+        yield cluster.bootstrap_servers

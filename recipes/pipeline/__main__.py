@@ -73,16 +73,13 @@ def _demo(args: argparse.Namespace) -> int:
     import contextlib
     from pathlib import Path
 
-    from coordination.testing import KafkaCluster
+    from coordination.testing import running_kafka
 
     from ._demo import print_report, run_demo
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     with contextlib.ExitStack() as stack:
-        bootstrap = args.bootstrap_servers
-        if bootstrap is None:
-            print("starting a local Kafka broker (jars from Maven Central on first use)...")
-            bootstrap = stack.enter_context(KafkaCluster(brokers=1)).bootstrap_servers
+        bootstrap = stack.enter_context(running_kafka(args.bootstrap_servers))
         print(f"broker {bootstrap}")
         report = run_demo(
             bootstrap,
