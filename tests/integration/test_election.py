@@ -32,14 +32,6 @@ def elections() -> Iterator[list[LeaderElection]]:
         e.close()
 
 
-@pytest.fixture
-def processes() -> Iterator[list[EventProcess]]:
-    created: list[EventProcess] = []
-    yield created
-    for p in created:
-        p.close()
-
-
 def elect(
     created: list[LeaderElection], kafka: str, group: str, identity: str, **kw: Any
 ) -> LeaderElection:

@@ -40,14 +40,6 @@ def member_process(kafka: str, group: str, instance_id: str | None = None) -> Ev
     return EventProcess("tests.integration.members", kafka, group, instance_id or "-")
 
 
-@pytest.fixture
-def processes() -> Iterator[list[EventProcess]]:
-    created: list[EventProcess] = []
-    yield created
-    for p in created:
-        p.close()
-
-
 def test_three_members_agree_on_one_leader_and_its_assignment(kafka: str, members) -> None:
     group = new_group()
     trio = start(members, kafka, group, 3)

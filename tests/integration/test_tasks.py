@@ -58,14 +58,6 @@ def workers() -> Iterator[list[TaskDistribution]]:
         w.close()
 
 
-@pytest.fixture
-def processes() -> Iterator[list[EventProcess]]:
-    created: list[EventProcess] = []
-    yield created
-    for p in created:
-        p.close()
-
-
 def run_intervals(
     events: list[dict[str, Any]], *, work_only: frozenset[str] = frozenset()
 ) -> dict[str, list[tuple[float, float, str]]]:
