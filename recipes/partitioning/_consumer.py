@@ -13,7 +13,7 @@ from typing import Any
 from typing_extensions import Self
 
 from coordination import Generation, OffsetAndMetadata
-from coordination.errors import ConfigurationError, CoordinationError
+from coordination.errors import ConfigurationError, CoordinationError, CoordinatorStateError
 
 from ._listener import RebalanceListener
 from ._partitioning import ConsumerPartitioning
@@ -138,10 +138,16 @@ class Consumer:
         return self._group
 
     def start(self) -> None:
-        """Join the group in the background; returns at once (idempotent)."""
+        """Join the group in the background; returns at once (idempotent).
+
+        Raises:
+            CoordinatorStateError: the consumer was closed.
+        """
         from kafka import KafkaConsumer
 
         with self._lock:
+            if self._closed:
+                raise CoordinatorStateError(f"consumer of group {self._group.group_id!r} is closed")
             if self._fetcher is None:
                 self._fetcher = KafkaConsumer(**self._fetch_config)
         self._group.start()
@@ -178,13 +184,19 @@ class Consumer:
 
         Returns:
             kafka-python ``ConsumerRecord`` lists by partition, possibly empty.
+
+        Raises:
+            CoordinatorStateError: the consumer was closed.
         """
-        self.start()
+        if self._fetcher is None:
+            self.start()
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             with self._lock:
                 if self._closed:
-                    raise CoordinationError("the consumer is closed")
+                    raise CoordinatorStateError(
+                        f"consumer of group {self._group.group_id!r} is closed"
+                    )
                 fetched = self._fetcher.poll(
                     timeout_ms=max(
                         0, min(_POLL_SLICE_MS, int((deadline - time.monotonic()) * 1000))

@@ -182,3 +182,14 @@ def test_pattern_subscription_follows_the_matching_topics() -> None:
 def test_bad_subscriptions_and_assignors_are_named(kw: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
         ConsumerPartitioning("g", bootstrap_servers="localhost:9092", **kw)
+
+
+def test_a_closed_consumer_refuses_to_poll_without_opening_anything() -> None:
+    from coordination.errors import CoordinatorStateError
+    from recipes.partitioning import Consumer
+
+    consumer = Consumer("g", topics=[T], bootstrap_servers="localhost:9092")
+    consumer.close()
+    with pytest.raises(CoordinatorStateError, match="closed"):
+        consumer.poll(timeout_ms=10)
+    assert consumer._fetcher is None
