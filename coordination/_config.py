@@ -79,7 +79,10 @@ class CoordinatorConfig:
 
     A static member that restarts within ``session_timeout_ms`` takes its place back
     without a rebalance; it does not send LeaveGroup on close. Each running
-    instance needs its own id: a second one with the same id fences the first."""
+    instance needs its own id: a second one with the same id fences the first. Since the
+    broker replaces a static member at once, a static member that gets a new member id holds
+    its assignment back for min(session_timeout_ms, rebalance_timeout_ms), until any earlier
+    process with the same id has stopped acting (docs/membership.md)."""
 
     session_timeout_ms: int = 45_000
     """How long the broker waits for a heartbeat before evicting the member

@@ -64,6 +64,8 @@ log = logging.getLogger("coordination.member")
 _JOIN_TIMEOUT_LAPSE_S = 5.0
 # How often idle engine threads look at their stop flag even if nobody wakes them.
 _IDLE_WAIT_S = 1.0
+# How often a static member waiting out its takeover fence looks for a new rebalance.
+_FENCE_POLL_S = 0.1
 
 
 class Callbacks(Protocol):
@@ -153,6 +155,14 @@ class GroupMembership:
         self._fatal: CoordinationError | None = None
         self._last_error: str | None = None
         self._closing = False
+        # Set (under _callback_lock) once on_leave_prepare has run: LeaveGroup is sent only
+        # after it, and no join callback runs after it.
+        self._leave_prepared = False
+        # A static member that got a new member id may have replaced an earlier process with
+        # the same group_instance_id (KIP-345: at once, not after a session). That process may
+        # act on its assignment until its own lease ends, so this member's assignments take
+        # effect no earlier than this (engine clock); None when there is nothing to wait for.
+        self._takeover_fence_until: float | None = None
         # The generation and the send time of the last request whose success proved that the
         # broker counted this member (a JoinGroup, SyncGroup or Heartbeat): the broker's session
         # and join timers started no earlier than that, so it cannot have removed the member
@@ -351,15 +361,22 @@ class GroupMembership:
         try:
             if self._callback_lock.acquire(timeout=max(0.0, timeout_s / 2)):
                 try:
-                    self._invoke("on_leave_prepare", self._callbacks.on_leave_prepare)
+                    self._run_leave_prepare()
                 finally:
                     self._callback_lock.release()
             else:
+                # The member's work may still be running: leaving now would let the broker
+                # give it to another member at once. The membership thread runs
+                # on_leave_prepare when the callback returns; the broker removes this member
+                # after its session instead.
                 log.warning(
-                    "%s: a callback is still running; closing without on_leave_prepare",
+                    "%s: a callback is still running after %.1fs; not leaving the group while "
+                    "the member's work may run (on_leave_prepare runs when the callback "
+                    "returns; the broker removes the member after session_timeout_ms)",
                     self._who(),
+                    timeout_s / 2,
                 )
-            if self._fatal is None:
+            if self._fatal is None and self._leave_prepared:
                 self._maybe_leave_group("the member is closing", deadline)
         finally:
             self._transport.close()
@@ -373,9 +390,27 @@ class GroupMembership:
             if alive:
                 log.warning("%s: threads still running after close: %s", self._who(), alive)
 
+    def _run_leave_prepare(self) -> None:
+        """Run on_leave_prepare once; the caller holds ``_callback_lock``."""
+        if not self._leave_prepared:
+            self._invoke("on_leave_prepare", self._callbacks.on_leave_prepare)
+            self._leave_prepared = True
+
     # ------------------------------------------------------------------ threads
 
     def _run_membership(self) -> None:
+        try:
+            self._membership_loop()
+        finally:
+            # close() could not run on_leave_prepare while a callback ran on this thread:
+            # run it now, so the member's work stops even though close() has returned.
+            with self._lock:
+                closing = self._closing
+            if closing:
+                with self._callback_lock:
+                    self._run_leave_prepare()
+
+    def _membership_loop(self) -> None:
         while not self._stop.is_set():
             try:
                 self.ensure_coordinator_ready(deadline=None)
@@ -496,16 +531,21 @@ class GroupMembership:
                 continue
             if not self.ensure_coordinator_ready(deadline):
                 return False
-            if self._needs_join_prepare:
+            with self._lock:
+                needs_prepare = self._needs_join_prepare
                 self._needs_join_prepare = False
-                previous = self.generation
+                prepared = self._generation
+            if needs_prepare:
                 self._invoke_serialized(
                     "on_join_prepare",
                     self._callbacks.on_join_prepare,
-                    previous.generation_id,
-                    previous.member_id,
+                    prepared.generation_id,
+                    prepared.member_id,
                 )
-            outcome = self._rebalance_once()
+                self._check_running()
+            outcome = self._rebalance_once(prepared)
+            if outcome is None:
+                continue  # the generation changed since on_join_prepare saw it: prepare again
             if isinstance(outcome, _Joined):
                 with self._lock:
                     self._pending = outcome
@@ -514,11 +554,20 @@ class GroupMembership:
             if deadline is not None and self._clock.monotonic() >= deadline:
                 return False
 
-    def _rebalance_once(self) -> _Joined | _Failed:
-        """One JoinGroup and, if it succeeds, one SyncGroup."""
+    def _rebalance_once(self, prepared: Generation) -> _Joined | _Failed | None:
+        """One JoinGroup and, if it succeeds, one SyncGroup.
+
+        ``prepared`` is the generation the subclass last saw in ``on_join_prepare``. If the
+        heartbeat thread (or a fenced commit) reset the generation since, return None without
+        joining: the subclass must first learn, in ``on_join_prepare(-1)``, that what it owned
+        is lost, or it would claim it again with a stale generation.
+        """
         cfg = self._config
         now = self._clock.monotonic()
         with self._lock:
+            if self._generation != prepared or self._needs_join_prepare:
+                self._needs_join_prepare = True
+                return None
             if self._counters.rebalance_started_at is None:
                 self._counters.rebalance_started_at = now
             self._state = MemberState.PREPARING_REBALANCE
@@ -577,6 +626,17 @@ class GroupMembership:
             generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
             self._generation = generation
             self._confirmed = (generation, join_sent_at)
+            if cfg.is_static and not sent.member_id:
+                # A new member id for this instance id: see _await_takeover_fence.
+                fence_s = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms) / 1000
+                self._takeover_fence_until = self._clock.monotonic() + fence_s
+                log.info(
+                    "%s: static member with a new member id; its assignments take effect in "
+                    "%.1fs, once any earlier process with group_instance_id %r has stopped",
+                    self._who(),
+                    fence_s,
+                    cfg.group_instance_id,
+                )
             self._leader_id = joined.leader or None
             self._state = MemberState.COMPLETING_REBALANCE
             # Heartbeats start here: the sync phase can take up to the rebalance timeout.
@@ -763,9 +823,12 @@ class GroupMembership:
 
     def _complete_join(self, joined: _Joined) -> bool:
         """Run on_join_complete for a finished sync. True if done (or no longer relevant)."""
+        fenced = not self._await_takeover_fence()
         with self._lock:
             still_current = (
-                self._generation == joined.generation and self._state is MemberState.STABLE
+                not fenced
+                and self._generation == joined.generation
+                and self._state is MemberState.STABLE
             )
             if not still_current:
                 # The heartbeat thread reset the generation before the assignment was handed
@@ -794,6 +857,33 @@ class GroupMembership:
                 return True
             self._note_problem("on_join_complete raised; retrying with the same assignment")
             return False
+
+    def _await_takeover_fence(self) -> bool:
+        """Hold a static member's assignment back until an earlier process it may have
+        replaced (same ``group_instance_id``) can no longer act on its own.
+
+        That process's lease (``membership_lease``) lasts at most min(session, rebalance
+        timeout) past its last confirmed request, which it sent before the broker replaced it,
+        so before this member's JoinGroup answer arrived. Heartbeats go on meanwhile; a new
+        rebalance (rejoin request) interrupts the wait, which resumes at the next assignment.
+        True once the assignment may take effect; False if a rebalance superseded it first.
+        """
+        while True:
+            with self._lock:
+                until = self._takeover_fence_until
+                rejoin = self._rejoin_reason is not None
+            if until is None:
+                return True
+            remaining = until - self._clock.monotonic()
+            if remaining <= 0:
+                with self._lock:
+                    if self._takeover_fence_until == until:
+                        self._takeover_fence_until = None
+                return True
+            if rejoin:
+                return False
+            self._clock.sleep(min(remaining, _FENCE_POLL_S), self._stop)
+            self._check_running()
 
     # ------------------------------------------------------------------ failures
 
@@ -1042,6 +1132,9 @@ class GroupMembership:
 
     def _invoke_serialized(self, name: str, fn: Any, *args: Any) -> tuple[bool, Any]:
         with self._callback_lock:
+            if self._leave_prepared or self._stop.is_set():
+                # close() has begun: no callback may run after (or instead of) on_leave_prepare.
+                raise _Stopped
             return self._invoke(name, fn, *args)
 
     def _sleep(self, seconds: float, deadline: float | None = None) -> bool:
