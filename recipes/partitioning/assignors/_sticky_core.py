@@ -67,7 +67,12 @@ class _Layout:
         return bisect_right(self.offsets, gid) - 1
 
     def to_ids(self, partitions: Sequence[TopicPartition]) -> list[int]:
-        """Global ids of the partitions that exist; remembers their objects for the output."""
+        """Global ids of the partitions that exist; remembers their objects for the output.
+
+        A claim on a topic outside the layout, or on a partition number outside
+        ``0 <= p < count``, is dropped: ``base + p`` of such a claim would name another
+        topic's partition.
+        """
         if not partitions:
             return []
         base = self.base
@@ -77,11 +82,11 @@ class _Layout:
             ids = [base[t] + p if t in base else -1 for t, p in partitions]
         numbers = list(map(_partition_of, partitions))
         if min(numbers) < 0 or max(numbers) >= self.smallest or min(ids) < 0:
-            # Rare: a claim on a topic that is gone or has fewer partitions now.
-            keep = [
-                gid >= 0 and p < self.counts[self.index[t]]
-                for gid, (t, p) in zip(ids, partitions, strict=True)
-            ]
+            # Rare: a claim on a topic that is gone or has fewer partitions now, or a
+            # hostile one.
+            index = self.index
+            counts = self.counts
+            keep = [t in index and 0 <= p < counts[index[t]] for t, p in partitions]
             ids = list(compress(ids, keep))
             partitions = list(compress(partitions, keep))
         # C-level loop: one setitem per partition, no Python frame.
@@ -543,12 +548,19 @@ class _GeneralBuilder:
     def _previous_owners(self) -> dict[int, int]:
         """Partitions' owners in the newest generation older than the group's newest."""
         newest = max(self.generations, default=-1)
+        topic_ids = self.topic_ids
         prev: dict[int, tuple[int, int]] = {}
         for member, ids in enumerate(self.claims):
             generation = self.generations[member]
             if generation >= newest:
                 continue
+            # A member that no longer subscribes to a topic cannot be its partitions'
+            # previous owner: moving one "back" would give it a partition of a topic it
+            # does not consume.
+            mine = self.member_topics[member]
             for gid in ids:
+                if topic_ids[gid] not in mine:
+                    continue
                 seen = prev.get(gid)
                 if seen is None or generation > seen[1]:
                     prev[gid] = (member, generation)
