@@ -14,15 +14,22 @@ from ._wire import Candidate, Outcome, decode_candidate
 log = logging.getLogger("recipes.election")
 
 
-def choose_leader(generation_id: int, members: Sequence[Member]) -> Outcome:
+def choose_leader(
+    generation_id: int, members: Sequence[Member], *, stored_token: int = -1
+) -> Outcome:
     """Pick the leader for ``generation_id`` from the members' advertised candidacies.
+
+    ``stored_token`` is the highest token stored in the group's committed offsets (-1: none);
+    it outlives the members and the group's generations, so it keeps tokens growing when no
+    member remembers the last one.
 
     1. Sticky: a member that still holds leadership (and is eligible) keeps it with its token,
        so a rebalance caused by some other member never moves leadership. If several claim
-       it (a deposed leader that has not noticed yet), the highest token wins.
+       it (a deposed leader that has not noticed yet), the highest token wins. A claim below
+       ``stored_token`` is stale (a newer leadership was stored since) and is ignored.
     2. Otherwise the eligible member of highest priority, ties broken by the smallest
-       identity. Its token exceeds every token any member has seen and is at least the
-       generation id, so tokens only grow.
+       identity. Its token exceeds every token any member has seen and the stored one, and
+       is at least the generation id, so tokens only grow.
     3. Members sharing an identity cannot win a free election (except the current leader,
        which keeps its place); every member is told about the duplicate.
     A member whose metadata cannot be decoded is left out and reported; it never crashes
@@ -50,7 +57,7 @@ def choose_leader(generation_id: int, members: Sequence[Member]) -> Outcome:
     claims = [
         (c.leading_token, c.identity, member_id)
         for member_id, c in candidates.items()
-        if c.eligible and c.leading_token is not None
+        if c.eligible and c.leading_token is not None and c.leading_token >= stored_token
     ]
     identities = {member_id: c.identity for member_id, c in candidates.items()}
     if claims:
@@ -73,5 +80,5 @@ def choose_leader(generation_id: int, members: Sequence[Member]) -> Outcome:
         max(c.highest_token, c.leading_token if c.leading_token is not None else -1)
         for c in candidates.values()
     )
-    token = max(generation_id, highest_seen + 1)
+    token = max(generation_id, highest_seen + 1, stored_token + 1)
     return Outcome(member_id, identity, token, identities, tuple(problems), tuple(duplicates))

@@ -60,6 +60,29 @@ def test_new_token_exceeds_every_token_seen_even_if_the_generation_restarted() -
     assert outcome.token == 42
 
 
+def test_new_token_exceeds_the_stored_token_when_no_member_remembers_it() -> None:
+    # Every member restarted and the broker deleted the group: generations and the members'
+    # memories restart, only the token stored in the group's offsets remains.
+    members = [member("m-1", "http://a"), member("m-2", "http://b", highest_token=3)]
+    assert choose_leader(1, members, stored_token=57).token == 58
+    # The stored token never lowers a token the generation or a member already exceeds.
+    assert choose_leader(90, members, stored_token=57).token == 90
+    assert choose_leader(1, members, stored_token=-1).token == 4
+
+
+def test_a_claim_below_the_stored_token_is_stale_and_ignored() -> None:
+    # A deposed leader that has not noticed yet, whose successor stored a newer token and left.
+    members = [
+        member("m-old", "http://old", leading_token=3, highest_token=3),
+        member("m-b", "http://b", priority=1),
+    ]
+    outcome = choose_leader(9, members, stored_token=5)
+    assert (outcome.leader_member_id, outcome.token) == ("m-b", 9)
+    # The current leader's own claim equals the stored token: it keeps leadership and token.
+    members = [member("m-1", "http://z", leading_token=5), member("m-2", "http://a", priority=9)]
+    assert choose_leader(9, members, stored_token=5).token == 5
+
+
 def test_ineligible_members_never_lead() -> None:
     members = [member("m-1", "http://a", eligible=False), member("m-2", "http://b")]
     assert choose_leader(2, members).leader_member_id == "m-2"
