@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 
 from typing_extensions import Self
 
-from coordination import Coordinator, Member, MemberState, ProtocolMetadata
+from coordination import Coordinator, Member, MemberState, OffsetAndMetadata, ProtocolMetadata
 from coordination.errors import (
+    CommitFailedError,
     ConfigurationError,
     CoordinationError,
     CoordinationTimeoutError,
@@ -39,6 +40,10 @@ V = TypeVar("V")
 
 _LEASE_RAN_OUT = "its membership lease ran out: no heartbeat was confirmed in time"
 
+# The committed offset that stores the highest fencing token; its metadata says what it is.
+_TOKEN_METADATA = "leader election: the highest fencing token"
+DEFAULT_TOKEN_TOPIC = "__consumer_offsets"
+
 
 class NotLeaderError(CoordinationError):
     """This member does not lead (any more); whatever it was about to do as leader must not
@@ -58,7 +63,9 @@ class LeaderInfo:
     Attributes:
         identity: the leader's advertised identity (e.g. the URL to forward requests to).
         member_id: its member id in the group.
-        token: its fencing token: grows with every new leadership, never repeats.
+        token: its fencing token: grows with every new leadership, never repeats, even
+            after every member stopped and the broker forgot the group (see
+            :class:`LeaderElection`, "Fencing tokens").
     """
 
     identity: str
@@ -205,6 +212,21 @@ class LeaderElection:
         rejects tokens lower than one it has seen) or a transactional producer
         (:meth:`Leadership.transactional_producer`), which the broker fences.
 
+    Fencing tokens:
+        A new leader's token exceeds the generation, every token a member has seen and the
+        token stored in the group's committed offsets, as the offset of partition 0 of
+        ``token_topic`` (by default ``__consumer_offsets``: the broker refuses offsets of
+        topics that do not exist, and that one always does). A member elected leader
+        commits its token there, fenced by its generation, before it counts as leader
+        (before ``on_elected`` runs, :meth:`run` calls its function or
+        :meth:`Leadership.check` passes). If the commit is refused or its outcome stays
+        unknown (no answer, and reading the offset back does not show the token), it does
+        not lead and the group elects again, with a higher token. So tokens keep growing
+        when every member restarts and the broker deletes the group. The stored token
+        lasts as long as the group's offsets: the broker deletes them once the group has
+        been empty for ``offsets.retention.minutes`` (default 7 days); a group that stays
+        empty longer starts again from its generation.
+
     States:
         candidate -> leader: elected in a rebalance; ``on_elected`` runs.
         leader -> candidate: deposed (lease ran out, membership lost, left, stepped down, or
@@ -232,6 +254,7 @@ class LeaderElection:
         on_leader_change: Callable[[LeaderInfo | None], None] | None = None,
         lease_margin_ms: int | None = None,
         transactional_id: str | None = None,
+        token_topic: str = DEFAULT_TOKEN_TOPIC,
         **settings: Any,
     ) -> None:
         """Validate the settings; nothing connects until :meth:`start`.
@@ -249,6 +272,10 @@ class LeaderElection:
                 itself; default ``heartbeat_interval_ms``.
             transactional_id: the transactional id of the leader's producer; default
                 ``"<group_id>.leader"``.
+            token_topic: an existing topic under whose partition 0 the group's offsets store
+                the highest fencing token; default ``"__consumer_offsets"``. With ACLs, the
+                members need Read on it (OffsetCommit) and Describe (OffsetFetch); name a
+                topic of your own to avoid granting them on ``__consumer_offsets``.
             **settings: the group's settings (``bootstrap_servers``, ``session_timeout_ms``,
                 TLS, SASL, ...), as for :class:`coordination.Coordinator`.
 
@@ -262,6 +289,10 @@ class LeaderElection:
             )
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ConfigurationError(f"priority must be an int, got {priority!r}")
+        if not isinstance(token_topic, str) or not token_topic:
+            raise ConfigurationError(
+                f"token_topic must name an existing topic, got {token_topic!r}"
+            )
         self.identity = identity
         self.priority = priority
         self._coordinator = _ElectionCoordinator(self, group_id, **settings)
@@ -277,6 +308,7 @@ class LeaderElection:
             )
         self._margin_s = margin / 1000
         self.transactional_id = transactional_id or f"{group_id}.leader"
+        self._token_partition = (token_topic, 0)
         self._on_elected = on_elected
         self._on_deposed = on_deposed
         self._on_leader_change = on_leader_change
@@ -428,7 +460,12 @@ class LeaderElection:
         return Candidate(self.identity, eligible, self.priority, leading, highest)
 
     def _assign(self, generation_id: int, members: Sequence[Member]) -> Mapping[str, bytes]:
-        outcome = choose_leader(generation_id, members)
+        cfg = self._coordinator.config
+        # Read now, in the new generation: no commit of an older generation can land later.
+        # A failure fails this rebalance (retried after a backoff): no leader is better than
+        # a leader whose token may not exceed the last one.
+        stored = self._stored_token(min(cfg.request_timeout_ms, cfg.rebalance_timeout_ms // 2))
+        outcome = choose_leader(generation_id, members, stored_token=stored)
         log.info(
             "election %s: generation %d: %s",
             self.group_id,
@@ -474,7 +511,12 @@ class LeaderElection:
             moved_to = info.identity if info else "nobody"
             self._depose(current, f"leadership moved to {moved_to}")
             current = None
-        if leads and current is None and outcome.token is not None:
+        if (
+            leads
+            and current is None
+            and outcome.token is not None
+            and self._store_token(generation_id, outcome.token)
+        ):
             elected = Leadership(self, outcome.token, generation_id)
             with self._lock:
                 self._leadership = elected
@@ -490,6 +532,76 @@ class LeaderElection:
             self._changed.notify_all()
         if changed:
             self._callback("on_leader_change", self._on_leader_change, info)
+
+    def _stored_token(self, timeout_ms: float) -> int:
+        """The token stored in the group's offsets, -1 if none; raises CoordinationError."""
+        where = self._token_partition
+        found = self._coordinator.committed_offsets([where], timeout=timeout_ms / 1000)
+        stored = found.get(where)
+        return -1 if stored is None else stored.offset
+
+    def _store_token(self, generation_id: int, token: int) -> bool:
+        """Store ``token`` as the group's highest, fenced by the generation that elected this
+        member; True only if it is stored. A leader must not act before: if it did and the
+        group were then forgotten, the next leader could get the same token again."""
+        generation = self._coordinator.generation()
+        if generation.generation_id != generation_id:
+            return False  # superseded: the next generation elects again
+        cfg = self._coordinator.config
+        # Waiting longer than the lease is pointless: the leadership would be void.
+        timeout_ms = min(cfg.request_timeout_ms, self._lease_remaining() * 1000)
+        where = self._token_partition
+        try:
+            stored = self._stored_token(timeout_ms)
+            if stored >= token:
+                # Elected by a rebalance leader that did not read the stored token (an older
+                # version): advertise it, so that the next election goes above it.
+                with self._lock:
+                    self._highest_token = max(self._highest_token, stored)
+                self._not_elected(token, f"the group already stored token {stored}")
+                return False
+            self._coordinator.commit_offsets(
+                {where: OffsetAndMetadata(token, _TOKEN_METADATA)},
+                generation=generation,
+                timeout=timeout_ms / 1000,
+            )
+            return True
+        except CommitFailedError as e:
+            # Fenced: a newer generation exists; the member rejoins by itself.
+            log.warning(
+                "election %s: %s not leader: storing token %d was refused: %s",
+                self.group_id,
+                self.identity,
+                token,
+                e,
+            )
+            return False
+        except CoordinationError as e:
+            problem = e
+        # The commit may or may not have been applied (no answer in time). Lead only if the
+        # token is known to be stored; otherwise elect again: the next token exceeds this one
+        # (this member advertises it as seen), and a late commit of this generation cannot
+        # land once the next generation has started.
+        try:
+            remaining_ms = min(cfg.request_timeout_ms, self._lease_remaining() * 1000)
+            if remaining_ms > 0 and self._stored_token(remaining_ms) == token:
+                return True
+        except CoordinationError as e:
+            problem = e
+        time.sleep(cfg.retry_backoff_max_ms / 1000)  # a refusal would repeat at once
+        self._not_elected(token, f"could not store its token: {problem}")
+        return False
+
+    def _not_elected(self, token: int, reason: str) -> None:
+        log.error(
+            "election %s: %s does not take up leadership (token %d): %s; electing again",
+            self.group_id,
+            self.identity,
+            token,
+            reason,
+        )
+        if not self._closed:
+            self._coordinator.request_rejoin(f"elected leader could not take up office: {reason}")
 
     def _membership_lost(self) -> None:
         leadership = self._leadership

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
 import signal
 import threading
@@ -13,9 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
+from coordination.testing import KafkaCluster
 from recipes.election import LeaderElection, LeaderInfo, Leadership
+from tests.conftest import VERSIONS
 
 from .members import FAST, EventProcess, new_group, wait_until
 
@@ -152,6 +155,106 @@ def test_run_calls_func_while_leading_then_steps_down(kafka: str, elections) -> 
     info = wait_agreed([a, b])
     assert info.identity == "http://b" and info.token > seen[0][1]
     assert not a.is_leader
+
+
+# ------------------------------------------------------------------ durable tokens
+
+# The broker looks for empty groups to delete every second instead of every ten minutes.
+QUICK_CLEANUP = {"offsets.retention.check.interval.ms": "1000"}
+
+
+@pytest.fixture(scope="module", params=VERSIONS, ids=lambda v: f"kafka-{v}")
+def quick_cleanup_kafka(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A broker of its own that deletes an empty group without offsets within a second."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:  # the default ten minutes: the tests still hold, only less sharply
+        yield external
+        return
+    with KafkaCluster(brokers=1, version=request.param, config=QUICK_CLEANUP) as cluster:
+        yield cluster.bootstrap_servers
+
+
+def group_state(kafka: str, group: str) -> str | None:
+    """The broker's state of ``group`` (e.g. "Empty"), None if it does not know the group."""
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        for g in admin.list_groups():
+            if g["group_id"] == group:
+                return str(g["group_state"])
+        return None
+    finally:
+        admin.close()
+
+
+def stored_token(kafka: str, group: str) -> int | None:
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        tp = TopicPartition("__consumer_offsets", 0)
+        found = admin.list_group_offsets({group: [tp]}).get(group, {}).get(tp)
+        return None if found is None or found.offset < 0 else int(found.offset)
+    finally:
+        admin.close()
+
+
+def test_tokens_keep_growing_after_every_member_restarted(quick_cleanup_kafka: str) -> None:
+    """Every member stops, the group stays empty for several of the broker's cleanup rounds,
+    new members start: the new leader's token exceeds the last one. Without the stored
+    token the broker would delete the group, its generation would restart at 1 and so
+    would the token, and a store that checks ``token > last`` would refuse every leader."""
+    kafka = quick_cleanup_kafka
+    group = new_group()
+    tokens: list[int] = []
+    states: list[str | None] = []
+    for round_ in range(3):
+        members: list[LeaderElection] = []
+        try:
+            pair = [elect(members, kafka, group, f"http://r{round_}-{i}") for i in range(2)]
+            info = wait_agreed(pair)
+            leadership = next(m for m in pair if m.is_leader).leadership()
+            assert leadership is not None and leadership.token == info.token
+            tokens.append(info.token)
+            # Stored before it counted as leader.
+            assert stored_token(kafka, group) == info.token
+        finally:
+            for m in members:
+                m.close()
+        # Empty now; the broker checks every second whether to delete the group. It keeps
+        # the group and its offsets, because the token is committed in it.
+        time.sleep(4)
+        states.append(group_state(kafka, group))
+    assert tokens == sorted(set(tokens)), f"tokens did not strictly grow: {tokens}"
+    assert states == ["Empty"] * 3, f"the broker deleted the group: {states}"
+    assert stored_token(kafka, group) == tokens[-1]
+
+
+def test_a_leader_that_cannot_store_its_token_never_acts(kafka: str, elections) -> None:
+    """The broker refuses the commit (the token topic does not exist): the member the group
+    elects never counts as leader, and on_elected never runs."""
+    group = new_group()
+    elected: list[Leadership] = []
+    member = elect(
+        elections,
+        kafka,
+        group,
+        "http://no-store",
+        token_topic=f"missing-{uuid.uuid4().hex[:8]}",
+        on_elected=elected.append,
+    )
+    wait_until(lambda: member.leader() is not None, 30, "the group to name a leader")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert not member.is_leader and member.leadership() is None
+        time.sleep(0.05)
+    assert elected == []
+    # Every attempt is an election again, each with a higher token than the last.
+    first = member.leader()
+    wait_until(
+        lambda: (
+            (info := member.leader()) is not None and first is not None and info.token > first.token
+        ),
+        30,
+        "the group to elect again",
+    )
 
 
 # ------------------------------------------------------------------ kills and freezes
