@@ -140,6 +140,9 @@ class ConsumerPartitioning(Coordinator):
         self._set_subscription(topics, pattern)
         self._owned: frozenset[TopicPartition] = _EMPTY
         self._owned_generation = -1
+        # Owned partitions whose on_partitions_assigned has not returned yet: a failed
+        # on_join_complete is retried with the same assignment and must announce them again.
+        self._unannounced: frozenset[TopicPartition] = _EMPTY
         # What the leader assigned from, to notice partition-count changes (as Java does).
         self._assigned_counts: dict[str, int] | None = None
         self._stop = threading.Event()
@@ -295,17 +298,23 @@ class ConsumerPartitioning(Coordinator):
         revoked = self.owned() - assigned
         if revoked:
             # EAGER revoked everything in on_join_prepare, so this is COOPERATIVE (or an
-            # assignor that broke the rules): revoke first, then rejoin to hand over.
+            # assignor that broke the rules): revoke, then rejoin to hand over. The rejoin is
+            # asked for first: if anything below raises, the engine rejoins instead of
+            # retrying this call, which would find nothing left to revoke.
+            self.request_rejoin(f"need to hand over {len(revoked)} revoked partitions")
             self._give_up(revoked, lost=False)
         with self._lock:
-            added = assigned - self._owned
+            # Idempotent: a retry (the previous call raised) announces again what the
+            # listener did not finish taking, although it is owned already.
+            added = (self._unannounced & assigned) | (assigned - self._owned)
+            self._unannounced = added
             self._owned = assigned
             self._owned_generation = generation
         if assignor is not None:
             assignor.on_assignment(decoded, generation)
         self._listener.on_partitions_assigned(added)
-        if revoked:
-            self.request_rejoin(f"need to hand over {len(revoked)} revoked partitions")
+        with self._lock:
+            self._unannounced -= added
 
     def on_leave_prepare(self) -> None:
         owned = self.owned()
@@ -324,6 +333,7 @@ class ConsumerPartitioning(Coordinator):
         finally:
             with self._lock:
                 self._owned = self._owned - partitions
+                self._unannounced = self._unannounced - partitions
                 if not self._owned:
                     self._owned_generation = -1
 

@@ -115,6 +115,59 @@ def test_cooperative_revokes_only_what_moves_and_rejoins_to_hand_it_over() -> No
     assert len(rejoins) == 1 and "revoked" in rejoins[0]
 
 
+class FailsOnce(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        super().on_partitions_assigned(partitions)
+        if self.failures:
+            self.failures -= 1
+            raise TimeoutError("OffsetFetch timed out")
+
+
+@pytest.mark.parametrize("assignor", [RangeAssignor(), CooperativeStickyAssignor()])
+def test_a_retried_join_completion_announces_again_what_the_failed_one_did_not(
+    assignor: Any,
+) -> None:
+    # The engine calls on_join_complete again with the same assignment when it raised.
+    rec = FailsOnce()
+    rec.failures = 0
+    m, _ = member(assignor)
+    m._listener = rec
+    m.on_join_complete(1, "m-1", assignor.name, assignment(0, 1))
+    m.on_join_prepare(1, "m-1")
+    rec.failures = 1
+    with pytest.raises(TimeoutError):
+        m.on_join_complete(2, "m-1", assignor.name, assignment(0, 1, 2))
+    m.on_join_complete(2, "m-1", assignor.name, assignment(0, 1, 2))  # the retry
+    added = tps(2) if assignor.name == "cooperative-sticky" else tps(0, 1, 2)
+    assert rec.calls[-2:] == [("assigned", added), ("assigned", added)]
+    m.on_join_complete(2, "m-1", assignor.name, assignment(0, 1, 2))  # done: nothing new
+    assert rec.calls[-1] == ("assigned", frozenset())
+
+
+def test_a_failed_cooperative_join_completion_still_hands_over_the_revoked() -> None:
+    rec = FailsOnce()
+    rec.failures = 0
+    m, _ = member(CooperativeStickyAssignor())
+    m._listener = rec
+    rejoins: list[str] = []
+    m.request_rejoin = rejoins.append  # type: ignore[method-assign,assignment]
+    m.on_join_complete(1, "m-1", "cooperative-sticky", assignment(0, 1, 2))
+    rec.failures = 1
+    with pytest.raises(TimeoutError):
+        m.on_join_complete(2, "m-1", "cooperative-sticky", assignment(0, 3))
+    # Asked before the failure, so the engine rejoins (and the new owner gets 1 and 2)
+    # rather than retrying a call that has nothing left to revoke.
+    assert len(rejoins) == 1 and "revoked" in rejoins[0]
+    assert m.owned() == tps(0, 3)
+    m.on_join_prepare(2, "m-1")
+    m.on_join_complete(3, "m-1", "cooperative-sticky", assignment(0, 3))
+    assert rec.calls[-1] == ("assigned", tps(3))  # announced with the next assignment
+
+
 @pytest.mark.parametrize("assignor", [RangeAssignor(), CooperativeStickyAssignor()])
 def test_losing_the_generation_loses_the_partitions_without_revoking(assignor: Any) -> None:
     m, rec = member(assignor)
