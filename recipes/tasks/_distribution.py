@@ -369,7 +369,23 @@ class TaskDistribution:
             self._closed = True
             self._lock.notify_all()
         self._cancel_rejoin_timer()
-        self._coordinator.close(timeout)  # on_leave_prepare stops every task first
+        deadline = time.monotonic() + timeout
+        # Stop every task while this worker still has its place in the group (it still
+        # heartbeats, and rejoins if the group rebalances), and wait up to half the timeout
+        # for stops that overran: until a stop returns, the task is reported as this
+        # worker's, so the group gives it to nobody else. Leaving comes after.
+        self._stop_all("the worker is closing")
+        late = self._wait_for_stops(deadline - timeout / 2)
+        if late:
+            log.warning(
+                "worker %s: leaving the group while stop_task still runs for %s; the group "
+                "may now give them to other workers",
+                self.worker_id,
+                sorted(late),
+            )
+        # on_leave_prepare stops whatever started meanwhile (nothing: closed workers start
+        # nothing).
+        self._coordinator.close(max(0.0, deadline - time.monotonic()))
         self._stop_all("the worker is closing")
         self._source.close()
         if self._watchdog is not None:
@@ -525,14 +541,15 @@ class TaskDistribution:
                 # Stopping is always safe; the leader's next round revokes them formally.
                 self._stop_tasks(gone, f"removed from the task set (version {version})")
             changed = [t for t, spec in self._running.items() if new[t].config != spec.config]
-            for t, spec in list(self._running.items()):
-                if t not in changed and new[t] != spec:
-                    self._running[t] = new[t]  # a new weight alone: nothing to do here
+            with self._lock:
+                for t, spec in list(self._running.items()):
+                    if t not in changed and new[t] != spec:
+                        self._running[t] = new[t]  # a new weight alone: nothing to do here
             if changed:
                 log.info("worker %s: restarting %s: their config changed", self.worker_id, changed)
-                stopped = self._stop_tasks(changed, "its config changed")
-                with self._lock:
-                    self._waiting |= stopped  # still assigned here; started below
+                # Still assigned here: each moves back to waiting as its stop returns (in
+                # the same step, so that it is reported as ours throughout), started below.
+                self._stop_tasks(changed, "its config changed", restart=True)
             self._start_waiting()
         if reassign and self._coordinator.is_leader:
             # One rejoin, by the leader: the others learn the set by reading it, not by
@@ -655,8 +672,9 @@ class TaskDistribution:
                     self.worker_id,
                     self.group_id,
                 )
-                self._stop_tasks(list(self._running) + list(self._waiting), "duplicate worker id")
-                self._waiting.clear()
+                with self._lock:
+                    self._waiting.clear()  # never started: nothing to stop
+                self._stop_tasks(list(self._running), "duplicate worker id")
                 self._set_assignment(generation, a, None)
                 self._schedule_rejoin(_DUPLICATE_RETRY_S, "retrying with a duplicate worker id")
                 return
@@ -664,10 +682,15 @@ class TaskDistribution:
             # Revoked first, and anything else not assigned (a task stopped and restarted
             # elsewhere must not also run here); then start what is new.
             drop = [t for t in self._running if t not in assigned]
-            self._waiting &= assigned
+            with self._lock:
+                self._waiting &= assigned
             if drop:
                 self._stop_tasks(drop, f"revoked in generation {generation}")
-            self._waiting |= assigned - set(self._running) - self._stopping
+            with self._lock:
+                # Not a task whose stop still runs: it starts once that returned. Nothing
+                # new once closing: the worker is about to leave.
+                if not self._closed:
+                    self._waiting |= assigned - set(self._running) - self._stopping
             self._set_assignment(
                 generation, a, proposal.view if leader_round and proposal else None
             )
@@ -701,12 +724,9 @@ class TaskDistribution:
     def _membership_lost(self) -> None:
         with self._tasks_lock:
             with self._lock:
-                busy = bool(self._running)
-                self._assignment = None
-            if busy:
-                with self._lock:
+                if self._running:
                     self._counts["memberships_lost"] += 1
-            self._waiting.clear()
+                self._assignment = None
             self._stop_all("this worker lost its place in the group")
 
     # ------------------------------------------------------------------ starting, stopping
@@ -734,35 +754,47 @@ class TaskDistribution:
         for task in task_ids:
             spec = tasks[task]
             with self._lock:
-                self._waiting.discard(task)
+                if task in self._stopping or self._closed:
+                    # Its previous stop_task still runs (it overran): started again only
+                    # once that returns. Closing: nothing starts any more.
+                    continue
+            # The task stays in _waiting (reported as this worker's) while start_task runs,
+            # and moves to _running in one step under _lock: a JoinGroup computed meanwhile
+            # (on the membership thread, which does not wait for _tasks_lock) sees it.
             try:
                 self._start_task(task, spec)
             except Exception as e:
                 with self._lock:
+                    self._waiting.discard(task)
                     self._counts["start_failures"] += 1
                 # Not running, so not reported as owned: the leader offers it to this worker
                 # again in the next round (it remembers the owner), or to another one.
                 self._report(TaskStartError(task, f"start_task({task!r}) raised {e!r}"), e)
                 continue
             with self._lock:
+                self._waiting.discard(task)
                 self._running[task] = spec
                 self._counts["started"] += 1
                 self._lock.notify_all()
 
     def _stop_all(self, reason: str) -> None:
         with self._tasks_lock:
-            self._waiting.clear()
-            if self._running:
-                self._stop_tasks(list(self._running), reason, keep_late=False)
+            with self._lock:
+                self._waiting.clear()
+                running = list(self._running)
+            self._stop_tasks(running, reason)
 
     def _stop_tasks(
-        self, task_ids: Sequence[str], reason: str, *, keep_late: bool = True
+        self, task_ids: Sequence[str], reason: str, *, restart: bool = False
     ) -> set[str]:
         """Stop tasks in parallel, each within the stop timeout. Returns those that stopped.
 
-        A task whose stop overruns stays ``stopping`` (reported as ours, so not given to
-        another worker) until its stop returns, if ``keep_late``; otherwise (membership
-        gone) it is let go: the group will give it away whatever this worker reports.
+        Each task moves from ``running`` to ``stopping`` in one step and stays there until
+        its ``stop_task`` returns, however long that takes and whatever the reason for the
+        stop (revocation, removal, lost membership, the lease watchdog, close): meanwhile
+        every JoinGroup reports it as this worker's, so the leader gives it to nobody else,
+        and this worker does not start it again. If ``restart``, a task whose stop returns
+        in time moves from ``stopping`` to ``waiting`` in one step, for the caller to start.
         """
         if not task_ids:
             return set()
@@ -777,7 +809,7 @@ class TaskDistribution:
             done[task] = threading.Event()
             threading.Thread(
                 target=self._stop_one,
-                args=(task, done[task], keep_late),
+                args=(task, done[task], restart),
                 name=f"tasks-stop|{task}",
                 daemon=True,
             ).start()
@@ -793,24 +825,19 @@ class TaskDistribution:
                     continue
                 self._counts["stop_timeouts"] += 1
                 self._late.add(task)
-                if not keep_late:
-                    self._stopping.discard(task)
-            fate = (
-                "the task stays this worker's until it returns"
-                if keep_late
-                else "the group may give it to another worker while it still runs"
-            )
             self._report(
                 TaskStopTimeoutError(
                     task,
                     f"stop_task({task!r}) did not return within {self._stop_timeout_s:g}s "
-                    f"({reason}); {fate}",
+                    f"({reason}); this worker keeps reporting the task as its own, and does "
+                    "not start it again, until it returns (if the group removed this worker "
+                    "meanwhile, it may give the task to another one)",
                 ),
                 None,
             )
         return stopped
 
-    def _stop_one(self, task: str, done: threading.Event, keep_late: bool) -> None:
+    def _stop_one(self, task: str, done: threading.Event, restart: bool) -> None:
         try:
             self._stop_task(task)
             failure: Exception | None = None
@@ -820,14 +847,28 @@ class TaskDistribution:
             late = task in self._late
             self._late.discard(task)
             self._stopping.discard(task)
+            if restart and not late:
+                # The caller (holding _tasks_lock, waiting for this stop) starts it again.
+                self._waiting.add(task)
             self._counts["stopped" if failure is None else "stop_failures"] += 1
             done.set()
             self._lock.notify_all()
         if failure is not None:
             self._report(TaskStopError(task, f"stop_task({task!r}) raised {failure!r}"), failure)
-        if late and keep_late and not self._closed:
-            # It was still reported as this worker's; now it can be handed over.
+        if late and not self._closed:
+            # It was still reported as this worker's; now it can be handed over (or, if it
+            # is still assigned here, started again).
             self._coordinator.request_rejoin(f"task {task} finally stopped")
+
+    def _wait_for_stops(self, deadline: float) -> frozenset[str]:
+        """Block until no ``stop_task`` runs, or until ``deadline``; return those still running."""
+        with self._lock:
+            while self._stopping:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(min(remaining, 0.05))
+            return frozenset(self._stopping)
 
     def _report(self, error: TaskError, cause: BaseException | None) -> None:
         if cause is not None:
@@ -853,28 +894,34 @@ class TaskDistribution:
                     self._lock.wait(0.5)
                 if self._closed:
                     return
-            if self._coordinator.membership_lease() <= self._lease_floor_s:
-                with self._tasks_lock:
-                    # Checked again under the tasks lock: an assignment may just have renewed it.
-                    if self._coordinator.membership_lease() <= self._lease_floor_s and (
-                        self._running or self._waiting
-                    ):
-                        with self._lock:
-                            self._counts["lease_expiries"] += 1
-                            self._assignment = None
-                        log.warning(
-                            "worker %s: membership lease ran out (no heartbeat confirmed in "
-                            "time); stopping every task before the group can give them away",
-                            self.worker_id,
-                        )
-                        self._stop_all("the membership lease ran out")
-                        if self._coordinator.state is not MemberState.CLOSED and not self._closed:
-                            self._coordinator.request_rejoin("the membership lease ran out")
+            if self._check_lease():
                 continue
             # Short waits rather than one until the lease end: a host suspended meanwhile
             # must not oversleep by the length of the suspension.
             with self._lock:
                 self._lock.wait(_WATCHDOG_S)
+
+    def _check_lease(self) -> bool:
+        """One look of the watchdog: if the lease is too low, stop every task. True if low."""
+        if self._coordinator.membership_lease() > self._lease_floor_s:
+            return False
+        with self._tasks_lock:
+            # Checked again under the tasks lock: an assignment may just have renewed it.
+            if self._coordinator.membership_lease() <= self._lease_floor_s and (
+                self._running or self._waiting
+            ):
+                with self._lock:
+                    self._counts["lease_expiries"] += 1
+                    self._assignment = None
+                log.warning(
+                    "worker %s: membership lease ran out (no heartbeat confirmed in "
+                    "time); stopping every task before the group can give them away",
+                    self.worker_id,
+                )
+                self._stop_all("the membership lease ran out")
+                if self._coordinator.state is not MemberState.CLOSED and not self._closed:
+                    self._coordinator.request_rejoin("the membership lease ran out")
+        return True
 
     # ------------------------------------------------------------------ rejoin timer
 
