@@ -1,0 +1,132 @@
+"""An elected member leads only once its token is stored in the group's offsets.
+
+The group member's offset calls are replaced by an in-memory store whose commits can be
+refused or lose their answer, so every outcome of the commit is covered without a broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+
+from coordination import Generation, Member, OffsetAndMetadata
+from coordination.errors import CommitFailedError, CoordinationTimeoutError
+from recipes.election import LeaderElection, Leadership
+from recipes.election._wire import (
+    Candidate,
+    Outcome,
+    decode_outcome,
+    encode_candidate,
+    encode_outcome,
+)
+
+WHERE = ("__consumer_offsets", 0)
+GENERATION = 7
+MEMBER = "m-1"
+ILLEGAL_GENERATION = 22
+
+
+class Offsets:
+    """The group's committed offsets, and what happens to the next commit."""
+
+    def __init__(self, stored: int | None = None) -> None:
+        self.stored = {WHERE: OffsetAndMetadata(stored, "")} if stored is not None else {}
+        self.commit_fails: Exception | None = None
+        self.applied_despite_failure = False
+        self.commits: list[tuple[int, int]] = []
+        self.rejoins: list[str] = []
+
+    def committed_offsets(
+        self, partitions: Iterable[tuple[str, int]], *, timeout: float = 30.0
+    ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        return {p: self.stored.get(p) for p in partitions}
+
+    def commit_offsets(
+        self,
+        offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+        *,
+        generation: Generation | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        assert generation is not None and generation.generation_id == GENERATION
+        (om,) = offsets.values()
+        self.commits.append((generation.generation_id, om.offset))
+        if self.commit_fails is None or self.applied_despite_failure:
+            self.stored.update(offsets)
+        if self.commit_fails is not None:
+            raise self.commit_fails
+
+
+@pytest.fixture
+def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[LeaderElection, Offsets, list[Leadership]]:
+    elected: list[Leadership] = []
+    election = LeaderElection(
+        "g",
+        identity="http://a",
+        on_elected=elected.append,
+        bootstrap_servers="localhost:9092",
+        retry_backoff_ms=1,
+        retry_backoff_max_ms=1,
+    )
+    offsets = Offsets()
+    coordinator: Any = election.coordinator
+    monkeypatch.setattr(coordinator, "committed_offsets", offsets.committed_offsets)
+    monkeypatch.setattr(coordinator, "commit_offsets", offsets.commit_offsets)
+    monkeypatch.setattr(coordinator, "generation", lambda: Generation(GENERATION, MEMBER, "x"))
+    monkeypatch.setattr(coordinator, "membership_lease", lambda: 30.0)
+    monkeypatch.setattr(coordinator, "request_rejoin", offsets.rejoins.append)
+    return election, offsets, elected
+
+
+def elect(election: LeaderElection, token: int) -> None:
+    """This member receives an assignment that names it leader with ``token``."""
+    outcome = Outcome(MEMBER, election.identity, token, {MEMBER: election.identity})
+    election._joined(GENERATION, MEMBER, encode_outcome(outcome))
+
+
+def test_the_token_is_stored_fenced_by_the_generation_before_on_elected(setup) -> None:
+    election, offsets, elected = setup
+    elect(election, 12)
+    assert offsets.commits == [(GENERATION, 12)]
+    assert [e.token for e in elected] == [12] and election.is_leader
+    assert offsets.stored[WHERE].offset == 12
+
+
+def test_a_refused_commit_means_not_leader(setup) -> None:
+    election, offsets, elected = setup
+    offsets.commit_fails = CommitFailedError(ILLEGAL_GENERATION, group_id="g")
+    elect(election, 12)
+    assert elected == [] and not election.is_leader and election.leadership() is None
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "lost"])
+def test_an_unknown_outcome_leads_only_if_reading_back_finds_the_token(setup, applied) -> None:
+    election, offsets, elected = setup
+    offsets.commit_fails = CoordinationTimeoutError("OffsetCommit did not complete in time")
+    offsets.applied_despite_failure = applied
+    elect(election, 12)
+    assert election.is_leader is applied
+    assert [e.token for e in elected] == ([12] if applied else [])
+    # Not leading, it makes the group elect again; the token it saw is advertised, so the
+    # next one is higher.
+    assert bool(offsets.rejoins) is not applied
+    assert election._metadata().highest_token == 12
+
+
+def test_a_token_not_above_the_stored_one_is_not_taken_up(setup) -> None:
+    # Elected by a rebalance leader that did not read the stored token (an older version).
+    election, offsets, elected = setup
+    offsets.stored[WHERE] = OffsetAndMetadata(40, "")
+    elect(election, 12)
+    assert elected == [] and offsets.commits == [] and offsets.rejoins
+    assert election._metadata().highest_token == 40  # the next election goes above it
+
+
+def test_the_rebalance_leader_reads_the_stored_token(setup) -> None:
+    election, offsets, _ = setup
+    offsets.stored[WHERE] = OffsetAndMetadata(40, "")
+    members = [Member(MEMBER, None, encode_candidate(Candidate("http://a")))]
+    plan = election._assign(3, members)
+    assert decode_outcome(plan[MEMBER]).token == 41
