@@ -13,6 +13,7 @@ from ._output import PipelineOutput as PipelineOutput
 from ._output import PipelineOutputError as PipelineOutputError
 from ._output import PublishedRangeError as PublishedRangeError
 from ._output import StagedBatch as StagedBatch
+from ._output import StagedFilesError as StagedFilesError
 from ._spark import Batch as Batch
 from ._spark import read_results as read_results
 from ._spark import spark_session as spark_session
@@ -28,6 +29,7 @@ __all__ = [
     "PipelineWorker",
     "PublishedRangeError",
     "StagedBatch",
+    "StagedFilesError",
     "WorkerEvent",
     "read_results",
     "spark_session",

@@ -20,12 +20,12 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from coordination.errors import CoordinationError
+from coordination.errors import ConfigurationError, CoordinationError
 
 __all__ = [
     "MANIFEST_NAME",
@@ -34,6 +34,7 @@ __all__ = [
     "PipelineOutputError",
     "PublishedRangeError",
     "StagedBatch",
+    "StagedFilesError",
     "dir_topic",
 ]
 
@@ -46,7 +47,8 @@ Its presence marks the stage complete; the leading underscore makes Spark's
 Parquet reader skip it.
 """
 
-_MANIFEST_FORMAT: Final = 1
+# Format 2 lists the batch's Parquet files and their row counts; format 1 did not.
+_MANIFEST_FORMAT: Final = 2
 _STAGING: Final = "staging"
 _PUBLISHED: Final = "published"
 
@@ -59,6 +61,10 @@ _PUBLISHED: Final = "published"
 # topics are shortened to a prefix, "~" (not legal in topic names, so no real
 # topic collides) and 16 hex digits of the topic's SHA-256.
 _MAX_DIR_TOPIC: Final = 160
+
+# "s3a://bucket/x", "hdfs:/x", "file:///x": a URI, which pathlib would silently
+# turn into a relative local directory named "s3a:".
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 _NAME = re.compile(
     r"^(?P<topic>.+)-(?P<partition>\d+)-(?P<start>\d{20})-(?P<end>\d{20})"
@@ -73,6 +79,15 @@ class PipelineOutputError(CoordinationError):
     published, when commit metadata names a batch whose results are lost, or
     when an argument breaks the protocol's rules (an offset out of the batch's
     range). The message says which directory and which rule.
+    """
+
+
+class StagedFilesError(PipelineOutputError):
+    """The files Spark wrote for a batch do not hold the rows the write produced.
+
+    A duplicate part file (a lost or speculative task on a cluster) or a
+    missing one. Nothing was committed; the staging directory is removed and
+    the batch can be staged again.
     """
 
 
@@ -146,8 +161,8 @@ class StagedBatch:
     """Results of one batch, written to staging and waiting for the offset commit.
 
     Commit ``range.end_offset`` with metadata :attr:`commit_metadata`, then call
-    :meth:`PipelineOutput.publish`; if the broker rejects the commit, call
-    :meth:`PipelineOutput.abandon`.
+    :meth:`PipelineOutput.publish`. If the commit fails or its outcome is
+    unknown, leave the directory: the commit may have landed.
 
     Attributes:
         range: The offsets the batch covers.
@@ -179,12 +194,11 @@ class PipelineOutput:
     Example:
         output = PipelineOutput("/data/agg")
         output.recover("events", 3, committed, metadata)        # on assignment
-        output.cleanup_orphans("events", 3, committed, metadata)
+        output.cleanup_orphans("events", 3, committed, metadata, still_owner=lease_holds)
         staged = stage_batch(spark, output, batch)              # Spark writes to staging
         if commit(3, staged.range.end_offset, staged.commit_metadata):
             output.publish(staged)
-        else:                                                   # partition lost: a zombie
-            output.abandon(staged)
+        # else: leave it; recover or cleanup_orphans finishes or removes it
 
     Layout::
 
@@ -195,22 +209,40 @@ class PipelineOutput:
         ``root`` is a local or mounted POSIX directory shared by the Spark
         driver and executors, on one filesystem, so that ``rename(2)`` of a
         directory is atomic. Object stores (S3, GCS) have no atomic rename and
-        are not supported.
+        are not supported: a URI (``s3a://...``, ``hdfs://...``, ``file:/...``)
+        is refused rather than taken as a local relative path.
 
     Concurrency:
         Every method is safe to call from several processes at once for the
         same batch (an old and a new owner publishing the same staging
         directory: one rename wins, the other finds the target and returns).
         The protocol relies on the broker to let only the current owner of a
-        partition commit; the methods here never decide ownership.
+        partition commit; the methods here never decide ownership. The one
+        method that deletes what another process may still need,
+        :meth:`cleanup_orphans`, is fenced: it asks the caller's ``still_owner``
+        right before each deletion, and deletes only staging directories that
+        no commit can name any more (see its docstring).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         """Use ``root`` as the output directory, creating its two subdirectories.
 
         Args:
-            root: The output directory.
+            root: The output directory: a local path or a POSIX mount, not a URI.
+
+        Raises:
+            ConfigurationError: ``root`` is a URI (an object store or any other
+                non-local filesystem), where publishing could not be atomic.
         """
+        text = os.fspath(root)
+        if _URI.match(text):
+            raise ConfigurationError(
+                f"pipeline output {text!r} is a URI: the output (PipelineWorker's output, "
+                "--output) must be a local directory or a POSIX mount shared by the Spark "
+                "driver and executors, because batches are published by an atomic rename(2) "
+                "of a directory, which object stores and remote filesystem URIs do not "
+                "offer; mount the storage and give its local path"
+            )
         self.root = Path(root)
         self.staging_dir = self.root / _STAGING
         self.published_dir = self.root / _PUBLISHED
@@ -244,11 +276,12 @@ class PipelineOutput:
         records: int,
         rejected_offsets: list[int],
         window_ms: int,
+        files: Mapping[str, int] | None = None,
     ) -> StagedBatch:
         """Mark a staging directory complete by writing its manifest.
 
-        Called by :func:`stage_batch` after Spark's write returned; only a
-        directory with a manifest can be published.
+        Called by :func:`stage_batch` after Spark's write returned and its
+        files were checked; only a directory with a manifest can be published.
 
         Args:
             path: The staging directory Spark wrote.
@@ -256,12 +289,22 @@ class PipelineOutput:
             records: Records in the batch.
             rejected_offsets: Offsets of the records that were not valid events.
             window_ms: The window size the results were computed with.
+            files: The batch's data files (names in ``path``) and their row
+                counts. Readers read only these files (:meth:`published_files`),
+                so a stray file a lost task attempt may leave later is never read.
+                None: every data file of the directory is the batch's.
 
         Returns:
             The staged batch.
+
+        Raises:
+            PipelineOutputError: A listed file is not a plain file of ``path``.
         """
+        for name in files or {}:
+            if "/" in name or name.startswith((".", "_")) or not (path / name).is_file():
+                raise PipelineOutputError(f"{path}: {name!r} is not a data file of the batch")
         shown = tuple(sorted(rejected_offsets)[:100])
-        manifest = {
+        manifest: dict[str, Any] = {
             "format": _MANIFEST_FORMAT,
             "topic": offsets.topic,
             "partition": offsets.partition,
@@ -272,6 +315,9 @@ class PipelineOutput:
             "rejected_offsets": list(shown),
             "window_ms": window_ms,
         }
+        if files is not None:
+            manifest["files"] = dict(sorted(files.items()))
+            manifest["rows"] = sum(files.values())
         # Written to a temporary name and renamed so that a crash never leaves a
         # half-written manifest that would mark a stage complete.
         tmp = path / f".{MANIFEST_NAME}.tmp"
@@ -344,10 +390,13 @@ class PipelineOutput:
         return dst
 
     def abandon(self, staged: StagedBatch | str) -> None:
-        """Delete a staging directory whose offset commit the broker rejected.
+        """Delete a staging directory for which no offset commit was ever sent.
 
-        A rejected commit means this worker no longer owns the partition;
-        another owner will process the range again. Idempotent.
+        Not for a batch whose commit failed or timed out: a commit whose
+        response was lost may have landed, and then the committed metadata
+        names this directory and deleting it loses the batch for good. Leave
+        such a directory; :meth:`recover` publishes it if it was committed and
+        :meth:`cleanup_orphans` deletes it once no commit can name it. Idempotent.
 
         Args:
             staged: The staged batch, or its staging directory name.
@@ -411,9 +460,10 @@ class PipelineOutput:
                 commit_metadata,
             )
             return None
-        if (self.published_dir / offsets.name).is_dir() and not (
-            self.staging_dir / commit_metadata
-        ).exists():
+        if (self.published_dir / offsets.name).is_dir():
+            # Published already (by the committing owner, or by a concurrent
+            # recover): done, whatever is left in staging under that name (e.g. a
+            # partial tree a lost Spark task of the same attempt wrote late).
             return self.published_dir / offsets.name
         log.info("%s-%d: recovering committed batch %s", topic, partition, commit_metadata)
         return self.publish(commit_metadata)
@@ -424,38 +474,64 @@ class PipelineOutput:
         partition: int,
         committed_offset: int | None,
         commit_metadata: str | None = None,
+        *,
+        still_owner: Callable[[], bool],
     ) -> list[str]:
-        """Delete the partition's staging directories that were never committed.
+        """Delete the partition's staging directories that no commit can name any more.
 
-        Call on assignment after :meth:`recover`, before the first batch: at
-        that point no staging directory of the partition can still be
-        published, except the one the commit names (kept here in case
-        :meth:`recover` was skipped). Orphans come from owners that crashed
-        between write and commit and from zombies whose commit was rejected
-        and that died before :meth:`abandon`.
+        Call as the partition's owner, after :meth:`recover` (on assignment)
+        and after each publish, with the committed offset and metadata the
+        caller knows. Orphans come from owners that crashed between write and
+        commit, from zombies whose commit was rejected and from commits whose
+        outcome was unknown.
+
+        Fencing: a directory is deleted only if its range ends at or below
+        ``committed_offset`` and the commit does not name it, and only while
+        ``still_owner()`` (asked right before each deletion) returns True. The
+        first rule alone keeps a stale caller safe: a former owner that
+        resumes from a pause with an old ``committed_offset`` can only reach
+        directories ending at or below it, while every batch of a newer owner
+        starts at a later commit and ends past it. The second keeps the caller
+        from acting once it may no longer own the partition (its membership
+        lease with a margin, for :class:`~recipes.pipeline.PipelineWorker`).
+        Directories ending past the committed offset are kept: the attempt may
+        still be in flight, and is deleted by a later call once the partition's
+        commits have passed it.
 
         Args:
             topic: The topic of the partition.
             partition: The partition.
-            committed_offset: The committed offset, or None if there is none.
+            committed_offset: The committed offset, or None if there is none
+                (then nothing is deleted).
             commit_metadata: The metadata committed with it. Without it, staging
                 directories ending at ``committed_offset`` are kept, since one of
                 them may be the committed batch.
+            still_owner: True while the caller owns the partition with a margin
+                for the deletion; False stops the cleanup.
 
         Returns:
             The names of the deleted directories, sorted.
         """
         removed: list[str] = []
-        for name, offsets in self._staged(topic, partition):
-            if name == commit_metadata:
+        if committed_offset is None:
+            return removed
+        for name, offsets in sorted(self._staged(topic, partition)):
+            if name == commit_metadata or offsets.end_offset > committed_offset:
                 continue
             if commit_metadata is None and offsets.end_offset == committed_offset:
                 continue
+            if not still_owner():
+                log.warning(
+                    "%s-%d: no longer sure to own the partition; orphan cleanup stopped",
+                    topic,
+                    partition,
+                )
+                break
             shutil.rmtree(self.staging_dir / name, ignore_errors=True)
             removed.append(name)
         if removed:
             log.info("%s-%d: removed orphaned staging %s", topic, partition, removed)
-        return sorted(removed)
+        return removed
 
     # -- inspection -----------------------------------------------------------------
 
@@ -499,6 +575,27 @@ class PipelineOutput:
     def published_paths(self) -> list[Path]:
         """The published directories, in the order of :meth:`published`."""
         return [self.published_dir / r.name for r in self.published()]
+
+    def published_files(self) -> list[Path]:
+        """The data files of every published batch: those its manifest lists.
+
+        A directory whose manifest predates file lists contributes the
+        directory itself (every data file in it).
+
+        Returns:
+            Paths of files (or directories), in the order of :meth:`published`.
+
+        Raises:
+            PipelineOutputError: A published directory has no readable manifest.
+        """
+        paths: list[Path] = []
+        for path in self.published_paths():
+            files = self.read_manifest(path).get("files")
+            if isinstance(files, dict):
+                paths.extend(path / name for name in sorted(files) if "/" not in name)
+            else:
+                paths.append(path)
+        return paths
 
     def check_published(
         self, expected: Mapping[tuple[str, int], tuple[int, int]] | None = None
@@ -546,7 +643,8 @@ class PipelineOutput:
 
         Returns:
             The manifest's fields (``topic``, ``partition``, ``start_offset``,
-            ``end_offset``, ``records``, ``rejected``, ``rejected_offsets``, ``window_ms``).
+            ``end_offset``, ``records``, ``rejected``, ``rejected_offsets``, ``window_ms``;
+            from format 2 on, ``files`` (data file name to row count) and ``rows``).
 
         Raises:
             PipelineOutputError: The directory has no readable manifest.

@@ -13,9 +13,18 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from ._output import OffsetRange, PipelineOutput, PipelineOutputError, StagedBatch
+from coordination.errors import ConfigurationError
+
+from ._output import (
+    OffsetRange,
+    PipelineOutput,
+    PipelineOutputError,
+    StagedBatch,
+    StagedFilesError,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -57,6 +66,9 @@ no sum of fewer than ``10**11`` values can overflow: Spark's ANSI mode would
 otherwise fail the batch on every retry and stall the partition.
 """
 
+_COMMITTER_KEY: Final = "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version"
+_COMMITTER_VERSION: Final = "1"
+
 _DEFAULT_CONF: Final[Mapping[str, str]] = {
     # Small enough for a 2-core machine running a broker too; raise for real batches.
     "spark.driver.memory": "512m",
@@ -64,12 +76,13 @@ _DEFAULT_CONF: Final[Mapping[str, str]] = {
     # A batch aggregates to a few thousand rows: 200 shuffle partitions (the
     # default) would be 200 tasks of scheduling overhead per batch.
     "spark.sql.shuffle.partitions": "4",
-    # Version 2 of Hadoop's committer moves task output into place at task
-    # commit, saving a rename pass per batch (measured ~20% of a 1k-record
-    # batch). Its weakness, a visible half-written output after a failed job,
-    # does not matter here: the staging directory is private to one attempt and
-    # only the manifest, written last, marks it complete.
-    "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "2",
+    # Version 1 of Hadoop's file output committer: a task's output reaches the
+    # destination only through the job commit, from the one attempt per task
+    # that Spark let commit. Version 2 moves files at task commit, so a task
+    # whose executor is lost mid-commit, or a speculative duplicate, can leave a
+    # second part file and a batch counted twice on a cluster. It is also set
+    # on every write, so a session created elsewhere cannot change it.
+    _COMMITTER_KEY: _COMMITTER_VERSION,
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
@@ -144,8 +157,8 @@ def spark_session(
 
     Defaults: ``spark.driver.memory`` and ``spark.executor.memory`` 512m,
     ``spark.sql.shuffle.partitions`` 4, the web UI and the console progress bar
-    off, session time zone UTC, Hadoop's file output committer version 2, log
-    level WARN. ``conf`` overrides any of them.
+    off, session time zone UTC, Hadoop's file output committer version 1, log
+    level WARN. ``conf`` overrides any of them but the committer.
 
     Args:
         master: ``spark.master``: ``local[2]`` for two local cores, or a cluster
@@ -158,11 +171,23 @@ def spark_session(
         The session. If one is already active in this process it is returned
         and only its runtime SQL settings are changed: JVM settings such as
         memory take effect at the first creation only.
+
+    Raises:
+        ConfigurationError: ``conf`` asks for another file output committer
+            algorithm than version 1, which is not atomic per task.
     """
+    settings = {**_DEFAULT_CONF, **(conf or {})}
+    if str(settings[_COMMITTER_KEY]).strip() != _COMMITTER_VERSION:
+        raise ConfigurationError(
+            f"{_COMMITTER_KEY}={settings[_COMMITTER_KEY]!r}: the pipeline needs version 1 of "
+            "Hadoop's file output committer (version 2 moves task output into place at task "
+            "commit, so a lost or speculative task can leave a batch's rows twice); remove "
+            "the setting"
+        )
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**_DEFAULT_CONF, **(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -269,13 +294,20 @@ def stage_batch(
 ) -> StagedBatch:
     """Process one batch and write its results to a new staging directory.
 
-    One Spark job: parse, aggregate, write one Parquet file. The count of
-    rejected records is gathered by the same job (a DataFrame observation),
-    not by a second pass. Then the manifest marks the stage complete.
+    One Spark job: parse, aggregate, write one Parquet file with Hadoop's
+    version 1 committer. The count of rejected records and of result rows are
+    gathered by the same job (DataFrame observations), not by a second pass.
+    Then the written files are checked: their rows, read back, must add up to
+    the rows the job produced, so a duplicate part file left by a lost or
+    speculative task fails the stage instead of counting a batch twice. The
+    manifest, written last, lists the files and their rows; readers read only
+    those (:meth:`~recipes.pipeline._output.PipelineOutput.published_files`).
 
     Next, commit ``batch.end_offset`` with ``staged.commit_metadata`` and call
-    ``output.publish(staged)``, or ``output.abandon(staged)`` if the commit is
-    rejected.
+    ``output.publish(staged)`` once the commit succeeded. If it failed or its
+    outcome is unknown, leave the staging directory: the commit may have
+    landed (``recover`` then publishes it), and ``cleanup_orphans`` removes it
+    once no commit can name it.
 
     Args:
         spark: The session (see :func:`spark_session`).
@@ -289,6 +321,8 @@ def stage_batch(
 
     Raises:
         PipelineOutputError: ``window_ms`` is not positive.
+        StagedFilesError: The written files do not hold the rows the job
+            produced; the staging directory is removed before the error propagates.
         pyspark.errors.PySparkException: Spark failed; the staging directory
             is removed before the error propagates.
     """
@@ -298,6 +332,7 @@ def stage_batch(
     offsets = batch.range
     events = parse_events(records_dataframe(spark, batch.records))
     observation: Observation | None = None
+    written: Observation | None = None
     if batch.records:
         # Not for an empty batch: Spark optimises its plan to an empty relation,
         # the metrics are never reported, and Observation.get waits, then fails.
@@ -307,33 +342,80 @@ def stage_batch(
             F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
         )
     results = aggregate_events(events, window_ms)
+    if batch.records:
+        # Counted in the write's own (result) stage, whose metrics Spark takes
+        # from one successful attempt per task.
+        written = Observation("written")
+        results = results.observe(written, F.count(F.lit(1)).alias("rows"))
     path = output.new_staging_path(offsets)
     try:
         # coalesce(1): a batch's results are small, and one file per batch
         # keeps the published tree (and later reads) from filling with empty parts.
-        results.coalesce(1).write.mode("errorifexists").parquet(str(path))
+        (
+            results.coalesce(1)
+            .write.mode("errorifexists")
+            .option(_COMMITTER_KEY.removeprefix("spark.hadoop."), _COMMITTER_VERSION)
+            .parquet(str(path))
+        )
+        rows = int(written.get["rows"]) if written is not None else 0
+        files = _checked_files(spark, path, rows)
         rejected: list[int] = []
         if observation is not None:
-            rejected = [int(o) for o in observation.get["rejected_offsets"]]
+            # A set: a re-run map task must not list (and count) an offset twice.
+            rejected = sorted({int(o) for o in observation.get["rejected_offsets"]})
         return output.finish_stage(
             path,
             offsets,
             records=len(batch.records),
             rejected_offsets=rejected,
             window_ms=window_ms,
+            files=files,
         )
     except BaseException:
         # A failed attempt leaves no partial directory behind (a crash here
-        # leaves one; cleanup_orphans removes it on the next assignment).
+        # leaves one; a later cleanup_orphans removes it).
         shutil.rmtree(path, ignore_errors=True)
         raise
+
+
+def _checked_files(spark: SparkSession, path: Path, rows: int) -> dict[str, int]:
+    """The data files Spark wrote to ``path`` and their rows, checked against ``rows``.
+
+    One small Spark job reads the files back (a batch's results are a few
+    thousand rows at most) and counts rows per file.
+
+    Raises:
+        StagedFilesError: The files hold another number of rows than the
+            write produced (a duplicate or missing part file).
+    """
+    from pyspark.sql import functions as F
+
+    names = sorted(
+        entry.name
+        for entry in path.iterdir()
+        if entry.is_file() and not entry.name.startswith(("_", "."))
+    )
+    counts: dict[str, int] = {}
+    if names:
+        read = spark.read.schema(_result_schema()).parquet(*(str(path / n) for n in names))
+        per_file = read.groupBy(F.col("_metadata.file_name").alias("file")).count()
+        counts = {str(r["file"]): int(r["count"]) for r in per_file.collect()}
+    files = {name: counts.get(name, 0) for name in names}
+    if sum(files.values()) != rows or not counts.keys() <= files.keys():
+        raise StagedFilesError(
+            f"{path}: the write produced {rows} rows but its data files hold "
+            f"{sum(files.values())} ({files}): a task's output is duplicated or missing; "
+            "the batch is staged again"
+        )
+    return files
 
 
 def published_dataframe(spark: SparkSession, output: PipelineOutput) -> DataFrame:
     """The combined results of every published batch, as a DataFrame.
 
     Each published batch holds partial aggregates of its own records; this sums
-    them per key and window. Staging directories are never read.
+    them per key and window. Only the data files each batch's manifest lists
+    are read; staging directories never are.
 
     Args:
         spark: The session.
@@ -345,7 +427,7 @@ def published_dataframe(spark: SparkSession, output: PipelineOutput) -> DataFram
     from pyspark.sql import functions as F
     from pyspark.sql.types import DecimalType
 
-    paths = [str(p) for p in output.published_paths()]
+    paths = [str(p) for p in output.published_files()]
     if paths:
         parts = spark.read.schema(_result_schema()).parquet(*paths)
     else:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from coordination import OffsetAndMetadata
-from coordination.errors import CommitFailedError, CoordinationError, CoordinationTimeoutError
+from coordination.errors import CommitFailedError, CoordinationError
 from recipes.partitioning import (
     ConsumerPartitioning,
     CooperativeStickyAssignor,
@@ -28,7 +28,7 @@ from recipes.partitioning import (
     TopicPartition,
 )
 
-from ._output import PipelineOutput, PipelineOutputError
+from ._output import PipelineOutput, PipelineOutputError, StagedFilesError
 from ._spark import DEFAULT_WINDOW_MS, Batch, spark_session, stage_batch
 
 if TYPE_CHECKING:
@@ -124,17 +124,27 @@ class PipelineWorker:
     ``max_batch_delay_ms``; a batch starts at the partition's committed offset
     and ends one past its last record. Per batch: stage with Spark, commit the
     end offset with the staged name as metadata (fenced by the generation),
-    publish. A rejected commit (``CommitFailedError``: the generation is gone)
-    abandons the staged batch and the partition is read again from its
-    committed offset if the member still owns it.
+    publish. A commit that fails or whose outcome is unknown (refused, timed
+    out, any error) never deletes the staged batch, since a commit whose
+    response was lost may have landed: the worker asks the broker
+    (OffsetFetch) whether the committed metadata names the batch and then
+    publishes it; otherwise it leaves it (for a later, fenced orphan cleanup)
+    and reads the partition again from its committed offset if it still owns it.
+
+    File deletions are fenced: orphaned staging directories are removed only
+    while the worker's membership lease (``Coordinator.membership_lease()``)
+    exceeds ``lease_margin_ms``, checked right before each deletion, and only
+    those ending at or below the committed offset that the commit does not
+    name (see :meth:`PipelineOutput.cleanup_orphans`), so a worker resuming
+    from a pause past its session cannot delete its successor's batches.
 
     Ownership changes (on the group's membership thread):
         assigned: the partition is recovered (the previous owner's committed but
             unpublished batch is published, its orphans deleted) before its
             first batch, on the worker's thread.
         revoked / lost: the callback waits for the batch in flight on those
-            partitions to finish (commit and publish, or abandon if the broker
-            refuses the commit) and drops their buffered records, so the next
+            partitions to finish (commit and publish, or leave the staged batch
+            if the commit fails) and drops their buffered records, so the next
             owner starts from a committed offset whose results are published.
             Other partitions keep going: with cooperative rebalancing a worker
             whose partitions do not move is never interrupted.
@@ -150,7 +160,8 @@ class PipelineWorker:
         (with ``partitions``, ``generation``, and ``rebalance_ms`` since the
         rebalance began), ``recovered`` (a partition is ready: its committed
         offset, what recover published, the orphans removed), ``batch``
-        (partition, offsets, records, rejected, milliseconds), ``abandoned``,
+        (partition, offsets, records, rejected, milliseconds), ``abandoned``
+        (a commit failed and did not land; the staged batch is left),
         ``closed``. It runs on the worker's threads and must be fast.
     """
 
@@ -166,6 +177,7 @@ class PipelineWorker:
         window_ms: int = DEFAULT_WINDOW_MS,
         max_batch_records: int = 20_000,
         max_batch_delay_ms: int = 1000,
+        lease_margin_ms: int | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
         **settings: Any,
     ) -> None:
@@ -181,6 +193,9 @@ class PipelineWorker:
             window_ms: The tumbling window size; fixed for the life of ``output``.
             max_batch_records: Most records in one batch.
             max_batch_delay_ms: Longest time a fetched record waits for its batch.
+            lease_margin_ms: Orphaned staging directories are deleted only while
+                the membership lease exceeds this; default ``heartbeat_interval_ms``.
+                Must be below ``min(session_timeout_ms, rebalance_timeout_ms)``.
             on_event: Observer of the worker's events (see the class docstring).
             **settings: Group and connection settings of
                 :class:`~recipes.partitioning.ConsumerPartitioning`
@@ -219,6 +234,17 @@ class PipelineWorker:
             listener=_Listener(self),
             **settings,
         )
+        cfg = self.group.config
+        margin = cfg.heartbeat_interval_ms if lease_margin_ms is None else lease_margin_ms
+        guaranteed_ms = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms)
+        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+            raise ConfigurationError(f"lease_margin_ms must be an int >= 0, got {margin!r}")
+        if margin >= guaranteed_ms:
+            raise ConfigurationError(
+                f"lease_margin_ms={margin} must be below min(session_timeout_ms, "
+                f"rebalance_timeout_ms)={guaranteed_ms}: no deletion could ever be fenced"
+            )
+        self._lease_margin_s = margin / 1000
         self._fetch_config: dict[str, Any] = {
             **self.group.config.client_settings(),
             "fetch_max_wait_ms": 200,
@@ -465,7 +491,9 @@ class PipelineWorker:
             # Whether recover finishes a predecessor's commit (for the timeline).
             unpublished = bool(metadata) and metadata in self.output.staged(tp.topic, tp.partition)
             recovered = self.output.recover(tp.topic, tp.partition, offset, metadata)
-            orphans = self.output.cleanup_orphans(tp.topic, tp.partition, offset, metadata)
+            orphans = self.output.cleanup_orphans(
+                tp.topic, tp.partition, offset, metadata, still_owner=self._lease_holds
+            )
             if offset is None:
                 ktp = _kafka_tp(tp)
                 offset = int(self._fetcher.beginning_offsets([ktp])[ktp])
@@ -488,7 +516,7 @@ class PipelineWorker:
             self._done()
 
     def _process(self, part: _Partition, batch: Batch) -> None:
-        """Stage, commit, publish (or abandon) one batch; the partition is in flight."""
+        """Stage, commit, publish (or leave in staging) one batch; the partition is in flight."""
         assert self._spark is not None
         tp = part.tp
         t0 = time.monotonic()
@@ -502,25 +530,37 @@ class PipelineWorker:
             }
             try:
                 self._commit(commit)
-            except CommitFailedError as e:
-                self.output.abandon(staged)
-                self._emit(
-                    "abandoned",
-                    partition=tp.partition,
-                    start=batch.start_offset,
-                    end=batch.end_offset,
-                    reason=str(e),
-                )
-                log.warning("%s: %s: commit refused, batch abandoned: %s", self.name, tp, e)
-                self._reread(part)
-                return
-            except CoordinationTimeoutError as e:
-                # Unknown whether the commit landed: the next prepare asks the broker,
-                # and recover publishes the batch or cleanup_orphans deletes it.
-                log.warning("%s: %s: commit outcome unknown: %s", self.name, tp, e)
-                self._reread(part)
-                return
+            except Exception as e:
+                # Refused, timed out, or anything else: the request may have landed
+                # (a response lost, then a retry refused for a generation that moved
+                # on). Never delete the staged batch here; ask the broker.
+                if not self._landed(tp, commit[(tp.topic, tp.partition)]):
+                    self._emit(
+                        "abandoned",
+                        partition=tp.partition,
+                        start=batch.start_offset,
+                        end=batch.end_offset,
+                        reason=str(e),
+                    )
+                    log.warning(
+                        "%s: %s: commit of [%d, %d) failed or unknown (%s); batch left in "
+                        "staging, partition read again from its committed offset",
+                        self.name,
+                        tp,
+                        *_bounds(batch),
+                        e,
+                    )
+                    self._reread(part)
+                    return
+                log.info("%s: %s: the commit that reported %r had landed", self.name, tp, e)
             self.output.publish(staged)
+            self.output.cleanup_orphans(
+                tp.topic,
+                tp.partition,
+                batch.end_offset,
+                staged.commit_metadata,
+                still_owner=self._lease_holds,
+            )
             with self._lock:
                 part.start = batch.end_offset
             self.records_processed += len(batch.records)
@@ -535,8 +575,12 @@ class PipelineWorker:
                 stage_ms=round(staged_ms),
                 ms=round((time.monotonic() - t0) * 1000),
             )
-        except PipelineOutputError:
-            raise
+        except PipelineOutputError as e:
+            if not isinstance(e, StagedFilesError):
+                raise
+            log.warning("%s: %s: %s", self.name, tp, e)
+            self._emit("failed", partition=tp.partition, error=repr(e))
+            self._reread(part)
         except Exception as e:
             # Spark failed (or the output could not be written): nothing was
             # committed, so read the partition again from its committed offset.
@@ -567,6 +611,23 @@ class PipelineWorker:
                     raise
                 log.info("%s: commit met a rebalance in progress; retrying", self.name)
                 time.sleep(0.2)
+
+    def _landed(self, tp: TopicPartition, sent: OffsetAndMetadata) -> bool:
+        """Whether the group's committed offset and metadata of ``tp`` are ``sent``.
+
+        False also when the broker cannot tell now: the batch then stays in
+        staging, where the next owner's recover publishes it if it was committed.
+        """
+        try:
+            committed = self.group.committed_offsets([(tp.topic, tp.partition)])
+        except Exception as e:
+            log.warning("%s: %s: cannot fetch the committed offset: %s", self.name, tp, e)
+            return False
+        return committed.get((tp.topic, tp.partition)) == sent
+
+    def _lease_holds(self) -> bool:
+        """True while the broker cannot have removed this member, with the margin to spare."""
+        return self.group.membership_lease() > self._lease_margin_s
 
     def _reread(self, part: _Partition) -> None:
         with self._lock:
@@ -599,11 +660,11 @@ class PipelineWorker:
         2. the group revokes p: this callback marks p revoking (no new batch of p
            starts) and waits;
         3. the worker thread commits the batch (the generation is current, p is still
-           this member's until the callback returns) and publishes it, or abandons
-           it if the broker refused;
+           this member's until the callback returns) and publishes it, or leaves
+           it in staging if the commit failed;
         4. the callback drops p; only then does the member rejoin and B get p, at the
            committed offset, with its results published.
-        For lost partitions the same wait ends in a refused commit and an abandon.
+        For lost partitions the same wait ends in a refused commit, the batch left.
         """
         t0 = time.monotonic()
         with self._changed:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from coordination.errors import ConfigurationError
 from recipes.pipeline._output import (
     MANIFEST_NAME,
     OffsetRange,
@@ -205,6 +206,15 @@ class TestRecover:
         with pytest.raises(PipelineOutputError, match="another partition"):
             output.recover("t", 0, 10, staged.commit_metadata)
 
+    def test_a_committed_batch_already_published_is_done_whatever_staging_holds(self, output):
+        staged = fake_stage(output, "t", 0, 0, 10)
+        published = output.publish(staged)
+        # A late task of the same attempt recreated part of its staging tree.
+        (staged.path / "_temporary").mkdir(parents=True)
+        assert output.recover("t", 0, 10, staged.commit_metadata) == published
+        assert output.publish(staged) == published
+        assert output.published() == [staged.range]
+
     def test_a_committed_batch_that_vanished_is_an_error(self, output):
         staged = fake_stage(output, "t", 0, 0, 10)
         output.abandon(staged)
@@ -212,32 +222,109 @@ class TestRecover:
             output.recover("t", 0, 10, staged.commit_metadata)
 
 
+def owner() -> bool:
+    return True
+
+
 class TestCleanupOrphans:
-    def test_removes_uncommitted_stages_of_the_partition_only(self, output):
+    def test_removes_uncommitted_stages_below_the_commit_of_the_partition_only(self, output):
         committed = fake_stage(output, "t", 0, 0, 10)
-        crashed_before_commit = fake_stage(output, "t", 0, 10, 30)
         rejected_zombie = fake_stage(output, "t", 0, 0, 7)
-        other_partition = fake_stage(output, "t", 1, 10, 30)
-        other_topic = fake_stage(output, "t-0", 0, 10, 30)
+        crashed_before_commit = fake_stage(output, "t", 0, 10, 30)  # may still be in flight
+        other_partition = fake_stage(output, "t", 1, 0, 7)
+        other_topic = fake_stage(output, "t-0", 0, 0, 7)
 
-        removed = output.cleanup_orphans("t", 0, 10, committed.commit_metadata)
+        removed = output.cleanup_orphans("t", 0, 10, committed.commit_metadata, still_owner=owner)
 
-        assert removed == sorted([crashed_before_commit.name, rejected_zombie.name])
-        assert output.staged() == sorted([committed.name, other_partition.name, other_topic.name])
+        assert removed == [rejected_zombie.name]
+        assert output.staged() == sorted(
+            [committed.name, crashed_before_commit.name, other_partition.name, other_topic.name]
+        )
+        # Once the partition's commits pass it, the crashed attempt goes too.
+        later = fake_stage(output, "t", 0, 10, 40)
+        removed = output.cleanup_orphans("t", 0, 40, later.commit_metadata, still_owner=owner)
+        assert removed == sorted([committed.name, crashed_before_commit.name])
 
     def test_without_metadata_stages_ending_at_the_commit_are_kept(self, output):
         maybe_committed = fake_stage(output, "t", 0, 0, 10)
-        orphan = fake_stage(output, "t", 0, 10, 30)
-        assert output.cleanup_orphans("t", 0, 10) == [orphan.name]
+        orphan = fake_stage(output, "t", 0, 0, 7)
+        assert output.cleanup_orphans("t", 0, 10, still_owner=owner) == [orphan.name]
         assert output.staged() == [maybe_committed.name]
 
-    def test_after_recover_nothing_of_the_partition_is_left(self, output):
+    def test_nothing_is_deleted_before_the_first_commit(self, output):
+        fake_stage(output, "t", 0, 0, 7)
+        assert output.cleanup_orphans("t", 0, None, still_owner=owner) == []
+        assert len(output.staged()) == 1
+
+    def test_after_recover_only_attempts_past_the_commit_are_left(self, output):
         committed = fake_stage(output, "t", 0, 0, 10)
-        fake_stage(output, "t", 0, 10, 20)
+        fake_stage(output, "t", 0, 5, 10)
+        in_flight = fake_stage(output, "t", 0, 10, 20)
         output.recover("t", 0, 10, committed.commit_metadata)
-        output.cleanup_orphans("t", 0, 10, committed.commit_metadata)
-        assert output.staged("t", 0) == []
+        output.cleanup_orphans("t", 0, 10, committed.commit_metadata, still_owner=owner)
+        assert output.staged("t", 0) == [in_flight.name]
         assert output.published() == [committed.range]
+
+    def test_a_stale_former_owner_cannot_delete_its_successors_batch(self, output):
+        # Owner A read the commit (10, first), then stalled past its session. B took
+        # over at 10, staged [10, 30) and committed it, and is about to publish.
+        first = fake_stage(output, "t", 0, 0, 10)
+        output.publish(first)
+        successors = fake_stage(output, "t", 0, 10, 30)
+        # A resumes and cleans up with what it read before the pause; even if its
+        # lease check were wrong (a stall between check and delete), B's batch stays.
+        output.cleanup_orphans("t", 0, 10, first.commit_metadata, still_owner=owner)
+        assert successors.path.is_dir()
+        assert output.publish(successors).is_dir()
+        # And every later owner recovers the commit.
+        assert output.recover("t", 0, 30, successors.commit_metadata) is not None
+        assert output.check_published({("t", 0): (0, 30)})
+
+    def test_nothing_is_deleted_without_a_valid_lease(self, output):
+        committed = fake_stage(output, "t", 0, 0, 10)
+        orphan = fake_stage(output, "t", 0, 0, 7)
+        removed = output.cleanup_orphans(
+            "t", 0, 10, committed.commit_metadata, still_owner=lambda: False
+        )
+        assert removed == []
+        assert orphan.path.is_dir()
+
+    def test_the_lease_is_checked_right_before_each_deletion(self, output):
+        committed = fake_stage(output, "t", 0, 0, 10)
+        for _ in range(3):
+            fake_stage(output, "t", 0, 0, 7)
+        answers = iter([True, False, True])
+        removed = output.cleanup_orphans(
+            "t", 0, 10, committed.commit_metadata, still_owner=lambda: next(answers)
+        )
+        assert len(removed) == 1
+        assert len(output.staged("t", 0)) == 3
+
+
+class TestOutputLocation:
+    @pytest.mark.parametrize(
+        "root",
+        [
+            "s3a://bucket/agg",
+            "s3://bucket/agg",
+            "gs://b/agg",
+            "hdfs://nn:8020/agg",
+            "file:///tmp/agg",
+            "hdfs:/agg",
+        ],
+    )
+    def test_uris_are_refused_not_made_local_directories(self, tmp_path, monkeypatch, root):
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(ConfigurationError, match=r"output .* is a URI"):
+            PipelineOutput(root)
+        with pytest.raises(ConfigurationError):
+            PipelineOutput(Path(root))
+        assert list(tmp_path.iterdir()) == []
+
+    def test_a_relative_local_path_is_fine(self, tmp_path, monkeypatch):
+        monkeypatch.chdir(tmp_path)
+        PipelineOutput("agg")
+        assert (tmp_path / "agg" / "staging").is_dir()
 
 
 class TestCheckPublished:

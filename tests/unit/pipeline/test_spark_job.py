@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -17,7 +18,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from recipes.pipeline._output import PipelineOutput, PipelineOutputError, StagedBatch
+from coordination.errors import ConfigurationError
+from recipes.pipeline._output import (
+    PipelineOutput,
+    PipelineOutputError,
+    StagedBatch,
+    StagedFilesError,
+)
 from recipes.pipeline._spark import (
     DEFAULT_WINDOW_MS,
     MAX_ABS_VALUE,
@@ -26,6 +33,7 @@ from recipes.pipeline._spark import (
     parse_events,
     read_results,
     records_dataframe,
+    spark_session,
     stage_batch,
 )
 
@@ -112,8 +120,17 @@ def take_over(
     """What a new owner does on assignment; returns its generation and start offset."""
     generation = log.rebalance()
     output.recover(topic, partition, log.offset, log.metadata)
-    output.cleanup_orphans(topic, partition, log.offset, log.metadata)
+    cleanup(output, log, topic, partition)
     return generation, log.offset or 0
+
+
+def cleanup(
+    output: PipelineOutput, log: CommitLog, topic: str = "events", partition: int = 0
+) -> list[str]:
+    """The owner's orphan cleanup (its lease holds: these tests play no pauses)."""
+    return output.cleanup_orphans(
+        topic, partition, log.offset, log.metadata, still_owner=lambda: True
+    )
 
 
 def generate(n: int, seed: int, *, invalid_every: int = 0, skip_every: int = 0) -> list[Record]:
@@ -220,12 +237,13 @@ class TestExactlyOnce:
         log = CommitLog()
         generation, start = take_over(output, log)
         # Attempt 1 is written, but its commit times out on the client side
-        # (the request never reached the broker); the worker retries the batch.
+        # (the request never reached the broker); the worker retries the batch,
+        # leaving attempt 1 in staging since it cannot know it did not land.
         first = stage_batch(spark, output, batch_of(records, start, 300))
         second = stage_batch(spark, output, batch_of(records, start, 300))
         assert log.commit(generation, 300, second.commit_metadata)
         output.publish(second)
-        output.abandon(first)
+        assert cleanup(output, log) == [first.name]
         assert normalized(read_results(spark, output)) == normalized(expected_results(records))
         assert output.staged() == []
 
@@ -267,13 +285,14 @@ class TestExactlyOnce:
         # Died before the commit: the offset stays at None (start of the partition).
         generation, start = take_over(output, log)
         assert start == 0
-        assert not orphan.path.exists()
         staged = stage_batch(spark, output, batch_of(records, start, 200))
         assert log.commit(generation, 200, staged.commit_metadata)
         output.publish(staged)
+        # Kept until the partition's commits passed its range, then removed.
+        assert cleanup(output, log) == [orphan.name]
         assert normalized(read_results(spark, output)) == normalized(expected_results(records))
 
-    def test_zombie_whose_commit_is_rejected_abandons(self, spark: SparkSession, output):
+    def test_zombie_whose_commit_is_rejected_leaves_an_orphan(self, spark: SparkSession, output):
         records = generate(300, seed=6)
         log = CommitLog()
         zombie_generation, _ = take_over(output, log)
@@ -285,8 +304,9 @@ class TestExactlyOnce:
         assert log.commit(owner_generation, 300, owner.commit_metadata)
         output.publish(owner)
         assert not log.commit(zombie_generation, 200, zombie.commit_metadata)
-        output.abandon(zombie)
-        assert output.staged() == []
+        # The zombie deletes nothing; the owner's next (fenced) cleanup does.
+        assert output.staged() == [zombie.name]
+        assert cleanup(output, log) == [zombie.name]
         assert output.check_published({("events", 0): (0, 300)})
         assert normalized(read_results(spark, output)) == normalized(expected_results(records))
 
@@ -333,10 +353,54 @@ class TestExactlyOnce:
             output.publish(staged)
             start = end
         for zombie_generation, staged in zombies:
-            if not log.commit(zombie_generation, staged.range.end_offset, staged.commit_metadata):
-                output.abandon(staged)
+            assert not log.commit(
+                zombie_generation, staged.range.end_offset, staged.commit_metadata
+            )
+        cleanup(output, log)
+        assert output.staged() == []
         assert steps > 8
         assert output.check_published({("events", 0): (0, n)})
+        assert normalized(read_results(spark, output)) == normalized(expected_results(records))
+
+
+class TestCommitter:
+    def test_the_session_uses_the_version_1_file_output_committer(self, spark: SparkSession):
+        key = "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version"
+        assert spark.sparkContext.getConf().get(key) == "1"
+
+    @pytest.mark.parametrize("version", ["2", " 2", "0"])
+    def test_another_committer_algorithm_is_refused(self, spark: SparkSession, version):
+        key = "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version"
+        with pytest.raises(ConfigurationError, match=r"algorithm\.version"):
+            spark_session("local[2]", conf={key: version})
+
+    def test_a_duplicate_part_file_fails_the_stage(self, spark: SparkSession, output, monkeypatch):
+        # What version 2 of the committer can leave on a cluster: a task whose
+        # executor was lost mid-commit, retried, leaves its part file twice.
+        from pyspark.sql.readwriter import DataFrameWriter
+
+        write = DataFrameWriter.parquet
+
+        def write_twice(self: DataFrameWriter, path: str, *args: object, **kwargs: object) -> None:
+            write(self, path, *args, **kwargs)  # type: ignore[arg-type]
+            part = next(p for p in Path(path).iterdir() if p.name.startswith("part-"))
+            shutil.copy(part, part.with_name("part-00000-retry" + part.name[10:]))
+
+        monkeypatch.setattr(DataFrameWriter, "parquet", write_twice)
+        records = generate(50, seed=11)
+        with pytest.raises(StagedFilesError, match="duplicated or missing"):
+            stage_batch(spark, output, batch_of(records, 0, 50))
+        assert output.staged() == []
+
+    def test_readers_read_only_the_files_the_manifest_lists(self, spark: SparkSession, output):
+        records = generate(80, seed=12)
+        staged = stage_batch(spark, output, batch_of(records, 0, 80))
+        manifest = output.read_manifest(staged.path)
+        assert sum(manifest["files"].values()) == manifest["rows"] > 0
+        published = output.publish(staged)
+        # A stray copy appearing later (a late task attempt) is not read.
+        (part,) = [published / name for name in manifest["files"]]
+        shutil.copy(part, published / "part-99999-stray.snappy.parquet")
         assert normalized(read_results(spark, output)) == normalized(expected_results(records))
 
 

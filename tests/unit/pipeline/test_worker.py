@@ -1,0 +1,245 @@
+"""The worker's side of the protocol without a broker or Spark: failed commits, fenced cleanup.
+
+The group is a stand-in that keeps one committed offset per partition and can
+be told to lose a commit's response or to report an expired membership lease;
+Spark's stage is replaced by a directory with a manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from unittest.mock import MagicMock
+
+import pytest
+
+from coordination import Generation, OffsetAndMetadata
+from coordination.errors import CommitFailedError, CoordinationTimeoutError
+from recipes.partitioning import TopicPartition
+from recipes.pipeline import _worker
+from recipes.pipeline._output import OffsetRange, PipelineOutput, StagedBatch
+from recipes.pipeline._spark import Batch
+from recipes.pipeline._worker import PipelineWorker, WorkerEvent, _Partition
+
+ILLEGAL_GENERATION = 22
+TP = TopicPartition("t", 0)
+
+
+class Group:
+    """The group as the worker sees it: commits, committed offsets, the lease."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.committed: dict[tuple[str, int], OffsetAndMetadata] = {}
+        self.lease = 30.0
+        # Set to an exception to raise after the commit landed (its response lost)
+        # or, with ``lands`` False, instead of committing.
+        self.commit_error: BaseException | None = None
+        self.lands = True
+        self.on_fetch: Callable[[], None] | None = None
+
+    def generation(self) -> Generation:
+        return Generation(3, "member-1", "consumer")
+
+    def membership_lease(self) -> float:
+        return self.lease
+
+    def commit_offsets(
+        self, offsets: Mapping[tuple[str, int], OffsetAndMetadata], **_: Any
+    ) -> None:
+        if self.lands:
+            self.committed.update(offsets)
+        if self.commit_error is not None:
+            raise self.commit_error
+
+    def committed_offsets(
+        self, partitions: Iterable[tuple[str, int]], **_: Any
+    ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        result = {tp: self.committed.get(tp) for tp in partitions}
+        if self.on_fetch is not None:
+            self.on_fetch()
+        return result
+
+
+def fake_stage(
+    spark: object, output: PipelineOutput, batch: Batch, *, window_ms: int
+) -> StagedBatch:
+    path = output.new_staging_path(batch.range)
+    path.mkdir()
+    (path / "part-00000.parquet").write_bytes(b"PAR1 stand-in")
+    return output.finish_stage(
+        path, batch.range, records=len(batch.records), rejected_offsets=[], window_ms=window_ms
+    )
+
+
+def stage_at(output: PipelineOutput, start: int, end: int) -> StagedBatch:
+    batch = Batch(topic="t", partition=0, start_offset=start, end_offset=end, records=[])
+    return fake_stage(None, output, batch, window_ms=60_000)
+
+
+@pytest.fixture
+def events() -> list[WorkerEvent]:
+    return []
+
+
+@pytest.fixture
+def worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[WorkerEvent]
+) -> Iterator[PipelineWorker]:
+    w = PipelineWorker(
+        "g",
+        topic="t",
+        output=tmp_path / "out",
+        bootstrap_servers="localhost:1",
+        on_event=events.append,
+    )
+    membership = w.group
+    monkeypatch.setattr(w, "group", Group(membership.config))
+    monkeypatch.setattr(w, "_spark", object())
+    w._fetcher = MagicMock()
+    monkeypatch.setattr(_worker, "stage_batch", fake_stage)
+    yield w
+    membership.close()
+
+
+def group(worker: PipelineWorker) -> Group:
+    g = worker.group
+    assert isinstance(g, Group)
+    return g
+
+
+def owned(worker: PipelineWorker, start: int) -> _Partition:
+    part = _Partition(tp=TP, assigned_at=0.0, ready=True, start=start)
+    worker._parts[TP] = part
+    return part
+
+
+def process(worker: PipelineWorker, part: _Partition, start: int, end: int) -> None:
+    records = [(o, b"{}") for o in range(start, end)]
+    worker._in_flight = TP
+    worker._process(
+        part, Batch(topic="t", partition=0, start_offset=start, end_offset=end, records=records)
+    )
+
+
+class TestFailedCommit:
+    def test_a_commit_whose_response_was_lost_is_published_not_deleted(self, worker):
+        # The first attempt landed, its response was lost, and the engine's retry
+        # met a generation that had moved on: CommitFailedError for a commit that
+        # the group holds.
+        g = group(worker)
+        g.commit_error = CommitFailedError(ILLEGAL_GENERATION, group_id="g", api="OffsetCommit")
+        part = owned(worker, 0)
+        process(worker, part, 0, 10)
+        committed = g.committed[("t", 0)]
+        assert committed.offset == 10
+        # The batch the commit names is published; any later owner recovers it.
+        out = worker.output
+        assert out.published() == [
+            OffsetRange(topic="t", partition=0, start_offset=0, end_offset=10)
+        ]
+        assert out.recover("t", 0, committed.offset, committed.metadata) is not None
+        assert part.start == 10 and part.ready
+
+    @pytest.mark.parametrize(
+        "error",
+        [
+            CommitFailedError(ILLEGAL_GENERATION, group_id="g", api="OffsetCommit"),
+            CoordinationTimeoutError("OffsetCommit did not complete in time"),
+            RuntimeError("anything else"),
+        ],
+    )
+    def test_a_commit_that_did_not_land_leaves_the_batch_in_staging(self, worker, events, error):
+        g = group(worker)
+        g.commit_error, g.lands = error, False
+        part = owned(worker, 0)
+        process(worker, part, 0, 10)
+        assert ("t", 0) not in g.committed
+        assert len(worker.output.staged("t", 0)) == 1
+        assert worker.output.published() == []
+        assert not part.ready  # read again from the committed offset
+        assert [e["event"] for e in events] == ["abandoned"]
+
+    def test_a_commit_whose_outcome_cannot_be_fetched_leaves_the_batch(self, worker):
+        g = group(worker)
+        g.commit_error = CoordinationTimeoutError("OffsetCommit did not complete in time")
+
+        def unreachable() -> None:
+            raise CoordinationTimeoutError("OffsetFetch did not complete in time")
+
+        g.on_fetch = unreachable
+        part = owned(worker, 0)
+        process(worker, part, 0, 10)
+        # It landed, but the worker cannot know: the next owner's recover publishes it.
+        committed = g.committed[("t", 0)]
+        assert worker.output.staged("t", 0) == [committed.metadata]
+        assert worker.output.recover("t", 0, committed.offset, committed.metadata) is not None
+
+
+class TestFencedCleanup:
+    def prepare(self, worker: PipelineWorker) -> _Partition:
+        part = _Partition(tp=TP, assigned_at=0.0)
+        worker._parts[TP] = part
+        worker._prepare(part)
+        assert part.ready
+        return part
+
+    def test_a_former_owner_resuming_from_a_pause_keeps_its_successors_batch(self, worker):
+        # Worker A fetches the commit (10, first) and then stalls; meanwhile B owns
+        # the partition, stages [10, 30) and commits it. A resumes and recovers.
+        g = group(worker)
+        out = worker.output
+        first = stage_at(out, 0, 10)
+        out.publish(first)
+        g.committed[("t", 0)] = OffsetAndMetadata(10, first.commit_metadata)
+        successor = PipelineOutput(out.root)
+        successors: list[StagedBatch] = []
+
+        def b_takes_over() -> None:
+            successors.append(stage_at(successor, 10, 30))
+
+        g.on_fetch = b_takes_over
+        self.prepare(worker)
+        (staged,) = successors
+        assert staged.path.is_dir()
+        successor.publish(staged)
+        assert out.check_published({("t", 0): (0, 30)})
+
+    def test_an_expired_lease_deletes_nothing(self, worker):
+        g = group(worker)
+        out = worker.output
+        committed = stage_at(out, 0, 10)
+        orphan = stage_at(out, 0, 7)
+        g.committed[("t", 0)] = OffsetAndMetadata(10, committed.commit_metadata)
+        g.lease = worker._lease_margin_s  # not more than the margin: no longer safe
+        self.prepare(worker)
+        assert orphan.path.is_dir()
+        g.lease = 30.0
+        self.prepare(worker)
+        assert not orphan.path.exists()
+        assert out.staged() == []
+        assert out.published() == [committed.range]
+
+    def test_orphans_are_removed_once_commits_pass_them(self, worker):
+        g = group(worker)
+        out = worker.output
+        crashed = stage_at(out, 0, 8)  # a predecessor died before committing [0, 8)
+        part = self.prepare(worker)
+        assert crashed.path.is_dir()  # before any commit it may still be in flight
+        process(worker, part, 0, 12)
+        assert out.staged() == []
+        assert g.committed[("t", 0)].offset == 12
+
+    def test_the_lease_margin_must_leave_room(self, tmp_path):
+        from coordination.errors import ConfigurationError
+
+        with pytest.raises(ConfigurationError, match="lease_margin_ms"):
+            PipelineWorker(
+                "g",
+                topic="t",
+                output=tmp_path,
+                bootstrap_servers="localhost:1",
+                session_timeout_ms=10_000,
+                lease_margin_ms=10_000,
+            )
