@@ -10,10 +10,18 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+import kafka.errors as kafka_errors
 from typing_extensions import Self
 
 from coordination import Generation, OffsetAndMetadata
-from coordination.errors import ConfigurationError, CoordinationError, CoordinatorStateError
+from coordination.errors import (
+    ConfigurationError,
+    ConnectionFailedError,
+    CoordinationError,
+    CoordinationTimeoutError,
+    CoordinatorStateError,
+    broker_error,
+)
 
 from ._listener import RebalanceListener
 from ._partitioning import ConsumerPartitioning
@@ -37,6 +45,7 @@ FETCH_SETTINGS = frozenset(
         "value_deserializer",
         "receive_buffer_bytes",
         "send_buffer_bytes",
+        "bootstrap_timeout_ms",
     }
 )
 _POLL_SLICE_MS = 100  # the fetch lock is released this often so rebalances are not held up
@@ -75,10 +84,21 @@ class Consumer:
         :meth:`pause` and :meth:`resume` may be called from one user thread and from the
         listener's callbacks.
 
+    Positions:
+        Each owned partition has a position, the offset of the next record :meth:`poll`
+        returns: its committed offset when it is assigned (or, with none committed, where
+        ``auto_offset_reset`` says), then the offset after the last record returned.
+        :meth:`commit` commits these positions. The fetcher is kept at them: records fetched
+        but not returned (a partition paused meanwhile) are fetched again, never skipped.
+        A partition's records are returned only once its position is established; if
+        fetching the committed offsets fails during a rebalance, the rebalance's
+        completion is retried and the partition waits.
+
     Pause and resume:
-        Paused partitions return no records. As in Java, the EAGER protocol forgets all
-        paused state at each rebalance (everything is revoked), COOPERATIVE only that of the
-        revoked partitions.
+        Paused partitions are not fetched and return no records; :meth:`resume` goes on
+        from the record after the last one returned. As in Java, the EAGER protocol forgets
+        all paused state at each rebalance (everything is revoked), COOPERATIVE only that of
+        the revoked partitions.
     """
 
     def __init__(
@@ -101,7 +121,8 @@ class Consumer:
                 ``"earliest"`` or ``"latest"`` (Kafka ``auto.offset.reset``).
             **settings: group settings (see :class:`coordination.Coordinator`) and
                 kafka-python fetch settings (``max_poll_records``, ``fetch_max_wait_ms``,
-                ``isolation_level``, ``value_deserializer``, ...).
+                ``isolation_level``, ``value_deserializer``, ``bootstrap_timeout_ms``: how
+                long :meth:`start` waits for the cluster (default 30000), ...).
         """
         if auto_offset_reset not in ("earliest", "latest"):
             raise ConfigurationError(
@@ -126,7 +147,14 @@ class Consumer:
         }
         self._lock = threading.RLock()
         self._fetcher: Any = None
+        # Invariants, under self._lock: self._positions holds the owned partitions whose
+        # start is established; the fetcher is assigned (self._fetching) those that are not
+        # paused, and reads each from its position. kafka-python's own pause is not used:
+        # in 3.0.12 a partition paused and resumed there was never fetched again.
+        self._fetching: frozenset[TopicPartition] = frozenset()
         self._positions: dict[TopicPartition, int] = {}  # next offset to hand to the user
+        # Owned, but the start position is not established yet (not fetched meanwhile).
+        self._unpositioned: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
         self._closed = False
 
@@ -138,10 +166,15 @@ class Consumer:
         return self._group
 
     def start(self) -> None:
-        """Join the group in the background; returns at once (idempotent).
+        """Connect the fetcher, then join the group in the background (idempotent).
+
+        Waits for the cluster up to ``bootstrap_timeout_ms`` (default 30000).
 
         Raises:
             CoordinatorStateError: the consumer was closed.
+            ConnectionFailedError: the bootstrap servers could not be reached in time, or
+                refused the connection (TLS, SASL); the group was not joined.
+            ConfigurationError: kafka-python refused a fetch setting.
         """
         from kafka import KafkaConsumer
 
@@ -149,7 +182,10 @@ class Consumer:
             if self._closed:
                 raise CoordinatorStateError(f"consumer of group {self._group.group_id!r} is closed")
             if self._fetcher is None:
-                self._fetcher = KafkaConsumer(**self._fetch_config)
+                try:
+                    self._fetcher = KafkaConsumer(**self._fetch_config)
+                except (Exception, AssertionError) as e:
+                    raise self._fetcher_error(e, "connecting the fetcher") from e
         self._group.start()
 
     def close(self, timeout: float = 30.0) -> None:
@@ -158,8 +194,12 @@ class Consumer:
         with self._lock:
             self._closed = True
             if self._fetcher is not None:
-                self._fetcher.close()
-                self._fetcher = None
+                fetcher, self._fetcher = self._fetcher, None
+                self._fetching = frozenset()
+                try:
+                    fetcher.close()
+                except Exception as e:  # nothing is left to lose: say so and go on
+                    log.warning("group %s: closing the fetcher: %s", self._group.group_id, e)
 
     def __enter__(self) -> Self:
         self.start()
@@ -197,17 +237,33 @@ class Consumer:
                     raise CoordinatorStateError(
                         f"consumer of group {self._group.group_id!r} is closed"
                     )
-                fetched = self._fetcher.poll(
-                    timeout_ms=max(
-                        0, min(_POLL_SLICE_MS, int((deadline - time.monotonic()) * 1000))
+                try:
+                    fetched = self._fetcher.poll(
+                        timeout_ms=max(
+                            0, min(_POLL_SLICE_MS, int((deadline - time.monotonic()) * 1000))
+                        )
                     )
-                )
+                except (kafka_errors.KafkaError, OSError) as e:  # a deserializer's own errors pass
+                    raise self._fetcher_error(e, "Fetch") from e
                 owned = self._group.owned()
                 result: dict[TopicPartition, list[Any]] = {}
                 for ktp, records in fetched.items():
                     tp = TopicPartition(ktp.topic, ktp.partition)
-                    if tp not in owned or tp in self._paused or not records:
-                        continue  # revoked while the fetch was in flight
+                    position = self._positions.get(tp)
+                    if (
+                        not records
+                        or tp not in owned
+                        or tp not in self._fetching
+                        or tp in self._paused
+                        or position is None
+                    ):
+                        # Revoked or paused while the fetch was in flight. Not returned, so
+                        # self._positions stays; the fetcher starts there again on resume.
+                        continue
+                    if records[0].offset < position:  # already returned: never twice
+                        records = [r for r in records if r.offset >= position]
+                        if not records:
+                            continue
                     result[tp] = records
                     self._positions[tp] = records[-1].offset + 1
             if result or time.monotonic() >= deadline:
@@ -270,13 +326,25 @@ class Consumer:
         return {TopicPartition(*k): (v.offset if v else None) for k, v in found.items()}
 
     def pause(self, *partitions: TopicPartition) -> None:
-        """Stop returning records of these (owned) partitions until :meth:`resume`."""
+        """Stop fetching and returning records of these (owned) partitions until :meth:`resume`.
+
+        Partitions this consumer does not own are ignored.
+        """
         with self._lock:
-            self._paused |= {TopicPartition(*tp) for tp in partitions} & self._group.owned()
+            wanted = {TopicPartition(*tp) for tp in partitions} & self._group.owned()
+            self._paused |= wanted
+            self._reassign_fetcher()  # what was fetched for them is dropped with them
 
     def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch and return records of these paused partitions again.
+
+        Each goes on from its position (the record after the last one :meth:`poll`
+        returned), whatever was fetched while it was paused.
+        """
         with self._lock:
-            self._paused -= {TopicPartition(*tp) for tp in partitions}
+            wanted = {TopicPartition(*tp) for tp in partitions} & self._paused
+            self._paused -= wanted
+            self._reassign_fetcher()
 
     def paused(self) -> frozenset[TopicPartition]:
         with self._lock:
@@ -296,28 +364,119 @@ class Consumer:
         finally:
             with self._lock:
                 self._paused -= partitions
+                self._unpositioned -= partitions
                 for tp in partitions:
                     self._positions.pop(tp, None)
-                self._reassign_fetcher(self._group.owned() - partitions)
+                self._reassign_fetcher(resync=True)
 
     def _assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        """Start fetching the added partitions at their committed offsets.
+
+        Idempotent: when it raises (the OffsetFetch timed out), on_join_complete is retried
+        with the same assignment, and the partitions whose start position is not
+        established yet are still in self._unpositioned, so they are done then.
+        """
+        with self._lock:
+            owned = self._group.owned()
+            self._unpositioned = (self._unpositioned | partitions) & owned
+            todo = frozenset(self._unpositioned)
         committed = (
-            self._group.committed_offsets([(tp.topic, tp.partition) for tp in partitions])
-            if partitions
-            else {}
+            self._group.committed_offsets([(tp.topic, tp.partition) for tp in todo]) if todo else {}
         )
         with self._lock:
-            self._reassign_fetcher(self._group.owned())
-            for (topic, partition), om in committed.items():
-                tp = TopicPartition(topic, partition)
-                if om is not None and self._fetcher is not None:
-                    self._fetcher.seek(_kafka_tp(tp), om.offset)
-                    self._positions[tp] = om.offset
+            if todo and self._fetcher is not None and not self._closed:
+                try:
+                    # kafka-python finds a reset position only for an assigned partition.
+                    self._reassign_fetcher(extra=todo)
+                    for tp in sorted(todo):
+                        om = committed.get((tp.topic, tp.partition))
+                        self._positions[tp] = (
+                            om.offset if om is not None else self._reset_position(tp)
+                        )
+                except BaseException:
+                    # Not fetched until a retry establishes where to start.
+                    for tp in todo:
+                        self._positions.pop(tp, None)
+                    self._reassign_fetcher()
+                    raise
+                self._unpositioned -= todo
+                self._reassign_fetcher(resync=True)
         self._user_listener.on_partitions_assigned(partitions)
 
-    def _reassign_fetcher(self, partitions: frozenset[TopicPartition]) -> None:
-        if self._fetcher is not None and not self._closed:
-            self._fetcher.assign([_kafka_tp(tp) for tp in sorted(partitions)])
+    def _reset_position(self, tp: TopicPartition) -> int:
+        """Where auto_offset_reset starts a partition with no committed offset."""
+        timeout_ms = self._group.config.request_timeout_ms
+        try:
+            offset = self._fetcher.position(_kafka_tp(tp), timeout_ms=timeout_ms)
+        except (kafka_errors.KafkaError, OSError) as e:
+            raise self._fetcher_error(e, f"ListOffsets of {tp.topic}-{tp.partition}") from e
+        if offset is None:
+            raise CoordinationTimeoutError(
+                f"group {self._group.group_id!r}: the start offset of {tp.topic}-{tp.partition} "
+                f"(auto_offset_reset={self._fetch_config['auto_offset_reset']!r}) was not found "
+                f"within {timeout_ms} ms; the rebalance's completion is retried"
+            )
+        return int(offset)
+
+    def _reassign_fetcher(
+        self, *, extra: frozenset[TopicPartition] = frozenset(), resync: bool = False
+    ) -> None:
+        """Make the fetcher read the positioned, unpaused partitions, each from its position.
+
+        Args:
+            extra: also these (no position yet), to find where they start.
+            resync: seek the partitions the fetcher keeps too (after a rebalance), not only
+                those it gets, so that nothing can move them past a record not returned.
+        """
+        if self._fetcher is None or self._closed:
+            return
+        wanted = (frozenset(self._positions) - self._paused) | extra
+        if wanted != self._fetching:
+            added = wanted - self._fetching
+            # Kept partitions keep their fetch state (and what was fetched) in kafka-python.
+            self._fetcher.assign([_kafka_tp(tp) for tp in sorted(wanted)])
+            self._fetching = wanted
+        else:
+            added = frozenset()
+        for tp in sorted(wanted if resync else added):
+            position = self._positions.get(tp)
+            if position is not None:
+                self._fetcher.seek(_kafka_tp(tp), position)
+
+    def _fetcher_error(self, e: Exception, doing: str) -> CoordinationError:
+        """A kafka-python error of the fetcher as this library's, saying what to do."""
+        group = self._group.group_id
+        if isinstance(e, CoordinationError):
+            return e
+        errno = getattr(e, "errno", None)
+        if isinstance(e, kafka_errors.BrokerResponseError) and isinstance(errno, int):
+            return broker_error(errno, group_id=group, api=f"{doing} (the consumer's fetcher)")
+        if isinstance(
+            e, kafka_errors.KafkaConfigurationError | TypeError | ValueError | AssertionError
+        ):
+            return ConfigurationError(
+                f"group {group!r}: kafka-python refused the consumer's fetch settings: {e}"
+            )
+        servers = self._fetch_config.get("bootstrap_servers")
+        if not isinstance(
+            e,
+            kafka_errors.KafkaTimeoutError
+            | kafka_errors.KafkaConnectionError
+            | kafka_errors.SaslAuthenticationFailedError
+            | kafka_errors.AuthorizationError
+            | kafka_errors.IncompatibleBrokerVersion
+            | OSError,
+        ):
+            return CoordinationError(
+                f"group {group!r}: {doing} failed in kafka-python ({type(e).__name__}: {e}); "
+                f"bootstrap servers {servers!r}"
+            )
+        return ConnectionFailedError(
+            f"group {group!r}: {doing}: cannot reach the bootstrap servers {servers!r} "
+            f"({type(e).__name__}: {e}); check that they name running Kafka brokers reachable "
+            "from this host, with the right security_protocol, ssl_* and sasl_* settings "
+            "(bootstrap_timeout_ms says how long to wait for them)"
+        )
 
 
 class _Handover(RebalanceListener):
