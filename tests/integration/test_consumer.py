@@ -148,11 +148,14 @@ def test_a_paused_partition_goes_on_after_resume_without_losing_a_record(
         consumers, kafka, f"g-{topic}", topics=[topic], max_poll_records=5, fetch_max_wait_ms=50
     )
     got: dict[TopicPartition, list[Any]] = {held: [], flowing: []}
+    both = frozenset(got)
 
-    def poll_into(may_return: frozenset[TopicPartition] = frozenset({held, flowing})) -> None:
-        for tp, records in c.poll(timeout_ms=100).items():
-            assert tp in may_return, f"{tp} returned records while paused"
-            got[tp].extend(records)
+    def polled(tp: TopicPartition, n: int, unpaused: frozenset[TopicPartition] = both) -> bool:
+        """Poll once; True once ``tp`` has returned ``n`` records."""
+        for t, records in c.poll(timeout_ms=100).items():
+            assert t in unpaused, f"{t} returned records while paused"
+            got[t].extend(records)
+        return len(got[tp]) >= n
 
     def commit_checked() -> None:
         # A commit never passes a record poll() did not return.
@@ -162,21 +165,21 @@ def test_a_paused_partition_goes_on_after_resume_without_losing_a_record(
             assert offset is None or offset <= len(returned), (tp, offset, len(returned))
             assert returned[: offset or 0] == list(range(offset or 0))
 
-    wait_until(lambda: poll_into() or len(got[held]) >= 5, 30, "some records of partition 0")
+    wait_until(lambda: polled(held, 5), 30, "some records of partition 0")
     assert len(got[held]) < 40, "max_poll_records=5 should leave records to fetch"
     commit_checked()
     c.pause(held)
     produce(kafka, topic, 2, 20)  # records 40-59 of each partition
     wait_until(
-        lambda: poll_into(frozenset({flowing})) or len(got[flowing]) >= 60,
+        lambda: polled(flowing, 60, frozenset({flowing})),
         30,
         "the unpaused partition to keep flowing",
     )
     commit_checked()
     c.resume(held)
-    wait_until(lambda: poll_into() or len(got[held]) >= 60, 30, "the paused partition's rest")
+    wait_until(lambda: polled(held, 60), 30, "the paused partition's rest")
     for _ in range(5):  # and nothing more
-        poll_into()
+        polled(held, 60)
     for tp in (held, flowing):
         assert [r.offset for r in got[tp]] == list(range(60)), tp  # each once, in order
         values = [f"{tp.partition}-{i}".encode() for n in (40, 20) for i in range(n)]
