@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -61,6 +62,11 @@ _CLIENT_PREFIXES: Final = ("bootstrap_servers", "security_protocol", "ssl_", "sa
 _SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's rule for group.instance.id (JoinGroupRequest.validateGroupInstanceId): a topic-like name.
 _INSTANCE_ID = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+# Kafka's protocol writes strings with an int16 length: a longer id cannot be sent at all.
+_MAX_STRING_BYTES: Final = 32_767
+# host:port, host, [ipv6]:port
+_SERVER = re.compile(r"(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^\s:\[\]]+))(?::(?P<port>\d+))?")
+_TLS_FILES: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_crlfile")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +123,14 @@ class CoordinatorConfig:
     """Send LeaveGroup when a dynamic member closes, so the group rebalances at once instead of
     after the session timeout. Default True. Static members never send it (as in Kafka)."""
 
+    max_assignment_bytes: int = 1_000_000
+    """The most group state the leader sends: every member's metadata plus its assignment,
+    plus ids. Default 1000000. The broker stores it as one record of ``__consumer_offsets``,
+    which that topic's ``max.message.bytes`` limits (1048588 by default); a larger one is
+    refused with UNKNOWN_SERVER_ERROR, for ever. Above this limit the leader stops with
+    :class:`~coordination.errors.AssignmentError` instead. Raise it only together with the
+    broker's limit."""
+
     client_id: str = "coordination"
     """Client id sent with every request (Kafka ``client.id``). Default "coordination"."""
 
@@ -131,6 +145,13 @@ class CoordinatorConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.group_id, str) or not self.group_id.strip():
             raise ConfigurationError(f"group_id must be a non-empty string, got {self.group_id!r}")
+        for name in ("group_id", "client_id"):
+            size = len(str(getattr(self, name)).encode("utf-8", "surrogatepass"))
+            if size > _MAX_STRING_BYTES:
+                raise ConfigurationError(
+                    f"{name} is {size} bytes long; Kafka's protocol allows at most "
+                    f"{_MAX_STRING_BYTES} bytes (UTF-8): use a shorter {name}"
+                )
         if self.group_instance_id is not None and not _INSTANCE_ID.fullmatch(
             self.group_instance_id
         ):
@@ -145,6 +166,7 @@ class CoordinatorConfig:
             "retry_backoff_ms",
             "retry_backoff_max_ms",
             "request_timeout_ms",
+            "max_assignment_bytes",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -166,20 +188,23 @@ class CoordinatorConfig:
                 f"retry_backoff_max_ms ({self.retry_backoff_max_ms}) must not be below "
                 f"retry_backoff_ms ({self.retry_backoff_ms})"
             )
-        if not self.client_id:
-            raise ConfigurationError("client_id must be a non-empty string")
+        if not isinstance(self.client_id, str) or not self.client_id:
+            raise ConfigurationError(
+                f"client_id must be a non-empty string, got {self.client_id!r}"
+            )
         if "bootstrap_servers" not in self.connection:
             raise ConfigurationError(
                 "bootstrap_servers is required, e.g. bootstrap_servers='localhost:9092' "
                 "(`coordination broker` starts a local broker)"
             )
-        servers = self.connection["bootstrap_servers"]
-        if isinstance(servers, str):
-            servers = [servers]
-        if not servers or not all(isinstance(s, str) and s.strip() for s in servers):
-            raise ConfigurationError(
-                f"bootstrap_servers must be 'host:port' or a list of them, got {servers!r}"
-            )
+        _check_servers(self.connection["bootstrap_servers"])
+        for name in _TLS_FILES:
+            path = self.connection.get(name)
+            if path is not None and not (isinstance(path, str) and os.access(path, os.R_OK)):
+                raise ConfigurationError(
+                    f"{name}={path!r} is not a readable file: give the path of the "
+                    f"{'CA certificate' if name == 'ssl_cafile' else 'file'} in PEM format"
+                )
         protocol = self.connection.get("security_protocol", "PLAINTEXT")
         if protocol not in _SECURITY_PROTOCOLS:
             raise ConfigurationError(
@@ -214,3 +239,26 @@ class CoordinatorConfig:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ConfigurationError(f"unknown setting {key!r}{hint}")
         return cls(group_id=group_id, connection=connection, **engine)
+
+
+def _check_servers(given: Any) -> None:
+    """``bootstrap_servers``: 'host:port', 'h1:p1,h2:p2' or a list of 'host:port'."""
+    example = "e.g. bootstrap_servers='localhost:9092' or ['kafka-1:9092', 'kafka-2:9092']"
+    if isinstance(given, str):
+        servers = [s.strip() for s in given.split(",")]
+    elif isinstance(given, list | tuple) and all(isinstance(s, str) for s in given):
+        servers = [s.strip() for s in given]
+    else:
+        raise ConfigurationError(
+            f"bootstrap_servers must be a 'host:port' string or a list of them, got "
+            f"{given!r} ({type(given).__name__}); {example}"
+        )
+    if not servers or not all(servers):
+        raise ConfigurationError(f"bootstrap_servers has an empty entry: {given!r}; {example}")
+    for server in servers:
+        match = _SERVER.fullmatch(server)
+        port = match and match.group("port")
+        if match is None or (port is not None and not 0 < int(port) < 65536):
+            raise ConfigurationError(
+                f"bootstrap_servers entry {server!r} is not host:port (port 1-65535); {example}"
+            )

@@ -200,7 +200,8 @@ class Coordinator(abc.ABC):
         Raises:
             CoordinationTimeoutError: not stable in time; the member keeps trying.
             FatalBrokerError: the member stopped on an error a person must fix.
-            ConnectionFailedError: TLS or SASL was refused.
+            ConnectionFailedError: SASL authentication was refused. An unreachable
+                cluster (DNS, TCP, TLS) is retried; the timeout error says why.
             CoordinatorStateError: the member was closed.
         """
         self._engine.start()

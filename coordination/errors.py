@@ -6,7 +6,7 @@ Catch :class:`CoordinationError` to catch them all. The tree::
     ├── ConfigurationError (also ValueError)     a setting or argument is invalid
     ├── CoordinatorStateError (also RuntimeError) misuse: call after close, close from a callback
     ├── CoordinationTimeoutError (also TimeoutError) a blocking call ran out of time
-    ├── ConnectionFailedError                     bootstrap, TLS or SASL failure
+    ├── ConnectionFailedError                     authentication (SASL) refused
     ├── BrokerError                               the broker answered with an error code
     │   ├── RetriableBrokerError                  retried with backoff by the engine
     │   ├── RebalanceRequiredError                answered by a rejoin by the engine
@@ -77,7 +77,12 @@ class CoordinationTimeoutError(CoordinationError, TimeoutError):
 
 
 class ConnectionFailedError(CoordinationError):
-    """The brokers could not be reached or refused the connection (TLS, SASL)."""
+    """The brokers refused this client's credentials (SASL authentication).
+
+    An unreachable cluster (DNS, TCP, a refused TLS handshake) is not raised: the engine
+    keeps retrying, logs a WARNING naming the servers and the cause, and a blocking call's
+    :class:`CoordinationTimeoutError` says the bootstrap servers could not be reached and why.
+    """
 
 
 class ProtocolCodecError(CoordinationError):

@@ -64,6 +64,10 @@ log = logging.getLogger("coordination.member")
 _JOIN_TIMEOUT_LAPSE_S = 5.0
 # How often idle engine threads look at their stop flag even if nobody wakes them.
 _IDLE_WAIT_S = 1.0
+# What the broker stores per member besides metadata and assignment (client id, host, timeouts).
+_MEMBER_OVERHEAD = 128
+# How often a lasting failure to reach the cluster is logged at WARNING.
+_UNREACHABLE_WARN_EVERY_S = 30.0
 # How often a static member waiting out its takeover fence looks for a new rebalance.
 _FENCE_POLL_S = 0.1
 
@@ -163,6 +167,9 @@ class GroupMembership:
         # act on its assignment until its own lease ends, so this member's assignments take
         # effect no earlier than this (engine clock); None when there is nothing to wait for.
         self._takeover_fence_until: float | None = None
+        # When FindCoordinator began failing to get any answer, and when that was last logged.
+        self._unreachable_since: float | None = None
+        self._unreachable_warned_at: float | None = None
         # The generation and the send time of the last request whose success proved that the
         # broker counted this member (a JoinGroup, SyncGroup or Heartbeat): the broker's session
         # and join timers started no earlier than that, so it cannot have removed the member
@@ -331,6 +338,12 @@ class GroupMembership:
                     return
                 remaining = None if deadline is None else deadline - self._clock.monotonic()
                 if remaining is not None and remaining <= 0:
+                    if self._coordinator is None and self._unreachable_since is not None:
+                        raise CoordinationTimeoutError(
+                            f"{self._who()}: not stable after {timeout_s}s: the bootstrap "
+                            f"servers {self._config.connection.get('bootstrap_servers')} could "
+                            f"not be reached ({self._last_error}); the member keeps trying"
+                        )
                     raise CoordinationTimeoutError(
                         f"{self._who()}: not stable after {timeout_s}s (state "
                         f"{self._state.value}, coordinator {self._coordinator or 'unknown'}, "
@@ -481,11 +494,14 @@ class GroupMembership:
             if e.fatal:
                 self._fail(ConnectionFailedError(f"{self._who()}: {e}"))
             self._note_problem(f"FindCoordinator failed: {e}")
-            log.info("%s: FindCoordinator failed (%s); will retry", self._who(), e)
+            self._log_unreachable(e)
             return False
         code = response.error_code
         if code == ErrorCode.NONE:
             node = CoordinatorNode(response.node_id, response.host, response.port)
+            if self._unreachable_since is not None:
+                log.warning("%s: the cluster answers again", self._who())
+                self._unreachable_since = self._unreachable_warned_at = None
             with self._lock:
                 self._coordinator = node
                 self._timers.reset(self._clock.monotonic())
@@ -501,6 +517,25 @@ class GroupMembership:
         self._note_problem(str(error))
         log.info("%s: FindCoordinator returned %s; will retry", self._who(), error_name(code))
         return False
+
+    def _log_unreachable(self, e: TransportError) -> None:
+        """The first failure at INFO (a broker restart is routine); WARNING once it lasts."""
+        now = self._clock.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+            log.info("%s: FindCoordinator failed (%s); will retry", self._who(), e)
+            return
+        last = self._unreachable_warned_at
+        if last is None or now - last >= _UNREACHABLE_WARN_EVERY_S:
+            self._unreachable_warned_at = now
+            log.warning(
+                "%s: the cluster has been unreachable for %.0fs (bootstrap_servers %s): %s; "
+                "still retrying",
+                self._who(),
+                now - self._unreachable_since,
+                self._config.connection.get("bootstrap_servers"),
+                e,
+            )
 
     def _mark_coordinator_unknown(self, reason: str) -> None:
         with self._lock:
@@ -819,7 +854,24 @@ class GroupMembership:
             log.error("%s; rejoining after backoff", error)
             return _Failed(Reaction(Next.RETRY_BACKOFF), problem, generation, error)
         assert isinstance(plan, Mapping)
-        return tuple(sorted((k, bytes(v)) for k, v in plan.items()))
+        assignments = tuple(sorted((k, bytes(v)) for k, v in plan.items()))
+        size = sum(len(a) for _, a in assignments) + sum(
+            len(x.metadata) + len(x.member_id) + len(x.group_instance_id or "") + _MEMBER_OVERHEAD
+            for x in raw_members
+        )
+        limit = self._config.max_assignment_bytes
+        if size > limit:
+            # The broker would refuse to store it (UNKNOWN_SERVER_ERROR) at every attempt.
+            problem = (
+                f"the group state is {size} bytes ({len(raw_members)} members' metadata and "
+                f"assignments), above max_assignment_bytes={limit}: the broker stores it as one "
+                "record of __consumer_offsets and refuses larger ones. Assign less per group "
+                "(fewer partitions or members), or raise the offsets topic's max.message.bytes "
+                "and max_assignment_bytes together"
+            )
+            error = AssignmentError(f"{self._who()}: {problem}")
+            return _Failed(Reaction(Next.FATAL), problem, generation, error)
+        return assignments
 
     def _complete_join(self, joined: _Joined) -> bool:
         """Run on_join_complete for a finished sync. True if done (or no longer relevant)."""

@@ -17,7 +17,13 @@ from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
 from .._transport.base import TransportError
 from .._types import Generation, OffsetAndMetadata
-from ..errors import CommitFailedError, CoordinationTimeoutError, broker_error
+from ..errors import (
+    CommitFailedError,
+    ConnectionFailedError,
+    CoordinationError,
+    CoordinationTimeoutError,
+    broker_error,
+)
 from .classify import Reset
 
 if TYPE_CHECKING:
@@ -69,9 +75,12 @@ def commit(
     if not request.offsets:
         return
     deadline = engine.clock.monotonic() + timeout_s
+    # Set once an attempt got no answer: the broker may have applied it all the same.
+    maybe_applied = False
     while True:
         response = _send(engine, request, msg.OffsetCommitResponse, deadline, "OffsetCommit")
         if response is None:
+            maybe_applied = True
             continue
         codes = {code for _, _, code in response.partitions if code != ErrorCode.NONE}
         if not codes:
@@ -80,8 +89,27 @@ def commit(
         if fenced:
             code = min(fenced)
             engine.react_to_fenced_request(sent, _FENCED[ErrorCode(code)], "OffsetCommit", code)
+            if maybe_applied and _landed(engine, offsets, deadline):
+                # The earlier attempt was applied before the generation moved on; only its
+                # answer was lost. The group holds exactly these offsets: committed.
+                log.info(
+                    "group %r: OffsetCommit retry refused with %s, but the earlier attempt "
+                    "had been applied",
+                    cfg.group_id,
+                    error_name(code),
+                )
+                return
             raise CommitFailedError(
-                code, group_id=cfg.group_id, member_id=sent.member_id, api="OffsetCommit"
+                code,
+                group_id=cfg.group_id,
+                member_id=sent.member_id,
+                api="OffsetCommit"
+                + (
+                    " (an earlier attempt got no answer, and the group's committed offsets "
+                    "are not this commit's)"
+                    if maybe_applied
+                    else ""
+                ),
             )
         if codes & _FIND_COORDINATOR:
             engine.forget_coordinator(f"OffsetCommit returned {error_name(min(codes))}")
@@ -102,6 +130,23 @@ def commit(
             member_id=sent.member_id,
             api=f"OffsetCommit of {', '.join(failed)}",
         )
+
+
+def _landed(
+    engine: GroupMembership,
+    offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+    deadline: float,
+) -> bool:
+    """Whether the group's committed offsets are exactly ``offsets`` (read back to settle a
+    commit whose outcome is unknown)."""
+    try:
+        committed = fetch(engine, offsets, max(0.1, deadline - engine.clock.monotonic()))
+    except CoordinationError as e:
+        log.warning(
+            "group %r: could not read back the committed offsets: %s", engine.config.group_id, e
+        )
+        return False
+    return all(committed.get(tp) == om for tp, om in offsets.items())
 
 
 def fetch(
@@ -159,7 +204,7 @@ def _send(
         )
     except TransportError as e:
         if e.fatal:
-            raise
+            raise ConnectionFailedError(f"group {engine.config.group_id!r}: {api}: {e}") from e
         engine.forget_coordinator(f"{api} got no response: {e}")
         _backoff(engine, deadline, api, str(e))
         return None

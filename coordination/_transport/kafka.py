@@ -8,6 +8,8 @@ runs there, which is how both engine threads send requests.
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 import threading
 import types
 from typing import Any, TypeVar
@@ -26,6 +28,11 @@ log = logging.getLogger("coordination.transport")
 R = TypeVar("R", bound=m.Response)
 
 _GROUP_KEY_TYPE = 0  # FindCoordinator key type GROUP
+# One bootstrap attempt lasts at most this long, so a caller waiting with a timeout learns
+# why the cluster cannot be reached while it still waits (kafka-python keeps retrying inside).
+_BOOTSTRAP_ATTEMPT_S = 5.0
+# How long the diagnosis of a failed bootstrap may spend on each server.
+_PROBE_TIMEOUT_S = 2.0
 
 
 class KafkaTransport:
@@ -42,6 +49,9 @@ class KafkaTransport:
         self._bootstrap_lock = threading.Lock()
         self._closed = False
         self._servers = connection.get("bootstrap_servers")
+        self._tls: ssl.SSLContext | None = None
+        if str(connection.get("security_protocol", "PLAINTEXT")).endswith("SSL"):
+            self._tls = _tls_context(connection)
 
     # -- Transport -----------------------------------------------------------------
 
@@ -100,15 +110,20 @@ class KafkaTransport:
             if self._manager.bootstrapped:
                 return
             self._net.start()  # kafka-python's I/O thread; idempotent
+            attempt_s = min(max(1.0, timeout_s), _BOOTSTRAP_ATTEMPT_S)
             try:
-                self._manager.bootstrap(timeout_ms=max(1000, int(timeout_s * 1000)))
+                self._manager.bootstrap(timeout_ms=int(attempt_s * 1000))
             except (
                 kafka_errors.SaslAuthenticationFailedError,
                 kafka_errors.AuthorizationError,
             ) as e:
                 raise TransportError(f"authentication failed: {e}", fatal=True) from e
             except Exception as e:
-                raise TransportError(f"cannot reach bootstrap servers {self._servers}: {e}") from e
+                # kafka-python only says it could not bootstrap; find out why, server by server.
+                why = "; ".join(diagnose(server, self._tls) for server in _servers(self._servers))
+                raise TransportError(
+                    f"cannot reach bootstrap servers {_servers(self._servers)}: {why or e}"
+                ) from e
 
     def _coordinator_node_id(self, coordinator: CoordinatorNode) -> Any:
         # A dedicated node id gives the coordinator its own connection, apart from
@@ -300,3 +315,69 @@ def _offset_fetch(request: m.OffsetFetchRequest) -> Any:
         min_version=1,
         max_version=m.MAX_VERSIONS["OffsetFetch"],
     )
+
+
+def _servers(servers: Any) -> list[str]:
+    if isinstance(servers, str):
+        return [s.strip() for s in servers.split(",") if s.strip()]
+    return [str(s) for s in servers or ()]
+
+
+def _tls_context(connection: dict[str, Any]) -> ssl.SSLContext | None:
+    """The TLS context the connection settings describe, for diagnosis only."""
+    given = connection.get("ssl_context")
+    if isinstance(given, ssl.SSLContext):
+        return given
+    try:
+        context = ssl.create_default_context(cafile=connection.get("ssl_cafile"))
+        context.check_hostname = bool(connection.get("ssl_check_hostname", True))
+        if connection.get("ssl_certfile"):
+            context.load_cert_chain(
+                connection["ssl_certfile"],
+                connection.get("ssl_keyfile"),
+                connection.get("ssl_password"),
+            )
+    except (OSError, ssl.SSLError, ValueError):
+        return None  # the configuration check reports unreadable files
+    return context
+
+
+def diagnose(server: str, tls: ssl.SSLContext | None) -> str:
+    """Why ``server`` (``host:port``) cannot be used: DNS, TCP, then the TLS handshake."""
+    host, _, port_text = server.rpartition(":")
+    if not host:
+        host, port_text = server, "9092"
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except ValueError:
+        return f"{server}: not host:port"
+    except socket.gaierror as e:
+        return f"{server}: DNS lookup of {host!r} failed ({e.strerror})"
+    family, kind, proto, _, address = addresses[0]
+    try:
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(_PROBE_TIMEOUT_S)
+            sock.connect(address)
+            if tls is None:
+                return (
+                    f"{server}: the port accepts connections, but kafka-python could not bootstrap"
+                )
+            try:
+                with tls.wrap_socket(sock, server_hostname=host) as secured:
+                    secured.do_handshake()
+            except ssl.SSLCertVerificationError as e:
+                return f"{server}: TLS certificate not accepted ({e.verify_message})"
+            except (TimeoutError, ssl.SSLError, ConnectionError) as e:
+                return (
+                    f"{server}: TLS handshake failed ({e}); is this port a TLS listener? "
+                    "(security_protocol=SSL/SASL_SSL needs one)"
+                )
+            return f"{server}: TLS works, but kafka-python could not bootstrap"
+    except TimeoutError:
+        return f"{server}: no answer within {_PROBE_TIMEOUT_S:.0f}s (firewall, or wrong host?)"
+    except ConnectionRefusedError:
+        return f"{server}: connection refused (nothing listens on port {port})"
+    except OSError as e:
+        return f"{server}: {e.strerror or e}"

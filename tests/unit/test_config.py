@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -41,7 +42,7 @@ def test_defaults_follow_kafka() -> None:
             "unknown setting 'sesion_timeout_ms'; did you mean 'session_timeout_ms'",
         ),
         ({"security_protocol": "TLS"}, "security_protocol must be one of"),
-        ({"bootstrap_servers": ""}, "bootstrap_servers must be"),
+        ({"bootstrap_servers": ""}, "bootstrap_servers has an empty entry"),
     ],
 )
 def test_bad_settings_are_named(settings: dict[str, object], message: str) -> None:
@@ -71,13 +72,15 @@ def test_heartbeat_above_a_third_of_the_session_warns(caplog: pytest.LogCaptureF
     assert "above a third of session_timeout_ms" in caplog.text
 
 
-def test_tls_and_sasl_settings_pass_through_to_the_connection() -> None:
+def test_tls_and_sasl_settings_pass_through_to_the_connection(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
     c = config(
         security_protocol="SASL_SSL",
         sasl_mechanism="PLAIN",
         sasl_plain_username="u",
         sasl_plain_password="p",
-        ssl_cafile="/ca.pem",
+        ssl_cafile=str(ca),
     )
     assert c.connection == {
         **BASE,
@@ -85,18 +88,20 @@ def test_tls_and_sasl_settings_pass_through_to_the_connection() -> None:
         "sasl_mechanism": "PLAIN",
         "sasl_plain_username": "u",
         "sasl_plain_password": "p",
-        "ssl_cafile": "/ca.pem",
+        "ssl_cafile": str(ca),
     }
 
 
-def test_client_settings_are_what_a_second_client_of_the_cluster_needs() -> None:
+def test_client_settings_are_what_a_second_client_of_the_cluster_needs(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
     cfg = CoordinatorConfig.from_settings(
         "g",
         {
             "bootstrap_servers": "b:9093",
             "security_protocol": "SASL_SSL",
             "sasl_mechanism": "PLAIN",
-            "ssl_cafile": "/ca.pem",
+            "ssl_cafile": str(ca),
             "reconnect_backoff_ms": 10,
         },
     )
@@ -104,5 +109,5 @@ def test_client_settings_are_what_a_second_client_of_the_cluster_needs() -> None
         "bootstrap_servers": "b:9093",
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "PLAIN",
-        "ssl_cafile": "/ca.pem",
+        "ssl_cafile": str(ca),
     }
