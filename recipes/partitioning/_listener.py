@@ -17,7 +17,10 @@ class RebalanceListener:
       partitions that move away (then the member rejoins at once so that they can be given
       to their new owner), then :meth:`on_partitions_assigned` with only the added ones.
     * :meth:`on_partitions_assigned` is called after every rebalance, possibly with an
-      empty set.
+      empty set. If it raises, it is called again (after a backoff, the engine retrying
+      ``on_join_complete`` with the same assignment) with the same partitions, until it
+      returns or a new rebalance supersedes it; partitions still owned after that rebalance
+      are then announced with its assignment.
     * :meth:`on_partitions_lost` replaces "revoked" when the membership was taken away
       (session expired, fenced, generation lost): the partitions may already belong to
       another member, so nothing may be committed for them. By default it calls
