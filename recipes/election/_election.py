@@ -289,6 +289,10 @@ class LeaderElection:
             )
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ConfigurationError(f"priority must be an int, got {priority!r}")
+        if not -(2**63) <= priority < 2**63:
+            # Other members' decoders refuse metadata outside int64: this member would never
+            # take part in an election.
+            raise ConfigurationError(f"priority must fit in 64 bits (signed), got {priority}")
         if not isinstance(token_topic, str) or not token_topic:
             raise ConfigurationError(
                 f"token_topic must name an existing topic, got {token_topic!r}"

@@ -152,6 +152,7 @@ def test_bad_candidate_bytes_raise_a_codec_error(data: bytes) -> None:
     [
         ({"identity": ""}, "identity"),
         ({"identity": "x", "priority": "high"}, "priority"),
+        ({"identity": "x", "priority": 2**63}, "priority must fit in 64 bits"),
         ({"identity": "x", "lease_margin_ms": -1}, "lease_margin_ms"),
         ({"identity": "x", "lease_margin_ms": 45_000}, "must be below"),
     ],

@@ -27,7 +27,7 @@ def stable_leader(**settings: object) -> Harness:
     h = Harness(**settings)
     h.join_as_leader()
     # Keep the coordinator across a lost answer: no membership thread looks for it here.
-    h.engine.forget_coordinator = lambda reason: None  # type: ignore[method-assign]
+    h.engine.forget_coordinator = lambda reason: None  # type: ignore[method-assign,assignment]
     return h
 
 
@@ -75,7 +75,7 @@ def test_an_authentication_failure_during_a_commit_is_a_typed_error() -> None:
 
 def test_an_assignment_the_broker_cannot_store_stops_the_leader_with_a_clear_error() -> None:
     h = Harness(max_assignment_bytes=1000)
-    h.member.perform_assignment = lambda leader, protocol, members: {  # type: ignore[method-assign]
+    h.member.perform_assignment = lambda leader, protocol, members: {  # type: ignore[method-assign,assignment]
         x.member_id: b"x" * 2000 for x in members
     }
     h.prepare(
@@ -91,7 +91,7 @@ def test_an_assignment_the_broker_cannot_store_stops_the_leader_with_a_clear_err
 
 def test_an_assignment_within_the_limit_is_sent() -> None:
     h = Harness(max_assignment_bytes=5000)
-    h.member.perform_assignment = lambda leader, protocol, members: {  # type: ignore[method-assign]
+    h.member.perform_assignment = lambda leader, protocol, members: {  # type: ignore[method-assign,assignment]
         x.member_id: b"x" * 2000 for x in members
     }
     h.join_as_leader()
