@@ -27,7 +27,7 @@ def stable_leader(**settings: object) -> Harness:
     h = Harness(**settings)
     h.join_as_leader()
     # Keep the coordinator across a lost answer: no membership thread looks for it here.
-    h.engine.forget_coordinator = lambda reason: None  # type: ignore[method-assign,assignment]
+    h.engine.forget_coordinator = lambda reason: None  # type: ignore[method-assign]
     return h
 
 
