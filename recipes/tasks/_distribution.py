@@ -77,10 +77,14 @@ class TaskStopError(TaskError):
 class TaskStopTimeoutError(TaskStopError):
     """``stop_task`` did not return within ``stop_timeout_ms``.
 
-    While the worker keeps its place in the group it keeps reporting the task as its own,
-    so that no other worker starts it, until ``stop_task`` returns. When the worker loses
-    its place (membership lost, lease ran out) the group gives the task away regardless:
-    it may then run twice, and this error is the only trace of it.
+    Whatever the reason for the stop (revocation, removal, lost membership, the lease
+    watchdog, close), the worker keeps reporting the task as its own in every JoinGroup
+    until ``stop_task`` returns, so that the leader gives it to no other worker, and does
+    not start it again meanwhile; it rejoins when the stop returns. :meth:`close` waits for
+    such stops (up to half its timeout) before leaving. If the group removes the worker
+    while the stop still runs (its session expired, or close left after waiting in vain),
+    the group gives the task away regardless: it may then run twice, and this error is the
+    only trace of it.
     """
 
 
@@ -189,17 +193,23 @@ class TaskDistribution:
         ``start_task(task_id, spec)`` and ``stop_task(task_id)`` run on the group's
         membership thread, on the task source's thread (after a change), on the lease
         watchdog or on the thread calling :meth:`close`; never two ``start_task`` at once,
-        never a ``start_task`` while a ``stop_task`` runs. ``start_task`` must return
-        quickly (start a thread). ``stop_task`` calls for several tasks run in parallel,
-        one helper thread each, and must return within ``stop_timeout_ms``. Neither may
-        call :meth:`close`. ``on_task_error(task_id, error)`` runs on the thread that saw
+        never a ``start_task`` while a batch of stops is within its ``stop_timeout_ms``,
+        and never a ``start_task`` for a task whose ``stop_task`` has not returned (one that
+        overran may still run while other tasks start). ``start_task`` must return quickly
+        (start a thread). ``stop_task`` calls for several tasks run in parallel, one helper
+        thread each, and must return within ``stop_timeout_ms``. Neither may call
+        :meth:`close`. ``on_task_error(task_id, error)`` runs on the thread that saw
         the error.
 
     Guarantees:
         A task runs on at most one worker at a time, provided that ``stop_task`` returns
         within ``stop_timeout_ms`` and the host's clock does not run slower than the
         broker's by more than ``lease_margin_ms``. A task is started only by the worker the
-        leader assigned it to, after its previous owner reported it stopped. A worker that
+        leader assigned it to, after its previous owner reported it stopped. A worker
+        reports a task as its own in every JoinGroup from its assignment (waiting to start,
+        starting, running) until its ``stop_task`` has returned, however long that takes;
+        a stop that overruns can let the task run twice only if the group removes the
+        worker before the stop returns (see :class:`TaskStopTimeoutError`). A worker that
         cannot confirm its membership stops every task ``lease_margin_ms +
         stop_timeout_ms`` before the broker could have removed it (and so before the group
         can have given its tasks away): a network partition or a paused process (SIGSTOP,
@@ -306,6 +316,9 @@ class TaskDistribution:
         self._waiting: set[str] = set()  # assigned, waiting for the task set to catch up
         self._stopping: set[str] = set()  # stop_task called, not returned; reported as ours
         self._late: set[str] = set()  # stop_task overran the stop timeout
+        # The newest task-set version read whose change needs a rebalance (tasks added or
+        # removed, a weight changed): the worker is not settled before an assignment of it.
+        self._reassign_version = 0
         self._assignment: WorkerAssignment | None = None
         self._assigned_generation = -1
         self._view: GroupView | None = None
@@ -443,9 +456,12 @@ class TaskDistribution:
         """Start if needed; block until this worker is settled; return :meth:`describe`.
 
         Settled: the member is stable in a generation, its last assignment was applied
-        (status OK), it has nothing left to hand over, nothing waits for the task set to
-        catch up, and, on the leader, no task is moving between workers. Held tasks
-        (``delay_ms`` > 0) do not count as unsettled: they wait for their worker by design.
+        (status OK), it has nothing left to hand over, nothing waits to start or to stop,
+        that assignment covers every change to the task set this worker has read that needs
+        a rebalance (a task added or removed, a weight changed; a new config alone needs
+        none), and, on the leader, no task is moving between workers. A change this worker
+        has not read yet is not waited for. Held tasks (``delay_ms`` > 0) do not count as
+        unsettled: they wait for their worker by design.
 
         Raises:
             CoordinationTimeoutError: not settled within ``timeout`` seconds.
@@ -487,6 +503,7 @@ class TaskDistribution:
             and gen is not None
             and gen.generation_id == self._assigned_generation
             and a.status is AssignmentStatus.OK
+            and a.config_version >= self._reassign_version
             and not a.revoked
             and not self._waiting
             and not self._stopping
@@ -536,6 +553,10 @@ class TaskDistribution:
             old[t].weight != new[t].weight for t in old.keys() & new.keys()
         )
         with self._tasks_lock:
+            if reassign:
+                with self._lock:
+                    # Not settled until an assignment of this version (or newer) arrives.
+                    self._reassign_version = max(self._reassign_version, version)
             gone = [t for t in self._running if t not in new]
             if gone:
                 # Stopping is always safe; the leader's next round revokes them formally.

@@ -194,9 +194,10 @@ def test_tasks_added_changed_and_removed_through_a_compacted_topic(kafka: str, w
         for i in range(4):
             define(f"t{i}", {"weight": 1, "config": {"n": i}})
         group, events = new_group(), Events()
+        sources = [TopicTasks(topic) for _ in range(2)]
         pair = [
-            start_worker(workers, kafka, group, f"w{i}", events, tasks=TopicTasks(topic))
-            for i in range(2)
+            start_worker(workers, kafka, group, f"w{i}", events, tasks=source)
+            for i, source in enumerate(sources)
         ]
         wait_until(lambda: balanced(pair, {"t0", "t1", "t2", "t3"}), 30, "4 tasks on 2 workers")
         generation = pair[0].coordinator.generation().generation_id
@@ -230,9 +231,15 @@ def test_tasks_added_changed_and_removed_through_a_compacted_topic(kafka: str, w
         stops = events.of("stopped", task="t1")[stops_before:]
         assert [e["instance"] for e in stops] == [t1_owner.worker_id]
         wait_until(lambda: balanced(pair, {"t0", "t2", "t3", "t4"}), 20, "the new task set")
-        for w in pair:
+        # wait_stable() covers the changes a worker has read: wait until both have read the
+        # tombstone (7 records: the version is the next offset). Followers first: a follower
+        # learns of the leader's rebalance only from its next heartbeat, so right after the
+        # removal its last assignment still lists t1, and it must not count as settled.
+        wait_until(lambda: all(s.snapshot()[0] >= 7 for s in sources), 10, "both to read it")
+        for w in sorted(pair, key=lambda w: w.coordinator.is_leader):
             view = w.wait_stable(20)
-            assert view.config_version >= 7  # 6 records + the version is the next offset
+            assert view.config_version >= 7, (w.worker_id, view)
+            assert "t1" not in {t for ts in view.workers.values() for t in ts}, view
         assert_never_twice(events.items)
     finally:
         producer.close()

@@ -253,3 +253,28 @@ def test_a_task_restarted_for_its_new_config_is_reported_throughout(monkeypatch)
     assert w.calls[1:] == [("stop", "t"), ("stopped", "t"), ("start", "t")]
     assert reported == [{"t"}, {"t"}]
     assert w.d.running() == {"t"}
+
+
+# ------------------------------------------------------------------ settled
+
+
+def test_a_worker_is_not_settled_until_it_is_assigned_the_task_set_change_it_read() -> None:
+    source = StaticTasks({"a": 1.0, "b": 1.0}, version=6)
+    w = Worker(source)
+    w.rounds(plan("a", "b", version=6))
+    assert w.settled()
+
+    # A new config alone restarts the task here, without a rebalance: still settled.
+    source.update({"a": TaskSpec(1.0, "new"), "b": 1.0}, version=7)
+    assert w.settled()
+
+    # A removal is stopped at once, but the leader's round for it has not come yet: the
+    # last assignment (and describe()) still lists b.
+    source.update({"a": TaskSpec(1.0, "new")}, version=8)
+    assert w.d.running() == {"a"}
+    assert not w.settled()
+
+    w.rounds(plan("a", version=8))
+    assert w.settled()
+    view = w.d.describe()
+    assert view is not None and view.config_version == 8 and view.workers == {"w": ("a",)}
