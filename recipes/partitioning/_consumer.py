@@ -227,6 +227,8 @@ class Consumer:
 
         Raises:
             CoordinatorStateError: the consumer was closed.
+            ConnectionFailedError: the fetcher cannot reach the cluster (see :meth:`start`).
+            BrokerError: the broker refused the fetch (e.g. TOPIC_AUTHORIZATION_FAILED).
         """
         if self._fetcher is None:
             self.start()
