@@ -234,6 +234,18 @@ class GroupMembership:
     def transport(self) -> Transport:
         return self._transport
 
+    def find_coordinator(self, deadline: float) -> bool:
+        """Find the coordinator from any thread (e.g. for an offset request made in a
+        callback, while the membership thread cannot look). False if the deadline passed.
+
+        Raises:
+            CoordinatorStateError: the member is closing.
+        """
+        try:
+            return self.ensure_coordinator_ready(deadline)
+        except _Stopped:
+            raise CoordinatorStateError(f"{self._who()}: the member is closed") from None
+
     def forget_coordinator(self, reason: str) -> None:
         """Drop the coordinator (it moved or failed); the membership thread finds it again."""
         self._mark_coordinator_unknown(reason)

@@ -191,8 +191,13 @@ def _send(
     """One attempt; None after a transport failure or while no coordinator is known."""
     node = engine.coordinator
     if node is None:
-        # The membership thread is looking for it; wait for it rather than look twice.
-        _backoff(engine, deadline, api, "the group coordinator is not known yet")
+        # Look it up here: the caller may be the membership thread itself (a callback that
+        # commits or fetches offsets), which then cannot be looking for it.
+        if not engine.find_coordinator(deadline):
+            raise CoordinationTimeoutError(
+                f"group {engine.config.group_id!r}: {api} did not complete in time "
+                "(the group coordinator could not be found)"
+            )
         return None
     remaining = deadline - engine.clock.monotonic()
     try:

@@ -189,3 +189,16 @@ def test_an_unreadable_tls_file_is_a_configuration_error(tmp_path: object) -> No
         CoordinatorConfig.from_settings(
             "g", {"bootstrap_servers": "h:1", "ssl_cafile": "/no/such/ca.pem"}
         )
+
+
+def test_an_offset_request_finds_a_lost_coordinator_itself() -> None:
+    """A callback that commits runs on the membership thread, which then cannot look for the
+    coordinator: the commit must find it, not wait for a lookup that never comes."""
+    h = Harness()
+    h.join_as_leader()
+    h.prepare(TransportError("connection reset"), response_type=m.OffsetCommitResponse)
+    h.prepare(NODE)  # FindCoordinator, sent by the commit itself
+    h.prepare(committed(0, 0))
+    offsets.commit(h.engine, OFFSETS, None, 5)
+    assert len(h.transport.requests(m.FindCoordinatorRequest)) == 2  # the join's, the commit's
+    assert h.engine.coordinator is not None
