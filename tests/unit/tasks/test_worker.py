@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from recipes.tasks import (
     TaskSpec,
     TaskStopTimeoutError,
 )
-from recipes.tasks._assignor import WorkerAssignment, WorkerState
+from recipes.tasks._assignor import AssignmentStatus, WorkerAssignment, WorkerState
 from recipes.tasks._wire import decode_worker_metadata, encode_assignment
 
 NODE = m.FindCoordinatorResponse(error_code=0, node_id=1, host="127.0.0.1", port=9092)
@@ -94,7 +95,7 @@ class Worker:
         return self.blocked[task]
 
     def rounds(self, *plans: WorkerAssignment) -> None:
-        """Rebalance once per plan (a plan with revocations makes the worker rejoin at once)."""
+        """Rebalance once per plan; plans after the first need a rejoin (e.g. revocations)."""
         for p in plans:
             self.generation += 1
             self.transport.prepare(
@@ -278,3 +279,18 @@ def test_a_worker_is_not_settled_until_it_is_assigned_the_task_set_change_it_rea
     assert w.settled()
     view = w.d.describe()
     assert view is not None and view.config_version == 8 and view.workers == {"w": ("a",)}
+
+
+# ------------------------------------------------------------------ duplicate worker id
+
+
+def test_a_duplicate_worker_stops_what_runs_and_never_stops_what_did_not_start() -> None:
+    w = Worker(StaticTasks({"a": 1.0}, version=4))
+    w.rounds(plan("a", version=4))
+    w.rounds(plan("a", "b", version=5))  # b waits for version 5
+    assert w.d.running() == {"a"} and w.d._worker_state().owned == {"a", "b"}
+    w.rounds(replace(plan(), status=AssignmentStatus.DUPLICATE_WORKER_ID))
+    w.d._cancel_rejoin_timer()
+    assert w.calls == [("start", "a"), ("stop", "a"), ("stopped", "a")]
+    assert not w.errors
+    assert w.d._worker_state().owned == frozenset()
