@@ -310,7 +310,7 @@ class Coordinator(abc.ABC):
         """Counters and timings of this member."""
         return self._engine.metrics()
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float = 30.0, *, leave_group: bool = True) -> None:
         """Leave the group and stop (idempotent).
 
         Runs :meth:`on_leave_prepare`, then, for a dynamic member, sends LeaveGroup so the
@@ -318,10 +318,16 @@ class Coordinator(abc.ABC):
         which expires after ``session_timeout_ms`` unless it comes back. Then stops the
         engine's threads and closes the connections.
 
+        Args:
+            timeout: seconds for the whole close.
+            leave_group: False to not send LeaveGroup even for a dynamic member: when some
+                of its work may still run, the group then reassigns it only after the
+                session times out, not at once.
+
         Raises:
             CoordinatorStateError: called from a callback (it would wait for itself).
         """
-        self._engine.close(timeout)
+        self._engine.close(timeout, leave_group=leave_group)
 
     def __enter__(self) -> Self:
         self.start()

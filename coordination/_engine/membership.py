@@ -369,7 +369,7 @@ class GroupMembership:
             self._rejoin_requests += 1
             self._request_rejoin_locked(reason)
 
-    def close(self, timeout_s: float) -> None:
+    def close(self, timeout_s: float, *, leave_group: bool = True) -> None:
         """Leave the group (dynamic members), stop the threads, release the connections."""
         if threading.current_thread() in self._threads:
             raise CoordinatorStateError(
@@ -401,7 +401,7 @@ class GroupMembership:
                     self._who(),
                     timeout_s / 2,
                 )
-            if self._fatal is None and self._leave_prepared:
+            if self._fatal is None and self._leave_prepared and leave_group:
                 self._maybe_leave_group("the member is closing", deadline)
         finally:
             self._transport.close()

@@ -183,9 +183,9 @@ class ConsumerPartitioning(Coordinator):
                 self._watcher.start()
         super().start()
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float = 30.0, *, leave_group: bool = True) -> None:
         self._stop.set()
-        super().close(timeout)
+        super().close(timeout, leave_group=leave_group)
         self._metadata.close()
 
     # ------------------------------------------------------------------ the protocol

@@ -390,15 +390,17 @@ class TaskDistribution:
         self._stop_all("the worker is closing")
         late = self._wait_for_stops(deadline - timeout / 2)
         if late:
+            # Leaving now would give these tasks to other workers at once, while they still
+            # run here: stay in the group's books until the session times out instead.
             log.warning(
-                "worker %s: leaving the group while stop_task still runs for %s; the group "
-                "may now give them to other workers",
+                "worker %s: stop_task still runs for %s; closing without leaving the group, "
+                "which gives them to other workers only after session_timeout_ms",
                 self.worker_id,
                 sorted(late),
             )
         # on_leave_prepare stops whatever started meanwhile (nothing: closed workers start
         # nothing).
-        self._coordinator.close(max(0.0, deadline - time.monotonic()))
+        self._coordinator.close(max(0.0, deadline - time.monotonic()), leave_group=not late)
         self._stop_all("the worker is closing")
         self._source.close()
         if self._watchdog is not None:

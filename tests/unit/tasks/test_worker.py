@@ -206,7 +206,9 @@ def test_close_does_not_wait_for_an_overrunning_stop_beyond_half_its_timeout() -
     w.d.close(1.0)
     try:
         assert time.monotonic() - began < 1.0
-        assert len(w.transport.requests(m.LeaveGroupRequest)) == 1
+        # The task may still run here: no LeaveGroup, so the group gives it to another
+        # worker only after this one's session has timed out.
+        assert w.transport.requests(m.LeaveGroupRequest) == []
     finally:
         release.set()
 
