@@ -25,7 +25,9 @@ Catch :class:`CoordinationError` to catch them all. The tree::
 
 Broker errors carry ``code`` and ``error_name`` (Kafka's), ``group_id`` and
 ``member_id``; their message says what to do. :func:`broker_error` builds the
-right class for a code from the table at the end of this module.
+right class for a code from the engine's error table, which also says what the
+engine does about each code (coordination/_engine/classify.py, shown in
+docs/errors.md).
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ._protocol import error_codes as _codes
-from ._protocol.error_codes import ErrorCode as _Code
 
 __all__ = [
     "AssignmentError",
@@ -208,28 +209,11 @@ class UnsupportedVersionError(FatalBrokerError):
     hint = "Static membership (group_instance_id) needs Kafka 2.3 or newer; unset it or upgrade"
 
 
-# Kafka error code -> the class raised for it; codes not listed map to BrokerError.
-_REGISTRY: dict[int, type[BrokerError]] = {
-    _Code.FENCED_INSTANCE_ID: FencedInstanceError,
-    _Code.GROUP_AUTHORIZATION_FAILED: GroupAuthorizationError,
-    _Code.INCONSISTENT_GROUP_PROTOCOL: InconsistentGroupProtocolError,
-    _Code.INVALID_SESSION_TIMEOUT: InvalidSessionTimeoutError,
-    _Code.INVALID_GROUP_ID: InvalidGroupIdError,
-    _Code.GROUP_MAX_SIZE_REACHED: GroupMaxSizeReachedError,
-    _Code.UNSUPPORTED_VERSION: UnsupportedVersionError,
-    _Code.COORDINATOR_LOAD_IN_PROGRESS: RetriableBrokerError,
-    _Code.COORDINATOR_NOT_AVAILABLE: RetriableBrokerError,
-    _Code.NOT_COORDINATOR: RetriableBrokerError,
-    _Code.REQUEST_TIMED_OUT: RetriableBrokerError,
-    _Code.NETWORK_EXCEPTION: RetriableBrokerError,
-    _Code.REBALANCE_IN_PROGRESS: RebalanceRequiredError,
-    _Code.MEMBER_ID_REQUIRED: RebalanceRequiredError,
-    _Code.UNKNOWN_MEMBER_ID: MembershipLostError,
-    _Code.ILLEGAL_GENERATION: MembershipLostError,
-}
-
-
 def broker_error(code: int, *, group_id: str, member_id: str = "", api: str = "") -> BrokerError:
-    """Build the error class registered for ``code`` (``BrokerError`` for codes not listed)."""
-    cls = _REGISTRY.get(code, BrokerError)
+    """Build the error class the engine's error table gives ``code`` (``BrokerError`` for
+    codes it does not list)."""
+    # The table (coordination/_engine/classify.py) refers to the classes above.
+    from ._engine.classify import error_class
+
+    cls = error_class(code)
     return cls(code, group_id=group_id, member_id=member_id, api=api)

@@ -1,13 +1,21 @@
-"""What the engine does about each error code, per request: one table, not scattered ifs.
+"""What the engine does about each error code: one table, a row per code.
 
-Each row follows the branch of Kafka's reference client
+A row names the code, the error class raised for it (``errors.broker_error``
+builds it from here, and the class says whether the code is retriable) and the
+reaction of each request to it. A request that leaves a code out reacts as it
+does to any code it does not list (``DEFAULTS``). docs/errors.md shows this
+table; a unit test keeps the two the same (``markdown_table``).
+
+The reactions follow the branches of Kafka's reference client
 (``AbstractCoordinator``'s ``JoinGroupResponseHandler``,
 ``SyncGroupResponseHandler``, ``HeartbeatResponseHandler``,
-``FindCoordinatorResponseHandler``). One deliberate difference: for a code
-the table does not list, Kafka raises a generic exception to the caller of
-``poll()``, who usually polls again. This engine has no caller in the loop, so
-it logs the error and retries with backoff instead of stopping the member;
-only the codes a person must act on are fatal.
+``FindCoordinatorResponseHandler``; ``ConsumerCoordinator``'s
+``OffsetCommitResponseHandler`` and ``OffsetFetchResponseHandler``). One
+deliberate difference: for a code the membership requests do not list, Kafka
+raises a generic exception to the caller of ``poll()``, who usually polls
+again. This engine has no caller in the loop, so it logs the error and retries
+with backoff instead of stopping the member; only the codes a person must act
+on are fatal. Offset commits and fetches do have a caller: they raise to it.
 """
 
 from __future__ import annotations
@@ -17,19 +25,59 @@ from dataclasses import dataclass
 from typing import Final
 
 from .._protocol.error_codes import ErrorCode as E
+from ..errors import (
+    BrokerError,
+    FencedInstanceError,
+    GroupAuthorizationError,
+    GroupMaxSizeReachedError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    MembershipLostError,
+    RebalanceRequiredError,
+    RetriableBrokerError,
+    UnsupportedVersionError,
+)
+
+
+class Api(enum.Enum):
+    """A request that can fail with an error code; the value is Kafka's name for it."""
+
+    FIND_COORDINATOR = "FindCoordinator"
+    JOIN_GROUP = "JoinGroup"
+    SYNC_GROUP = "SyncGroup"
+    HEARTBEAT = "Heartbeat"
+    LEAVE_GROUP = "LeaveGroup"
+    OFFSET_COMMIT = "OffsetCommit"
+    OFFSET_FETCH = "OffsetFetch"
 
 
 class Next(enum.Enum):
     """What to do after an error."""
 
     RETRY_NOW = "retry now"
-    """Send the join again at once (the broker expects it)."""
+    """(JoinGroup, SyncGroup) send the join again at once (the broker expects it)."""
+    RETRY_WITH_MEMBER_ID = "retry with the given member id"
+    """(JoinGroup) store the member id the response carries, join again at once (KIP-394)."""
     RETRY_BACKOFF = "retry after backoff"
-    """Wait ``retry_backoff_ms`` (growing exponentially), then try again."""
+    """Wait ``retry_backoff_ms`` (growing exponentially for the membership requests), then
+    try again."""
     FIND_COORDINATOR = "find the coordinator"
     """Forget the coordinator, disconnect, find it again, then retry."""
     REJOIN = "rejoin"
-    """(Heartbeat) leave the stable state and join again."""
+    """(Heartbeat) leave the stable state and join again, if the generation is unchanged."""
+    REJOIN_IF_STABLE = "rejoin if stable"
+    """(Heartbeat) the group is rebalancing: the session is alive (it counts as a successful
+    heartbeat); a STABLE member rejoins, one that is joining carries on."""
+    FENCED_COMMIT = "fenced commit"
+    """(OffsetCommit) nothing was committed: raise ``CommitFailedError``, reset as the
+    reaction says and rejoin, as a heartbeat with the same answer would (unless the
+    generation has moved on already)."""
+    RAISE = "raise"
+    """(OffsetCommit, OffsetFetch) raise the code's error class to the caller; the member
+    carries on."""
+    IGNORE = "ignore"
+    """(LeaveGroup) log and carry on: the member is leaving anyway, its session expires."""
     FATAL = "fatal"
     """Stop the member and raise a typed error to the user."""
 
@@ -50,77 +98,291 @@ class Reaction:
     reset: Reset = Reset.NOTHING
 
 
-_BACKOFF: Final = Reaction(Next.RETRY_BACKOFF)
-_REDISCOVER: Final = Reaction(Next.FIND_COORDINATOR)
-_FATAL: Final = Reaction(Next.FATAL)
-_FATAL_RESET: Final = Reaction(Next.FATAL, Reset.MEMBER)
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One error code: the class raised for it and each request's reaction (None: the
+    request does not list the code and reacts as to any other, see ``DEFAULTS``)."""
 
-FIND_COORDINATOR: Final[dict[int, Reaction]] = {
-    E.GROUP_AUTHORIZATION_FAILED: _FATAL,
-    E.INVALID_REQUEST: _FATAL,
-    # COORDINATOR_NOT_AVAILABLE (e.g. __consumer_offsets being created on a fresh cluster),
-    # NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS and anything else: back off and ask again.
+    code: E
+    error: type[BrokerError] = BrokerError
+    find_coordinator: Reaction | None = None
+    join_group: Reaction | None = None
+    sync_group: Reaction | None = None
+    heartbeat: Reaction | None = None
+    leave_group: Reaction | None = None
+    offset_commit: Reaction | None = None
+    offset_fetch: Reaction | None = None
+
+    @property
+    def name(self) -> str:
+        return self.code.name
+
+    @property
+    def retriable(self) -> bool:
+        return self.error.retriable
+
+    def listed(self, api: Api) -> Reaction | None:
+        """This code's own reaction for ``api``; None if ``api`` does not list it."""
+        return {
+            Api.FIND_COORDINATOR: self.find_coordinator,
+            Api.JOIN_GROUP: self.join_group,
+            Api.SYNC_GROUP: self.sync_group,
+            Api.HEARTBEAT: self.heartbeat,
+            Api.LEAVE_GROUP: self.leave_group,
+            Api.OFFSET_COMMIT: self.offset_commit,
+            Api.OFFSET_FETCH: self.offset_fetch,
+        }[api]
+
+
+BACKOFF: Final = Reaction(Next.RETRY_BACKOFF)
+REDISCOVER: Final = Reaction(Next.FIND_COORDINATOR)
+RETRY_NOW: Final = Reaction(Next.RETRY_NOW)
+FATAL: Final = Reaction(Next.FATAL)
+FATAL_RESET: Final = Reaction(Next.FATAL, Reset.MEMBER)
+RAISE: Final = Reaction(Next.RAISE)
+IGNORE: Final = Reaction(Next.IGNORE)
+
+# What each request does about a code it does not list (see the module docstring).
+DEFAULTS: Final[dict[Api, Reaction]] = {
+    Api.FIND_COORDINATOR: BACKOFF,
+    Api.JOIN_GROUP: BACKOFF,
+    Api.SYNC_GROUP: BACKOFF,
+    Api.HEARTBEAT: BACKOFF,
+    # Best effort: errors are logged and ignored.
+    Api.LEAVE_GROUP: IGNORE,
+    Api.OFFSET_COMMIT: RAISE,
+    Api.OFFSET_FETCH: RAISE,
 }
-FIND_COORDINATOR_DEFAULT: Final = _BACKOFF
 
-JOIN_GROUP: Final[dict[int, Reaction]] = {
-    E.COORDINATOR_LOAD_IN_PROGRESS: _BACKOFF,
-    E.UNKNOWN_MEMBER_ID: Reaction(Next.RETRY_NOW, Reset.MEMBER),
-    E.ILLEGAL_GENERATION: Reaction(Next.RETRY_NOW, Reset.GENERATION),
-    E.COORDINATOR_NOT_AVAILABLE: _REDISCOVER,
-    E.NOT_COORDINATOR: _REDISCOVER,
-    E.FENCED_INSTANCE_ID: _FATAL_RESET,
-    E.INCONSISTENT_GROUP_PROTOCOL: _FATAL,
-    E.INVALID_SESSION_TIMEOUT: _FATAL,
-    E.INVALID_GROUP_ID: _FATAL,
-    E.GROUP_AUTHORIZATION_FAILED: _FATAL,
-    E.GROUP_MAX_SIZE_REACHED: _FATAL,
-    E.UNSUPPORTED_VERSION: _FATAL,
-    # KIP-394: the engine stores the member id from the response, then rejoins at once.
-    E.MEMBER_ID_REQUIRED: Reaction(Next.RETRY_NOW),
-    # "could indicate a replication timeout on the broker": just join again.
-    E.REBALANCE_IN_PROGRESS: Reaction(Next.RETRY_NOW),
+# The reactions each request's handler implements; a unit test holds the table to them.
+HANDLED: Final[dict[Api, frozenset[Next]]] = {
+    Api.FIND_COORDINATOR: frozenset({Next.RETRY_BACKOFF, Next.FATAL}),
+    Api.JOIN_GROUP: frozenset(
+        {
+            Next.RETRY_NOW,
+            Next.RETRY_WITH_MEMBER_ID,
+            Next.RETRY_BACKOFF,
+            Next.FIND_COORDINATOR,
+            Next.FATAL,
+        }
+    ),
+    Api.SYNC_GROUP: frozenset(
+        {Next.RETRY_NOW, Next.RETRY_BACKOFF, Next.FIND_COORDINATOR, Next.FATAL}
+    ),
+    Api.HEARTBEAT: frozenset(
+        {
+            Next.RETRY_BACKOFF,
+            Next.FIND_COORDINATOR,
+            Next.REJOIN,
+            Next.REJOIN_IF_STABLE,
+            Next.FATAL,
+        }
+    ),
+    Api.LEAVE_GROUP: frozenset({Next.IGNORE}),
+    Api.OFFSET_COMMIT: frozenset(
+        {Next.FENCED_COMMIT, Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}
+    ),
+    Api.OFFSET_FETCH: frozenset({Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}),
 }
 
-SYNC_GROUP: Final[dict[int, Reaction]] = {
-    E.GROUP_AUTHORIZATION_FAILED: _FATAL,
-    E.REBALANCE_IN_PROGRESS: Reaction(Next.RETRY_NOW),
-    E.FENCED_INSTANCE_ID: _FATAL_RESET,
-    E.UNKNOWN_MEMBER_ID: Reaction(Next.RETRY_NOW, Reset.MEMBER),
-    E.ILLEGAL_GENERATION: Reaction(Next.RETRY_NOW, Reset.GENERATION),
-    E.COORDINATOR_NOT_AVAILABLE: _REDISCOVER,
-    E.NOT_COORDINATOR: _REDISCOVER,
-    E.COORDINATOR_LOAD_IN_PROGRESS: _BACKOFF,
-    E.INCONSISTENT_GROUP_PROTOCOL: _FATAL,
-}
+POLICIES: Final[tuple[Policy, ...]] = (
+    # The coordinator moved, is starting, or is busy.
+    Policy(
+        E.COORDINATOR_NOT_AVAILABLE,
+        RetriableBrokerError,
+        # On a fresh cluster while __consumer_offsets is being created: ask again.
+        find_coordinator=BACKOFF,
+        join_group=REDISCOVER,
+        sync_group=REDISCOVER,
+        heartbeat=REDISCOVER,
+        offset_commit=REDISCOVER,
+        offset_fetch=REDISCOVER,
+    ),
+    Policy(
+        E.NOT_COORDINATOR,
+        RetriableBrokerError,
+        find_coordinator=BACKOFF,
+        join_group=REDISCOVER,
+        sync_group=REDISCOVER,
+        heartbeat=REDISCOVER,
+        offset_commit=REDISCOVER,
+        offset_fetch=REDISCOVER,
+    ),
+    Policy(
+        E.COORDINATOR_LOAD_IN_PROGRESS,
+        RetriableBrokerError,
+        join_group=BACKOFF,
+        sync_group=BACKOFF,
+        heartbeat=BACKOFF,
+        offset_commit=BACKOFF,
+        offset_fetch=BACKOFF,
+    ),
+    Policy(E.REQUEST_TIMED_OUT, RetriableBrokerError, offset_commit=BACKOFF, offset_fetch=BACKOFF),
+    Policy(E.NETWORK_EXCEPTION, RetriableBrokerError, offset_commit=BACKOFF, offset_fetch=BACKOFF),
+    # OffsetFetch (require_stable): a transaction holding offsets for the partition is open.
+    Policy(
+        E.UNSTABLE_OFFSET_COMMIT, RetriableBrokerError, offset_commit=BACKOFF, offset_fetch=BACKOFF
+    ),
+    # The group is rebalancing, or this member's place in it is gone.
+    Policy(
+        E.MEMBER_ID_REQUIRED,
+        RebalanceRequiredError,
+        join_group=Reaction(Next.RETRY_WITH_MEMBER_ID),
+    ),
+    Policy(
+        E.REBALANCE_IN_PROGRESS,
+        RebalanceRequiredError,
+        # JoinGroup: "could indicate a replication timeout on the broker": just join again.
+        join_group=RETRY_NOW,
+        sync_group=RETRY_NOW,
+        heartbeat=Reaction(Next.REJOIN_IF_STABLE),
+        offset_commit=Reaction(Next.FENCED_COMMIT),
+    ),
+    Policy(
+        E.ILLEGAL_GENERATION,
+        MembershipLostError,
+        join_group=Reaction(Next.RETRY_NOW, Reset.GENERATION),
+        sync_group=Reaction(Next.RETRY_NOW, Reset.GENERATION),
+        heartbeat=Reaction(Next.REJOIN, Reset.GENERATION),
+        offset_commit=Reaction(Next.FENCED_COMMIT, Reset.GENERATION),
+    ),
+    Policy(
+        E.UNKNOWN_MEMBER_ID,
+        MembershipLostError,
+        join_group=Reaction(Next.RETRY_NOW, Reset.MEMBER),
+        sync_group=Reaction(Next.RETRY_NOW, Reset.MEMBER),
+        heartbeat=Reaction(Next.REJOIN, Reset.MEMBER),
+        offset_commit=Reaction(Next.FENCED_COMMIT, Reset.MEMBER),
+    ),
+    # Fatal to the member: a person must act.
+    Policy(
+        E.FENCED_INSTANCE_ID,
+        FencedInstanceError,
+        join_group=FATAL_RESET,
+        sync_group=FATAL_RESET,
+        heartbeat=FATAL_RESET,
+        # Like Kafka, a commit resets nothing: the member asks to rejoin, and the
+        # JoinGroup's answer (FENCED_INSTANCE_ID, fatal) stops it.
+        offset_commit=Reaction(Next.FENCED_COMMIT),
+    ),
+    Policy(
+        E.GROUP_AUTHORIZATION_FAILED,
+        GroupAuthorizationError,
+        find_coordinator=FATAL,
+        join_group=FATAL,
+        sync_group=FATAL,
+        heartbeat=FATAL,
+    ),
+    Policy(
+        E.INCONSISTENT_GROUP_PROTOCOL,
+        InconsistentGroupProtocolError,
+        join_group=FATAL,
+        sync_group=FATAL,
+    ),
+    Policy(E.INVALID_SESSION_TIMEOUT, InvalidSessionTimeoutError, join_group=FATAL),
+    Policy(E.INVALID_GROUP_ID, InvalidGroupIdError, join_group=FATAL),
+    Policy(E.GROUP_MAX_SIZE_REACHED, GroupMaxSizeReachedError, join_group=FATAL),
+    Policy(E.UNSUPPORTED_VERSION, UnsupportedVersionError, join_group=FATAL),
+    # FindCoordinator: a malformed request will not get better (Kafka throws it too).
+    Policy(E.INVALID_REQUEST, find_coordinator=FATAL),
+    # Known codes with no reaction of their own: every request reacts as to any other code.
+    Policy(E.UNKNOWN_SERVER_ERROR),
+    Policy(E.UNKNOWN_TOPIC_OR_PARTITION),
+    Policy(E.OFFSET_METADATA_TOO_LARGE),
+    Policy(E.INVALID_COMMIT_OFFSET_SIZE),
+    Policy(E.TOPIC_AUTHORIZATION_FAILED),
+    Policy(E.NON_EMPTY_GROUP),
+    Policy(E.GROUP_ID_NOT_FOUND),
+)
 
-HEARTBEAT: Final[dict[int, Reaction]] = {
-    E.COORDINATOR_NOT_AVAILABLE: _REDISCOVER,
-    E.NOT_COORDINATOR: _REDISCOVER,
-    E.COORDINATOR_LOAD_IN_PROGRESS: _BACKOFF,
-    # Counts as a successful heartbeat; rejoin only if this member thought it was stable.
-    E.REBALANCE_IN_PROGRESS: Reaction(Next.REJOIN),
-    E.ILLEGAL_GENERATION: Reaction(Next.REJOIN, Reset.GENERATION),
-    E.UNKNOWN_MEMBER_ID: Reaction(Next.REJOIN, Reset.MEMBER),
-    E.FENCED_INSTANCE_ID: _FATAL_RESET,
-    E.GROUP_AUTHORIZATION_FAILED: _FATAL,
-}
+BY_CODE: Final[dict[int, Policy]] = {p.code: p for p in POLICIES}
 
-# Codes not in a table: log and retry with backoff (see the module docstring).
-UNLISTED: Final = _BACKOFF
+
+def reaction(api: Api, code: int) -> Reaction:
+    """What ``api`` does when it fails with ``code``."""
+    policy = BY_CODE.get(code)
+    listed = policy.listed(api) if policy is not None else None
+    return listed if listed is not None else DEFAULTS[api]
+
+
+def error_class(code: int) -> type[BrokerError]:
+    """The class raised for ``code`` (``BrokerError`` for codes not in the table)."""
+    policy = BY_CODE.get(code)
+    return policy.error if policy is not None else BrokerError
+
+
+# Per request, the codes it lists; older names, kept for the engine and its tests.
+def _column(api: Api) -> dict[int, Reaction]:
+    return {p.code: r for p in POLICIES if (r := p.listed(api)) is not None}
+
+
+FIND_COORDINATOR: Final = _column(Api.FIND_COORDINATOR)
+JOIN_GROUP: Final = _column(Api.JOIN_GROUP)
+SYNC_GROUP: Final = _column(Api.SYNC_GROUP)
+HEARTBEAT: Final = _column(Api.HEARTBEAT)
+FIND_COORDINATOR_DEFAULT: Final = DEFAULTS[Api.FIND_COORDINATOR]
+UNLISTED: Final = DEFAULTS[Api.JOIN_GROUP]
 
 
 def join_group(code: int) -> Reaction:
-    return JOIN_GROUP.get(code, UNLISTED)
+    return reaction(Api.JOIN_GROUP, code)
 
 
 def sync_group(code: int) -> Reaction:
-    return SYNC_GROUP.get(code, UNLISTED)
+    return reaction(Api.SYNC_GROUP, code)
 
 
 def heartbeat(code: int) -> Reaction:
-    return HEARTBEAT.get(code, UNLISTED)
+    return reaction(Api.HEARTBEAT, code)
 
 
 def find_coordinator(code: int) -> Reaction:
-    return FIND_COORDINATOR.get(code, FIND_COORDINATOR_DEFAULT)
+    return reaction(Api.FIND_COORDINATOR, code)
+
+
+# ---------------------------------------------------------------------- the table in docs
+
+_NEXT_TEXT: Final[dict[Next, str]] = {
+    Next.RETRY_NOW: "join again at once",
+    Next.RETRY_WITH_MEMBER_ID: "store the given member id, join again at once",
+    Next.RETRY_BACKOFF: "backoff",
+    Next.FIND_COORDINATOR: "find coordinator",
+    Next.REJOIN: "rejoin",
+    Next.REJOIN_IF_STABLE: "rejoin if STABLE; counts as a live session",
+    Next.FENCED_COMMIT: "`CommitFailedError`, rejoin",
+    Next.RAISE: "raise the error",
+    Next.IGNORE: "logged, ignored",
+    Next.FATAL: "fatal",
+}
+_RESET_TEXT: Final[dict[Reset, str]] = {
+    Reset.NOTHING: "",
+    Reset.GENERATION: "reset generation; ",
+    Reset.MEMBER: "reset generation and member id; ",
+}
+
+
+def _cell(reaction: Reaction | None) -> str:
+    if reaction is None:
+        return ""
+    return _RESET_TEXT[reaction.reset] + _NEXT_TEXT[reaction.next]
+
+
+def _line(cells: list[str]) -> str:
+    return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+
+
+def markdown_table() -> str:
+    """The table as docs/errors.md shows it (a blank cell: as for any other code)."""
+    header = ["Code", "Error class", "Retriable", *(api.value for api in Api)]
+    lines = [_line(header), "|" + "---|" * len(header)]
+    for p in POLICIES:
+        cells = [
+            f"{p.name} ({p.code.value})",
+            f"`{p.error.__name__}`",
+            "yes" if p.retriable else "",
+            *(_cell(p.listed(api)) for api in Api),
+        ]
+        lines.append(_line(cells))
+    others = ["any other code", "`BrokerError`", "", *(_cell(DEFAULTS[api]) for api in Api)]
+    lines.append(_line(others))
+    return "\n".join(lines) + "\n"

@@ -44,7 +44,6 @@ from .._transport.base import CoordinatorNode, Transport, TransportError
 from .._types import NO_GENERATION, Generation, Member, MemberState, ProtocolMetadata
 from ..errors import (
     AssignmentError,
-    BrokerError,
     ConnectionFailedError,
     CoordinationError,
     CoordinationTimeoutError,
@@ -54,7 +53,7 @@ from ..errors import (
 )
 from . import classify
 from .backoff import ExponentialBackoff
-from .classify import Next, Reaction, Reset
+from .classify import Api, Next, Reaction, Reset
 from .clock import Clock, SystemClock
 from .heartbeat import HeartbeatTimers
 
@@ -522,7 +521,7 @@ class GroupMembership:
                 self._changed.notify_all()
             log.info("%s: coordinator is %s", self._who(), node)
             return True
-        reaction = classify.find_coordinator(code)
+        reaction = classify.reaction(Api.FIND_COORDINATOR, code)
         error = broker_error(code, group_id=self._config.group_id, api="FindCoordinator")
         if reaction.next is Next.FATAL:
             self._fail(error)
@@ -651,13 +650,14 @@ class GroupMembership:
         with self._lock:
             self._counters.join_total += 1
         if joined.error_code != ErrorCode.NONE:
-            if joined.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+            failed = self._broker_failed(joined.error_code, Api.JOIN_GROUP, sent)
+            if failed.reaction.next is Next.RETRY_WITH_MEMBER_ID:
                 with self._lock:
                     self._generation = Generation(-1, joined.member_id, None)
                     self._rejoin_reason = (
                         f"need to re-join with the given member-id: {joined.member_id}"
                     )
-            return self._broker_failed(joined.error_code, "JoinGroup", sent, classify.join_group)
+            return failed
         if joined.protocol_type is not None and joined.protocol_type != self._protocol_type:
             return self._inconsistent(
                 f"JoinGroup answered protocol type {joined.protocol_type!r}, "
@@ -729,9 +729,7 @@ class GroupMembership:
         with self._lock:
             self._counters.sync_total += 1
         if synced.error_code != ErrorCode.NONE:
-            return self._broker_failed(
-                synced.error_code, "SyncGroup", generation, classify.sync_group
-            )
+            return self._broker_failed(synced.error_code, Api.SYNC_GROUP, generation)
         if synced.protocol_type is not None and synced.protocol_type != self._protocol_type:
             return self._inconsistent(
                 f"SyncGroup answered protocol type {synced.protocol_type!r}", generation
@@ -958,12 +956,12 @@ class GroupMembership:
         # The member id is kept: the broker may still know it (Kafka keeps it too).
         return _Failed(Reaction(Next.FIND_COORDINATOR), f"{api} got no response: {e}", sent)
 
-    def _broker_failed(self, code: int, api: str, sent: Generation, table: Any) -> _Failed:
-        reaction: Reaction = table(code)
+    def _broker_failed(self, code: int, api: Api, sent: Generation) -> _Failed:
         error = broker_error(
-            code, group_id=self._config.group_id, member_id=sent.member_id, api=api
+            code, group_id=self._config.group_id, member_id=sent.member_id, api=api.value
         )
-        return _Failed(reaction, f"{api} returned {error_name(code)}", sent, error)
+        reason = f"{api.value} returned {error_name(code)}"
+        return _Failed(classify.reaction(api, code), reason, sent, error)
 
     def _inconsistent(self, problem: str, sent: Generation) -> _Failed:
         error = InconsistentGroupProtocolError(
@@ -976,13 +974,12 @@ class GroupMembership:
 
     def _handle_failure(self, failed: _Failed, deadline: float | None) -> None:
         reaction = failed.reaction
-        code = failed.error.code if isinstance(failed.error, BrokerError) else None
         with self._lock:
             if reaction.reset is not Reset.NOTHING and self._generation == failed.sent:
                 self._reset_locked(reaction.reset)
             if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
                 self._state = MemberState.UNJOINED
-            if code != ErrorCode.MEMBER_ID_REQUIRED:
+            if reaction.next is not Next.RETRY_WITH_MEMBER_ID:
                 self._counters.failed_rebalance_total += 1
                 self._note_problem(failed.reason)
                 if self._rejoin_reason is None or reaction.next is not Next.RETRY_NOW:
@@ -1089,8 +1086,8 @@ class GroupMembership:
                 self._timers.received(now)
                 self._counters.last_heartbeat_at = now
                 return self._timers.time_to_next(now)
-            reaction = classify.heartbeat(code)
-            if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            reaction = classify.reaction(Api.HEARTBEAT, code)
+            if reaction.next is Next.REJOIN_IF_STABLE:
                 # Still a live session. Heartbeats are expected during COMPLETING_REBALANCE;
                 # only a stable member learns here that a new rebalance began.
                 self._timers.received(now)

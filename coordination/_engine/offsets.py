@@ -4,7 +4,8 @@ A commit carries the member id and generation it was made in, so the broker reje
 commit of a member that missed a rebalance (``ILLEGAL_GENERATION``) or was removed
 (``UNKNOWN_MEMBER_ID``): a member that lost its partitions can never commit over the new
 owner. Those rejections surface as :class:`~coordination.errors.CommitFailedError` and make
-the member rejoin, as a heartbeat with the same answer would.
+the member rejoin, as a heartbeat with the same answer would. What a commit or fetch does
+about each code is decided by the engine's error table (classify.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from ..errors import (
     CoordinationTimeoutError,
     broker_error,
 )
-from .classify import Reset
+from . import classify
+from .classify import Api, Next, Reaction
 
 if TYPE_CHECKING:
     from .membership import GroupMembership
@@ -33,20 +35,20 @@ log = logging.getLogger("coordination.offsets")
 
 R = TypeVar("R", msg.OffsetCommitResponse, msg.OffsetFetchResponse)
 
-# Answers that say the commit's generation is not the group's: reset as a heartbeat would.
-_FENCED = {
-    ErrorCode.ILLEGAL_GENERATION: Reset.GENERATION,
-    ErrorCode.UNKNOWN_MEMBER_ID: Reset.MEMBER,
-    ErrorCode.REBALANCE_IN_PROGRESS: Reset.NOTHING,
-    ErrorCode.FENCED_INSTANCE_ID: Reset.NOTHING,
-}
-_FIND_COORDINATOR = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE}
-_RETRY = {
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.NETWORK_EXCEPTION,
-    ErrorCode.UNSTABLE_OFFSET_COMMIT,
-}
+# A response can carry a code per partition; the first of these reactions any code has
+# decides (the lowest such code names it). Back off only if every code says so.
+_PRECEDENCE = (Next.FENCED_COMMIT, Next.FIND_COORDINATOR, Next.RAISE, Next.RETRY_BACKOFF)
+
+
+def _decide(api: Api, codes: set[int]) -> tuple[int, Reaction]:
+    """The code that decides a response with ``codes`` (not empty, no NONE), and the
+    reaction to it, from the error table (classify.py)."""
+    reactions = {code: classify.reaction(api, code) for code in codes}
+    for next_ in _PRECEDENCE:
+        deciding = [code for code, r in reactions.items() if r.next is next_]
+        if deciding:
+            return min(deciding), reactions[min(deciding)]
+    raise AssertionError(f"{api.value}: no reaction for {sorted(codes)}")
 
 
 def commit(
@@ -85,10 +87,9 @@ def commit(
         codes = {code for _, _, code in response.partitions if code != ErrorCode.NONE}
         if not codes:
             return
-        fenced = codes & _FENCED.keys()
-        if fenced:
-            code = min(fenced)
-            engine.react_to_fenced_request(sent, _FENCED[ErrorCode(code)], "OffsetCommit", code)
+        code, reaction = _decide(Api.OFFSET_COMMIT, codes)
+        if reaction.next is Next.FENCED_COMMIT:
+            engine.react_to_fenced_request(sent, reaction.reset, "OffsetCommit", code)
             if maybe_applied and _landed(engine, offsets, deadline):
                 # The earlier attempt was applied before the generation moved on; only its
                 # answer was lost. The group holds exactly these offsets: committed.
@@ -111,18 +112,18 @@ def commit(
                     else ""
                 ),
             )
-        if codes & _FIND_COORDINATOR:
-            engine.forget_coordinator(f"OffsetCommit returned {error_name(min(codes))}")
+        if reaction.next is Next.FIND_COORDINATOR:
+            engine.forget_coordinator(f"OffsetCommit returned {error_name(code)}")
             _backoff(engine, deadline, "OffsetCommit")
             continue
-        if codes <= _RETRY:
+        if reaction.next is Next.RETRY_BACKOFF:
             _backoff(engine, deadline, "OffsetCommit")
             continue
         failed = sorted(
             f"{t}-{p}: {error_name(c)}" for t, p, c in response.partitions if c != ErrorCode.NONE
         )
         error = broker_error(
-            min(codes - _RETRY), group_id=cfg.group_id, member_id=sent.member_id, api="OffsetCommit"
+            code, group_id=cfg.group_id, member_id=sent.member_id, api="OffsetCommit"
         )
         raise type(error)(
             error.code,
@@ -165,15 +166,16 @@ def fetch(
             continue
         codes = {response.error_code} | {c for *_, c in response.partitions}
         codes.discard(ErrorCode.NONE)
-        if codes & _FIND_COORDINATOR:
-            engine.forget_coordinator(f"OffsetFetch returned {error_name(min(codes))}")
-            _backoff(engine, deadline, "OffsetFetch")
-            continue
-        if codes and codes <= _RETRY:
-            _backoff(engine, deadline, "OffsetFetch")
-            continue
         if codes:
-            raise broker_error(min(codes), group_id=cfg.group_id, api="OffsetFetch")
+            code, reaction = _decide(Api.OFFSET_FETCH, codes)
+            if reaction.next is Next.FIND_COORDINATOR:
+                engine.forget_coordinator(f"OffsetFetch returned {error_name(code)}")
+                _backoff(engine, deadline, "OffsetFetch")
+                continue
+            if reaction.next is Next.RETRY_BACKOFF:
+                _backoff(engine, deadline, "OffsetFetch")
+                continue
+            raise broker_error(code, group_id=cfg.group_id, api="OffsetFetch")
         result: dict[tuple[str, int], OffsetAndMetadata | None] = dict.fromkeys(wanted)
         for topic, partition, offset, metadata, _ in response.partitions:
             if offset >= 0:
