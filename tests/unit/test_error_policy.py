@@ -86,6 +86,18 @@ def test_a_code_the_engine_retries_somewhere_is_retriable_and_none_is_both() -> 
             assert issubclass(p.error, errors.FatalBrokerError), p.name
 
 
+def test_the_docs_show_the_table_as_it_is() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    section = text.split("## What the engine does about each code", 1)[1]
+    lines = section.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith("| Code |"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    expected = classify.markdown_table()
+    assert "".join(lines[start:end]) == expected, (
+        f"docs/errors.md's table is not the code's; replace it with:\n{expected}"
+    )
+
+
 def test_old_per_request_tables_are_the_listed_cells() -> None:
     assert classify.JOIN_GROUP[E.UNKNOWN_MEMBER_ID] == Reaction(Next.RETRY_NOW, Reset.MEMBER)
     assert E.REQUEST_TIMED_OUT not in classify.HEARTBEAT
