@@ -1,0 +1,209 @@
+"""The membership-lease guard the recipes share: a margin, a floor, and a watchdog.
+
+A member that acts as the only one of its kind (a leader, the owner of a task, the
+deleter of a partition's files) must stop before the broker can have removed it from
+the group, that is before :meth:`Coordinator.membership_lease` runs out. It stops a
+margin earlier, so that a clock running a little slow or the stopping itself cannot
+carry it past the lease. :class:`LeaseGuard` validates that margin, answers whether the
+lease still holds, reading the clock at the call, and can watch the lease from a thread
+of its own that acts once when it runs low, even if nothing else happens.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ._config import CoordinatorConfig
+from ._engine.clock import Clock
+from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ._coordinator import Coordinator
+
+log = logging.getLogger("coordination.lease")
+
+
+def engine_clock(member: Coordinator) -> Clock:
+    """The clock ``member``'s engine reads its lease from (a test's manual clock, if any)."""
+    return member._engine.clock
+
+
+def _always() -> bool:
+    return True
+
+
+class LeaseGuard:
+    """One member's membership lease, held to a margin: validated once, checked at each call.
+
+    Example:
+        guard = LeaseGuard(lambda: member.membership_lease(), member.config, lease_margin_ms,
+                           why=", or a leader would never be valid")
+        guard.start_watchdog(engine_clock(member), depose, poll_s=0.25,
+                             name="election-lease")
+        ...
+        if guard.holds():
+            act_as_leader()
+        ...
+        guard.close()
+
+    The lease holds while more than its *floor* remains: the margin, plus the ``reserve``
+    a recipe needs to stop what it does (a task distribution's ``stop_timeout_ms``).
+
+    Watchdog:
+        :meth:`start_watchdog` runs a daemon thread that looks at the lease while
+        ``active()`` is true and calls ``on_low()`` once when it finds that the lease no
+        longer holds. It calls it again only after it saw the lease hold again, or saw
+        ``active()`` false (it re-arms). It waits between looks on the engine's clock,
+        never longer than ``poll_s`` nor than the lease has left above its floor: a host
+        suspended meanwhile (or a process paused) is noticed within ``poll_s`` of resuming.
+        While ``active()`` is false it waits ``idle_poll_s``, or until :meth:`wake` if None.
+        ``on_low`` runs on the watchdog thread; an exception it raises is logged and the
+        watchdog goes on.
+    """
+
+    def __init__(
+        self,
+        lease: Callable[[], float],
+        config: CoordinatorConfig,
+        margin_ms: int | None,
+        *,
+        why: str,
+        reserve: tuple[str, int] | None = None,
+    ) -> None:
+        """Validate the margin.
+
+        Args:
+            lease: the member's lease now, in seconds (``Coordinator.membership_lease``); called
+                at every check, so it may look the member up anew each time.
+            config: the member's settings; ``margin_ms`` defaults to ``heartbeat_interval_ms``
+                and, with the reserve, must stay below ``min(session_timeout_ms,
+                rebalance_timeout_ms)``.
+            margin_ms: the ``lease_margin_ms`` setting, or None for its default.
+            why: the end of the error message when the margin leaves no room, with its
+                separator, e.g. ``": no deletion could ever be fenced"``.
+            reserve: a setting's name and value (ms) added to the margin to make the floor,
+                e.g. ``("stop_timeout_ms", 5000)``; already validated by the caller.
+
+        Raises:
+            ConfigurationError: the margin is not an int >= 0, or leaves no room; the message
+                names ``lease_margin_ms``.
+        """
+        margin = config.heartbeat_interval_ms if margin_ms is None else margin_ms
+        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+            raise ConfigurationError(f"lease_margin_ms must be an int >= 0, got {margin!r}")
+        guaranteed_ms = min(config.session_timeout_ms, config.rebalance_timeout_ms)
+        reserve_ms = 0 if reserve is None else reserve[1]
+        if margin + reserve_ms >= guaranteed_ms:
+            if reserve is None:
+                raise ConfigurationError(
+                    f"lease_margin_ms={margin} must be below min(session_timeout_ms, "
+                    f"rebalance_timeout_ms)={guaranteed_ms}{why}"
+                )
+            raise ConfigurationError(
+                f"lease_margin_ms ({margin}) + {reserve[0]} ({reserve_ms}) must be below "
+                f"min(session_timeout_ms, rebalance_timeout_ms) ({guaranteed_ms}){why}"
+            )
+        self._lease = lease
+        self.margin_ms = margin
+        # In one division, as the recipes always computed it.
+        self.floor_s = (margin + reserve_ms) / 1000
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def remaining(self) -> float:
+        """Seconds the lease has left above its floor, from the clock now; <= 0 once low."""
+        return self._lease() - self.floor_s
+
+    def holds(self) -> bool:
+        """True while more than the floor is left of the lease, read from the clock now."""
+        return self._lease() > self.floor_s
+
+    # ------------------------------------------------------------------ watchdog
+
+    def start_watchdog(
+        self,
+        clock: Clock,
+        on_low: Callable[[], object],
+        *,
+        poll_s: float,
+        name: str,
+        active: Callable[[], bool] = _always,
+        idle_poll_s: float | None = None,
+    ) -> None:
+        """Start the watchdog thread (see the class docstring); once, and never after
+        :meth:`close`.
+
+        Args:
+            clock: the engine's clock (:func:`engine_clock`), which the lease is counted on.
+            on_low: called once when the lease no longer holds while ``active()``.
+            poll_s: the longest wait between two looks at the lease.
+            name: the thread's name.
+            active: whether there is anything to guard now; default always.
+            idle_poll_s: how long to wait while ``active()`` is false before asking it
+                again; None: until :meth:`wake`.
+        """
+        if self._closed or self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._watch,
+            args=(clock, on_low, active, poll_s, idle_poll_s),
+            name=name,
+            daemon=True,
+        )
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Make the watchdog look now (e.g. ``active()`` may have become true)."""
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the watchdog (idempotent); it ends at its next look, ``on_low`` not called."""
+        self._closed = True
+        self._wake.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for the watchdog thread to end (after :meth:`close`)."""
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _watch(
+        self,
+        clock: Clock,
+        on_low: Callable[[], object],
+        active: Callable[[], bool],
+        poll_s: float,
+        idle_poll_s: float | None,
+    ) -> None:
+        armed = True
+        while True:
+            # Cleared before the look: a wake() after it makes the next wait return at once.
+            self._wake.clear()
+            if self._closed:
+                return
+            if not active():
+                armed = True
+                if idle_poll_s is None:
+                    self._wake.wait()
+                else:
+                    clock.sleep(idle_poll_s, self._wake)
+                continue
+            remaining = self.remaining()
+            if remaining > 0:
+                armed = True
+                # Renewals only push the lease out, so waking when it runs low is enough;
+                # the cap keeps a suspended host from oversleeping by the suspension.
+                clock.sleep(min(remaining, poll_s), self._wake)
+                continue
+            if armed:
+                armed = False
+                try:
+                    on_low()
+                except Exception:
+                    log.exception("the lease watchdog's action raised")
+                continue  # look again at once: on_low may have ended what was active
+            clock.sleep(poll_s, self._wake)
