@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from typing_extensions import Self
 
 from coordination import Coordinator, Member, MemberState, OffsetAndMetadata, ProtocolMetadata
+from coordination._lease import LeaseGuard, engine_clock
 from coordination.errors import (
     CommitFailedError,
     ConfigurationError,
@@ -39,6 +40,8 @@ T = TypeVar("T")
 V = TypeVar("V")
 
 _LEASE_RAN_OUT = "its membership lease ran out: no heartbeat was confirmed in time"
+# The longest the lease watchdog waits between two looks while this member leads.
+_WATCHDOG_S = 0.25
 
 # The committed offset that stores the highest fencing token; its metadata says what it is.
 _TOKEN_METADATA = "leader election: the highest fencing token"
@@ -117,7 +120,7 @@ class Leadership:
         """
         if self.lost.is_set():
             return False
-        if self._election._lease_remaining() > 0:
+        if self._election._lease.holds():
             return True
         self._election._depose(self, _LEASE_RAN_OUT, rejoin=True)
         return False
@@ -300,17 +303,13 @@ class LeaderElection:
         self.identity = identity
         self.priority = priority
         self._coordinator = _ElectionCoordinator(self, group_id, **settings)
-        cfg = self._coordinator.config
-        guaranteed_ms = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms)
-        margin = cfg.heartbeat_interval_ms if lease_margin_ms is None else lease_margin_ms
-        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-            raise ConfigurationError(f"lease_margin_ms must be an int >= 0, got {margin!r}")
-        if margin >= guaranteed_ms:
-            raise ConfigurationError(
-                f"lease_margin_ms={margin} must be below min(session_timeout_ms, "
-                f"rebalance_timeout_ms)={guaranteed_ms}, or a leader would never be valid"
-            )
-        self._margin_s = margin / 1000
+        coordinator = self._coordinator
+        self._lease = LeaseGuard(
+            lambda: coordinator.membership_lease(),
+            coordinator.config,
+            lease_margin_ms,
+            why=", or a leader would never be valid",
+        )
         self.transactional_id = transactional_id or f"{group_id}.leader"
         self._token_partition = (token_topic, 0)
         self._on_elected = on_elected
@@ -327,7 +326,6 @@ class LeaderElection:
         self._highest_token = -1
         self._problem: CoordinationError | None = None
         self._closed = False
-        self._watchdog: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -349,11 +347,13 @@ class LeaderElection:
         with self._lock:
             if self._closed:
                 raise CoordinatorStateError(f"election of group {self.group_id!r} is closed")
-            if self._watchdog is None:
-                self._watchdog = threading.Thread(
-                    target=self._watch_lease, name=f"election-lease-{self.group_id}", daemon=True
-                )
-                self._watchdog.start()
+            self._lease.start_watchdog(
+                engine_clock(self._coordinator),
+                self._lease_ran_out,
+                active=lambda: self._leadership is not None,
+                poll_s=_WATCHDOG_S,
+                name=f"election-lease-{self.group_id}",
+            )
         self._coordinator.start()
 
     def close(self, timeout: float = 30.0) -> None:
@@ -364,6 +364,7 @@ class LeaderElection:
         with self._lock:
             self._closed = True
             self._changed.notify_all()
+        self._lease.close()
         self._coordinator.close(timeout)
         leadership = self._leadership
         if leadership is not None:
@@ -525,6 +526,7 @@ class LeaderElection:
             with self._lock:
                 self._leadership = elected
                 self._changed.notify_all()
+            self._lease.wake()
             log.info(
                 "election %s: %s elected leader (token %d)",
                 self.group_id,
@@ -553,7 +555,7 @@ class LeaderElection:
             return False  # superseded: the next generation elects again
         cfg = self._coordinator.config
         # Waiting longer than the lease is pointless: the leadership would be void.
-        timeout_ms = min(cfg.request_timeout_ms, self._lease_remaining() * 1000)
+        timeout_ms = min(cfg.request_timeout_ms, self._lease.remaining() * 1000)
         where = self._token_partition
         try:
             stored = self._stored_token(timeout_ms)
@@ -587,7 +589,7 @@ class LeaderElection:
         # (this member advertises it as seen), and a late commit of this generation cannot
         # land once the next generation has started.
         try:
-            remaining_ms = min(cfg.request_timeout_ms, self._lease_remaining() * 1000)
+            remaining_ms = min(cfg.request_timeout_ms, self._lease.remaining() * 1000)
             if remaining_ms > 0 and self._stored_token(remaining_ms) == token:
                 return True
         except CoordinationError as e:
@@ -625,9 +627,6 @@ class LeaderElection:
 
     # ------------------------------------------------------------------ losing leadership
 
-    def _lease_remaining(self) -> float:
-        return self._coordinator.membership_lease() - self._margin_s
-
     def _depose(self, leadership: Leadership, reason: str, *, rejoin: bool = False) -> None:
         """Mark ``leadership`` lost (once), then tell the user. Safe from any thread."""
         if not leadership._lose(reason):
@@ -648,24 +647,12 @@ class LeaderElection:
             # The group still names this member leader; rejoin so that it elects again.
             self._coordinator.request_rejoin(f"leader deposed itself: {reason}")
 
-    def _watch_lease(self) -> None:
-        """Depose the leader when its lease runs out, even if nothing else happens."""
-        while True:
-            with self._lock:
-                while not self._closed and self._leadership is None:
-                    self._changed.wait()
-                if self._closed:
-                    return
-                leadership = self._leadership
-            assert leadership is not None
-            remaining = self._lease_remaining()
-            if remaining <= 0:
-                self._depose(leadership, _LEASE_RAN_OUT, rejoin=True)
-                continue
-            # Renewals only push the deadline out, so waking at it is enough; the cap keeps
-            # a suspended host from oversleeping by the length of the suspension.
-            with self._lock:
-                self._changed.wait(min(remaining, 0.25))
+    def _lease_ran_out(self) -> None:
+        """The lease watchdog found the lease low: depose the leader, even if nothing else
+        happens."""
+        leadership = self._leadership
+        if leadership is not None:
+            leadership.is_valid()  # reads the lease again; deposes if it ran out
 
     # ------------------------------------------------------------------ helpers
 
