@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordination.lease")
 
+# The watchdog's shortest wait between two looks at a lease that still holds.
+_SHORTEST_WAIT_S = 0.001
+
 
 def engine_clock(member: Coordinator) -> Clock:
     """The clock ``member``'s engine reads its lease from (a test's manual clock, if any)."""
@@ -196,8 +199,10 @@ class LeaseGuard:
             if remaining > 0:
                 armed = True
                 # Renewals only push the lease out, so waking when it runs low is enough;
-                # the cap keeps a suspended host from oversleeping by the suspension.
-                clock.sleep(min(remaining, poll_s), self._wake)
+                # the cap keeps a suspended host from oversleeping by the suspension. The
+                # floor keeps a rounding error of the remaining time from being the wait (a
+                # manual clock moved on by 1e-14 s may not move at all).
+                clock.sleep(max(_SHORTEST_WAIT_S, min(remaining, poll_s)), self._wake)
                 continue
             if armed:
                 armed = False

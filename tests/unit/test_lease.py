@@ -224,6 +224,21 @@ def test_the_watchdog_fires_again_only_after_the_lease_held_again(watched: Watch
     assert watched.fired[1] == pytest.approx(watched.member.expires_at - 3.0)
 
 
+def test_a_lease_just_above_its_floor_is_not_waited_on_to_the_last_rounding_error() -> None:
+    w = Watched()
+    try:
+        w.clock.wait_asleep()
+        # At its next look, a rounding error above the floor will be left.
+        w.member.expires_at = w.clock.now + POLL_S + 3.0 + 1e-12
+        w.clock.step()
+        assert w.fired == []
+        assert w.clock.sleeps[-1] == 0.001  # its shortest wait, not 1e-12 s
+        w.clock.step()
+        assert len(w.fired) == 1
+    finally:
+        w.close()
+
+
 def test_a_suspended_host_is_noticed_at_its_next_look(watched: Watched) -> None:
     watched.clock.step()
     assert watched.fired == []
