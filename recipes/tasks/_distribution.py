@@ -13,6 +13,7 @@ from typing import Any, Final
 from typing_extensions import Self
 
 from coordination import Coordinator, Member, MemberState, ProtocolMetadata
+from coordination._lease import LeaseGuard, engine_clock
 from coordination.errors import (
     ConfigurationError,
     CoordinationError,
@@ -45,6 +46,8 @@ PROTOCOL_NAME: Final = "tasks-v0"
 # How often the lease watchdog looks at the clock while tasks run; short, so that a process
 # resumed after a pause stops its tasks within this long even if nothing else wakes it.
 _WATCHDOG_S: Final = 0.05
+# How often it looks whether tasks run, while none do (starting one also wakes it).
+_WATCHDOG_IDLE_S: Final = 0.5
 # How long the leader waits for its own task set to catch up with the newest version a
 # worker reports, at most (a fraction of the rebalance timeout is also respected).
 _CATCH_UP_S: Final = 5.0
@@ -294,19 +297,16 @@ class TaskDistribution:
                 f"tasks must be a mapping, a callable or a TaskSource, got {type(tasks).__name__}"
             )
         self._coordinator = _TasksCoordinator(self, group_id, **settings)
-        cfg = self._coordinator.config
-        margin = cfg.heartbeat_interval_ms if lease_margin_ms is None else lease_margin_ms
-        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-            raise ConfigurationError(f"lease_margin_ms must be an int >= 0, got {margin!r}")
-        guaranteed_ms = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms)
-        if margin + stop_timeout_ms >= guaranteed_ms:
-            raise ConfigurationError(
-                f"lease_margin_ms ({margin}) + stop_timeout_ms ({stop_timeout_ms}) must be "
-                f"below min(session_timeout_ms, rebalance_timeout_ms) ({guaranteed_ms}): a "
-                "worker must be able to stop its tasks before the group can give them away"
-            )
-        # A worker stops everything when its lease falls to this: enough time left to stop.
-        self._lease_floor_s = (margin + stop_timeout_ms) / 1000
+        coordinator = self._coordinator
+        # A worker stops everything when its lease falls to margin + stop_timeout_ms: enough
+        # time left to stop.
+        self._lease = LeaseGuard(
+            lambda: coordinator.membership_lease(),
+            coordinator.config,
+            lease_margin_ms,
+            reserve=("stop_timeout_ms", stop_timeout_ms),
+            why=": a worker must be able to stop its tasks before the group can give them away",
+        )
 
         # _tasks_lock serializes every start and stop decision (membership thread, source
         # thread, watchdog, close); _lock guards the small state read by queries.
@@ -327,7 +327,6 @@ class TaskDistribution:
         self._started = False
         self._first_join = True
         self._rejoin_timer: threading.Timer | None = None
-        self._watchdog: threading.Thread | None = None
 
         # Leader memory (see LeaderMemory): kept only once the leader's own on_join_complete
         # receives the assignment it computed for that generation.
@@ -361,10 +360,7 @@ class TaskDistribution:
                 return
             self._started = True
         self._source.start(dict(self._coordinator.config.connection), self._on_tasks_changed)
-        self._watchdog = threading.Thread(
-            target=self._watch_lease, name=f"tasks-lease|{self.group_id}", daemon=True
-        )
-        self._watchdog.start()
+        self._start_watchdog()
         self._coordinator.start()
 
     def close(self, timeout: float = 30.0) -> None:
@@ -381,6 +377,7 @@ class TaskDistribution:
                 return
             self._closed = True
             self._lock.notify_all()
+        self._lease.close()
         self._cancel_rejoin_timer()
         deadline = time.monotonic() + timeout
         # Stop every task while this worker still has its place in the group (it still
@@ -403,8 +400,7 @@ class TaskDistribution:
         self._coordinator.close(max(0.0, deadline - time.monotonic()), leave_group=not late)
         self._stop_all("the worker is closing")
         self._source.close()
-        if self._watchdog is not None:
-            self._watchdog.join(1)
+        self._lease.join(1)
 
     def __enter__(self) -> Self:
         self.start()
@@ -435,9 +431,9 @@ class TaskDistribution:
         with self._lock:
             if task_id not in self._running:
                 return False
-        if self._coordinator.membership_lease() > self._lease_floor_s:
+        if self._lease.holds():
             return True
-        self._wake_watchdog()
+        self._lease.wake()
         return False
 
     def describe(self) -> GroupView | None:
@@ -743,6 +739,7 @@ class TaskDistribution:
             self._assigned_generation = generation
             self._view = view
             self._lock.notify_all()
+        self._lease.wake()  # tasks may wait to start: the watchdog guards them from now on
 
     def _membership_lost(self) -> None:
         with self._tasks_lock:
@@ -769,7 +766,7 @@ class TaskDistribution:
                 len(self._waiting),
             )
             return
-        if self._coordinator.membership_lease() <= self._lease_floor_s:
+        if not self._lease.holds():
             return  # the watchdog stops everything; the next assignment says what to run
         self._start_tasks(sorted(t for t in self._waiting if t in tasks), tasks)
 
@@ -799,6 +796,7 @@ class TaskDistribution:
                 self._running[task] = spec
                 self._counts["started"] += 1
                 self._lock.notify_all()
+            self._lease.wake()
 
     def _stop_all(self, reason: str) -> None:
         with self._tasks_lock:
@@ -905,34 +903,29 @@ class TaskDistribution:
 
     # ------------------------------------------------------------------ lease watchdog
 
-    def _wake_watchdog(self) -> None:
-        with self._lock:
-            self._lock.notify_all()
-
-    def _watch_lease(self) -> None:
+    def _start_watchdog(self) -> None:
         """Stop every task when the membership lease runs low, even if nothing else happens."""
-        while True:
-            with self._lock:
-                while not self._closed and not self._running and not self._waiting:
-                    self._lock.wait(0.5)
-                if self._closed:
-                    return
-            if self._check_lease():
-                continue
-            # Short waits rather than one until the lease end: a host suspended meanwhile
-            # must not oversleep by the length of the suspension.
-            with self._lock:
-                self._lock.wait(_WATCHDOG_S)
+        self._lease.start_watchdog(
+            engine_clock(self._coordinator),
+            self._check_lease,
+            active=self._has_tasks,
+            poll_s=_WATCHDOG_S,
+            idle_poll_s=_WATCHDOG_IDLE_S,
+            name=f"tasks-lease|{self.group_id}",
+        )
+
+    def _has_tasks(self) -> bool:
+        """Whether the watchdog has anything to guard: tasks running or about to start."""
+        with self._lock:
+            return bool(self._running or self._waiting)
 
     def _check_lease(self) -> bool:
-        """One look of the watchdog: if the lease is too low, stop every task. True if low."""
-        if self._coordinator.membership_lease() > self._lease_floor_s:
+        """The watchdog found the lease low: stop every task. True if the lease is low."""
+        if self._lease.holds():
             return False
         with self._tasks_lock:
             # Checked again under the tasks lock: an assignment may just have renewed it.
-            if self._coordinator.membership_lease() <= self._lease_floor_s and (
-                self._running or self._waiting
-            ):
+            if not self._lease.holds() and (self._running or self._waiting):
                 with self._lock:
                     self._counts["lease_expiries"] += 1
                     self._assignment = None

@@ -296,3 +296,36 @@ def test_a_duplicate_worker_stops_what_runs_and_never_stops_what_did_not_start()
     assert w.calls == [("start", "a"), ("stop", "a"), ("stopped", "a")]
     assert not w.errors
     assert w.d._worker_state().owned == frozenset()
+
+
+# ------------------------------------------------------------------ lease watchdog
+
+
+def test_the_lease_watchdog_stops_every_task_once_when_the_lease_runs_low() -> None:
+    w = Worker({"a": 1.0, "b": 1.0})
+    w.rounds(plan("a", "b"))
+    # The watchdog waits on the engine's manual clock, which each of its waits moves on.
+    floor_s = w.d._lease.floor_s
+    low_at = w.clock.now + w.engine.membership_lease() - floor_s
+    stopped_at: list[float] = []
+    stop = w.d._stop_task
+
+    def timed_stop(task: str) -> None:
+        stopped_at.append(w.clock.now)
+        stop(task)
+
+    w.d._stop_task = timed_stop
+    w.d._start_watchdog()
+    try:
+        deadline = time.monotonic() + 5
+        while len(stopped_at) < 2 or w.d.metrics().stopped < 2:
+            assert time.monotonic() < deadline, "the watchdog stopped nothing"
+            time.sleep(0.01)
+    finally:
+        w.d._lease.close()
+        w.d._lease.join(5)
+    assert w.d.running() == frozenset()
+    assert w.d.metrics().lease_expiries == 1
+    assert sorted(w.calls[2:]) == [("stop", "a"), ("stop", "b"), ("stopped", "a"), ("stopped", "b")]
+    # Not before the lease fell to margin + stop timeout, and within one look (50 ms) of it.
+    assert all(low_at - 1e-6 <= t <= low_at + 0.05 + 1e-6 for t in stopped_at), (low_at, stopped_at)
