@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from coordination import OffsetAndMetadata
+from coordination._lease import LeaseGuard
 from coordination.errors import CommitFailedError, CoordinationError
 from recipes.partitioning import (
     ConsumerPartitioning,
@@ -234,17 +235,13 @@ class PipelineWorker:
             listener=_Listener(self),
             **settings,
         )
-        cfg = self.group.config
-        margin = cfg.heartbeat_interval_ms if lease_margin_ms is None else lease_margin_ms
-        guaranteed_ms = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms)
-        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-            raise ConfigurationError(f"lease_margin_ms must be an int >= 0, got {margin!r}")
-        if margin >= guaranteed_ms:
-            raise ConfigurationError(
-                f"lease_margin_ms={margin} must be below min(session_timeout_ms, "
-                f"rebalance_timeout_ms)={guaranteed_ms}: no deletion could ever be fenced"
-            )
-        self._lease_margin_s = margin / 1000
+        # Reads self.group at each check: the member it is then.
+        self._lease = LeaseGuard(
+            lambda: self.group.membership_lease(),
+            self.group.config,
+            lease_margin_ms,
+            why=": no deletion could ever be fenced",
+        )
         self._fetch_config: dict[str, Any] = {
             **self.group.config.client_settings(),
             "fetch_max_wait_ms": 200,
@@ -627,7 +624,7 @@ class PipelineWorker:
 
     def _lease_holds(self) -> bool:
         """True while the broker cannot have removed this member, with the margin to spare."""
-        return self.group.membership_lease() > self._lease_margin_s
+        return self._lease.holds()
 
     def _reread(self, part: _Partition) -> None:
         with self._lock:
