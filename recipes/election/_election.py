@@ -347,13 +347,7 @@ class LeaderElection:
         with self._lock:
             if self._closed:
                 raise CoordinatorStateError(f"election of group {self.group_id!r} is closed")
-            self._lease.start_watchdog(
-                engine_clock(self._coordinator),
-                self._lease_ran_out,
-                active=lambda: self._leadership is not None,
-                poll_s=_WATCHDOG_S,
-                name=f"election-lease-{self.group_id}",
-            )
+            self._start_watchdog()
         self._coordinator.start()
 
     def close(self, timeout: float = 30.0) -> None:
@@ -647,9 +641,18 @@ class LeaderElection:
             # The group still names this member leader; rejoin so that it elects again.
             self._coordinator.request_rejoin(f"leader deposed itself: {reason}")
 
+    def _start_watchdog(self) -> None:
+        """Depose the leader when its lease runs out, even if nothing else happens."""
+        self._lease.start_watchdog(
+            engine_clock(self._coordinator),
+            self._lease_ran_out,
+            active=lambda: self._leadership is not None,
+            poll_s=_WATCHDOG_S,
+            name=f"election-lease-{self.group_id}",
+        )
+
     def _lease_ran_out(self) -> None:
-        """The lease watchdog found the lease low: depose the leader, even if nothing else
-        happens."""
+        """The lease watchdog found the lease low: depose the leader."""
         leadership = self._leadership
         if leadership is not None:
             leadership.is_valid()  # reads the lease again; deposes if it ran out

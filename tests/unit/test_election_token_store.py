@@ -6,6 +6,7 @@ refused or lose their answer, so every outcome of the commit is covered without 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -130,3 +131,26 @@ def test_the_rebalance_leader_reads_the_stored_token(setup) -> None:
     members = [Member(MEMBER, None, encode_candidate(Candidate("http://a")))]
     plan = election._assign(3, members)
     assert decode_outcome(plan[MEMBER]).token == 41
+
+
+def test_the_lease_watchdog_deposes_a_leader_whose_lease_runs_out(setup, monkeypatch) -> None:
+    election, offsets, elected = setup
+    deposed = threading.Event()
+    election._on_deposed = lambda leadership: deposed.set()
+    lease = [30.0]
+    monkeypatch.setattr(election.coordinator, "membership_lease", lambda: lease[0])
+    election._start_watchdog()  # idle until this member is elected
+    try:
+        elect(election, 12)
+        (leadership,) = elected
+        assert not deposed.wait(0.3)  # the lease holds
+        lease[0] = 3.0  # no more than the margin (heartbeat_interval_ms) left
+        assert deposed.wait(5)
+        assert (
+            leadership.reason == "its membership lease ran out: no heartbeat was confirmed in time"
+        )
+        assert offsets.rejoins == [f"leader deposed itself: {leadership.reason}"]
+        assert not election.is_leader
+    finally:
+        election._lease.close()
+        election._lease.join(5)
