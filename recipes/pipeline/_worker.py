@@ -489,7 +489,7 @@ class PipelineWorker:
             unpublished = bool(metadata) and metadata in self.output.staged(tp.topic, tp.partition)
             recovered = self.output.recover(tp.topic, tp.partition, offset, metadata)
             orphans = self.output.cleanup_orphans(
-                tp.topic, tp.partition, offset, metadata, still_owner=self._lease_holds
+                tp.topic, tp.partition, offset, metadata, still_owner=self._lease.holds
             )
             if offset is None:
                 ktp = _kafka_tp(tp)
@@ -556,7 +556,7 @@ class PipelineWorker:
                 tp.partition,
                 batch.end_offset,
                 staged.commit_metadata,
-                still_owner=self._lease_holds,
+                still_owner=self._lease.holds,
             )
             with self._lock:
                 part.start = batch.end_offset
@@ -621,10 +621,6 @@ class PipelineWorker:
             log.warning("%s: %s: cannot fetch the committed offset: %s", self.name, tp, e)
             return False
         return committed.get((tp.topic, tp.partition)) == sent
-
-    def _lease_holds(self) -> bool:
-        """True while the broker cannot have removed this member, with the margin to spare."""
-        return self._lease.holds()
 
     def _reread(self, part: _Partition) -> None:
         with self._lock:
