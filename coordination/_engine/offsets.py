@@ -112,12 +112,7 @@ def commit(
                     else ""
                 ),
             )
-        if reaction.next is Next.FIND_COORDINATOR:
-            engine.forget_coordinator(f"OffsetCommit returned {error_name(code)}")
-            _backoff(engine, deadline, "OffsetCommit")
-            continue
-        if reaction.next is Next.RETRY_BACKOFF:
-            _backoff(engine, deadline, "OffsetCommit")
+        if _retried(engine, reaction, code, deadline, "OffsetCommit"):
             continue
         failed = sorted(
             f"{t}-{p}: {error_name(c)}" for t, p, c in response.partitions if c != ErrorCode.NONE
@@ -168,12 +163,7 @@ def fetch(
         codes.discard(ErrorCode.NONE)
         if codes:
             code, reaction = _decide(Api.OFFSET_FETCH, codes)
-            if reaction.next is Next.FIND_COORDINATOR:
-                engine.forget_coordinator(f"OffsetFetch returned {error_name(code)}")
-                _backoff(engine, deadline, "OffsetFetch")
-                continue
-            if reaction.next is Next.RETRY_BACKOFF:
-                _backoff(engine, deadline, "OffsetFetch")
+            if _retried(engine, reaction, code, deadline, "OffsetFetch"):
                 continue
             raise broker_error(code, group_id=cfg.group_id, api="OffsetFetch")
         result: dict[tuple[str, int], OffsetAndMetadata | None] = dict.fromkeys(wanted)
@@ -190,9 +180,8 @@ def _send(
     deadline: float,
     api: str,
 ) -> R | None:
-    """One attempt; None after a transport failure or while no coordinator is known."""
-    node = engine.coordinator
-    if node is None:
+    """One attempt; None if it got no answer (the broker may have applied it all the same)."""
+    while (node := engine.coordinator) is None:
         # Look it up here: the caller may be the membership thread itself (a callback that
         # commits or fetches offsets), which then cannot be looking for it.
         if not engine.find_coordinator(deadline):
@@ -200,7 +189,6 @@ def _send(
                 f"group {engine.config.group_id!r}: {api} did not complete in time "
                 "(the group coordinator could not be found)"
             )
-        return None
     remaining = deadline - engine.clock.monotonic()
     try:
         return engine.transport.send(
@@ -215,6 +203,18 @@ def _send(
         engine.forget_coordinator(f"{api} got no response: {e}")
         _backoff(engine, deadline, api, str(e))
         return None
+
+
+def _retried(
+    engine: GroupMembership, reaction: Reaction, code: int, deadline: float, api: str
+) -> bool:
+    """Prepare the retry the reaction asks for; False if it asks for none."""
+    if reaction.next is Next.FIND_COORDINATOR:
+        engine.forget_coordinator(f"{api} returned {error_name(code)}")
+    elif reaction.next is not Next.RETRY_BACKOFF:
+        return False
+    _backoff(engine, deadline, api)
+    return True
 
 
 def _backoff(engine: GroupMembership, deadline: float, api: str, why: str = "") -> None:
