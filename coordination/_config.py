@@ -241,9 +241,17 @@ class CoordinatorConfig:
         return cls(group_id=group_id, connection=connection, **engine)
 
 
-def _check_servers(given: Any) -> None:
-    """``bootstrap_servers``: 'host:port', 'h1:p1,h2:p2' or a list of 'host:port'."""
-    example = "e.g. bootstrap_servers='localhost:9092' or ['kafka-1:9092', 'kafka-2:9092']"
+_SERVERS_EXAMPLE: Final = (
+    "e.g. bootstrap_servers='localhost:9092' or ['kafka-1:9092', 'kafka-2:9092']"
+)
+
+
+def bootstrap_list(given: Any) -> list[str]:
+    """``bootstrap_servers`` ('host:port', 'h1:p1,h2:p2' or a list of 'host:port') as a list.
+
+    Raises:
+        ConfigurationError: not a string or a list of strings, or an empty entry.
+    """
     if isinstance(given, str):
         servers = [s.strip() for s in given.split(",")]
     elif isinstance(given, list | tuple) and all(isinstance(s, str) for s in given):
@@ -251,14 +259,31 @@ def _check_servers(given: Any) -> None:
     else:
         raise ConfigurationError(
             f"bootstrap_servers must be a 'host:port' string or a list of them, got "
-            f"{given!r} ({type(given).__name__}); {example}"
+            f"{given!r} ({type(given).__name__}); {_SERVERS_EXAMPLE}"
         )
     if not servers or not all(servers):
-        raise ConfigurationError(f"bootstrap_servers has an empty entry: {given!r}; {example}")
-    for server in servers:
-        match = _SERVER.fullmatch(server)
-        port = match and match.group("port")
-        if match is None or (port is not None and not 0 < int(port) < 65536):
-            raise ConfigurationError(
-                f"bootstrap_servers entry {server!r} is not host:port (port 1-65535); {example}"
-            )
+        raise ConfigurationError(
+            f"bootstrap_servers has an empty entry: {given!r}; {_SERVERS_EXAMPLE}"
+        )
+    return servers
+
+
+def split_server(server: str) -> tuple[str, int]:
+    """``host:port`` (or ``host``, port 9092; ``[ipv6]:port``) as (host, port).
+
+    Raises:
+        ConfigurationError: not host:port, or the port is outside 1-65535.
+    """
+    match = _SERVER.fullmatch(server)
+    port = int(match.group("port") or 9092) if match else 0
+    if match is None or not 0 < port < 65536:
+        raise ConfigurationError(
+            f"bootstrap_servers entry {server!r} is not host:port (port 1-65535); "
+            f"{_SERVERS_EXAMPLE}"
+        )
+    return match.group("v6") or match.group("host"), port
+
+
+def _check_servers(given: Any) -> None:
+    for server in bootstrap_list(given):
+        split_server(server)

@@ -20,7 +20,9 @@ from kafka.net.selector import NetworkSelector
 from kafka.protocol.consumer import group as kgroup
 from kafka.protocol.metadata import FindCoordinatorRequest as KFindCoordinatorRequest
 
+from .._config import bootstrap_list, split_server
 from .._protocol import messages as m
+from ..errors import ConfigurationError
 from .base import CoordinatorNode, TransportError
 
 log = logging.getLogger("coordination.transport")
@@ -120,10 +122,9 @@ class KafkaTransport:
                 raise TransportError(f"authentication failed: {e}", fatal=True) from e
             except Exception as e:
                 # kafka-python only says it could not bootstrap; find out why, server by server.
-                why = "; ".join(diagnose(server, self._tls) for server in _servers(self._servers))
-                raise TransportError(
-                    f"cannot reach bootstrap servers {_servers(self._servers)}: {why or e}"
-                ) from e
+                servers = bootstrap_list(self._servers)
+                why = "; ".join(diagnose(server, self._tls) for server in servers)
+                raise TransportError(f"cannot reach bootstrap servers {servers}: {why or e}") from e
 
     def _coordinator_node_id(self, coordinator: CoordinatorNode) -> Any:
         # A dedicated node id gives the coordinator its own connection, apart from
@@ -317,12 +318,6 @@ def _offset_fetch(request: m.OffsetFetchRequest) -> Any:
     )
 
 
-def _servers(servers: Any) -> list[str]:
-    if isinstance(servers, str):
-        return [s.strip() for s in servers.split(",") if s.strip()]
-    return [str(s) for s in servers or ()]
-
-
 def _tls_context(connection: dict[str, Any]) -> ssl.SSLContext | None:
     """The TLS context the connection settings describe, for diagnosis only."""
     given = connection.get("ssl_context")
@@ -344,15 +339,11 @@ def _tls_context(connection: dict[str, Any]) -> ssl.SSLContext | None:
 
 def diagnose(server: str, tls: ssl.SSLContext | None) -> str:
     """Why ``server`` (``host:port``) cannot be used: DNS, TCP, then the TLS handshake."""
-    host, _, port_text = server.rpartition(":")
-    if not host:
-        host, port_text = server, "9092"
-    host = host.strip("[]")
     try:
-        port = int(port_text)
+        host, port = split_server(server)
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except ValueError:
-        return f"{server}: not host:port"
+    except ConfigurationError as e:
+        return str(e)
     except socket.gaierror as e:
         return f"{server}: DNS lookup of {host!r} failed ({e.strerror})"
     family, kind, proto, _, address = addresses[0]
