@@ -894,7 +894,8 @@ class GroupMembership:
             )
             if not still_current:
                 # The heartbeat thread reset the generation before the assignment was handed
-                # over: the assignment is stale, rejoin instead (Kafka: resetStateAndRejoin).
+                # over, or a rebalance began during a static member's takeover wait: the
+                # assignment is stale, rejoin instead (Kafka: resetStateAndRejoin).
                 self._pending = None
                 self._needs_join_prepare = True
                 if self._rejoin_reason is None:

@@ -84,7 +84,16 @@ def test_a_reset_right_after_on_join_prepare_is_also_reported() -> None:
 # ---------------------------------------------------------------- close vs running callbacks
 
 
-def _membership_thread(h: Harness) -> threading.Thread:
+def _join_on_a_membership_thread(h: Harness) -> threading.Thread:
+    """Script a first join as the leader of a group of one (and a leave), and run it on the
+    engine's real membership loop, in its own thread."""
+    h.prepare(
+        NODE,
+        m.JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id="m-1"),
+        joined("m-1", 1, leader="m-1"),
+        SYNCED,
+    )
+    h.prepare(m.LeaveGroupResponse(error_code=0))
     thread = threading.Thread(target=h.engine._run_membership, daemon=True)
     h.engine._threads = [thread]
     thread.start()
@@ -102,14 +111,7 @@ def test_close_does_not_leave_while_a_callback_runs_and_prepares_the_leave_after
         h.member.calls.append(("complete returned", generation))
 
     h.member.on_join_complete = slow_complete  # type: ignore[method-assign]
-    h.prepare(
-        NODE,
-        m.JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id="m-1"),
-        joined("m-1", 1, leader="m-1"),
-        SYNCED,
-    )
-    h.prepare(m.LeaveGroupResponse(error_code=0))
-    thread = _membership_thread(h)
+    thread = _join_on_a_membership_thread(h)
     assert in_callback.wait(10)
 
     h.engine.close(timeout_s=0.4)  # gives up waiting for the callback
@@ -145,14 +147,7 @@ def test_a_join_completing_while_on_leave_prepare_runs_never_calls_on_join_compl
 
     engine._complete_join = complete_after_close_began  # type: ignore[method-assign]
     h.member.on_leave_prepare = slow_leave  # type: ignore[method-assign]
-    h.prepare(
-        NODE,
-        m.JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id="m-1"),
-        joined("m-1", 1, leader="m-1"),
-        SYNCED,
-    )
-    h.prepare(m.LeaveGroupResponse(error_code=0))
-    thread = _membership_thread(h)
+    thread = _join_on_a_membership_thread(h)
     assert synced.wait(10)
 
     closer = threading.Thread(target=engine.close, args=(10,), daemon=True)
