@@ -11,6 +11,7 @@ from typing import Any
 from typing_extensions import Self
 
 from ._config import CoordinatorConfig
+from ._engine.clock import Clock
 from ._engine.membership import GroupMembership
 from ._metrics import MemberMetrics
 from ._transport.base import Transport
@@ -86,14 +87,22 @@ class Coordinator(abc.ABC):
     """
 
     def __init__(
-        self, group_id: str, *, transport: Transport | None = None, **settings: Any
+        self,
+        group_id: str,
+        *,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
+        **settings: Any,
     ) -> None:
         """Validate the settings; nothing connects until :meth:`start`.
 
         Args:
             group_id: the group to join (Kafka ``group.id``).
             transport: where requests go; default: Kafka, through kafka-python. Tests pass a
-                ``coordination.testing.ScriptedTransport``.
+                ``coordination.testing.ScriptedTransport``, a simulation its simulated network.
+            clock: where time and every wait of the member come from (its threads, locks,
+                events); default: the system's. Tests pass a ``coordination.testing.ManualClock``
+                or a simulation's clock.
             **settings: the fields of :class:`CoordinatorConfig` (``session_timeout_ms``,
                 ``group_instance_id``, ...) and kafka-python's connection settings
                 (``bootstrap_servers`` (required), ``security_protocol``, ``ssl_*``, ``sasl_*``),
@@ -111,7 +120,7 @@ class Coordinator(abc.ABC):
                 request_timeout_ms=self._config.request_timeout_ms,
                 connection=dict(self._config.connection),
             )
-        self._engine = GroupMembership(self, self._config, transport)
+        self._engine = GroupMembership(self, self._config, transport, clock)
 
     # -- what a subclass implements ------------------------------------------------------
 

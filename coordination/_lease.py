@@ -12,12 +12,11 @@ of its own that acts once when it runs low, even if nothing else happens.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._config import CoordinatorConfig
-from ._engine.clock import Clock
+from ._engine.clock import Clock, Event, Thread
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -113,9 +112,11 @@ class LeaseGuard:
         self.margin_ms = margin
         # In one division, as the recipes always computed it.
         self.floor_s = (margin + reserve_ms) / 1000
-        self._wake = threading.Event()
+        # Made by start_watchdog, from the clock the watchdog waits on.
+        self._wake: Event | None = None
+        self._clock: Clock | None = None
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._thread: Thread | None = None
 
     def remaining(self) -> float:
         """Seconds the lease has left above its floor, from the clock now; <= 0 once low."""
@@ -151,32 +152,36 @@ class LeaseGuard:
         """
         if self._closed or self._thread is not None:
             return
-        self._thread = threading.Thread(
-            target=self._watch,
-            args=(clock, on_low, active, poll_s, idle_poll_s),
-            name=name,
-            daemon=True,
+        wake = self._wake = clock.event()
+        self._clock = clock
+        self._thread = clock.thread(
+            lambda: self._watch(clock, wake, on_low, active, poll_s, idle_poll_s), name
         )
         self._thread.start()
 
     def wake(self) -> None:
         """Make the watchdog look now (e.g. ``active()`` may have become true)."""
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
     def close(self) -> None:
         """Stop the watchdog (idempotent); it ends at its next look, ``on_low`` not called."""
         self._closed = True
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait up to ``timeout`` seconds for the watchdog thread to end (after :meth:`close`)."""
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None and self._clock is not None and (
+            thread is not self._clock.current_thread()
+        ):
             thread.join(timeout)
 
     def _watch(
         self,
         clock: Clock,
+        wake: Event,
         on_low: Callable[[], object],
         active: Callable[[], bool],
         poll_s: float,
@@ -185,15 +190,15 @@ class LeaseGuard:
         armed = True
         while True:
             # Cleared before the look: a wake() after it makes the next wait return at once.
-            self._wake.clear()
+            wake.clear()
             if self._closed:
                 return
             if not active():
                 armed = True
                 if idle_poll_s is None:
-                    self._wake.wait()
+                    wake.wait()
                 else:
-                    clock.sleep(idle_poll_s, self._wake)
+                    clock.sleep(idle_poll_s, wake)
                 continue
             remaining = self.remaining()
             if remaining > 0:
@@ -202,7 +207,7 @@ class LeaseGuard:
                 # the cap keeps a suspended host from oversleeping by the suspension. The
                 # floor keeps a rounding error of the remaining time from being the wait (a
                 # manual clock moved on by 1e-14 s may not move at all).
-                clock.sleep(max(_SHORTEST_WAIT_S, min(remaining, poll_s)), self._wake)
+                clock.sleep(max(_SHORTEST_WAIT_S, min(remaining, poll_s)), wake)
                 continue
             if armed:
                 armed = False
@@ -211,4 +216,4 @@ class LeaseGuard:
                 except Exception:
                     log.exception("the lease watchdog's action raised")
                 continue  # look again at once: on_low may have ended what was active
-            clock.sleep(poll_s, self._wake)
+            clock.sleep(poll_s, wake)

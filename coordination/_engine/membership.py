@@ -31,7 +31,6 @@ callbacks run under ``_callback_lock`` so they never overlap.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, cast
@@ -54,7 +53,7 @@ from ..errors import (
 from . import classify
 from .backoff import ExponentialBackoff
 from .classify import Api, Next, Reaction, Reset
-from .clock import Clock, SystemClock
+from .clock import SYSTEM_CLOCK, Clock, Thread
 from .heartbeat import HeartbeatTimers
 
 log = logging.getLogger("coordination.member")
@@ -139,12 +138,12 @@ class GroupMembership:
         self._callbacks = callbacks
         self._config = config
         self._transport = transport
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or SYSTEM_CLOCK
         self._protocol_type = ""  # asked at start(), once the subclass is fully built
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._callback_lock = threading.RLock()
-        self._stop = threading.Event()
+        self._lock = self._clock.rlock()
+        self._changed = self._clock.condition(self._lock)
+        self._callback_lock = self._clock.rlock()
+        self._stop = self._clock.event()
 
         self._state = MemberState.UNJOINED
         self._generation: Generation = NO_GENERATION
@@ -188,7 +187,7 @@ class GroupMembership:
             config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000
         )
         self._counters = _Counters()
-        self._threads: list[threading.Thread] = []
+        self._threads: list[Thread] = []
 
     # ------------------------------------------------------------------ public view
 
@@ -251,7 +250,7 @@ class GroupMembership:
 
     def pause(self, seconds: float) -> None:
         """Sleep on the engine's clock (tests' manual clocks advance instead)."""
-        self._clock.sleep(seconds, threading.Event())
+        self._clock.sleep(seconds, self._clock.event())
 
     def react_to_fenced_request(self, sent: Generation, reset: Reset, api: str, code: int) -> None:
         """A request of ``sent`` was refused for its generation: reset and rejoin, once."""
@@ -313,12 +312,8 @@ class GroupMembership:
             self.resolve_protocol_type()
             group = self._config.group_id
             self._threads = [
-                threading.Thread(
-                    target=self._run_membership, name=f"coordination-member|{group}", daemon=True
-                ),
-                threading.Thread(
-                    target=self._run_heartbeats, name=f"coordination-heartbeat|{group}", daemon=True
-                ),
+                self._clock.thread(self._run_membership, f"coordination-member|{group}"),
+                self._clock.thread(self._run_heartbeats, f"coordination-heartbeat|{group}"),
             ]
             for thread in self._threads:
                 thread.start()
@@ -370,7 +365,7 @@ class GroupMembership:
 
     def close(self, timeout_s: float, *, leave_group: bool = True) -> None:
         """Leave the group (dynamic members), stop the threads, release the connections."""
-        if threading.current_thread() in self._threads:
+        if self._clock.current_thread() in self._threads:
             raise CoordinatorStateError(
                 f"{self._who()}: close() was called from a callback, on the engine's own thread; "
                 "it would wait for itself. Call close() from another thread."
@@ -816,9 +811,13 @@ class GroupMembership:
                 self._config.rebalance_timeout_ms,
             )
 
-        watchdog = threading.Timer(budget_s, overdue)
-        watchdog.daemon = True
-        watchdog.start()
+        finished = self._clock.event()
+
+        def watch() -> None:
+            if not finished.wait(budget_s):
+                overdue()
+
+        self._clock.thread(watch, f"coordination-assign-watchdog|{self._config.group_id}").start()
         try:
             ok, plan = self._invoke_serialized(
                 "perform_assignment",
@@ -828,7 +827,7 @@ class GroupMembership:
                 members,
             )
         finally:
-            watchdog.cancel()
+            finished.set()
         elapsed = self._clock.monotonic() - started
         if elapsed > budget_s / 2:
             log.warning(

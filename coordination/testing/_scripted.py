@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .._engine.clock import Event, ThreadingClock
 from .._protocol import messages as m
 from .._transport.base import CoordinatorNode, TransportError
 
@@ -108,8 +109,9 @@ class ScriptedTransport:
         self.closed = True
 
 
-class ManualClock:
-    """A clock that only moves when told to, or when the engine sleeps."""
+class ManualClock(ThreadingClock):
+    """A clock that only moves when told to, or when the engine sleeps; its threads, events
+    and locks are ``threading``'s."""
 
     def __init__(self, start: float = 1000.0) -> None:
         self.now = start
@@ -118,7 +120,7 @@ class ManualClock:
     def monotonic(self) -> float:
         return self.now
 
-    def sleep(self, seconds: float, interrupt: threading.Event) -> None:
+    def sleep(self, seconds: float, interrupt: Event) -> None:
         self.sleeps.append(seconds)
         self.now += max(0.0, seconds)
 

@@ -8,6 +8,7 @@ checks what the member sent and what state it reached.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ NODE = m.FindCoordinatorResponse(error_code=0, node_id=1, host="127.0.0.1", port
 class Recorder(Coordinator):
     """A member that records every callback."""
 
-    def __init__(self, transport: ScriptedTransport, **settings: object) -> None:
+    def __init__(self, transport: ScriptedTransport, **settings: Any) -> None:
         super().__init__(GROUP, transport=transport, bootstrap_servers="x:1", **settings)
         self.calls: list[tuple[object, ...]] = []
         self.assign_error: Exception | None = None

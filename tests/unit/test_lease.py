@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from coordination import CoordinatorConfig
+from coordination._engine.clock import Event
 from coordination._lease import LeaseGuard
 from coordination.errors import ConfigurationError
 from coordination.testing import ManualClock
@@ -35,7 +36,7 @@ class SteppedClock(ManualClock):
         self._asleep = False
         self._go = False
 
-    def sleep(self, seconds: float, interrupt: threading.Event) -> None:
+    def sleep(self, seconds: float, interrupt: Event) -> None:
         with self._cond:
             self.sleeps.append(seconds)
             self._asleep, self._go = True, False
