@@ -11,6 +11,7 @@ simulation, so the engine and the recipes make every waiting object here.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -92,6 +93,11 @@ class Clock(Protocol):
         """The running thread, comparable with the threads :meth:`thread` made."""
         ...
 
+    def random(self) -> random.Random:
+        """A new generator of random numbers (backoff jitter); a simulation's come from its
+        seed, so that its histories replay."""
+        ...
+
 
 class ThreadingClock:
     """Waiting objects from ``threading``; the time comes from a subclass."""
@@ -120,6 +126,9 @@ class ThreadingClock:
 
     def current_thread(self) -> object:
         return threading.current_thread()
+
+    def random(self) -> random.Random:
+        return random.Random()
 
 
 # Kafka's brokers keep counting while this host is suspended; CLOCK_MONOTONIC does not, so a

@@ -181,10 +181,14 @@ class GroupMembership:
             now=now,
         )
         self._retry_backoff = ExponentialBackoff(
-            config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000
+            config.retry_backoff_ms / 1000,
+            config.retry_backoff_max_ms / 1000,
+            rng=self._clock.random(),
         )
         self._find_backoff = ExponentialBackoff(
-            config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000
+            config.retry_backoff_ms / 1000,
+            config.retry_backoff_max_ms / 1000,
+            rng=self._clock.random(),
         )
         self._counters = _Counters()
         self._threads: list[Thread] = []
