@@ -1,0 +1,123 @@
+"""The engine alone under simulation: members of a plain ``Coordinator`` subclass that own
+shards, each only while its membership lease holds.
+
+This checks the engine's own promise (``Coordinator.membership_lease``): while a member's
+lease is above zero, the broker cannot have given its assignment to another member. So at
+no instant may two living members each hold a shard with a lease above zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..._coordinator import Coordinator
+from ..._types import Member, ProtocolMetadata
+from ._history import GROUP, HistorySettings, Host, Trace, Violation
+from ._network import SimTransport
+from ._scheduler import Scheduler
+
+SHARDS = tuple(f"s{i}" for i in range(6))
+
+
+class _ShardMember(Coordinator):
+    def __init__(self, driver: ShardsDriver, host: Host, trace: Trace, **settings: object) -> None:
+        super().__init__(GROUP, **settings)  # type: ignore[arg-type]
+        self.host = host
+        assert host.process is not None
+        self.process = host.process  # this incarnation's; the host may get a new one
+        self.trace = trace
+        self.driver = driver
+        self.owned: frozenset[str] = frozenset()
+
+    def protocol_type(self) -> str:
+        return "sim-shards"
+
+    def metadata(self) -> Sequence[ProtocolMetadata]:
+        return [ProtocolMetadata("v1", b"")]
+
+    def perform_assignment(
+        self, leader_id: str, protocol: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
+        ids = sorted(m.member_id for m in members)
+        plan: dict[str, list[str]] = {i: [] for i in ids}
+        for n, shard in enumerate(SHARDS):
+            plan[ids[n % len(ids)]].append(shard)
+        return {i: ",".join(s).encode() for i, s in plan.items()}
+
+    def on_join_prepare(self, generation: int, member_id: str) -> None:
+        self.driver.callback(self.host)
+        if self.owned:
+            self.trace(f"{self.process.name}: releases {sorted(self.owned)}")
+        self.owned = frozenset()
+
+    def on_join_complete(
+        self, generation: int, member_id: str, protocol: str, assignment: bytes
+    ) -> None:
+        self.driver.callback(self.host)
+        shards = frozenset(s for s in assignment.decode().split(",") if s)
+        self.owned = shards
+        self.trace(f"{self.process.name}: owns {sorted(shards)} in generation {generation}")
+
+    def on_leave_prepare(self) -> None:
+        self.owned = frozenset()
+
+
+class ShardsDriver:
+    name = "engine"
+
+    def __init__(self, settings: HistorySettings) -> None:
+        self.settings = settings
+        self.members: dict[str, _ShardMember] = {}  # by process name
+        self._slow: dict[int, float] = {}
+        self._clock: Scheduler | None = None
+
+    def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        self._clock = clock
+        member = _ShardMember(
+            self,
+            host,
+            trace,
+            transport=transport,
+            clock=clock,
+            group_instance_id=host.instance_id,
+            **self.settings.member_settings(),
+        )
+        assert host.process is not None
+        self.members[host.process.name] = member
+        member.start()
+
+    def close(self, host: Host) -> None:
+        member = None if host.process is None else self.members.get(host.process.name)
+        if member is not None:
+            member.close(10.0)
+
+    def slow(self, host: Host, seconds: float) -> None:
+        self._slow[host.index] = seconds
+
+    def callback(self, host: Host) -> None:
+        seconds = self._slow.pop(host.index, 0.0)
+        if seconds and self._clock is not None:
+            self._clock.sleep(seconds, self._clock.event())
+
+    def _holders(self) -> dict[str, list[str]]:
+        holders: dict[str, list[str]] = {}
+        for name, member in list(self.members.items()):
+            process = member.process
+            if process.dead:
+                del self.members[name]
+                continue
+            if not member.owned or member.membership_lease() <= 0:
+                continue
+            for shard in member.owned:
+                holders.setdefault(shard, []).append(f"{member.process.name}/{member.member_id}")
+        return holders
+
+    def check(self, now: float) -> None:
+        for shard, holders in self._holders().items():
+            if len(holders) > 1:
+                raise Violation(f"shard {shard} held by {holders} at once, each with a lease")
+
+    def settled(self, live: list[Host]) -> str | None:
+        holders = self._holders()
+        missing = [s for s in SHARDS if len(holders.get(s, ())) != 1]
+        return f"shards not held by exactly one member: {missing}" if missing else None
