@@ -255,7 +255,9 @@ class Coordinator(abc.ABC):
         """Seconds during which the broker cannot have removed this member from the group.
 
         Counted from the send time of the last request whose success proved the broker
-        counted this member (a heartbeat, JoinGroup or SyncGroup), plus the smaller of
+        restarted this member's session (a heartbeat or a completed JoinGroup; not a SyncGroup,
+        which a Kafka 4 broker answers without restarting it once the group is stable), plus
+        the smaller of
         ``session_timeout_ms`` and ``rebalance_timeout_ms``: the broker's timers started no
         earlier than that. 0.0 when the member has no confirmed place in a generation.
 

@@ -169,7 +169,7 @@ class GroupMembership:
         self._unreachable_since: float | None = None
         self._unreachable_warned_at: float | None = None
         # The generation and the send time of the last request whose success proved that the
-        # broker counted this member (a JoinGroup, SyncGroup or Heartbeat): the broker's session
+        # broker counted this member (a JoinGroup or Heartbeat): the broker's session
         # and join timers started no earlier than that, so it cannot have removed the member
         # before that time plus min(session timeout, rebalance timeout).
         self._confirmed: tuple[Generation, float] | None = None
@@ -444,18 +444,22 @@ class GroupMembership:
             except _Stopped:
                 break
             except CoordinationError as e:
-                if self._fatal is e:
+                if self._fatal is not None:  # this or another thread stopped the member
                     break
                 self._note_problem(f"unexpected error: {e}")
                 log.exception("%s: error in the membership thread; retrying", self._who())
-                self._sleep(self._retry_backoff.next_delay())
             except Exception:
                 # The member must keep working whatever happens (a leader elector that
                 # died on an escaped exception left its cluster leaderless for good).
                 log.exception(
                     "%s: unexpected error in the membership thread; retrying", self._who()
                 )
+            else:
+                continue
+            try:
                 self._sleep(self._retry_backoff.next_delay())
+            except _Stopped:
+                break
 
     def _run_heartbeats(self) -> None:
         while not self._stop.is_set():
@@ -464,7 +468,7 @@ class GroupMembership:
             except _Stopped:
                 break
             except CoordinationError as e:
-                if self._fatal is e:
+                if self._fatal is not None:  # this or another thread stopped the member
                     break
                 log.exception("%s: error in the heartbeat thread", self._who())
                 delay = self._config.retry_backoff_ms / 1000
@@ -717,7 +721,6 @@ class GroupMembership:
             protocol_name=generation.protocol,
             assignments=assignments,
         )
-        sync_sent_at = self._clock.monotonic()
         try:
             # A follower's SyncGroup waits for the leader's, up to the rebalance timeout.
             synced = self._transport.send(
@@ -750,7 +753,9 @@ class GroupMembership:
                     generation,
                 )
             self._state = MemberState.STABLE
-            self._confirmed = (generation, sync_sent_at)
+            # No new confirmation: a SyncGroup answered from a group already Stable (a follower
+            # that synced late) does not restart the member's session timer on Kafka 4; the
+            # JoinGroup's completion (confirmed above) did.
             if self._rejoin_requests == requests_at_start:
                 self._rejoin_reason = None
             now = self._clock.monotonic()
