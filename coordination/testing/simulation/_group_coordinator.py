@@ -253,6 +253,9 @@ class _Group:
     def supports_protocols(self, protocol_type: str, names: set[str]) -> bool:
         if self.state is State.EMPTY:
             return bool(protocol_type) and bool(names)
+        if not self.members:
+            # Every member left mid-rebalance: each protocol is supported by all 0 of them.
+            return self.protocol_type == protocol_type and bool(names)
         return self.protocol_type == protocol_type and bool(names & self.candidate_protocols())
 
     def select_protocol(self) -> str:
@@ -946,6 +949,8 @@ class GroupCoordinatorModel:
                 self._remove_leaving_member(group, req.member_id)
         if error is not None:
             return msg.LeaveGroupResponse(E.NONE, error)
+        # Any leave, even a pending member's, rebalances a Stable or CompletingRebalance group.
+        # 3.9: a pending member's leave does not.
         if group.state in (State.STABLE, State.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance_or_complete_join(group)
         elif group.state is State.PREPARING_REBALANCE:
