@@ -557,6 +557,59 @@ def join_rules(run: Run) -> None:
     b.sync("b: sync while preparing")
     b.join("b: rejoin", protocols=(("p1", b"changed"),))
     run.result("a: join completes", rejoining)
+    b.heartbeat("b: heartbeat with the previous generation", generation=b.generation - 1)
+    syncing = b.start_sync()
+    a.join("a: rejoin with changed metadata while completing", protocols=(("p1", b"new"),))
+    run.result("b: parked sync after a's rejoin", syncing)
+    b.join("b: rejoin", protocols=(("p1", b"changed"),))
+
+
+def leadership(run: Run) -> None:
+    a, b = run.client("a", rebalance_ms=1_000), run.client("b", rebalance_ms=1_000)
+    stable_pair(run, a, b)
+    # A rebalance the leader misses: the member that rejoined leads.
+    changed = b.start_join(protocols=(("p1", b"changed"),))
+    run.result("b: join completes without the leader", changed, timeout_s=3)
+    a.heartbeat("a: heartbeat after its removal")
+    b.sync("b: leader sync", assign=True)
+    c = run.client("c")
+    c.join("c: join without a member id")
+    joining = c.start_join()
+    b.join("b: rejoin", protocols=(("p1", b"changed"),))
+    run.result("c: join completes", joining)
+    syncing = c.start_sync()
+    b.sync("b: leader sync", assign=True)
+    run.result("c: follower sync completes", syncing)
+    # The leader leaves: the one member left leads the next generation.
+    b.leave("b: leader leaves")
+    c.heartbeat("c: heartbeat after the leader left")
+    c.join("c: rejoin")
+    c.sync("c: leader sync", assign=True)
+
+
+def static_protocol_changes(run: Run) -> None:
+    both = (("p1", b"s"), ("p2", b"s"))
+    s1, s2 = run.client("s1", "i1", protocols=both), run.client("s2", "i2", protocols=both)
+    s1.join("s1: static join")
+    s1.sync("s1: leader sync", assign=True)
+    joining = s2.start_join()
+    s1.join("s1: rejoin")
+    run.result("s2: join completes", joining)
+    syncing = s2.start_sync()
+    s1.sync("s1: leader sync", assign=True)
+    run.result("s2: follower sync completes", syncing)
+    # New metadata that keeps the group's protocol: replaced without a rebalance.
+    s1b = run.client("s1b", "i1", protocols=(("p1", b"new"), ("p2", b"new")))
+    s1b.join("s1b: replaces i1 with new metadata")
+    s1b.sync("s1b: leader sync in a Stable group, ignored", assign=True)
+    s2.sync("s2: sync in a Stable group")
+    # A replacement that changes the group's protocol: a rebalance.
+    s2b = run.client("s2b", "i2", protocols=(("p2", b"only"),))
+    joining = s2b.start_join()
+    s1b.heartbeat("s1b: heartbeat during the rebalance")
+    s1b.join("s1b: rejoin")
+    run.result("s2b: join completes", joining)
+    s2.heartbeat("s2: heartbeat with the replaced id")
 
 
 def validation_errors(run: Run) -> None:
@@ -570,6 +623,9 @@ def validation_errors(run: Run) -> None:
     run.client("f", session_ms=2_000_000).join("f: session timeout above the maximum")
     a.join("a: join with an unknown member id", member_id="bogus-1")
     a.join("a: join with an unknown instance id", instance="i7")
+    g = run.client("g")
+    g.join("g: join without a member id")
+    g.join("g: join with its pending id and an instance id", instance="i8")
     a.heartbeat("a: heartbeat with an unknown member id", member_id="bogus-1")
     a.heartbeat("a: heartbeat with a wrong generation", generation=7)
     a.sync("a: sync with another protocol name", protocol_name="p9")
@@ -578,6 +634,8 @@ def validation_errors(run: Run) -> None:
     a.sync("a: sync with an unknown member id", member_id="bogus-1")
     a.commit("a: commit with a wrong generation", generation=7)
     a.commit("admin: commit to a group with members", generation=-1, member_id="")
+    a.commit("a: commit without a generation", generation=-1)
+    a.commit("a: commit with an unknown instance id", instance="i7")
     a.commit("a: commit with metadata too long", offsets=((TOPIC, 0, 1, "x" * 5000),))
     a.leave("a: leave with an unknown member id", member_id="bogus-1")
     other: dict[str, Any] = {"group": run.group + "-none"}
@@ -591,6 +649,8 @@ def validation_errors(run: Run) -> None:
         **other,
     )
     a.fetch("a: fetch from an unknown group", **other)
+    a.leave("a: leave")
+    a.commit("static admin: commit to the Empty group", generation=-1, member_id="", instance="i1")
 
 
 def protocol_votes(run: Run) -> None:
@@ -712,6 +772,8 @@ SCENARIOS = [
     static_members,
     static_replacement_fences_a_parked_join,
     join_rules,
+    leadership,
+    static_protocol_changes,
     validation_errors,
     protocol_votes,
     timeouts,
