@@ -214,6 +214,18 @@ class _Member:
         # Members waiting in a rebalance cannot heartbeat; their session timer is ignored.
         return not self.is_new and (self.join_respond is not None or self.sync_respond is not None)
 
+    def answer_join(self, response: msg.JoinGroupResponse) -> None:
+        if self.join_respond is not None:
+            respond, self.join_respond = self.join_respond, None
+            respond(response)
+
+    def answer_sync(self, response: msg.SyncGroupResponse) -> bool:
+        if self.sync_respond is None:
+            return False
+        respond, self.sync_respond = self.sync_respond, None
+        respond(response)
+        return True
+
 
 @dataclass(eq=False)
 class _Group:
@@ -438,7 +450,7 @@ class GroupCoordinatorModel:
             group.state = State.STABLE if group.members else State.EMPTY
             group.state_timestamp_ms = record.state_timestamp_ms
             for member in group.members.values():
-                self._reschedule_heartbeat(group, member)
+                self._restart_session(group, member)
             if len(group.members) > self.settings.group_max_size:
                 self._prepare_rebalance(group)
         self._loaded_at_ms = self._now_ms()
@@ -454,12 +466,10 @@ class GroupCoordinatorModel:
         self._loaded = self._loading = False
         for group in groups.values():
             for member in group.members.values():
-                if member.join_respond is not None:
-                    respond, member.join_respond = member.join_respond, None
-                    respond(msg.JoinGroupResponse(E.NOT_COORDINATOR, member_id=member.member_id))
-                if member.sync_respond is not None:
-                    respond, member.sync_respond = member.sync_respond, None
-                    respond(msg.SyncGroupResponse(E.NOT_COORDINATOR))
+                member.answer_join(
+                    msg.JoinGroupResponse(E.NOT_COORDINATOR, member_id=member.member_id)
+                )
+                member.answer_sync(msg.SyncGroupResponse(E.NOT_COORDINATOR))
 
     # -- admin and inspection -----------------------------------------------------------------
 
@@ -587,7 +597,7 @@ class GroupCoordinatorModel:
         # KIP-394: a dynamic member must come back with the id; until then it is pending,
         # holds up the join phase, and expires after its session timeout.
         group.pending_members[member_id] = None
-        self._schedule_heartbeat(group.group_id, member_id, req.session_timeout_ms)
+        self._expect_heartbeat(group, member_id, req.session_timeout_ms)
         respond(msg.JoinGroupResponse(E.MEMBER_ID_REQUIRED, member_id=member_id))
 
     def _join_existing_member(
@@ -612,18 +622,18 @@ class GroupCoordinatorModel:
             self._update_member_and_rebalance(group, member, req, respond)
         elif group.state is State.COMPLETING_REBALANCE:
             # The same join again (its response was lost): the current generation, again.
-            respond(self._join_response(group, member, with_members=is_leader))
+            respond(self._join_response(group, member, is_leader))
         elif group.state is State.STABLE:
             if is_leader or not unchanged:
                 # A leader's rejoin is how it asks for a new assignment without a metadata change.
                 self._update_member_and_rebalance(group, member, req, respond)
             else:
-                respond(self._join_response(group, member, with_members=False))
+                respond(self._join_response(group, member, False))
         else:
             respond(msg.JoinGroupResponse(E.UNKNOWN_MEMBER_ID, member_id=req.member_id))
 
     def _join_response(
-        self, group: _Group, member: _Member, *, with_members: bool, skip_assignment: bool = False
+        self, group: _Group, member: _Member, with_members: bool, *, skip_assignment: bool = False
     ) -> msg.JoinGroupResponse:
         return msg.JoinGroupResponse(
             E.NONE,
@@ -655,7 +665,7 @@ class GroupCoordinatorModel:
         group.add(member)
         # A new member parked in JoinGroup cannot heartbeat; if its client gave up and
         # retries, this timeout clears the defunct entry.
-        self._schedule_heartbeat(group.group_id, member_id, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._expect_heartbeat(group, member_id, NEW_MEMBER_JOIN_TIMEOUT_MS)
         self._maybe_prepare_rebalance_or_complete_join(group)
 
     def _update_member_and_rebalance(
@@ -682,10 +692,8 @@ class GroupCoordinatorModel:
         """KIP-345: a known instance id without a member id takes over the old member's place."""
         old = group.members.pop(old_member_id)
         # Fence whatever the old member id still has parked.
-        if old.join_respond is not None:
-            old.join_respond(msg.JoinGroupResponse(E.FENCED_INSTANCE_ID, member_id=old_member_id))
-        if old.sync_respond is not None:
-            old.sync_respond(msg.SyncGroupResponse(E.FENCED_INSTANCE_ID))
+        old.answer_join(msg.JoinGroupResponse(E.FENCED_INSTANCE_ID, member_id=old_member_id))
+        old.answer_sync(msg.SyncGroupResponse(E.FENCED_INSTANCE_ID))
         member = _Member(
             new_member_id,
             old.group_instance_id,
@@ -701,19 +709,14 @@ class GroupCoordinatorModel:
             group.leader_id = new_member_id
         # The old id stays pending sync if it was: Kafka then rebalances when that expires.
         self._cancel(_heartbeat_key(group.group_id, old_member_id))
-        self._reschedule_heartbeat(group, member)  # with the old session timeout, as Kafka does
+        self._restart_session(group, member)  # with the old session timeout, as Kafka does
         self._update_member(member, req, respond)
         if group.state is State.STABLE and group.select_protocol() == group.protocol_name:
             # No rebalance: store the new member id and hand back the current generation.
             # KIP-814: a returning leader learns it leads but need not assign again.
             self.log.append(group.record(self._now_ms()))
-            is_leader = group.leader_id == new_member_id
-            member.join_respond = None
-            respond(
-                self._join_response(
-                    group, member, with_members=is_leader, skip_assignment=is_leader
-                )
-            )
+            leads = group.leader_id == new_member_id
+            member.answer_join(self._join_response(group, member, leads, skip_assignment=leads))
         elif group.state is State.COMPLETING_REBALANCE:
             # The leader may have assigned to the old id: rebalance.
             self._prepare_rebalance(group)
@@ -800,14 +803,10 @@ class GroupCoordinatorModel:
         group.protocol_name = group.select_protocol()
         group.transition(State.COMPLETING_REBALANCE, self._now_ms())
         for member in list(group.members.values()):
-            if member.join_respond is not None:
-                respond, member.join_respond = member.join_respond, None
-                respond(
-                    self._join_response(
-                        group, member, with_members=member.member_id == group.leader_id
-                    )
-                )
-            self._reschedule_heartbeat(group, member)
+            member.answer_join(
+                self._join_response(group, member, member.member_id == group.leader_id)
+            )
+            self._restart_session(group, member)
             member.is_new = False
             group.pending_sync.add(member.member_id)
         # KAFKA-12890: members that never send SyncGroup are removed after the rebalance timeout.
@@ -885,19 +884,15 @@ class GroupCoordinatorModel:
     def _propagate_assignment(self, group: _Group, error: E) -> None:
         ok = error is E.NONE
         for member in list(group.members.values()):
-            if member.sync_respond is None:
-                continue
-            respond, member.sync_respond = member.sync_respond, None
-            respond(
-                msg.SyncGroupResponse(
-                    error,
-                    group.protocol_type if ok else None,
-                    group.protocol_name if ok else None,
-                    member.assignment,
-                )
+            response = msg.SyncGroupResponse(
+                error,
+                group.protocol_type if ok else None,
+                group.protocol_name if ok else None,
+                member.assignment,
             )
-            # Its session timer may have run out, ignored, while it waited.
-            self._reschedule_heartbeat(group, member)
+            if member.answer_sync(response):
+                # Its session timer may have run out, ignored, while it waited.
+                self._restart_session(group, member)
 
     # Heartbeat, LeaveGroup ------------------------------------------------------------------
 
@@ -917,7 +912,7 @@ class GroupCoordinatorModel:
             return error
         if req.generation_id != group.generation_id:
             return E.ILLEGAL_GENERATION
-        self._reschedule_heartbeat(group, group.members[req.member_id])
+        self._restart_session(group, group.members[req.member_id])
         if group.state is State.PREPARING_REBALANCE:
             return E.REBALANCE_IN_PROGRESS
         # CompletingRebalance: members may heartbeat between their JoinGroup and SyncGroup.
@@ -959,23 +954,19 @@ class GroupCoordinatorModel:
 
     def _remove_leaving_member(self, group: _Group, member_id: str) -> None:
         self._cancel(_heartbeat_key(group.group_id, member_id))
-        member = group.members[member_id]
-        if member.join_respond is not None:
-            respond, member.join_respond = member.join_respond, None
-            respond(msg.JoinGroupResponse(E.UNKNOWN_MEMBER_ID))
+        group.members[member_id].answer_join(msg.JoinGroupResponse(E.UNKNOWN_MEMBER_ID))
         group.remove(member_id)
 
     # Sessions -------------------------------------------------------------------------------
 
-    def _reschedule_heartbeat(self, group: _Group, member: _Member) -> None:
-        self._schedule_heartbeat(group.group_id, member.member_id, member.session_timeout_ms)
+    def _restart_session(self, group: _Group, member: _Member) -> None:
+        self._expect_heartbeat(group, member.member_id, member.session_timeout_ms)
 
-    def _schedule_heartbeat(self, group_id: str, member_id: str, timeout_ms: int) -> None:
-        self._schedule(
-            _heartbeat_key(group_id, member_id),
-            timeout_ms,
-            lambda: self._expire_heartbeat(group_id, member_id),
-        )
+    def _expect_heartbeat(self, group: _Group, member_id: str, timeout_ms: int) -> None:
+        """(Re)start the session timer of ``member_id`` (or of a pending member)."""
+        group_id = group.group_id
+        expire = lambda: self._expire_heartbeat(group_id, member_id)  # noqa: E731
+        self._schedule(_heartbeat_key(group_id, member_id), timeout_ms, expire)
 
     def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
         group = self._groups.get(group_id)
@@ -988,9 +979,7 @@ class GroupCoordinatorModel:
         member = group.members.get(member_id)
         if member is None or member.has_satisfied_heartbeat():
             return
-        if member.join_respond is not None:  # a new member whose JoinGroup timed out
-            respond, member.join_respond = member.join_respond, None
-            respond(msg.JoinGroupResponse(E.UNKNOWN_MEMBER_ID))
+        member.answer_join(msg.JoinGroupResponse(E.UNKNOWN_MEMBER_ID))  # a new member's
         group.remove(member_id)
         if group.state in (State.STABLE, State.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance_or_complete_join(group)
@@ -1025,7 +1014,7 @@ class GroupCoordinatorModel:
             return answer(error)
         if group.state in (State.STABLE, State.PREPARING_REBALANCE):
             # A commit keeps the session alive, like a heartbeat.
-            self._reschedule_heartbeat(group, group.members[req.member_id])
+            self._restart_session(group, group.members[req.member_id])
         results = []
         for topic, partition, offset, metadata in _sorted_offsets(req.offsets):
             if metadata is not None and len(metadata) > OFFSET_METADATA_MAX_BYTES:
