@@ -749,6 +749,16 @@ def leaving(run: Run) -> None:
     )
     a.leave("a: leave")
     a.leave("a: leave again")
+    # The last member leaves while another is pending: the join phase waits a rebalance
+    # timeout of 0 (the longest of no members), so the group is Empty at once.
+    d, e = run.client("d"), run.client("e")
+    d.join("d: join without a member id")
+    d.join("d: join with its member id")
+    d.sync("d: leader sync", assign=True)
+    e.join("e: join without a member id")
+    d.leave("d: leave while e is pending")
+    run.client("x", protocol_type="other").join("x: another protocol type, Empty group")
+    e.join("e: join with its member id")
 
 
 def offsets_without_members(run: Run) -> None:

@@ -546,6 +546,28 @@ def test_leave_group() -> None:
     assert (view.state, view.generation_id) == ("Empty", generation + 2)
 
 
+def test_a_pending_member_joins_a_rebalance_that_every_member_left() -> None:
+    h = Harness()
+    (a,), generation = h.stable(1)
+    pending = h.new_id()
+    # The join phase waits for the pending member, for the rebalance timeout of no members: 0.
+    left, other, joined = h.together(
+        leave(a), join(protocol_type="other"), join(pending, protocols=(("p9", b""),))
+    )
+    assert code(left.get()) == E.NONE
+    assert code(other.get()) == E.INCONSISTENT_GROUP_PROTOCOL
+    assert (joined.joined.generation_id, joined.joined.leader) == (generation + 1, pending)
+    assert h.state() == "CompletingRebalance"
+
+
+def test_the_last_member_leaving_empties_the_group_even_with_a_pending_member() -> None:
+    h = Harness()
+    (a,), generation = h.stable(1)
+    h.new_id()
+    h.call(leave(a))
+    assert (h.state(), h.model.describe(GROUP).generation_id) == ("Empty", generation + 1)
+
+
 def test_leaving_while_others_rejoin_completes_the_join_phase() -> None:
     h = Harness()
     (a, b), _ = h.stable(2)
