@@ -409,7 +409,7 @@ class Client:
             kw.get("instance", self.instance),
             kw.get("protocol_type", self.protocol_type),
             kw.get("protocol_name", self.protocol_name),
-            assignments,
+            kw.get("assignments", assignments),
         )
 
     def sync(self, label: str, on_3_9: Callable[[Any], Answer] | None = None, **kw: Any) -> None:
@@ -503,6 +503,7 @@ def static_members(run: Run) -> None:
     s1.heartbeat("s1: heartbeat with the replaced id")
     s1.commit("s1: commit with the replaced id")
     s1.sync("s1: sync with the replaced id")
+    s1.leave("s1: leave with the replaced id")
     s1b.sync("s1b: sync")
     s1b.heartbeat("s1b: heartbeat")
     s2b = run.client("s2b", "i2")
@@ -636,7 +637,9 @@ def validation_errors(run: Run) -> None:
     a.commit("admin: commit to a group with members", generation=-1, member_id="")
     a.commit("a: commit without a generation", generation=-1)
     a.commit("a: commit with an unknown instance id", instance="i7")
-    a.commit("a: commit with metadata too long", offsets=((TOPIC, 0, 1, "x" * 5000),))
+    long_metadata = ((TOPIC, 0, 1, "x" * 5000), (TOPIC, 1, 2, "short"))
+    a.commit("a: commit with metadata too long for one partition", offsets=long_metadata)
+    a.fetch("a: fetch")
     a.leave("a: leave with an unknown member id", member_id="bogus-1")
     other: dict[str, Any] = {"group": run.group + "-none"}
     a.join("a: join an unknown group with a member id", **other)
@@ -729,6 +732,31 @@ def timeouts(run: Run) -> None:
     run.result("s: follower sync completes", syncing)
     rejoining = a.start_join()
     run.result("a: join completes with s, which did not rejoin", rejoining, timeout_s=3)
+    # A follower's unchanged rejoin in a Stable group keeps its old session timeout.
+    syncing = s.start_sync()
+    a.sync("a: leader sync", assign=True)
+    run.result("s: follower sync completes", syncing)
+    s.join("s: rejoin unchanged with a 1 s session", session_ms=1_000)
+    run.sleep(1.6)
+    a.heartbeat("a: heartbeat, s still a member")
+    s.heartbeat("s: heartbeat, its 6 s session still runs")
+
+
+def assignments(run: Run) -> None:
+    a, b = run.client("a"), run.client("b")
+    a.join("a: join without a member id")
+    a.join("a: join with its member id")
+    a.sync("a: leader sync", assign=True)
+    b.join("b: join without a member id")
+    joining = b.start_join()
+    a.join("a: rejoin")
+    run.result("b: join completes", joining)
+    syncing = b.start_sync()
+    # The leader assigns to itself and to an unknown member only: b gets an empty assignment.
+    only_a = ((a.member_id, b"for-a"), ("bogus-9", b"for-nobody"))
+    a.sync("a: leader sync without b", assignments=only_a)
+    run.result("b: follower sync completes", syncing)
+    b.sync("b: sync again in the Stable group")
 
 
 def leaving(run: Run) -> None:
@@ -783,6 +811,7 @@ SCENARIOS = [
     static_replacement_fences_a_parked_join,
     join_rules,
     leadership,
+    assignments,
     static_protocol_changes,
     validation_errors,
     protocol_votes,
