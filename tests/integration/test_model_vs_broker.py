@@ -560,9 +560,10 @@ def join_rules(run: Run) -> None:
     run.result("a: join completes", rejoining)
     b.heartbeat("b: heartbeat with the previous generation", generation=b.generation - 1)
     syncing = b.start_sync()
-    a.join("a: rejoin with changed metadata while completing", protocols=(("p1", b"new"),))
+    rejoining = a.start_join(protocols=(("p1", b"new"),))  # changed metadata while completing
     run.result("b: parked sync after a's rejoin", syncing)
     b.join("b: rejoin", protocols=(("p1", b"changed"),))
+    run.result("a: join with changed metadata completes", rejoining)
 
 
 def leadership(run: Run) -> None:
