@@ -384,6 +384,8 @@ class GroupCoordinatorModel:
     while its first is parked replaces the first, which is never answered; and a member
     removed by LeaveGroup while its SyncGroup is parked gets no answer. Clients time
     these out. :meth:`unload` answers every parked request with NOT_COORDINATOR.
+    ``respond`` may be called from inside ``handle`` or a timer: it must not call back into
+    the model at once (the simulated network delivers answers later).
     """
 
     def __init__(
@@ -412,7 +414,9 @@ class GroupCoordinatorModel:
 
     def load(self, load_time_s: float = 0.0) -> None:
         """Become the coordinator: answer COORDINATOR_LOAD_IN_PROGRESS for ``load_time_s``,
-        then rebuild the groups from the log (a loaded restart of a loaded model unloads first)."""
+        then rebuild the groups from the log, as Kafka does after a move: each group in its
+        stored generation, Stable (or Empty), its members' sessions started afresh, no
+        rebalance under way. A model that is already loaded is unloaded first."""
         if self._loaded:
             self.unload()
         self._loaded = self._loading = True
@@ -432,7 +436,6 @@ class GroupCoordinatorModel:
             group.protocol_type = record.protocol_type or None
             group.generation_id = record.generation_id
             group.protocol_name = record.protocol_name
-            group.leader_id = record.leader_id
             for stored in record.members:
                 # Only the chosen protocol is stored, so a rejoin with several looks changed.
                 group.add(
