@@ -6,11 +6,11 @@ whose transactional producer the broker fences once a newer leader exists.
 """
 
 from ._choice import choose_leader as choose_leader
-from ._election import DuplicateIdentityError as DuplicateIdentityError
 from ._election import LeaderElection as LeaderElection
-from ._election import LeaderInfo as LeaderInfo
-from ._election import Leadership as Leadership
-from ._election import NotLeaderError as NotLeaderError
+from ._leadership import DuplicateIdentityError as DuplicateIdentityError
+from ._leadership import LeaderInfo as LeaderInfo
+from ._leadership import Leadership as Leadership
+from ._leadership import NotLeaderError as NotLeaderError
 
 __all__ = [
     "DuplicateIdentityError",

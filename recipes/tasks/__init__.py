@@ -11,13 +11,13 @@ topic (:class:`TopicTasks`) that every worker reads.
 from __future__ import annotations
 
 from ._assignor import Balance as Balance
-from ._distribution import GroupView as GroupView
 from ._distribution import TaskDistribution as TaskDistribution
-from ._distribution import TaskError as TaskError
-from ._distribution import TaskMetrics as TaskMetrics
-from ._distribution import TaskStartError as TaskStartError
-from ._distribution import TaskStopError as TaskStopError
-from ._distribution import TaskStopTimeoutError as TaskStopTimeoutError
+from ._errors import TaskError as TaskError
+from ._errors import TaskStartError as TaskStartError
+from ._errors import TaskStopError as TaskStopError
+from ._errors import TaskStopTimeoutError as TaskStopTimeoutError
+from ._group import GroupView as GroupView
+from ._runner import TaskMetrics as TaskMetrics
 from ._sources import CallableTasks as CallableTasks
 from ._sources import StaticTasks as StaticTasks
 from ._sources import TaskSource as TaskSource

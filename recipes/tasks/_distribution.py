@@ -1,148 +1,41 @@
-"""The task distribution recipe: named tasks spread over a group of workers, Connect style."""
+"""The task distribution recipe: named tasks spread over a group of workers, Connect style.
+
+:class:`TaskDistribution` is the public face; the group side (what a worker reports, what
+the leader assigns, acting on assignments) is ``_group.py``, and running the tasks
+(threads, stop timeouts, the lease watchdog's action) is ``_runner.py``.
+"""
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Final
 
-from typing_extensions import Self
+from coordination._engine.clock import Clock
+from coordination._transport.base import Transport
+from coordination.errors import ConfigurationError
 
-from coordination import Coordinator, Member, MemberState, ProtocolMetadata
-from coordination._lease import LeaseGuard, engine_clock
-from coordination.errors import (
-    ConfigurationError,
-    CoordinationError,
-    CoordinationTimeoutError,
-    CoordinatorStateError,
-    ProtocolCodecError,
-)
-
-from ._assignor import (
-    AssignmentStatus,
-    Balance,
-    LeaderMemory,
-    WorkerAssignment,
-    WorkerState,
-    assign,
-)
-from ._sources import CallableTasks, StaticTasks, TaskSet, TaskSource, TaskSpec
-from ._wire import (
-    decode_assignment,
-    decode_worker_metadata,
-    encode_assignment,
-    encode_worker_metadata,
-)
+from .._recipe import Recipe
+from ._assignor import Balance, WorkerState
+from ._errors import TaskError
+from ._group import GroupView, TaskGroup
+from ._runner import TaskMetrics, TaskRunner, WorkerSettings
+from ._sources import CallableTasks, StaticTasks, TaskSource, TaskSpec
 
 log = logging.getLogger("recipes.tasks")
 
 PROTOCOL_TYPE: Final = "tasks"
 PROTOCOL_NAME: Final = "tasks-v0"
+_PROTOCOL: Final = (PROTOCOL_TYPE, PROTOCOL_NAME)
 
 # How often the lease watchdog looks at the clock while tasks run; short, so that a process
 # resumed after a pause stops its tasks within this long even if nothing else wakes it.
 _WATCHDOG_S: Final = 0.05
 # How often it looks whether tasks run, while none do (starting one also wakes it).
 _WATCHDOG_IDLE_S: Final = 0.5
-# How long the leader waits for its own task set to catch up with the newest version a
-# worker reports, at most (a fraction of the rebalance timeout is also respected).
-_CATCH_UP_S: Final = 5.0
-# After a CONFIG_MISMATCH round, the leader rejoins after this long (it is reading meanwhile).
-_MISMATCH_RETRY_S: Final = 1.0
-# A worker whose id another member also uses retries after this long.
-_DUPLICATE_RETRY_S: Final = 10.0
 
 
-class TaskError(CoordinationError):
-    """A task failed to start or stop; passed to ``on_task_error``.
-
-    Attributes:
-        task_id: the task.
-    """
-
-    def __init__(self, task_id: str, message: str) -> None:
-        super().__init__(message)
-        self.task_id = task_id
-
-
-class TaskStartError(TaskError):
-    """``start_task`` raised (the cause is chained); the task is not running here."""
-
-
-class TaskStopError(TaskError):
-    """``stop_task`` raised (the cause is chained); the task is treated as stopped."""
-
-
-class TaskStopTimeoutError(TaskStopError):
-    """``stop_task`` did not return within ``stop_timeout_ms``.
-
-    Whatever the reason for the stop (revocation, removal, lost membership, the lease
-    watchdog, close), the worker keeps reporting the task as its own in every JoinGroup
-    until ``stop_task`` returns, so that the leader gives it to no other worker, and does
-    not start it again meanwhile; it rejoins when the stop returns. :meth:`close` waits for
-    such stops (up to half its timeout) before leaving. If the group removes the worker
-    while the stop still runs (its session expired, or close left after waiting in vain),
-    the group gives the task away regardless: it may then run twice, and this error is the
-    only trace of it.
-    """
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GroupView:
-    """Who runs what, as of the last rebalance: the leader's view, or this worker's part of it.
-
-    Attributes:
-        generation: the group generation the view belongs to.
-        leader_worker_id: the worker id of the group's leader.
-        complete: True on the leader, whose view covers every worker; False on the other
-            workers, whose ``workers`` holds only their own tasks (the leader does not send
-            the full view to everyone).
-        workers: worker id -> the tasks it runs (or starts) after this round.
-        held: departed worker id -> tasks waiting for it to come back (leader only).
-        moving: task -> the worker that gets it in the next round (leader only).
-        unassigned: tasks no worker has room for (leader only).
-        delay_ms: if positive, the group rebalances again after this long.
-        config_version: the version of the task set the round assigned.
-    """
-
-    generation: int
-    leader_worker_id: str
-    complete: bool
-    workers: Mapping[str, tuple[str, ...]]
-    held: Mapping[str, tuple[str, ...]]
-    moving: Mapping[str, str]
-    unassigned: tuple[str, ...]
-    delay_ms: int
-    config_version: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskMetrics:
-    """Counters of one worker, from :meth:`TaskDistribution.metrics`."""
-
-    rounds: int
-    """Assignments received (``on_join_complete`` calls)."""
-    started: int
-    """``start_task`` calls that returned."""
-    stopped: int
-    """``stop_task`` calls that returned (in time or late)."""
-    start_failures: int
-    """``start_task`` calls that raised."""
-    stop_failures: int
-    """``stop_task`` calls that raised."""
-    stop_timeouts: int
-    """``stop_task`` calls that overran ``stop_timeout_ms``."""
-    lease_expiries: int
-    """Times the membership lease ran out while tasks ran (every task was stopped)."""
-    memberships_lost: int
-    """Times the member lost its place in the group while tasks ran (every task was stopped)."""
-
-
-class TaskDistribution:
+class TaskDistribution(Recipe):
     """Run each of a set of named tasks on exactly one worker of a group, moving few of them.
 
     Example:
@@ -222,7 +115,22 @@ class TaskDistribution:
         after the lease ran out; work already under way when the pause began (or that
         does not check) may go on until ``stop_task`` ends it. Make such work safe with
         fencing (e.g. a transactional producer) where it matters.
+
+    Time and I/O:
+        Every wait, lock, event, timer and thread of the distribution (the helper threads
+        that run ``stop_task`` included) comes from its member's clock (``clock=``), and
+        every group request goes through its transport (``transport=``), so tests can run
+        a worker on a manual or simulated clock and a scripted broker
+        (``coordination.testing``). A :class:`TaskSource` is given the clock too
+        (:meth:`TaskSource.use_clock`); :class:`TopicTasks` still reads its topic with a
+        kafka-python consumer of its own.
     """
+
+    _KIND: ClassVar[str] = "task distribution"
+    _LOG: ClassVar[logging.Logger] = log
+    # wait_stable looks again this often (settling involves the member's state, which does
+    # not notify the distribution).
+    _WAIT_POLL_S: ClassVar[float] = 0.05
 
     def __init__(
         self,
@@ -240,6 +148,8 @@ class TaskDistribution:
         balance: Balance = Balance.WEIGHT,
         on_task_error: Callable[[str, TaskError], None] | None = None,
         lease_margin_ms: int | None = None,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
         **settings: Any,
     ) -> None:
         """Validate the settings; nothing connects until :meth:`start`.
@@ -263,6 +173,12 @@ class TaskDistribution:
             on_task_error: called with every :class:`TaskError` (also logged).
             lease_margin_ms: how much earlier than needed the worker stops its tasks when it
                 cannot confirm its membership; default ``heartbeat_interval_ms``.
+            transport: where the member's requests go, as for :class:`coordination.Coordinator`;
+                default: Kafka. Tests pass a ``coordination.testing.ScriptedTransport``.
+            clock: where every time read, wait, lock, event, timer and thread of the worker,
+                its task source and its member come from, as for
+                :class:`coordination.Coordinator`; default: the system's. Tests pass a
+                ``coordination.testing.ManualClock``.
             **settings: the group's settings (``bootstrap_servers``, ``session_timeout_ms``,
                 TLS, SASL, ...), as for :class:`coordination.Coordinator`.
 
@@ -278,90 +194,47 @@ class TaskDistribution:
             raise ConfigurationError(f"balance must be a Balance, got {balance!r}")
         if capacity is not None:
             WorkerState(member_id="", worker_id=worker_id, capacity=capacity)  # validates
-        self.worker_id = worker_id
-        self._start_task = start_task
-        self._stop_task = stop_task
-        self._on_task_error = on_task_error
-        self._max_delay_ms = max_delay_ms
-        self._stop_timeout_s = stop_timeout_ms / 1000
-        self._capacity = capacity
-        self._balance = balance
         if isinstance(tasks, TaskSource):
-            self._source: TaskSource = tasks
+            source: TaskSource = tasks
         elif isinstance(tasks, Mapping):
-            self._source = StaticTasks(tasks)
+            source = StaticTasks(tasks)
         elif callable(tasks):
-            self._source = CallableTasks(tasks)
+            source = CallableTasks(tasks)
         else:
             raise ConfigurationError(
                 f"tasks must be a mapping, a callable or a TaskSource, got {type(tasks).__name__}"
             )
-        self._coordinator = _TasksCoordinator(self, group_id, **settings)
-        coordinator = self._coordinator
+        super().__init__(group_id, _PROTOCOL, transport=transport, clock=clock, settings=settings)
         # A worker stops everything when its lease falls to margin + stop_timeout_ms: enough
         # time left to stop.
-        self._lease = LeaseGuard(
-            lambda: coordinator.membership_lease(),
-            coordinator.config,
+        lease = self._guard_lease(
             lease_margin_ms,
             reserve=("stop_timeout_ms", stop_timeout_ms),
             why=": a worker must be able to stop its tasks before the group can give them away",
         )
-
-        # _tasks_lock serializes every start and stop decision (membership thread, source
-        # thread, watchdog, close); _lock guards the small state read by queries.
-        self._tasks_lock = threading.RLock()
-        self._lock = threading.Condition(threading.RLock())
-        self._running: dict[str, TaskSpec] = {}
-        self._waiting: set[str] = set()  # assigned, waiting for the task set to catch up
-        self._stopping: set[str] = set()  # stop_task called, not returned; reported as ours
-        self._late: set[str] = set()  # stop_task overran the stop timeout
-        # The newest task-set version read whose change needs a rebalance (tasks added or
-        # removed, a weight changed): the worker is not settled before an assignment of it.
-        self._reassign_version = 0
-        self._assignment: WorkerAssignment | None = None
-        self._assigned_generation = -1
-        self._view: GroupView | None = None
-        self._counts = {k: 0 for k in TaskMetrics.__dataclass_fields__}
-        self._closed = False
-        self._started = False
-        self._first_join = True
-        self._rejoin_timer: threading.Timer | None = None
-
-        # Leader memory (see LeaderMemory): kept only once the leader's own on_join_complete
-        # receives the assignment it computed for that generation.
-        self._memory = LeaderMemory()
-        self._memory_generation = -1
-        self._last_completed_generation = -1
-        self._proposal: _Proposal | None = None
+        self.worker_id = worker_id
+        source.use_clock(self._ctx.clock)
+        self._source = source
+        settings_ = WorkerSettings(
+            worker_id=worker_id,
+            stop_timeout_s=stop_timeout_ms / 1000,
+            capacity=capacity,
+            max_delay_ms=max_delay_ms,
+            balance=balance,
+        )
+        self._runner = TaskRunner(
+            self._ctx,
+            lease,
+            settings_,
+            start_task=start_task,
+            stop_task=stop_task,
+            on_task_error=on_task_error,
+            on_lease_lost=lambda: self._group.forget_assignment(),
+        )
+        self._group = TaskGroup(self._ctx, self._runner, source, settings_)
+        self._member.listen(self._group)
 
     # ------------------------------------------------------------------ lifecycle
-
-    @property
-    def group_id(self) -> str:
-        """The workers' group."""
-        return self._coordinator.group_id
-
-    @property
-    def coordinator(self) -> Coordinator:
-        """The underlying group member (for ``metrics()``, ``generation()``, ``state``)."""
-        return self._coordinator
-
-    def start(self) -> None:
-        """Start reading the task set and join the group in the background (idempotent).
-
-        Raises:
-            CoordinatorStateError: the distribution was closed.
-        """
-        with self._lock:
-            if self._closed:
-                raise CoordinatorStateError(f"task distribution {self.group_id!r} is closed")
-            if self._started:
-                return
-            self._started = True
-        self._source.start(dict(self._coordinator.config.connection), self._on_tasks_changed)
-        self._start_watchdog()
-        self._coordinator.start()
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop every task, leave the group and stop (idempotent).
@@ -369,23 +242,33 @@ class TaskDistribution:
         A dynamic member's departure rebalances the group at once; its tasks are held for
         ``max_delay_ms`` like those of a crashed worker, then given to the others.
 
+        Args:
+            timeout: seconds for the whole close.
+
         Raises:
             CoordinatorStateError: called from a task callback on the membership thread.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._lock.notify_all()
-        self._lease.close()
-        self._cancel_rejoin_timer()
-        deadline = time.monotonic() + timeout
+        super().close(timeout)
+
+    def _starting(self) -> None:
+        self._source.start(dict(self._member.config.connection), self._group.tasks_changed)
+        # Stop every task when the membership lease runs low, even if nothing else happens.
+        self._watch_lease(
+            self._runner.check_lease,
+            active=self._runner.has_tasks,
+            poll_s=_WATCHDOG_S,
+            idle_poll_s=_WATCHDOG_IDLE_S,
+            name="tasks-lease",
+        )
+
+    def _before_leave(self, deadline: float, timeout: float) -> bool:
+        self._group.cancel_rejoin()
         # Stop every task while this worker still has its place in the group (it still
         # heartbeats, and rejoins if the group rebalances), and wait up to half the timeout
         # for stops that overran: until a stop returns, the task is reported as this
         # worker's, so the group gives it to nobody else. Leaving comes after.
-        self._stop_all("the worker is closing")
-        late = self._wait_for_stops(deadline - timeout / 2)
+        self._runner.stop_all("the worker is closing")
+        late = self._runner.wait_for_stops(deadline - timeout / 2)
         if late:
             # Leaving now would give these tasks to other workers at once, while they still
             # run here: stay in the group's books until the session times out instead.
@@ -397,29 +280,21 @@ class TaskDistribution:
             )
         # on_leave_prepare stops whatever started meanwhile (nothing: closed workers start
         # nothing).
-        self._coordinator.close(max(0.0, deadline - time.monotonic()), leave_group=not late)
-        self._stop_all("the worker is closing")
+        return not late
+
+    def _after_close(self) -> None:
+        self._runner.stop_all("the worker is closing")
         self._source.close()
-        self._lease.join(1)
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _describe(self) -> str:
+        return f"worker={self.worker_id!r} running={len(self.running())}"
 
     # ------------------------------------------------------------------ queries
 
     def running(self) -> frozenset[str]:
         """The tasks this worker runs now (started and not stopped)."""
-        with self._lock:
-            return frozenset(self._running)
+        with self._ctx.lock:
+            return frozenset(self._runner.running)
 
     def owns(self, task_id: str) -> bool:
         """True if this worker runs ``task_id`` and may go on working on it.
@@ -427,13 +302,17 @@ class TaskDistribution:
         Checks the membership lease against the clock at the time of the call, so a
         process that resumes from a pause longer than its lease gets False at once (and
         the watchdog stops the task right after). Call it before each unit of work.
+
+        Args:
+            task_id: the task.
         """
-        with self._lock:
-            if task_id not in self._running:
+        with self._ctx.lock:
+            if task_id not in self._runner.running:
                 return False
-        if self._lease.holds():
+        lease = self._runner.lease
+        if lease.holds():
             return True
-        self._lease.wake()
+        lease.wake()
         return False
 
     def describe(self) -> GroupView | None:
@@ -442,13 +321,11 @@ class TaskDistribution:
         Complete (``complete=True``) on the leader only; every other worker sees its own
         tasks (see :class:`GroupView`).
         """
-        with self._lock:
-            return self._view
+        return self._group.view()
 
     def metrics(self) -> TaskMetrics:
         """Counters of this worker."""
-        with self._lock:
-            return TaskMetrics(**self._counts)
+        return self._runner.metrics()
 
     def wait_stable(self, timeout: float | None = None) -> GroupView:
         """Start if needed; block until this worker is settled; return :meth:`describe`.
@@ -461,53 +338,19 @@ class TaskDistribution:
         has not read yet is not waited for. Held tasks (``delay_ms`` > 0) do not count as
         unsettled: they wait for their worker by design.
 
+        Args:
+            timeout: seconds to wait; None waits forever.
+
+        Returns:
+            The view of the assignment this worker settled on.
+
         Raises:
             CoordinationTimeoutError: not settled within ``timeout`` seconds.
             CoordinatorStateError: the distribution was closed.
             FatalBrokerError: the member stopped on an error a person must fix.
         """
         self.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                if self._closed:
-                    raise CoordinatorStateError(f"task distribution {self.group_id!r} is closed")
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                self._coordinator.ensure_active_group(timeout=remaining)
-            except CoordinationTimeoutError:
-                raise CoordinationTimeoutError(
-                    f"task distribution {self.group_id!r}: worker {self.worker_id!r} not "
-                    f"stable after {timeout}s"
-                ) from None
-            with self._lock:
-                view = self._view
-                if self._settled_locked() and view is not None:
-                    return view
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise CoordinationTimeoutError(
-                        f"task distribution {self.group_id!r}: worker {self.worker_id!r} not "
-                        f"settled after {timeout}s (waiting: {sorted(self._waiting)}, "
-                        f"stopping: {sorted(self._stopping)})"
-                    )
-                self._lock.wait(0.05 if remaining is None else min(remaining, 0.05))
-
-    def _settled_locked(self) -> bool:
-        a = self._assignment
-        gen = self._coordinator.generation_if_stable()
-        return (
-            a is not None
-            and gen is not None
-            and gen.generation_id == self._assigned_generation
-            and a.status is AssignmentStatus.OK
-            and a.config_version >= self._reassign_version
-            and not a.revoked
-            and not self._waiting
-            and not self._stopping
-            and self._view is not None
-            and not self._view.moving
-        )
+        return self._wait(self._group.settled_view, timeout, self._group.unsettled)
 
     # ------------------------------------------------------------------ the task set
 
@@ -540,477 +383,4 @@ class TaskDistribution:
 
         The leader rejoins to reassign; every worker reconciles what it runs.
         """
-        version, tasks = self._source.snapshot()
-        with self._lock:
-            known = dict(self._running)
-        self._on_tasks_changed(version, known, tasks)
-
-    def _on_tasks_changed(self, version: int, old: TaskSet, new: TaskSet) -> None:
-        """A new task set: reconcile what runs here; the leader rejoins if the set changed."""
-        reassign = set(old) != set(new) or any(
-            old[t].weight != new[t].weight for t in old.keys() & new.keys()
-        )
-        with self._tasks_lock:
-            if reassign:
-                with self._lock:
-                    # Not settled until an assignment of this version (or newer) arrives.
-                    self._reassign_version = max(self._reassign_version, version)
-            gone = [t for t in self._running if t not in new]
-            if gone:
-                # Stopping is always safe; the leader's next round revokes them formally.
-                self._stop_tasks(gone, f"removed from the task set (version {version})")
-            changed = [t for t, spec in self._running.items() if new[t].config != spec.config]
-            with self._lock:
-                for t, spec in list(self._running.items()):
-                    if t not in changed and new[t] != spec:
-                        self._running[t] = new[t]  # a new weight alone: nothing to do here
-            if changed:
-                log.info("worker %s: restarting %s: their config changed", self.worker_id, changed)
-                # Still assigned here: each moves back to waiting as its stop returns (in
-                # the same step, so that it is reported as ours throughout), started below.
-                self._stop_tasks(changed, "its config changed", restart=True)
-            self._start_waiting()
-        if reassign and self._coordinator.is_leader:
-            # One rejoin, by the leader: the others learn the set by reading it, not by
-            # rebalancing, and report their version when the leader's rejoin reaches them.
-            self._coordinator.request_rejoin(f"the task set changed (version {version})")
-
-    # ------------------------------------------------------------------ Coordinator side
-
-    def _worker_state(self) -> WorkerState:
-        if self._first_join:
-            # Join with the full task set, not with what was read so far.
-            if not self._source.wait_ready(self._coordinator.config.rebalance_timeout_ms / 2000):
-                log.warning("worker %s: joining before the task set was fully read", self.worker_id)
-            self._first_join = False
-        version, _ = self._source.snapshot()
-        with self._lock:
-            owned = frozenset(self._running) | self._waiting | self._stopping
-        return WorkerState(
-            member_id="",
-            worker_id=self.worker_id,
-            owned=owned,
-            capacity=self._capacity,
-            config_version=version,
-        )
-
-    def _perform_assignment(
-        self, generation: int, leader_id: str, members: Sequence[Member]
-    ) -> Mapping[str, bytes]:
-        workers = [decode_worker_metadata(m.member_id, m.metadata) for m in members]
-        newest = max(w.config_version for w in workers)
-        budget = min(_CATCH_UP_S, self._coordinator.config.rebalance_timeout_ms / 4000)
-        if not self._source.wait_for_version(newest, budget):
-            log.warning("leader %s: task set still behind version %d", self.worker_id, newest)
-        version, tasks = self._source.snapshot()
-        # A memory is only valid if it describes the round this member completed last: a
-        # round led by another member (or one that never completed) may have moved tasks.
-        memory = (
-            self._memory
-            if self._memory_generation == self._last_completed_generation >= 0
-            else LeaderMemory()
-        )
-        result = assign(
-            {t: s.weight for t, s in tasks.items()},
-            workers,
-            memory,
-            leader_id=leader_id,
-            now_ms=int(time.monotonic() * 1000),
-            max_delay_ms=self._max_delay_ms,
-            config_version=version,
-            balance=self._balance,
-        )
-        plan = {member: encode_assignment(a) for member, a in result.assignments.items()}
-        by_member = {w.member_id: w.worker_id for w in workers}
-        view = GroupView(
-            generation=generation,
-            leader_worker_id=self.worker_id,
-            complete=True,
-            workers={
-                by_member[m]: a.assigned
-                for m, a in result.assignments.items()
-                if a.status is AssignmentStatus.OK
-            },
-            held=result.held,
-            moving=result.moving,
-            unassigned=result.unassigned,
-            delay_ms=result.delay_ms,
-            config_version=version,
-        )
-        self._proposal = _Proposal(generation, plan[leader_id], result.memory, view)
-        summary = {by_member[m]: len(a.assigned) for m, a in result.assignments.items()}
-        log.info(
-            "leader %s: generation %d: %s; revoked %d; held %s; delay %d ms",
-            self.worker_id,
-            generation,
-            summary,
-            sum(len(a.revoked) for a in result.assignments.values()),
-            {w: len(ts) for w, ts in result.held.items()},
-            result.delay_ms,
-        )
-        return plan
-
-    def _join_complete(self, generation: int, assignment: bytes) -> None:
-        proposal, self._proposal = self._proposal, None
-        self._last_completed_generation = generation
-        leader_round = (
-            proposal is not None
-            and proposal.generation == generation
-            and proposal.own_assignment == assignment
-        )
-        if leader_round:
-            assert proposal is not None
-            self._memory, self._memory_generation = proposal.memory, generation
-        try:
-            a = decode_assignment(assignment)
-        except ProtocolCodecError as e:
-            # Nothing safe to do with an assignment we cannot read but keep what runs; a
-            # leader of another version will be replaced or upgraded.
-            log.error("worker %s: cannot read the assignment: %s", self.worker_id, e)
-            return
-        self._cancel_rejoin_timer()
-        with self._lock:
-            self._counts["rounds"] += 1
-        if a.status is AssignmentStatus.CONFIG_MISMATCH:
-            log.warning(
-                "worker %s: generation %d: task set versions differ; nothing changes",
-                self.worker_id,
-                generation,
-            )
-            if self._coordinator.is_leader:
-                self._schedule_rejoin(
-                    _MISMATCH_RETRY_S, "the leader is catching up with the task set"
-                )
-            self._set_assignment(generation, a, None)
-            return
-        with self._tasks_lock:
-            if a.status is AssignmentStatus.DUPLICATE_WORKER_ID:
-                log.error(
-                    "worker %s: another member of group %r uses this worker id; this one runs "
-                    "nothing. Give every worker a unique worker_id",
-                    self.worker_id,
-                    self.group_id,
-                )
-                with self._lock:
-                    self._waiting.clear()  # never started: nothing to stop
-                self._stop_tasks(list(self._running), "duplicate worker id")
-                self._set_assignment(generation, a, None)
-                self._schedule_rejoin(_DUPLICATE_RETRY_S, "retrying with a duplicate worker id")
-                return
-            assigned = set(a.assigned)
-            # Revoked first, and anything else not assigned (a task stopped and restarted
-            # elsewhere must not also run here); then start what is new.
-            drop = [t for t in self._running if t not in assigned]
-            with self._lock:
-                self._waiting &= assigned
-            if drop:
-                self._stop_tasks(drop, f"revoked in generation {generation}")
-            with self._lock:
-                # Not a task whose stop still runs: it starts once that returned. Nothing
-                # new once closing: the worker is about to leave.
-                if not self._closed:
-                    self._waiting |= assigned - set(self._running) - self._stopping
-            self._set_assignment(
-                generation, a, proposal.view if leader_round and proposal else None
-            )
-            self._start_waiting()
-        if a.revoked:
-            self._coordinator.request_rejoin(
-                f"worker {self.worker_id} stopped {len(a.revoked)} revoked task(s) to hand over"
-            )
-        elif a.delay_ms > 0:
-            self._schedule_rejoin(a.delay_ms / 1000, "the scheduled rebalance delay elapsed")
-
-    def _set_assignment(self, generation: int, a: WorkerAssignment, view: GroupView | None) -> None:
-        if view is None:
-            view = GroupView(
-                generation=generation,
-                leader_worker_id=a.leader_worker_id,
-                complete=False,
-                workers={self.worker_id: a.assigned} if a.status is AssignmentStatus.OK else {},
-                held={},
-                moving={},
-                unassigned=(),
-                delay_ms=a.delay_ms,
-                config_version=a.config_version,
-            )
-        with self._lock:
-            self._assignment = a
-            self._assigned_generation = generation
-            self._view = view
-            self._lock.notify_all()
-        self._lease.wake()  # tasks may wait to start: the watchdog guards them from now on
-
-    def _membership_lost(self) -> None:
-        with self._tasks_lock:
-            with self._lock:
-                if self._running:
-                    self._counts["memberships_lost"] += 1
-                self._assignment = None
-            self._stop_all("this worker lost its place in the group")
-
-    # ------------------------------------------------------------------ starting, stopping
-
-    def _start_waiting(self) -> None:
-        """Start the assigned tasks whose definition this worker has (caller holds the lock)."""
-        a = self._assignment
-        if not self._waiting or a is None or a.status is not AssignmentStatus.OK:
-            return
-        version, tasks = self._source.snapshot()
-        if version < a.config_version:
-            log.info(
-                "worker %s: waiting for task set version %d (at %d) to start %d task(s)",
-                self.worker_id,
-                a.config_version,
-                version,
-                len(self._waiting),
-            )
-            return
-        if not self._lease.holds():
-            return  # the watchdog stops everything; the next assignment says what to run
-        self._start_tasks(sorted(t for t in self._waiting if t in tasks), tasks)
-
-    def _start_tasks(self, task_ids: Sequence[str], tasks: TaskSet) -> None:
-        for task in task_ids:
-            spec = tasks[task]
-            with self._lock:
-                if task in self._stopping or self._closed:
-                    # Its previous stop_task still runs (it overran): started again only
-                    # once that returns. Closing: nothing starts any more.
-                    continue
-            # The task stays in _waiting (reported as this worker's) while start_task runs,
-            # and moves to _running in one step under _lock: a JoinGroup computed meanwhile
-            # (on the membership thread, which does not wait for _tasks_lock) sees it.
-            try:
-                self._start_task(task, spec)
-            except Exception as e:
-                with self._lock:
-                    self._waiting.discard(task)
-                    self._counts["start_failures"] += 1
-                # Not running, so not reported as owned: the leader offers it to this worker
-                # again in the next round (it remembers the owner), or to another one.
-                self._report(TaskStartError(task, f"start_task({task!r}) raised {e!r}"), e)
-                continue
-            with self._lock:
-                self._waiting.discard(task)
-                self._running[task] = spec
-                self._counts["started"] += 1
-                self._lock.notify_all()
-            self._lease.wake()
-
-    def _stop_all(self, reason: str) -> None:
-        with self._tasks_lock:
-            with self._lock:
-                self._waiting.clear()
-                running = list(self._running)
-            self._stop_tasks(running, reason)
-
-    def _stop_tasks(
-        self, task_ids: Sequence[str], reason: str, *, restart: bool = False
-    ) -> set[str]:
-        """Stop tasks in parallel, each within the stop timeout. Returns those that stopped.
-
-        Each task moves from ``running`` to ``stopping`` in one step and stays there until
-        its ``stop_task`` returns, however long that takes and whatever the reason for the
-        stop (revocation, removal, lost membership, the lease watchdog, close): meanwhile
-        every JoinGroup reports it as this worker's, so the leader gives it to nobody else,
-        and this worker does not start it again. If ``restart``, a task whose stop returns
-        in time moves from ``stopping`` to ``waiting`` in one step, for the caller to start.
-        """
-        if not task_ids:
-            return set()
-        log.info("worker %s: stopping %d task(s) (%s)", self.worker_id, len(task_ids), reason)
-        with self._lock:
-            for t in task_ids:
-                self._running.pop(t, None)
-                self._stopping.add(t)
-            self._lock.notify_all()
-        done: dict[str, threading.Event] = {}
-        for task in task_ids:
-            done[task] = threading.Event()
-            threading.Thread(
-                target=self._stop_one,
-                args=(task, done[task], restart),
-                name=f"tasks-stop|{task}",
-                daemon=True,
-            ).start()
-        deadline = time.monotonic() + self._stop_timeout_s
-        stopped: set[str] = set()
-        for task in task_ids:
-            if done[task].wait(max(0.0, deadline - time.monotonic())):
-                stopped.add(task)
-                continue
-            with self._lock:
-                if done[task].is_set():  # returned just now
-                    stopped.add(task)
-                    continue
-                self._counts["stop_timeouts"] += 1
-                self._late.add(task)
-            self._report(
-                TaskStopTimeoutError(
-                    task,
-                    f"stop_task({task!r}) did not return within {self._stop_timeout_s:g}s "
-                    f"({reason}); this worker keeps reporting the task as its own, and does "
-                    "not start it again, until it returns (if the group removed this worker "
-                    "meanwhile, it may give the task to another one)",
-                ),
-                None,
-            )
-        return stopped
-
-    def _stop_one(self, task: str, done: threading.Event, restart: bool) -> None:
-        try:
-            self._stop_task(task)
-            failure: Exception | None = None
-        except Exception as e:
-            failure = e
-        with self._lock:
-            late = task in self._late
-            self._late.discard(task)
-            self._stopping.discard(task)
-            if restart and not late:
-                # The caller (holding _tasks_lock, waiting for this stop) starts it again.
-                self._waiting.add(task)
-            self._counts["stopped" if failure is None else "stop_failures"] += 1
-            done.set()
-            self._lock.notify_all()
-        if failure is not None:
-            self._report(TaskStopError(task, f"stop_task({task!r}) raised {failure!r}"), failure)
-        if late and not self._closed:
-            # It was still reported as this worker's; now it can be handed over (or, if it
-            # is still assigned here, started again).
-            self._coordinator.request_rejoin(f"task {task} finally stopped")
-
-    def _wait_for_stops(self, deadline: float) -> frozenset[str]:
-        """Block until no ``stop_task`` runs, or until ``deadline``; return those still running."""
-        with self._lock:
-            while self._stopping:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._lock.wait(min(remaining, 0.05))
-            return frozenset(self._stopping)
-
-    def _report(self, error: TaskError, cause: BaseException | None) -> None:
-        if cause is not None:
-            error.__cause__ = cause
-        log.error("worker %s: %s", self.worker_id, error, exc_info=cause)
-        if self._on_task_error is not None:
-            try:
-                self._on_task_error(error.task_id, error)
-            except Exception:
-                log.exception("worker %s: on_task_error raised", self.worker_id)
-
-    # ------------------------------------------------------------------ lease watchdog
-
-    def _start_watchdog(self) -> None:
-        """Stop every task when the membership lease runs low, even if nothing else happens."""
-        self._lease.start_watchdog(
-            engine_clock(self._coordinator),
-            self._check_lease,
-            active=self._has_tasks,
-            poll_s=_WATCHDOG_S,
-            idle_poll_s=_WATCHDOG_IDLE_S,
-            name=f"tasks-lease|{self.group_id}",
-        )
-
-    def _has_tasks(self) -> bool:
-        """Whether the watchdog has anything to guard: tasks running or about to start."""
-        with self._lock:
-            return bool(self._running or self._waiting)
-
-    def _check_lease(self) -> bool:
-        """The watchdog found the lease low: stop every task. True if the lease is low."""
-        if self._lease.holds():
-            return False
-        with self._tasks_lock:
-            # Checked again under the tasks lock: an assignment may just have renewed it.
-            if not self._lease.holds() and (self._running or self._waiting):
-                with self._lock:
-                    self._counts["lease_expiries"] += 1
-                    self._assignment = None
-                log.warning(
-                    "worker %s: membership lease ran out (no heartbeat confirmed in "
-                    "time); stopping every task before the group can give them away",
-                    self.worker_id,
-                )
-                self._stop_all("the membership lease ran out")
-                if self._coordinator.state is not MemberState.CLOSED and not self._closed:
-                    self._coordinator.request_rejoin("the membership lease ran out")
-        return True
-
-    # ------------------------------------------------------------------ rejoin timer
-
-    def _schedule_rejoin(self, delay_s: float, reason: str) -> None:
-        self._cancel_rejoin_timer()
-
-        def fire() -> None:
-            if not self._closed:
-                self._coordinator.request_rejoin(reason)
-
-        timer = threading.Timer(delay_s, fire)
-        timer.daemon = True
-        with self._lock:
-            self._rejoin_timer = timer
-        timer.start()
-
-    def _cancel_rejoin_timer(self) -> None:
-        with self._lock:
-            timer, self._rejoin_timer = self._rejoin_timer, None
-        if timer is not None:
-            timer.cancel()
-
-    def __repr__(self) -> str:
-        return (
-            f"<TaskDistribution group={self.group_id!r} worker={self.worker_id!r} "
-            f"running={len(self.running())}>"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Proposal:
-    """What the leader computed for a generation, kept until its own assignment arrives."""
-
-    generation: int
-    own_assignment: bytes
-    memory: LeaderMemory
-    view: GroupView
-
-
-class _TasksCoordinator(Coordinator):
-    """The group member behind a :class:`TaskDistribution`."""
-
-    def __init__(self, distribution: TaskDistribution, group_id: str, **settings: Any) -> None:
-        super().__init__(group_id, **settings)
-        self._distribution = distribution
-
-    def protocol_type(self) -> str:
-        return PROTOCOL_TYPE
-
-    def metadata(self) -> Sequence[ProtocolMetadata]:
-        return [
-            ProtocolMetadata(
-                PROTOCOL_NAME, encode_worker_metadata(self._distribution._worker_state())
-            )
-        ]
-
-    def perform_assignment(
-        self, leader_id: str, protocol: str, members: Sequence[Member]
-    ) -> Mapping[str, bytes]:
-        return self._distribution._perform_assignment(
-            self.generation().generation_id, leader_id, members
-        )
-
-    def on_join_prepare(self, generation: int, member_id: str) -> None:
-        # Cooperative: a rebalance alone stops nothing. Only a lost generation does: the
-        # group may already have given this worker's tasks to others.
-        if generation == -1:
-            self._distribution._membership_lost()
-
-    def on_join_complete(
-        self, generation: int, member_id: str, protocol: str, assignment: bytes
-    ) -> None:
-        self._distribution._join_complete(generation, assignment)
-
-    def on_leave_prepare(self) -> None:
-        self._distribution._stop_all("the worker is leaving the group")
+        self._group.refresh()

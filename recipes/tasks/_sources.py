@@ -12,12 +12,11 @@ import abc
 import json
 import logging
 import math
-import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from coordination._engine.clock import SYSTEM_CLOCK, Clock, Thread
 from coordination.errors import ConfigurationError
 
 log = logging.getLogger("recipes.tasks")
@@ -86,9 +85,27 @@ class TaskSource(abc.ABC):
     """Where the task set comes from. Subclass it for another store of task definitions.
 
     Every worker of a group must use an equivalent source (the same tasks, the same
-    versions). ``snapshot()`` is called from several threads; :meth:`start` and
-    :meth:`close` once each, by the task distribution.
+    versions). ``snapshot()`` is called from several threads; :meth:`use_clock`,
+    :meth:`start` and :meth:`close` once each, in that order, by the task distribution.
+
+    A source that waits (``wait_ready``, ``wait_for_version``), locks or runs a thread makes
+    every such object from :attr:`clock`, so that a test's manual or simulated clock
+    controls it: a wait on anything else would escape the simulation, or hang it.
     """
+
+    @property
+    def clock(self) -> Clock:
+        """The distribution's clock (the system's until :meth:`use_clock`)."""
+        return getattr(self, "_clock", SYSTEM_CLOCK)
+
+    def use_clock(self, clock: Clock) -> None:
+        """Take the distribution's clock; called before :meth:`start`. A subclass that made
+        locks, events or conditions from the clock before makes them again here.
+
+        Args:
+            clock: the clock of the distribution's group member.
+        """
+        self._clock = clock
 
     @abc.abstractmethod
     def snapshot(self) -> tuple[int, TaskSet]:
@@ -128,10 +145,14 @@ class StaticTasks(TaskSource):
     """
 
     def __init__(self, tasks: Mapping[str, float | TaskSpec], version: int = 0) -> None:
-        self._lock = threading.Condition()
         self._tasks: dict[str, TaskSpec] = as_task_set(tasks)
         self._version = version
         self._listener: ChangeListener | None = None
+        self.use_clock(SYSTEM_CLOCK)
+
+    def use_clock(self, clock: Clock) -> None:
+        super().use_clock(clock)
+        self._lock = clock.lock()
 
     def snapshot(self) -> tuple[int, TaskSet]:
         with self._lock:
@@ -162,7 +183,6 @@ class StaticTasks(TaskSource):
                 self._version = version
             self._tasks = new
             current = self._version
-            self._lock.notify_all()
         if self._listener is not None:
             self._listener(current, old, new)
 
@@ -210,14 +230,18 @@ class TopicTasks(TaskSource):
             raise ConfigurationError("topic must be a non-empty string")
         self.topic = topic
         self._settings = dict(consumer_settings)
-        self._cond = threading.Condition()
         self._tasks: dict[str, TaskSpec] = {}
         self._version = 0
         self._ready = False
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: Thread | None = None
         self._listener: ChangeListener | None = None
         self._problem: str | None = None
+        self.use_clock(SYSTEM_CLOCK)
+
+    def use_clock(self, clock: Clock) -> None:
+        super().use_clock(clock)
+        self._cond = clock.condition()
+        self._closed = clock.event()
 
     def snapshot(self) -> tuple[int, TaskSet]:
         with self._cond:
@@ -226,9 +250,7 @@ class TopicTasks(TaskSource):
     def start(self, connection: Mapping[str, Any], on_change: ChangeListener) -> None:
         self._listener = on_change
         settings = {**connection, **self._settings}
-        self._thread = threading.Thread(
-            target=self._run, args=(settings,), name=f"tasks-topic|{self.topic}", daemon=True
-        )
+        self._thread = self.clock.thread(lambda: self._run(settings), f"tasks-topic|{self.topic}")
         self._thread.start()
 
     def close(self) -> None:
@@ -237,20 +259,22 @@ class TopicTasks(TaskSource):
             self._thread.join(5)
 
     def wait_ready(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
+        clock = self.clock
+        deadline = clock.monotonic() + timeout
         with self._cond:
             while not self._ready:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - clock.monotonic()
                 if remaining <= 0 or self._closed.is_set():
                     return False
                 self._cond.wait(min(remaining, 0.5))
             return True
 
     def wait_for_version(self, version: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
+        clock = self.clock
+        deadline = clock.monotonic() + timeout
         with self._cond:
             while self._version < version:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - clock.monotonic()
                 if remaining <= 0 or self._closed.is_set():
                     return False
                 self._cond.wait(min(remaining, 0.5))

@@ -6,6 +6,7 @@ refused or lose their answer, so every outcome of the commit is covered without 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -84,7 +85,7 @@ def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[LeaderElection, Offsets, lis
 def elect(election: LeaderElection, token: int) -> None:
     """This member receives an assignment that names it leader with ``token``."""
     outcome = Outcome(MEMBER, election.identity, token, {MEMBER: election.identity})
-    election._joined(GENERATION, MEMBER, encode_outcome(outcome))
+    election._elector.joined(GENERATION, MEMBER, encode_outcome(outcome))
 
 
 def test_the_token_is_stored_fenced_by_the_generation_before_on_elected(setup) -> None:
@@ -113,7 +114,7 @@ def test_an_unknown_outcome_leads_only_if_reading_back_finds_the_token(setup, ap
     # Not leading, it makes the group elect again; the token it saw is advertised, so the
     # next one is higher.
     assert bool(offsets.rejoins) is not applied
-    assert election._metadata().highest_token == 12
+    assert election._elector.highest_token() == 12
 
 
 def test_a_token_not_above_the_stored_one_is_not_taken_up(setup) -> None:
@@ -122,24 +123,26 @@ def test_a_token_not_above_the_stored_one_is_not_taken_up(setup) -> None:
     offsets.stored[WHERE] = OffsetAndMetadata(40, "")
     elect(election, 12)
     assert elected == [] and offsets.commits == [] and offsets.rejoins
-    assert election._metadata().highest_token == 40  # the next election goes above it
+    assert election._elector.highest_token() == 40  # the next election goes above it
 
 
 def test_the_rebalance_leader_reads_the_stored_token(setup) -> None:
     election, offsets, _ = setup
     offsets.stored[WHERE] = OffsetAndMetadata(40, "")
     members = [Member(MEMBER, None, encode_candidate(Candidate("http://a")))]
-    plan = election._assign(3, members)
+    plan = election._elector.assign(3, MEMBER, members)
     assert decode_outcome(plan[MEMBER]).token == 41
 
 
 def test_the_lease_watchdog_deposes_a_leader_whose_lease_runs_out(setup, monkeypatch) -> None:
     election, offsets, elected = setup
     deposed = threading.Event()
-    election._on_deposed = lambda leadership: deposed.set()
+    election._elector.callbacks = dataclasses.replace(
+        election._elector.callbacks, on_deposed=lambda leadership: deposed.set()
+    )
     lease = [30.0]
     monkeypatch.setattr(election.coordinator, "membership_lease", lambda: lease[0])
-    election._start_watchdog()  # idle until this member is elected
+    election._starting()  # the watchdog: idle until this member is elected
     try:
         elect(election, 12)
         (leadership,) = elected
@@ -152,5 +155,5 @@ def test_the_lease_watchdog_deposes_a_leader_whose_lease_runs_out(setup, monkeyp
         assert offsets.rejoins == [f"leader deposed itself: {leadership.reason}"]
         assert not election.is_leader
     finally:
-        election._lease.close()
-        election._lease.join(5)
+        election._elector.lease.close()
+        election._elector.lease.join(5)

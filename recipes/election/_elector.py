@@ -1,0 +1,339 @@
+"""The election's group side: what a member advertises, whom the rebalance leader picks, and
+what each assignment means for this member (elected, deposed, or neither).
+
+:class:`Elector` is the :class:`~recipes._recipe.GroupListener` of a
+:class:`~recipes.election.LeaderElection`; it holds the election's state, under the
+recipe's lock, and is the only one that changes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from coordination import Member, OffsetAndMetadata
+from coordination._lease import LeaseGuard
+from coordination.errors import CommitFailedError, CoordinationError, ProtocolCodecError
+
+from .._recipe import GroupListener, RecipeContext
+from ._choice import choose_leader
+from ._leadership import DuplicateIdentityError, LeaderInfo, Leadership
+from ._wire import Candidate, Outcome, decode_outcome, encode_candidate, encode_outcome
+
+# The committed offset's metadata, saying what the offset is.
+_TOKEN_METADATA = "leader election: the highest fencing token"
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionCallbacks:
+    """The user's callbacks (see :class:`~recipes.election.LeaderElection`); None: none."""
+
+    on_elected: Callable[[Leadership], None] | None = None
+    on_deposed: Callable[[Leadership], None] | None = None
+    on_leader_change: Callable[[LeaderInfo | None], None] | None = None
+
+
+class Elector(GroupListener):
+    """One member's part in the election, and everything it knows about it.
+
+    State (guarded by the recipe's lock; ``changed`` is notified at every change):
+        ``leadership``: this member's leadership, None unless it leads.
+        ``leader``: who leads, as of the last assignment (None: nobody, or not joined).
+        ``outcome``: the last assignment read.
+        ``highest_token``: the highest token this member has seen (it advertises it).
+        ``eligible``: whether it stands.
+        ``problem``: a DuplicateIdentityError while another member uses this identity.
+    """
+
+    def __init__(
+        self,
+        ctx: RecipeContext,
+        lease: LeaseGuard,
+        candidate: Candidate,
+        *,
+        transactional_id: str,
+        token_partition: tuple[str, int],
+        callbacks: ElectionCallbacks,
+    ) -> None:
+        """
+        Args:
+            candidate: what this member advertises of itself (identity, eligible,
+                priority); the tokens in it are ignored.
+        """
+        self.ctx = ctx
+        self.lease = lease
+        self.identity = candidate.identity
+        self.priority = candidate.priority
+        self.transactional_id = transactional_id
+        self.token_partition = token_partition
+        self.callbacks = callbacks
+        self._eligible = candidate.eligible
+        self._leadership: Leadership | None = None
+        self._outcome: Outcome | None = None
+        self._leader: LeaderInfo | None = None
+        self._highest_token = -1
+        self._problem: DuplicateIdentityError | None = None
+
+    @property
+    def group_id(self) -> str:
+        return self.ctx.member.group_id
+
+    # ------------------------------------------------------------------ what the recipe asks
+
+    def leadership(self) -> Leadership | None:
+        """This member's leadership if it still holds (read against the lease now)."""
+        leadership = self._leadership
+        return leadership if leadership is not None and leadership.is_valid() else None
+
+    def leads(self) -> bool:
+        """Whether this member holds a leadership not yet lost (the lease is not read)."""
+        return self._leadership is not None
+
+    def leader(self) -> LeaderInfo | None:
+        with self.ctx.lock:
+            return self._leader
+
+    def members(self) -> Mapping[str, str]:
+        with self.ctx.lock:
+            return dict(self._outcome.members) if self._outcome else {}
+
+    def highest_token(self) -> int:
+        with self.ctx.lock:
+            return self._highest_token
+
+    def check_problem(self) -> None:
+        """Raise the problem that keeps this member from leading, if any.
+
+        Raises:
+            DuplicateIdentityError: another member uses this member's identity.
+        """
+        with self.ctx.lock:
+            problem = self._problem
+        if problem is not None:
+            raise problem
+
+    def set_eligible(self, eligible: bool) -> None:
+        """Enter or leave the running; a leader that leaves it is deposed first."""
+        with self.ctx.lock:
+            if self._eligible == eligible:
+                return
+            self._eligible = eligible
+            leadership = self._leadership
+        if not eligible and leadership is not None:
+            self.depose(leadership, "this member withdrew from the election")
+        self.ctx.member.request_rejoin(
+            "member entered the election" if eligible else "member withdrew from the election"
+        )
+
+    # ------------------------------------------------------------------ GroupListener
+
+    def metadata(self) -> bytes:
+        with self.ctx.lock:
+            leadership = self._leadership
+            highest = self._highest_token
+            eligible = self._eligible
+        leading = leadership.token if leadership is not None and leadership.is_valid() else None
+        return encode_candidate(Candidate(self.identity, eligible, self.priority, leading, highest))
+
+    def assign(
+        self, generation: int, leader_id: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
+        cfg = self.ctx.member.config
+        # Read now, in the new generation: no commit of an older generation can land later.
+        # A failure fails this rebalance (retried after a backoff): no leader is better than
+        # a leader whose token may not exceed the last one.
+        stored = self._stored_token(min(cfg.request_timeout_ms, cfg.rebalance_timeout_ms // 2))
+        outcome = choose_leader(generation, members, stored_token=stored)
+        self.ctx.log.info(
+            "election %s: generation %d: %s",
+            self.group_id,
+            generation,
+            f"leader {outcome.leader_identity} (token {outcome.token})"
+            if outcome.leader_member_id
+            else "no leader",
+        )
+        data = encode_outcome(outcome)
+        return {m.member_id: data for m in members}
+
+    def joined(self, generation: int, member_id: str, assignment: bytes) -> None:
+        ctx = self.ctx
+        try:
+            outcome = decode_outcome(assignment)
+        except ProtocolCodecError as e:
+            # A rebalance leader of another version, or a broken one: follow nobody.
+            ctx.log.error("election %s: cannot read the assignment: %s", self.group_id, e)
+            outcome = Outcome(None, None, None, {}, (str(e),))
+        for problem in outcome.problems:
+            ctx.log.error("election %s: %s", self.group_id, problem)
+        leads = outcome.leader_member_id == member_id
+        info = (
+            LeaderInfo(outcome.leader_identity or "", outcome.leader_member_id, outcome.token)
+            if outcome.leader_member_id is not None and outcome.token is not None
+            else None
+        )
+        with ctx.lock:
+            if outcome.token is not None:
+                self._highest_token = max(self._highest_token, outcome.token)
+            self._outcome = outcome
+            changed = info != self._leader
+            self._leader = info
+            self._problem = (
+                DuplicateIdentityError(
+                    f"identity {self.identity!r} is used by another member of group "
+                    f"{self.group_id!r}; give every member a unique identity"
+                )
+                if self.identity in outcome.duplicates and not leads
+                else None
+            )
+            current = self._leadership
+        if current is not None and not (leads and current.token == outcome.token):
+            moved_to = info.identity if info else "nobody"
+            self.depose(current, f"leadership moved to {moved_to}")
+            current = None
+        if (
+            leads
+            and current is None
+            and outcome.token is not None
+            and self._store_token(generation, outcome.token)
+        ):
+            elected = Leadership(self, outcome.token, generation)
+            with ctx.lock:
+                self._leadership = elected
+                ctx.changed.notify_all()
+            self.lease.wake()
+            ctx.log.info(
+                "election %s: %s elected leader (token %d)",
+                self.group_id,
+                self.identity,
+                elected.token,
+            )
+            ctx.callback("on_elected", self.callbacks.on_elected, elected)
+        with ctx.lock:
+            ctx.changed.notify_all()
+        if changed:
+            ctx.callback("on_leader_change", self.callbacks.on_leader_change, info)
+
+    def lost(self) -> None:
+        leadership = self._leadership
+        if leadership is not None:
+            self.depose(leadership, "this member lost its place in the group")
+        with self.ctx.lock:
+            changed = self._leader is not None
+            self._leader = None
+            self._outcome = None
+            self.ctx.changed.notify_all()
+        if changed:
+            self.ctx.callback("on_leader_change", self.callbacks.on_leader_change, None)
+
+    def leaving(self) -> None:
+        self.depose_current("this member is leaving the group")
+
+    # ------------------------------------------------------------------ the stored token
+
+    def _stored_token(self, timeout_ms: float) -> int:
+        """The token stored in the group's offsets, -1 if none; raises CoordinationError."""
+        where = self.token_partition
+        found = self.ctx.member.committed_offsets([where], timeout=timeout_ms / 1000)
+        stored = found.get(where)
+        return -1 if stored is None else stored.offset
+
+    def _store_token(self, generation_id: int, token: int) -> bool:
+        """Store ``token`` as the group's highest, fenced by the generation that elected this
+        member; True only if it is stored. A leader must not act before: if it did and the
+        group were then forgotten, the next leader could get the same token again."""
+        ctx = self.ctx
+        generation = ctx.member.generation()
+        if generation.generation_id != generation_id:
+            return False  # superseded: the next generation elects again
+        cfg = ctx.member.config
+        # Waiting longer than the lease is pointless: the leadership would be void.
+        timeout_ms = min(cfg.request_timeout_ms, self.lease.remaining() * 1000)
+        try:
+            stored = self._stored_token(timeout_ms)
+            if stored >= token:
+                # Elected by a rebalance leader that did not read the stored token (an older
+                # version): advertise it, so that the next election goes above it.
+                with ctx.lock:
+                    self._highest_token = max(self._highest_token, stored)
+                self._not_elected(token, f"the group already stored token {stored}")
+                return False
+            ctx.member.commit_offsets(
+                {self.token_partition: OffsetAndMetadata(token, _TOKEN_METADATA)},
+                generation=generation,
+                timeout=timeout_ms / 1000,
+            )
+            return True
+        except CommitFailedError as e:
+            # Fenced: a newer generation exists; the member rejoins by itself.
+            ctx.log.warning(
+                "election %s: %s not leader: storing token %d was refused: %s",
+                self.group_id,
+                self.identity,
+                token,
+                e,
+            )
+            return False
+        except CoordinationError as e:
+            problem = e
+        # The commit may or may not have been applied (no answer in time). Lead only if the
+        # token is known to be stored; otherwise elect again: the next token exceeds this one
+        # (this member advertises it as seen), and a late commit of this generation cannot
+        # land once the next generation has started.
+        try:
+            remaining_ms = min(cfg.request_timeout_ms, self.lease.remaining() * 1000)
+            if remaining_ms > 0 and self._stored_token(remaining_ms) == token:
+                return True
+        except CoordinationError as e:
+            problem = e
+        # A refusal would repeat at once.
+        ctx.clock.sleep(cfg.retry_backoff_max_ms / 1000, ctx.stopped)
+        self._not_elected(token, f"could not store its token: {problem}")
+        return False
+
+    def _not_elected(self, token: int, reason: str) -> None:
+        self.ctx.log.error(
+            "election %s: %s does not take up leadership (token %d): %s; electing again",
+            self.group_id,
+            self.identity,
+            token,
+            reason,
+        )
+        self.ctx.rejoin(f"elected leader could not take up office: {reason}")
+
+    # ------------------------------------------------------------------ losing leadership
+
+    def depose(self, leadership: Leadership, reason: str, *, rejoin: bool = False) -> None:
+        """Mark ``leadership`` lost (once), then tell the user. Safe from any thread.
+
+        Args:
+            rejoin: also make the group elect again (it still names this member leader).
+        """
+        if not leadership._lose(reason):
+            return
+        ctx = self.ctx
+        with ctx.lock:
+            if self._leadership is leadership:
+                self._leadership = None
+            ctx.changed.notify_all()
+        ctx.log.warning(
+            "election %s: %s deposed (token %d): %s",
+            self.group_id,
+            self.identity,
+            leadership.token,
+            reason,
+        )
+        ctx.callback("on_deposed", self.callbacks.on_deposed, leadership)
+        if rejoin:
+            ctx.rejoin(f"leader deposed itself: {reason}")
+
+    def depose_current(self, reason: str) -> None:
+        """Depose this member if it leads."""
+        leadership = self._leadership
+        if leadership is not None:
+            self.depose(leadership, reason)
+
+    def lease_ran_out(self) -> None:
+        """The lease watchdog found the lease low: depose the leader."""
+        leadership = self._leadership
+        if leadership is not None:
+            leadership.is_valid()  # reads the lease again; deposes if it ran out
