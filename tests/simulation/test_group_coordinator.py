@@ -271,6 +271,23 @@ def test_a_static_member_that_does_not_rejoin_stays_in_the_next_generation() -> 
     assert [x.member_id for x in h.model.describe(GROUP).members] == [s.member_id, a]
 
 
+def test_a_join_phase_no_member_rejoins_waits_until_sessions_end() -> None:
+    h = Harness()
+    s = h.join(instance="i1").member_id  # static: a 10 s session, a 5 s rebalance timeout
+    d = h.new_id()
+    parked = h.send(join(d))
+    assert h.join(s, instance="i1").generation_id == 2
+    assert parked.done
+    h.send(sync(d, 2))
+    h.call(sync(s, 2, instance="i1"))
+    h.call(leave(d))  # a rebalance that s never rejoins
+    h.timers.advance(5.1)
+    assert h.state() == "PreparingRebalance"  # nobody rejoined: another timeout
+    h.timers.advance(5)  # s's session has ended: the group is empty
+    view = h.model.describe(GROUP)
+    assert (view.state, view.generation_id, view.members) == ("Empty", 3, ())
+
+
 def test_a_pending_member_holds_the_join_phase_until_its_session_runs_out() -> None:
     h = Harness()
     (a,), generation = h.stable(1)
@@ -735,3 +752,46 @@ def test_offsets_of_an_empty_group_expire_after_the_retention() -> None:
     h.timers.advance(2)
     assert h.model.committed(GROUP) == {}
     assert h.state() == "Dead"
+
+
+def test_offsets_committed_without_group_management_expire_by_commit_time() -> None:
+    h = Harness(
+        BrokerSettings(offsets_retention_ms=100_000, offsets_retention_check_interval_ms=60_000)
+    )
+    h.call(commit("", -1, offset=1))
+    h.timers.advance(50)
+    h.call(m.OffsetCommitRequest(GROUP, -1, "", None, (("u", 0, 2, None),)))
+    h.timers.advance(70)  # the check at 120 s: only the first commit is 100 s old
+    assert h.model.committed(GROUP) == {("u", 0): (2, "")}
+    h.timers.advance(60)  # the check at 180 s: the group goes with its last offset
+    assert (h.model.committed(GROUP), h.state()) == ({}, "Dead")
+
+
+def test_a_reload_keeps_groups_that_only_have_offsets_and_a_load_restarts_a_loaded_model() -> None:
+    h = Harness()
+    h.call(m.OffsetCommitRequest("simple", -1, "", None, (("t", 0, 5, None),)))
+    (a,), generation = h.stable(1)
+    parked = h.send(join(h.new_id()))  # a rebalance waits for a
+    h.model.load()  # again: an unload, then a load
+    assert code(parked.get()) == E.NOT_COORDINATOR
+    view = h.model.describe("simple")
+    assert (view.state, view.protocol_type, h.model.committed("simple")) == (
+        "Empty",
+        None,
+        {("t", 0): (5, "")},
+    )
+    view = h.model.describe(GROUP)  # the stored generation, without the rebalance
+    assert (view.state, view.generation_id, [x.member_id for x in view.members]) == (
+        "Stable",
+        generation,
+        [a],
+    )
+
+
+def test_a_group_over_the_max_size_after_a_reload_rebalances() -> None:
+    h = Harness()
+    h.stable(2)
+    h.model.unload()
+    smaller = GroupCoordinatorModel(2, h.log, h.timers, BrokerSettings(group_max_size=1))
+    smaller.load()
+    assert smaller.describe(GROUP).state == "PreparingRebalance"
