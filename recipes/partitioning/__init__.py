@@ -5,12 +5,15 @@ share a group with Kafka's Java consumer and librdkafka-based consumers. Underne
 :class:`ConsumerPartitioning` is the group side alone (ownership of partitions, with a
 :class:`RebalanceListener`), for services that read partitions their own way. The
 assignors are in :mod:`recipes.partitioning.assignors`, the wire formats in
-:mod:`recipes.partitioning.protocol`.
+:mod:`recipes.partitioning.protocol`. A member learns topics and partition counts from a
+:class:`TopicMetadata` (the cluster by default; :class:`InMemoryTopicMetadata` for tests).
 """
 
 from ._consumer import Consumer as Consumer
 from ._consumer import PartitionsNotOwnedError as PartitionsNotOwnedError
 from ._listener import RebalanceListener as RebalanceListener
+from ._metadata import InMemoryTopicMetadata as InMemoryTopicMetadata
+from ._metadata import TopicMetadata as TopicMetadata
 from ._partitioning import ConsumerPartitioning as ConsumerPartitioning
 from .assignors import CooperativeStickyAssignor as CooperativeStickyAssignor
 from .assignors import PartitionAssignor as PartitionAssignor
@@ -24,6 +27,7 @@ __all__ = [
     "Consumer",
     "ConsumerPartitioning",
     "CooperativeStickyAssignor",
+    "InMemoryTopicMetadata",
     "PartitionAssignor",
     "PartitionsNotOwnedError",
     "RangeAssignor",
@@ -31,5 +35,6 @@ __all__ = [
     "RebalanceProtocol",
     "RoundRobinAssignor",
     "StickyAssignor",
+    "TopicMetadata",
     "TopicPartition",
 ]

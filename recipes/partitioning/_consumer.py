@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
-import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -14,6 +13,9 @@ import kafka.errors as kafka_errors
 from typing_extensions import Self
 
 from coordination import Generation, OffsetAndMetadata
+from coordination._engine.clock import Clock
+from coordination._lease import engine_clock
+from coordination._transport.base import Transport
 from coordination.errors import (
     ConfigurationError,
     ConnectionFailedError,
@@ -24,6 +26,7 @@ from coordination.errors import (
 )
 
 from ._listener import RebalanceListener
+from ._metadata import TopicMetadata
 from ._partitioning import ConsumerPartitioning
 from .assignors import PartitionAssignor
 from .protocol import TopicPartition
@@ -92,7 +95,11 @@ class Consumer:
         but not returned (a partition paused meanwhile) are fetched again, never skipped.
         A partition's records are returned only once its position is established; if
         fetching the committed offsets fails during a rebalance, the rebalance's
-        completion is retried and the partition waits.
+        completion is retried and the partition waits. They are also held back until the
+        listener's ``on_partitions_assigned`` has returned for the partition (as in Java,
+        where it runs inside ``poll()``), so the listener may :meth:`pause` or :meth:`seek`
+        it before any of its records is returned. :meth:`position` tells a partition's
+        position, :meth:`seek` moves it.
 
     Pause and resume:
         Paused partitions are not fetched and return no records; :meth:`resume` goes on
@@ -110,6 +117,9 @@ class Consumer:
         assignors: Sequence[PartitionAssignor] | None = None,
         listener: RebalanceListener | None = None,
         auto_offset_reset: str = "earliest",
+        topic_metadata: TopicMetadata | None = None,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
         **settings: Any,
     ) -> None:
         """Validate the settings; nothing connects until :meth:`start` (or ``with``).
@@ -119,6 +129,11 @@ class Consumer:
             listener: told of revoked, assigned and lost partitions.
             auto_offset_reset: where to start in a partition without a committed offset:
                 ``"earliest"`` or ``"latest"`` (Kafka ``auto.offset.reset``).
+            topic_metadata, transport, clock: the group side's sources of topic metadata,
+                group requests, and time and waits, as for :class:`ConsumerPartitioning`
+                (defaults: the cluster and the system's clock). The clock also makes this
+                consumer's lock and times :meth:`poll`'s ``timeout_ms``; the records
+                themselves are always fetched by kafka-python.
             **settings: group settings (see :class:`coordination.Coordinator`) and
                 kafka-python fetch settings (``max_poll_records``, ``fetch_max_wait_ms``,
                 ``isolation_level``, ``value_deserializer``, ``bootstrap_timeout_ms``: how
@@ -130,14 +145,18 @@ class Consumer:
             )
         fetch = {k: settings.pop(k) for k in list(settings) if k in FETCH_SETTINGS}
         self._user_listener = listener or RebalanceListener()
-        self._group = ConsumerPartitioning(
+        self._group = self._new_group(
             group_id,
             topics=topics,
             pattern=pattern,
             assignors=assignors,
             listener=_Handover(self),
+            topic_metadata=topic_metadata,
+            transport=transport,
+            clock=clock,
             **settings,
         )
+        self._clock = engine_clock(self._group)
         self._fetch_config = {
             **self._group.config.client_settings(),
             **fetch,
@@ -145,7 +164,7 @@ class Consumer:
             "enable_auto_commit": False,
             "client_id": self._group.config.client_id,
         }
-        self._lock = threading.RLock()
+        self._lock = self._clock.rlock()
         self._fetcher: Any = None
         # Invariants, under self._lock: self._positions holds the owned partitions whose
         # start is established; the fetcher is assigned (self._fetching) those that are not
@@ -155,10 +174,18 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}  # next offset to hand to the user
         # Owned, but the start position is not established yet (not fetched meanwhile).
         self._unpositioned: set[TopicPartition] = set()
+        # Positioned, but the user's on_partitions_assigned has not returned for them yet:
+        # not fetched, so that the listener can pause them (or seek) before any of their
+        # records is returned, as Java's consumer runs it inside poll() before fetching.
+        self._announcing: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
+
+    def _new_group(self, group_id: str, **kwargs: Any) -> ConsumerPartitioning:
+        """Make the group member underneath (a subclass may make a subclass of it)."""
+        return ConsumerPartitioning(group_id, **kwargs)
 
     @property
     def group(self) -> ConsumerPartitioning:
@@ -232,19 +259,18 @@ class Consumer:
         """
         if self._fetcher is None:
             self.start()
-        deadline = time.monotonic() + timeout_ms / 1000
+        deadline = self._clock.monotonic() + timeout_ms / 1000
         while True:
             with self._lock:
                 if self._closed:
                     raise CoordinatorStateError(
                         f"consumer of group {self._group.group_id!r} is closed"
                     )
+                # Rounded up: a slice rounded down to 0 ms would never reach the deadline
+                # on a clock that moves only as the fetcher waits (a simulated one).
+                left_ms = math.ceil((deadline - self._clock.monotonic()) * 1000)
                 try:
-                    fetched = self._fetcher.poll(
-                        timeout_ms=max(
-                            0, min(_POLL_SLICE_MS, int((deadline - time.monotonic()) * 1000))
-                        )
-                    )
+                    fetched = self._fetcher.poll(timeout_ms=max(0, min(_POLL_SLICE_MS, left_ms)))
                 except (kafka_errors.KafkaError, OSError) as e:  # a deserializer's own errors pass
                     raise self._fetcher_error(e, "Fetch") from e
                 owned = self._group.owned()
@@ -268,7 +294,7 @@ class Consumer:
                             continue
                     result[tp] = records
                     self._positions[tp] = records[-1].offset + 1
-            if result or time.monotonic() >= deadline:
+            if result or self._clock.monotonic() >= deadline:
                 return result
 
     def __iter__(self) -> Iterator[Any]:
@@ -349,8 +375,46 @@ class Consumer:
             self._reassign_fetcher()
 
     def paused(self) -> frozenset[TopicPartition]:
+        """The partitions paused now."""
         with self._lock:
             return frozenset(self._paused)
+
+    def position(self, partition: TopicPartition) -> int | None:
+        """The offset of the next record :meth:`poll` returns for ``partition``.
+
+        Returns:
+            The position; None if the partition is not owned, or owned but its start
+            position is not established yet.
+        """
+        with self._lock:
+            tp = TopicPartition(*partition)
+            return self._positions.get(tp) if tp in self._group.owned() else None
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Make ``offset`` the position of ``partition``: :meth:`poll` goes on from there.
+
+        Records fetched but not returned are dropped; paused, the partition stays paused.
+        On a partition whose start position is not established yet (its assignment is
+        still being completed), the seek replaces the committed offset as its start.
+
+        Raises:
+            PartitionsNotOwnedError: this consumer does not own ``partition``.
+            ValueError: ``offset`` is not an int >= 0.
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"seek needs an offset >= 0, got {offset!r}")
+        tp = TopicPartition(*partition)
+        with self._lock:
+            if tp not in self._group.owned():
+                raise PartitionsNotOwnedError(
+                    f"group {self._group.group_id!r}: cannot seek {tp.topic}-{tp.partition}: "
+                    "this consumer does not own it (revoked or lost in a rebalance)"
+                )
+            self._positions[tp] = offset
+            self._unpositioned.discard(tp)
+            self._reassign_fetcher()
+            if tp in self._fetching:
+                self._fetcher.seek(_kafka_tp(tp), offset)
 
     # ------------------------------------------------------------------ ownership changes
 
@@ -367,25 +431,30 @@ class Consumer:
             with self._lock:
                 self._paused -= partitions
                 self._unpositioned -= partitions
+                self._announcing -= partitions
                 for tp in partitions:
                     self._positions.pop(tp, None)
                 self._reassign_fetcher(resync=True)
 
     def _assigned(self, partitions: frozenset[TopicPartition]) -> None:
-        """Start fetching the added partitions at their committed offsets.
+        """Start fetching the added partitions at their committed offsets, once the user's
+        listener has been told of them.
 
-        Idempotent: when it raises (the OffsetFetch timed out), on_join_complete is retried
-        with the same assignment, and the partitions whose start position is not
-        established yet are still in self._unpositioned, so they are done then.
+        Idempotent: when it raises (the OffsetFetch timed out, or the user's listener
+        raised), on_join_complete is retried with the same assignment, and the partitions
+        whose start position is not established yet are still in self._unpositioned, and
+        those not announced yet in self._announcing, so they are done then.
         """
         with self._lock:
             owned = self._group.owned()
             self._unpositioned = (self._unpositioned | partitions) & owned
+            self._announcing = (self._announcing | partitions) & owned
             todo = frozenset(self._unpositioned)
         committed = (
             self._group.committed_offsets([(tp.topic, tp.partition) for tp in todo]) if todo else {}
         )
         with self._lock:
+            todo &= self._unpositioned  # a seek meanwhile established the others
             if todo and self._fetcher is not None and not self._closed:
                 try:
                     # kafka-python finds a reset position only for an assigned partition.
@@ -404,6 +473,9 @@ class Consumer:
                 self._unpositioned -= todo
                 self._reassign_fetcher(resync=True)
         self._user_listener.on_partitions_assigned(partitions)
+        with self._lock:
+            self._announcing -= partitions
+            self._reassign_fetcher()  # seeks each to its position
 
     def _reset_position(self, tp: TopicPartition) -> int:
         """Where auto_offset_reset starts a partition with no committed offset."""
@@ -423,7 +495,8 @@ class Consumer:
     def _reassign_fetcher(
         self, *, extra: frozenset[TopicPartition] = frozenset(), resync: bool = False
     ) -> None:
-        """Make the fetcher read the positioned, unpaused partitions, each from its position.
+        """Make the fetcher read the positioned, unpaused partitions the user's listener was
+        told of, each from its position.
 
         Args:
             extra: also these (no position yet), to find where they start.
@@ -432,7 +505,7 @@ class Consumer:
         """
         if self._fetcher is None or self._closed:
             return
-        wanted = (frozenset(self._positions) - self._paused) | extra
+        wanted = (frozenset(self._positions) - self._paused - self._announcing) | extra
         if wanted != self._fetching:
             added = wanted - self._fetching
             # Kept partitions keep their fetch state (and what was fetched) in kafka-python.

@@ -1,24 +1,95 @@
-"""Topic metadata for the partitioning recipe: partition counts and topic names."""
+"""Where a member learns the topics and their partition counts: the cluster, or a table.
+
+:class:`ConsumerPartitioning` asks a :class:`TopicMetadata` for partition counts when it
+leads an assignment, and for topic names when it subscribes to a pattern; its metadata
+watcher asks both every ``metadata_max_age_ms`` to notice changes. By default the answers
+come from the cluster (:class:`KafkaTopicMetadata`); a test or a simulation gives an
+:class:`InMemoryTopicMetadata` and changes it as it likes.
+"""
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Set
+from typing import Any, Protocol
+
+from coordination._engine.clock import Clock
 
 log = logging.getLogger("recipes.partitioning")
 
 
-class TopicMetadata:
-    """Partition counts and topic names, from the cluster, through one kafka-python client.
+class TopicMetadata(Protocol):
+    """The source of a member's topic metadata: Kafka's Metadata API, or a stand-in.
 
-    Thread-safe: the leader's assignment and the pattern watcher both ask.
+    Called from the membership thread (a leader's assignment, a pattern's subscription)
+    and from the metadata watcher's thread, so an implementation must be thread-safe. It
+    may block on I/O; an exception it raises fails that assignment (the engine retries
+    the rebalance) or that check (the watcher tries again at its next look).
     """
 
-    def __init__(self, client_settings: Mapping[str, Any]) -> None:
+    def partition_counts(self, topics: Iterable[str]) -> Mapping[str, int]:
+        """The partition count of each of ``topics`` that exists; missing ones are left out."""
+        ...
+
+    def topic_names(self) -> Set[str]:
+        """Every topic that exists, Kafka's internal ones (``__``-prefixed) excluded."""
+        ...
+
+
+class InMemoryTopicMetadata:
+    """Topic metadata from a table the caller keeps: for tests and simulations.
+
+    Example:
+        topics = InMemoryTopicMetadata({"orders": 6})
+        member = ConsumerPartitioning("g", topics=["orders"], topic_metadata=topics,
+                                      transport=transport, clock=clock, bootstrap_servers="x:1")
+        ...
+        topics.set_partitions("orders", 8)   # the leader rejoins at its next metadata check
+
+    Thread-safe without a lock: every change replaces the whole table at once.
+    """
+
+    def __init__(self, partitions: Mapping[str, int] | None = None) -> None:
+        """Start with ``partitions``: the partition count of each topic (default none)."""
+        self._counts: dict[str, int] = {}
+        for topic, count in (partitions or {}).items():
+            self.set_partitions(topic, count)
+
+    def set_partitions(self, topic: str, count: int) -> None:
+        """Create ``topic`` with ``count`` partitions, or change its count.
+
+        Raises:
+            ValueError: ``topic`` is empty or ``count`` is not a positive int.
+        """
+        if not isinstance(topic, str) or not topic:
+            raise ValueError(f"a topic needs a non-empty name, got {topic!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+            raise ValueError(f"topic {topic!r}: count must be a positive int, got {count!r}")
+        self._counts = {**self._counts, topic: count}
+
+    def delete_topic(self, topic: str) -> None:
+        """Remove ``topic`` (nothing happens if it does not exist)."""
+        self._counts = {t: n for t, n in self._counts.items() if t != topic}
+
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        counts = self._counts
+        return {t: counts[t] for t in set(topics) if t in counts}
+
+    def topic_names(self) -> set[str]:
+        return {t for t in self._counts if not t.startswith("__")}
+
+
+class KafkaTopicMetadata:
+    """Partition counts and topic names from the cluster, through one kafka-python admin client.
+
+    The default :class:`TopicMetadata`: made by the member from its connection settings,
+    connected at the first question, closed with the member.
+    """
+
+    def __init__(self, client_settings: Mapping[str, Any], clock: Clock) -> None:
         self._config = dict(client_settings)
-        self._lock = threading.Lock()
+        # Serializes use of the one admin client (not thread-safe itself).
+        self._lock = clock.lock()
         self._admin: Any = None
 
     def _client(self) -> Any:
@@ -29,7 +100,6 @@ class TopicMetadata:
         return self._admin
 
     def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
-        """Partition count of each topic that exists; missing topics are left out."""
         wanted = sorted(set(topics))
         if not wanted:
             return {}
@@ -43,12 +113,12 @@ class TopicMetadata:
         return counts
 
     def topic_names(self) -> set[str]:
-        """Every topic in the cluster, internal ones excluded."""
         with self._lock:
             names = self._client().list_topics()
         return {n for n in names if not n.startswith("__")}
 
     def close(self) -> None:
+        """Close the admin client, if it was connected (idempotent)."""
         with self._lock:
             if self._admin is not None:
                 self._admin.close()

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coordination import Coordinator, Member, ProtocolMetadata
+from coordination._engine.clock import Clock, Thread
+from coordination._lease import engine_clock
+from coordination._transport.base import Transport
 from coordination.errors import ConfigurationError, ProtocolCodecError
 
 from ._listener import RebalanceListener
-from ._metadata import TopicMetadata
+from ._metadata import KafkaTopicMetadata, TopicMetadata
 from .assignors import CooperativeStickyAssignor, PartitionAssignor, RangeAssignor
 from .protocol import (
     PROTOCOL_TYPE,
@@ -63,6 +65,14 @@ class ConsumerPartitioning(Coordinator):
         which it got them; the leader discards stale claims. When the member loses its
         generation (ILLEGAL_GENERATION, session expired) it keeps its member id, forgets its
         partitions (``on_partitions_lost``) and rejoins.
+
+    Time and I/O:
+        Group requests go through ``transport``, topic metadata comes from
+        ``topic_metadata``, and every read of the time, wait, lock and thread (the
+        engine's, this member's lock and its metadata watcher) comes from ``clock``. With
+        a ``coordination.testing.ScriptedTransport``, a ``ManualClock`` and an
+        :class:`~recipes.partitioning.InMemoryTopicMetadata`, a test drives the member
+        through rebalances without a broker (see ``tests/unit/partitioning``).
     """
 
     def __init__(
@@ -75,6 +85,9 @@ class ConsumerPartitioning(Coordinator):
         listener: RebalanceListener | None = None,
         rack_id: str | None = None,
         metadata_max_age_ms: int = 300_000,
+        topic_metadata: TopicMetadata | None = None,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
         **settings: Any,
     ) -> None:
         """Validate the settings; nothing connects until :meth:`start`.
@@ -92,6 +105,15 @@ class ConsumerPartitioning(Coordinator):
             rack_id: this member's rack (Kafka ``client.rack``), sent in the subscription.
             metadata_max_age_ms: how often topics and partition counts are checked for
                 changes (Kafka ``metadata.max.age.ms``, default 300000).
+            topic_metadata: where topic names and partition counts come from; default: the
+                cluster, through a kafka-python admin client made from this member's
+                connection settings (and closed with it). Tests and simulations pass an
+                :class:`~recipes.partitioning.InMemoryTopicMetadata`; a source given here
+                is not closed by the member.
+            transport: where group requests go (see :class:`coordination.Coordinator`).
+            clock: where the member's time and waits come from: the engine's and this
+                recipe's (its lock, its metadata watcher's thread and waits); see
+                :class:`coordination.Coordinator`.
             **settings: as for :class:`coordination.Coordinator`.
 
         Raises:
@@ -99,7 +121,8 @@ class ConsumerPartitioning(Coordinator):
         """
         if (topics is None) == (pattern is None):
             raise ConfigurationError("give exactly one of topics=[...] or pattern='regex'")
-        super().__init__(group_id, **settings)
+        super().__init__(group_id, transport=transport, clock=clock, **settings)
+        self._clock = engine_clock(self)
         self._assignors = (
             list(assignors)
             if assignors is not None
@@ -133,8 +156,14 @@ class ConsumerPartitioning(Coordinator):
         self._listener = listener or RebalanceListener()
         self._rack_id = rack_id
         self._metadata_max_age_s = metadata_max_age_ms / 1000
-        self._metadata = TopicMetadata(self.config.client_settings())
-        self._lock = threading.RLock()
+        # The metadata source this member made itself, to close with it; None if given.
+        self._own_metadata: KafkaTopicMetadata | None = None
+        if topic_metadata is None:
+            topic_metadata = self._own_metadata = KafkaTopicMetadata(
+                self.config.client_settings(), self._clock
+            )
+        self._metadata: TopicMetadata = topic_metadata
+        self._lock = self._clock.rlock()
         self._pattern: re.Pattern[str] | None = None
         self._topics: frozenset[str] = frozenset()
         self._set_subscription(topics, pattern)
@@ -145,8 +174,8 @@ class ConsumerPartitioning(Coordinator):
         self._unannounced: frozenset[TopicPartition] = _EMPTY
         # What the leader assigned from, to notice partition-count changes (as Java does).
         self._assigned_counts: dict[str, int] | None = None
-        self._stop = threading.Event()
-        self._watcher: threading.Thread | None = None
+        self._stop = self._clock.event()
+        self._watcher: Thread | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -175,10 +204,8 @@ class ConsumerPartitioning(Coordinator):
     def start(self) -> None:
         with self._lock:
             if self._watcher is None:
-                self._watcher = threading.Thread(
-                    target=self._watch_metadata,
-                    name=f"partitioning-metadata-{self.group_id}",
-                    daemon=True,
+                self._watcher = self._clock.thread(
+                    self._watch_metadata, f"partitioning-metadata|{self.group_id}"
                 )
                 self._watcher.start()
         super().start()
@@ -186,7 +213,8 @@ class ConsumerPartitioning(Coordinator):
     def close(self, timeout: float = 30.0, *, leave_group: bool = True) -> None:
         self._stop.set()
         super().close(timeout, leave_group=leave_group)
-        self._metadata.close()
+        if self._own_metadata is not None:
+            self._own_metadata.close()
 
     # ------------------------------------------------------------------ the protocol
 
@@ -242,7 +270,7 @@ class ConsumerPartitioning(Coordinator):
                 group_instance_id=m.group_instance_id,
             )
         all_topics = {t for s in subscriptions.values() for t in s.topics}
-        counts = self._metadata.partition_counts(all_topics)
+        counts = dict(self._metadata.partition_counts(all_topics))
         plan = assignor.assign(counts, subscriptions)
         with self._lock:
             self._assigned_counts = counts
@@ -368,23 +396,37 @@ class ConsumerPartitioning(Coordinator):
         return frozenset(n for n in names if self._pattern.fullmatch(n))
 
     def _watch_metadata(self) -> None:
-        """Rejoin when the pattern matches other topics or a partition count changed."""
+        """Every ``metadata_max_age_ms`` until closed: :meth:`_check_metadata`."""
+        # The stop event is the clock's, so a simulated clock times these waits too.
         while not self._stop.wait(self._metadata_max_age_s):
-            try:
-                reason = self._metadata_change()
-            except Exception as e:  # the cluster is unreachable: the engine will notice too
-                log.debug("group %s: metadata check failed: %s", self.group_id, e)
-                continue
-            if reason:
-                log.info("group %s: %s; rejoining", self.group_id, reason)
-                self.request_rejoin(reason)
+            self._check_metadata()
+
+    def _check_metadata(self) -> None:
+        """Rejoin if the pattern matches other topics or a partition count changed."""
+        try:
+            reason = self._metadata_change()
+        except Exception as e:  # the cluster is unreachable: the engine will notice too
+            log.debug("group %s: metadata check failed: %s", self.group_id, e)
+            return
+        if reason:
+            log.info("group %s: %s; rejoining", self.group_id, reason)
+            self.request_rejoin(reason)
 
     def _metadata_change(self) -> str | None:
+        """Why the member must rejoin after what the metadata says now, or None.
+
+        A pattern's subscription follows the topics at once (as Java's does on a metadata
+        update), so a COOPERATIVE member revokes the partitions of a deleted topic before
+        it rejoins, not after the next assignment.
+        """
         with self._lock:
             pattern, topics, counts = self._pattern, self._topics, self._assigned_counts
         if pattern is not None:
-            matching = self._matching(self._metadata.topic_names())
+            matching = frozenset(n for n in self._metadata.topic_names() if pattern.fullmatch(n))
             if matching != topics:
+                with self._lock:
+                    if self._pattern is pattern:  # not re-subscribed meanwhile
+                        self._topics = matching
                 added, removed = sorted(matching - topics), sorted(topics - matching)
                 return f"subscribed topics changed (+{added} -{removed})"
         if counts is not None and self.is_leader:

@@ -1,7 +1,8 @@
 """The consumer's positions: where each partition starts, pause and resume, start() errors.
 
-A fake kafka-python fetcher records what it was told; the group's engine runs on the test
-thread over a scripted transport and a manual clock, as in tests/unit/test_engine.py.
+A fake kafka-python fetcher records what it was told (its waits move the manual clock on);
+the group's engine runs on the test thread over a scripted transport and a manual clock, as
+in tests/unit/test_engine.py.
 """
 
 from __future__ import annotations
@@ -14,12 +15,19 @@ from typing import Any
 import pytest
 
 from coordination import Generation
-from coordination._engine.membership import GroupMembership
 from coordination._protocol.error_codes import ErrorCode as E
 from coordination.errors import ConnectionFailedError
 from coordination.testing import ManualClock, ScriptedTransport
 from coordination.testing import messages as m
-from recipes.partitioning import Consumer, RangeAssignor, RebalanceListener, TopicPartition
+from recipes.partitioning import (
+    Consumer,
+    CooperativeStickyAssignor,
+    InMemoryTopicMetadata,
+    PartitionsNotOwnedError,
+    RangeAssignor,
+    RebalanceListener,
+    TopicPartition,
+)
 from recipes.partitioning.protocol import Assignment, encode_assignment
 
 T = "orders"
@@ -39,6 +47,8 @@ class FakeFetcher:
     """kafka-python's KafkaConsumer as far as the Consumer uses it."""
 
     def __init__(self, reset_to: int = 0) -> None:
+        self.clock: ManualClock | None = None  # waits for records pass on it
+        self.polls: list[int] = []
         self.reset_to = reset_to
         self.assigned: list[TopicPartition] = []
         self.positions: dict[TopicPartition, int] = {}
@@ -71,6 +81,11 @@ class FakeFetcher:
     def poll(self, timeout_ms: int = 0) -> dict[Any, list[Record]]:
         from kafka import TopicPartition as KafkaTopicPartition
 
+        self.polls.append(timeout_ms)
+        # As kafka-python, only what is assigned; with nothing to return, wait it out.
+        self.to_return = {t: r for t, r in self.to_return.items() if t in self.assigned}
+        if not self.to_return and self.clock is not None:
+            self.clock.advance(timeout_ms / 1000)
         out = {KafkaTopicPartition(t.topic, t.partition): r for t, r in self.to_return.items()}
         for t, records in self.to_return.items():  # kafka-python moves past what it returns
             self.positions[t] = records[-1].offset + 1
@@ -84,9 +99,13 @@ class FakeFetcher:
 class Announced(RebalanceListener):
     def __init__(self) -> None:
         self.assigned: list[frozenset[TopicPartition]] = []
+        # Called with the consumer and the partitions, inside on_partitions_assigned.
+        self.then: Callable[[frozenset[TopicPartition]], None] | None = None
 
     def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         self.assigned.append(partitions)
+        if self.then is not None:
+            self.then(partitions)
 
 
 class Harness:
@@ -97,24 +116,31 @@ class Harness:
         self.clock = ManualClock()
         self.listener = Announced()
         self.fetcher = fetcher or FakeFetcher()
+        self.fetcher.clock = self.clock
+        settings.setdefault("assignors", [RangeAssignor()])
         self.consumer = Consumer(
             "g",
             topics=[T],
-            assignors=[RangeAssignor()],
             listener=self.listener,
+            topic_metadata=InMemoryTopicMetadata({T: 6}),
             transport=self.transport,
+            clock=self.clock,
             bootstrap_servers="x:1",
             **settings,
         )
         self.consumer._fetcher = self.fetcher
-        group = self.consumer.group
-        self.engine = GroupMembership(group, group.config, self.transport, self.clock)
+        self.engine = self.consumer.group._engine
         self.engine.resolve_protocol_type()
-        group._engine = self.engine
 
     def join(self, *partitions: int, generation: int = 1) -> None:
         """Script one rebalance in which this member (a follower) gets ``partitions``."""
+        self.script(*partitions, generation=generation)
+        self.engine.request_rejoin("test")
+
+    def script(self, *partitions: int, generation: int) -> None:
+        """Script the answers of one rebalance, for a rejoin the member asks for itself."""
         member_id = "m-2"
+        protocol = self.consumer.group._assignors[0].name
         if self.engine.coordinator is None:
             self.transport.prepare(NODE)
         self.transport.prepare(
@@ -122,7 +148,7 @@ class Harness:
                 error_code=0,
                 generation_id=generation,
                 protocol_type="consumer",
-                protocol_name="range",
+                protocol_name=protocol,
                 leader="m-1",
                 member_id=member_id,
             )
@@ -131,13 +157,12 @@ class Harness:
             m.SyncGroupResponse(
                 error_code=0,
                 protocol_type="consumer",
-                protocol_name="range",
+                protocol_name=protocol,
                 assignment=encode_assignment(Assignment(tuple(tp(p) for p in partitions))),
             )
         )
         if self.engine.generation.generation_id < 0:
             self.engine._generation = Generation(-1, member_id, None)
-        self.engine.request_rejoin("test")
 
     def offsets(self, answer: Callable[[m.Request], m.OffsetFetchResponse], times: int) -> None:
         for _ in range(times):
@@ -250,3 +275,116 @@ def test_start_against_an_unreachable_broker_says_where_and_what_to_do() -> None
     assert "KafkaTimeoutError" in str(e.value)
     assert consumer.group.state.name != "STABLE"
     consumer.close(1)
+
+
+def test_new_partitions_are_not_fetched_until_the_listener_returned_so_it_may_pause_them() -> None:
+    # As in Java, where on_partitions_assigned runs inside poll() before anything is fetched.
+    h = Harness()
+    h.join(0, 1)
+    h.offsets(lambda r: committed(p0=10, p1=20), 1)
+    seen: list[object] = []
+
+    def inside(partitions: frozenset[TopicPartition]) -> None:
+        seen.append(list(h.fetcher.assigned))
+        h.fetcher.to_return = {tp(0): [Record(10)], tp(1): [Record(20)]}
+        seen.append(h.consumer.poll(timeout_ms=0))
+        seen.append(h.consumer.position(tp(0)))  # established already
+        h.consumer.pause(tp(0))
+
+    h.listener.then = inside
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert seen == [[], {}, 10]
+    assert h.fetcher.assigned == [tp(1)]  # fetched once announced, unless paused
+    assert h.fetcher.positions[tp(1)] == 20
+    h.fetcher.to_return = {tp(1): [Record(20)]}
+    assert list(h.consumer.poll(timeout_ms=0)) == [tp(1)]
+    h.consumer.resume(tp(0))
+    assert h.fetcher.positions[tp(0)] == 10
+
+
+def test_a_partition_whose_listener_call_failed_is_held_until_the_retry_announces_it() -> None:
+    h = Harness()
+    h.join(0)
+    h.offsets(lambda r: committed(p0=10), 2)  # the retry establishes the position again
+    failures = [RuntimeError("the listener is not ready")]
+
+    seen: list[tuple[object, ...]] = []
+
+    def fail_once(partitions: frozenset[TopicPartition]) -> None:
+        h.fetcher.to_return = {tp(0): [Record(10)]}
+        seen.append((list(h.fetcher.assigned), h.consumer.poll(0), h.consumer.position(tp(0))))
+        if failures:
+            raise failures.pop()
+
+    h.listener.then = fail_once
+    assert h.engine.join_group_if_needed(deadline=None)  # on_join_complete failed, then not
+    # Both times, while the listener ran, the partition was positioned but not fetched.
+    assert seen == [([], {}, 10), ([], {}, 10)]
+    assert h.listener.assigned == [frozenset({tp(0)})] * 2
+    assert h.fetcher.assigned == [tp(0)] and h.fetcher.positions[tp(0)] == 10
+
+
+def test_seek_moves_the_position_and_poll_goes_on_from_there() -> None:
+    h = Harness()
+    h.join(0, 1)
+    h.offsets(lambda r: committed(p0=10, p1=20), 1)
+    assert h.engine.join_group_if_needed(deadline=None)
+    h.fetcher.to_return = {tp(0): [Record(10), Record(11), Record(12)]}
+    assert [r.offset for r in h.consumer.poll(0)[tp(0)]] == [10, 11, 12]
+    assert h.consumer.position(tp(0)) == 13
+
+    h.consumer.seek(tp(0), 11)  # read 11 and 12 again
+    assert h.consumer.position(tp(0)) == 11 and h.fetcher.positions[tp(0)] == 11
+    h.fetcher.to_return = {tp(0): [Record(11), Record(12)]}
+    assert [r.offset for r in h.consumer.poll(0)[tp(0)]] == [11, 12]
+
+    h.consumer.pause(tp(1))
+    h.consumer.seek(tp(1), 5)  # stays paused, and resumes from there
+    assert h.consumer.paused() == {tp(1)} and tp(1) not in h.fetcher.assigned
+    h.consumer.resume(tp(1))
+    assert h.fetcher.positions[tp(1)] == 5
+
+    with pytest.raises(PartitionsNotOwnedError, match="orders-4"):
+        h.consumer.seek(tp(4), 0)
+    with pytest.raises(ValueError, match="offset"):
+        h.consumer.seek(tp(0), -1)
+    assert h.consumer.position(tp(4)) is None
+
+
+def test_commits_are_fenced_by_ownership_then_by_generation() -> None:
+    h = Harness(assignors=[CooperativeStickyAssignor()])
+    h.join(0, 1)
+    h.offsets(lambda r: committed(p0=10, p1=20), 1)
+    assert h.engine.join_group_if_needed(deadline=None)
+    # A cooperative rebalance moves partition 1 away; the member rejoins to hand it over.
+    h.join(0, generation=2)
+    h.script(0, generation=3)
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.consumer.assignment() == {tp(0)}
+
+    with pytest.raises(PartitionsNotOwnedError, match="orders-1"):
+        h.consumer.commit({tp(1): 21, tp(0): 11})
+    assert h.transport.requests(m.OffsetCommitRequest) == []  # nothing sent
+
+    def ok(request: m.Request) -> m.OffsetCommitResponse:
+        assert isinstance(request, m.OffsetCommitRequest)
+        return m.OffsetCommitResponse(partitions=tuple((t, p, 0) for t, p, _, _ in request.offsets))
+
+    h.transport.prepare(ok, response_type=m.OffsetCommitResponse)
+    h.consumer.commit()  # the positions of the owned partitions
+    (sent,) = h.transport.requests(m.OffsetCommitRequest)
+    assert (sent.generation_id, sent.member_id) == (3, "m-2")
+    assert sent.offsets == ((T, 0, 10, ""),)
+
+
+def test_poll_waits_its_timeout_on_the_clock_in_slices() -> None:
+    h = Harness()
+    h.join(0)
+    h.offsets(lambda r: committed(p0=10), 1)
+    assert h.engine.join_group_if_needed(deadline=None)
+    start, h.fetcher.polls = h.clock.now, []
+    assert h.consumer.poll(timeout_ms=350) == {}
+    # In slices (the lock is let go between them), until the deadline; the last may be a
+    # millisecond over, as the clock's seconds do not add up exactly.
+    assert h.fetcher.polls[:4] == [100, 100, 100, 50] and len(h.fetcher.polls) <= 5
+    assert h.clock.now == pytest.approx(start + 0.35, abs=0.0011)

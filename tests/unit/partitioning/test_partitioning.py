@@ -11,6 +11,7 @@ from coordination.errors import ConfigurationError
 from recipes.partitioning import (
     ConsumerPartitioning,
     CooperativeStickyAssignor,
+    InMemoryTopicMetadata,
     RangeAssignor,
     RebalanceListener,
     RebalanceProtocol,
@@ -46,20 +47,6 @@ class Recorder(RebalanceListener):
         self.calls.append(("lost", partitions))
 
 
-class FakeMetadata:
-    def __init__(self, counts: dict[str, int]) -> None:
-        self.counts = counts
-
-    def partition_counts(self, topics: Any) -> dict[str, int]:
-        return {t: n for t, n in self.counts.items() if t in set(topics)}
-
-    def topic_names(self) -> set[str]:
-        return set(self.counts)
-
-    def close(self) -> None:
-        pass
-
-
 def member(*assignors: Any, **kw: Any) -> tuple[ConsumerPartitioning, Recorder]:
     listener = Recorder()
     m = ConsumerPartitioning(
@@ -67,10 +54,10 @@ def member(*assignors: Any, **kw: Any) -> tuple[ConsumerPartitioning, Recorder]:
         topics=kw.pop("topics", [T]),
         assignors=list(assignors) or None,
         listener=listener,
+        topic_metadata=InMemoryTopicMetadata({T: 6, "other": 2}),
         bootstrap_servers="localhost:9092",
         **kw,
     )
-    m._metadata = FakeMetadata({T: 6, "other": 2})  # type: ignore[assignment]
     return m, listener
 
 
@@ -217,7 +204,8 @@ def test_an_undecodable_assignment_makes_the_member_rejoin() -> None:
 def test_pattern_subscription_follows_the_matching_topics() -> None:
     m, _ = member(RangeAssignor(), topics=None, pattern=r"ord.*")
     assert decode_subscription(m.metadata()[0].metadata).topics == (T,)
-    m._metadata.counts["orders-eu"] = 3  # type: ignore[attr-defined]
+    assert isinstance(m._metadata, InMemoryTopicMetadata)
+    m._metadata.set_partitions("orders-eu", 3)
     assert "orders-eu" in (m._metadata_change() or "")
 
 
