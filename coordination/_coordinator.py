@@ -266,6 +266,13 @@ class Coordinator(abc.ABC):
         that the group may have moved on without it, even if this process has noticed
         nothing (a network partition, a long pause). The time is read from a clock that also
         counts time the host spent suspended (``CLOCK_BOOTTIME`` on Linux).
+
+        Static members: the lease holds only while no other process uses this member's
+        ``group_instance_id``. When one joins with it, the broker replaces this member at once
+        (KIP-345), without waiting for its session; this process learns it from its next
+        request (:class:`~coordination.errors.FencedInstanceError`). Run at most one process
+        per instance id at a time (a StatefulSet starts a pod's successor only after the pod
+        is gone).
         """
         return self._engine.membership_lease()
 

@@ -173,6 +173,16 @@ class GroupMembership:
         # and join timers started no earlier than that, so it cannot have removed the member
         # before that time plus min(session timeout, rebalance timeout).
         self._confirmed: tuple[Generation, float] | None = None
+        # The generation this member held when it sent its first JoinGroup since it was last
+        # stable, and when it sent it (see _confirm_join_locked).
+        self._joins_since_stable: tuple[int, float] | None = None
+        # Whether a JoinGroup of this rebalance got no answer (it may have joined a phase).
+        self._join_answer_lost = False
+        # The newest generation this member id was answered (a new member id starts over).
+        self._highest_generation = -1
+        # This member's own id that it gave up to prove its place again (see
+        # _renew_lease_locked): left before the next JoinGroup, and not a takeover to wait out.
+        self._stale_member_id: str | None = None
 
         now = self._clock.monotonic()
         self._timers = HeartbeatTimers(
@@ -278,6 +288,66 @@ class GroupMembership:
             confirmed_at = self._confirmed[1]
         guaranteed_s = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms) / 1000
         return max(0.0, confirmed_at + guaranteed_s - self._clock.monotonic())
+
+    def _confirm_join_locked(self, generation: Generation, sent_at: float) -> None:
+        """A JoinGroup sent at ``sent_at`` answered ``generation``: what that proves about the
+        member's session at the broker, which its lease may not outlast.
+
+        - The generation the member held when it began joining: nothing. A follower that
+          rejoins a stable group unchanged gets it back at once, its session timer left as it
+          was; the lease keeps what it had.
+        - A newer generation than any this member saw: a join phase completed while this
+          JoinGroup waited in it (or a static member took its instance's place), and the
+          broker restarted the member's session then, after ``sent_at`` (not necessarily
+          before the answer was read: the process may have been paused meanwhile, so only
+          the send time is a safe start). If an earlier JoinGroup of this rebalance lost its
+          answer, the phase may have been that one's, so the lease counts from the first
+          JoinGroup of the rebalance instead.
+        - An older one: a new coordinator loaded the group as it was stored (a rebalance was
+          lost in the move). When it restarted the session is unknown: no lease; the member
+          rejoins as a new one at its first heartbeat (see _renew_lease_locked).
+        """
+        started = self._joins_since_stable
+        held = started[0] if started is not None else self._generation.generation_id
+        gid = generation.generation_id
+        if gid == held:
+            confirmed = self._confirmed
+            if confirmed is not None and confirmed[0].generation_id == gid:
+                self._confirmed = (generation, confirmed[1])
+        elif gid > self._highest_generation:
+            lost = self._join_answer_lost and started is not None
+            self._confirmed = (generation, started[1] if lost and started else sent_at)
+        self._highest_generation = max(self._highest_generation, gid)
+
+    def _renew_lease_locked(self, sent: Generation, sent_at: float) -> None:
+        """A heartbeat sent at ``sent_at`` was answered NONE: renew the lease if it still held
+        when the heartbeat left.
+
+        A coordinator that is loading the group answers every heartbeat NONE without looking
+        (Kafka does, 3.x and 4.x), even that of a member it removed before it moved, and a
+        member cannot tell such an answer from a real one. A NONE is safe to believe only for
+        a member whose lease still held when it sent the heartbeat: the broker could not have
+        removed it, and a coordinator that loads the group gives its members new sessions.
+        A member whose lease ran out has no proof of its place: it rejoins as a new member
+        (a static one takes its instance's place again), which costs a rebalance, and this
+        happens only after the heartbeats went unanswered for a whole lease.
+        """
+        guaranteed_s = (
+            min(self._config.session_timeout_ms, self._config.rebalance_timeout_ms) / 1000
+        )
+        confirmed = self._confirmed
+        if confirmed is not None and confirmed[0] == sent and confirmed[1] + guaranteed_s > sent_at:
+            self._confirmed = (sent, sent_at)
+        elif self._state is MemberState.STABLE:
+            # Prove the place again with a join phase, which restarts the session: leave (a
+            # dynamic member's old id would hold up the next phase until its session ends)
+            # and join as a new member; a static one takes its own instance's place again.
+            self._stale_member_id = sent.member_id
+            self._reset_locked(Reset.MEMBER)
+            self._request_rejoin_locked(
+                "the membership lease ran out before a heartbeat was answered (an answer "
+                "then may come from a coordinator still loading the group); rejoining"
+            )
 
     def metrics(self) -> MemberMetrics:
         now = self._clock.monotonic()
@@ -467,7 +537,7 @@ class GroupMembership:
                 delay = self.heartbeat_once()
             except _Stopped:
                 break
-            except CoordinationError as e:
+            except CoordinationError:
                 if self._fatal is not None:  # this or another thread stopped the member
                     break
                 log.exception("%s: error in the heartbeat thread", self._who())
@@ -626,6 +696,10 @@ class GroupMembership:
             requests_at_start = self._rejoin_requests
         if coordinator is None:
             return _Failed(Reaction(Next.FIND_COORDINATOR), "coordinator unknown", sent)
+        with self._lock:
+            stale, self._stale_member_id = self._stale_member_id, None
+        if stale and not cfg.is_static:
+            self._leave_stale_member(stale, coordinator)
         protocols = self._protocols()
         if isinstance(protocols, _Failed):
             return protocols
@@ -644,11 +718,16 @@ class GroupMembership:
             cfg.request_timeout_ms / 1000, cfg.rebalance_timeout_ms / 1000 + _JOIN_TIMEOUT_LAPSE_S
         )
         join_sent_at = self._clock.monotonic()
+        with self._lock:
+            if self._joins_since_stable is None:
+                self._joins_since_stable = (sent.generation_id, join_sent_at)
         try:
             joined = self._transport.send(
                 join, msg.JoinGroupResponse, coordinator=coordinator, timeout_s=long_timeout_s
             )
         except TransportError as e:
+            with self._lock:
+                self._join_answer_lost = True
             return self._transport_failed(e, "JoinGroup", sent)
         with self._lock:
             self._counters.join_total += 1
@@ -675,8 +754,8 @@ class GroupMembership:
                 return _Failed(Reaction(Next.RETRY_NOW), "the join was abandoned", sent)
             generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
             self._generation = generation
-            self._confirmed = (generation, join_sent_at)
-            if cfg.is_static and not sent.member_id:
+            self._confirm_join_locked(generation, join_sent_at)
+            if cfg.is_static and not sent.member_id and not stale:
                 # A new member id for this instance id: see _await_takeover_fence.
                 fence_s = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms) / 1000
                 self._takeover_fence_until = self._clock.monotonic() + fence_s
@@ -753,6 +832,8 @@ class GroupMembership:
                     generation,
                 )
             self._state = MemberState.STABLE
+            self._joins_since_stable = None
+            self._join_answer_lost = False
             # No new confirmation: a SyncGroup answered from a group already Stable (a follower
             # that synced late) does not restart the member's session timer on Kafka 4; the
             # JoinGroup's completion (confirmed above) did.
@@ -1010,6 +1091,7 @@ class GroupMembership:
     def _reset_locked(self, reset: Reset) -> None:
         if reset is Reset.MEMBER:
             self._generation = NO_GENERATION
+            self._highest_generation = -1
         elif reset is Reset.GENERATION:
             self._generation = Generation(-1, self._generation.member_id, None)
         self._state = MemberState.UNJOINED
@@ -1091,7 +1173,7 @@ class GroupMembership:
             self._counters.heartbeat_total += 1
             if code == ErrorCode.NONE:
                 if sent_at is not None and self._generation == sent:
-                    self._confirmed = (sent, sent_at)
+                    self._renew_lease_locked(sent, sent_at)
                 self._timers.received(now)
                 self._counters.last_heartbeat_at = now
                 return self._timers.time_to_next(now)
@@ -1132,6 +1214,25 @@ class GroupMembership:
         return None
 
     # ------------------------------------------------------------------ leave
+
+    def _leave_stale_member(self, member_id: str, coordinator: CoordinatorNode) -> None:
+        """Remove this member's own given-up id from the group, so that the next join phase
+        need not wait for it; any answer will do."""
+        request = msg.LeaveGroupRequest(
+            group_id=self._config.group_id,
+            member_id=member_id,
+            group_instance_id=None,
+            reason="the member proves its place again under a new member id",
+        )
+        try:
+            self._transport.send(
+                request,
+                msg.LeaveGroupResponse,
+                coordinator=coordinator,
+                timeout_s=self._config.request_timeout_ms / 1000,
+            )
+        except TransportError as e:
+            log.info("%s: LeaveGroup for %r got no answer (%s)", self._who(), member_id, e)
 
     def _maybe_leave_group(self, reason: str, deadline: float) -> None:
         cfg = self._config

@@ -230,13 +230,25 @@ class History:
         gap = self.rng.expovariate(1 / self.settings.fault_gap_s)
         self.scheduler.call_later(gap, self._inject)
 
+    def settle_bound_s(self) -> float:
+        """How long after the last fault the work must be owned again: a JoinGroup lost just
+        before (it waits rebalance timeout + 5 s), the session of a member that died, the
+        rebalance, a static member's takeover wait, the longest backoff, and some slack."""
+        cfg = self.settings
+        join_timeout_ms = cfg.rebalance_timeout_ms + 5_000
+        takeover_ms = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms)
+        return (
+            join_timeout_ms
+            + cfg.session_timeout_ms
+            + cfg.rebalance_timeout_ms
+            + takeover_ms
+            + cfg.retry_backoff_max_ms
+        ) / 1000 + cfg.settle_slack_s
+
     def _settle(self) -> None:
         s = self.scheduler
-        cfg = self.settings
         quiet_from = max(s.now, self._busy_until)
-        bound = (
-            cfg.session_timeout_ms + cfg.rebalance_timeout_ms + cfg.retry_backoff_max_ms
-        ) / 1000 + cfg.settle_slack_s
+        bound = self.settle_bound_s()
         s.run(quiet_from)
         live = [h for h in self.hosts if h.process is not None and not h.process.dead]
         settled = s.run_while(lambda: self.driver.settled(live) is not None, quiet_from + bound)
@@ -320,9 +332,11 @@ class History:
         return f"{host.name} closes and restarts"
 
     def _fault_zombie(self, host: Host, session_s: float) -> str | None:
-        """The process hangs and is replaced (same static identity), then wakes up."""
+        """The process hangs and is replaced, then wakes up. Only for dynamic members: two
+        processes with one ``group_instance_id`` break static membership's contract (the
+        broker replaces the member at once, see ``Coordinator.membership_lease``)."""
         old = host.process
-        if old is None or old.dead:
+        if old is None or old.dead or host.static:
             return None
         hang = self.rng.uniform(0.2, 2.5) * session_s
         self.scheduler.pause(old, hang)
@@ -356,7 +370,7 @@ class History:
 
     def _fault_slow_network(self, host: Host, session_s: float) -> str | None:
         seconds = self.rng.uniform(0.5, 2.0) * session_s
-        extra = self.rng.uniform(0.05, 1.0)
+        extra = self.rng.uniform(0.05, 0.5)
         self.cluster.slow(seconds, extra)
         self._until(seconds)
         return f"network {extra:.3f}s slower for {seconds:.3f}s"

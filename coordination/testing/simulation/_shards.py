@@ -67,6 +67,7 @@ class ShardsDriver:
 
     def __init__(self, settings: HistorySettings) -> None:
         self.settings = settings
+        self.margin_s = settings.heartbeat_interval_ms / 1000
         self.members: dict[str, _ShardMember] = {}  # by process name
         self._slow: dict[int, float] = {}
         self._clock: Scheduler | None = None
@@ -106,7 +107,9 @@ class ShardsDriver:
             if process.dead:
                 del self.members[name]
                 continue
-            if not member.owned or member.membership_lease() <= 0:
+            # As the recipes do (LeaseGuard's default margin): a member acts on its lease only
+            # while more than a heartbeat interval is left, which covers an answer's delay.
+            if not member.owned or member.membership_lease() <= self.margin_s:
                 continue
             for shard in member.owned:
                 holders.setdefault(shard, []).append(f"{member.process.name}/{member.member_id}")
