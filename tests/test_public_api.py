@@ -54,3 +54,18 @@ def test_every_public_name_is_documented(module_name: str) -> None:
 def test_public_classes_show_the_package_name() -> None:
     assert coordination.Coordinator.__module__ == "coordination"
     assert repr(coordination.MemberState.STABLE).startswith("<MemberState.STABLE")
+
+
+@pytest.mark.parametrize(
+    "recipe", ["recipes.election.LeaderElection", "recipes.tasks.TaskDistribution"]
+)
+def test_recipes_take_the_transport_and_clock_a_coordinator_takes(recipe: str) -> None:
+    module_name, _, name = recipe.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), name)
+    expected = inspect.signature(coordination.Coordinator).parameters
+    params = inspect.signature(cls).parameters
+    for arg in ("transport", "clock"):
+        assert params[arg].kind is inspect.Parameter.KEYWORD_ONLY, (recipe, arg)
+        assert params[arg].default is None, (recipe, arg)
+        assert params[arg].annotation == expected[arg].annotation, (recipe, arg)
+        assert f"{arg}:" in (inspect.getdoc(cls.__init__) or ""), (recipe, arg)
