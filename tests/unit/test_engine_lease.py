@@ -1,0 +1,136 @@
+"""What proves a member's place in the group, and so renews its membership lease.
+
+Each rule here was found by the deterministic simulator (tests/simulation) as a history in
+which two members held the same work, each with a lease; the broker behaviours they rest
+on are Kafka's, checked against real brokers by tests/integration/test_model_vs_broker.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from coordination import MemberState
+from coordination._protocol.error_codes import ErrorCode as E
+from coordination.testing import messages as m
+
+from .test_engine import NODE, Harness, joined
+
+
+def stable_follower(**settings: object) -> Harness:
+    h = Harness(session_timeout_ms=10_000, heartbeat_interval_ms=1000, **settings)
+    h.join_as_follower("m-2", generation=3)
+    return h
+
+
+def test_a_sync_answer_does_not_renew_the_lease() -> None:
+    # A late follower's SyncGroup to a stable group is answered without restarting its
+    # session (Kafka 4): only the JoinGroup's send time counts.
+    h = Harness(session_timeout_ms=10_000)
+    h.engine._generation = h.engine.generation.__class__(-1, "m-2", None)
+    h.prepare(NODE)
+
+    def parked_join(request: m.Request) -> m.JoinGroupResponse:
+        h.clock.advance(4)  # the join phase waited for the others; the sync leaves after it
+        return joined("m-2", 3, leader="m-1")
+
+    h.prepare(parked_join, response_type=m.JoinGroupResponse)
+    h.prepare(m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.engine.membership_lease() == pytest.approx(6.0)
+
+
+def test_rejoining_into_the_same_generation_keeps_the_lease_as_it_was() -> None:
+    # A follower that rejoins a stable group unchanged gets the current generation back at
+    # once, its session timer left as it was.
+    h = stable_follower()
+    h.clock.advance(4)
+    h.engine.request_rejoin("metadata unchanged")
+    h.prepare(
+        joined("m-2", 3, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.engine.membership_lease() == pytest.approx(6.0)
+
+
+def test_an_older_generation_from_a_reloaded_coordinator_gives_no_lease() -> None:
+    # The coordinator moved and loaded the group as stored, before the rebalance that made
+    # generation 3: when it restarted this member's session is unknown.
+    h = stable_follower()
+    h.engine.request_rejoin("coordinator moved")
+    h.prepare(
+        joined("m-2", 2, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.engine.generation.generation_id == 2
+    assert h.engine.membership_lease() == 0.0
+
+
+def test_a_new_generation_counts_from_the_join_that_waited_in_its_phase() -> None:
+    h = stable_follower()
+    h.clock.advance(2)
+    h.engine.request_rejoin("a rebalance")
+
+    def parked(request: m.Request) -> m.JoinGroupResponse:
+        h.clock.advance(3)  # the join phase waited for the others
+        return joined("m-2", 4, leader="m-1")
+
+    h.prepare(parked, response_type=m.JoinGroupResponse)
+    h.prepare(m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.engine.membership_lease() == pytest.approx(7.0)  # from the JoinGroup's send
+
+
+def test_a_heartbeat_renews_only_a_lease_that_still_held_when_it_left() -> None:
+    h = stable_follower()
+    h.clock.advance(5)
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    h.engine.heartbeat_once()
+    assert h.engine.membership_lease() == pytest.approx(10.0)
+
+
+def test_a_heartbeat_answered_after_the_lease_ran_out_makes_the_member_prove_its_place() -> None:
+    # A coordinator that is loading the group answers NONE to any heartbeat, even one from a
+    # member it removed before it moved: such an answer renews nothing. The member leaves its
+    # old id (so that the next join phase need not wait for it) and joins as a new member.
+    # The lease lasts min(session, rebalance timeout) = 5 s; the session timer 10 s.
+    h = stable_follower(rebalance_timeout_ms=5_000)
+    h.clock.advance(6)
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    h.engine.heartbeat_once()
+    assert h.engine.membership_lease() == 0.0
+    assert h.engine.state is MemberState.UNJOINED
+    assert h.engine.generation.member_id == ""
+
+    h.prepare(
+        m.LeaveGroupResponse(error_code=0),
+        m.JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id="m-7"),
+        joined("m-7", 5, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    (leave,) = h.transport.requests(m.LeaveGroupRequest)
+    assert leave.member_id == "m-2"
+    assert h.engine.generation.member_id == "m-7"
+    assert h.engine.membership_lease() == pytest.approx(5.0)
+    assert [c[0] for c in h.member.calls][-2:] == ["prepare", "complete"]
+    assert ("prepare", -1, "") in h.member.calls  # told that its assignment is gone
+
+
+def test_a_static_member_proving_its_place_again_does_not_wait_for_itself() -> None:
+    h = stable_follower(group_instance_id="w-2", rebalance_timeout_ms=5_000)
+    h.clock.advance(6)
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    h.engine.heartbeat_once()
+    h.prepare(
+        joined("w-2-new", 3, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    rejoin = h.transport.requests(m.JoinGroupRequest)[-1]
+    assert (rejoin.member_id, rejoin.group_instance_id) == ("", "w-2")  # takes its place again
+    assert h.transport.requests(m.LeaveGroupRequest) == []
+    assert h.engine.generation.member_id == "w-2-new"
+    assert h.engine._takeover_fence_until is None
+    assert h.member.calls[-1][0] == "complete"
