@@ -7,10 +7,10 @@ lifecycle, waits, callbacks and lease guard, so that a fix to one of them is mad
 The member calls the listener and nothing else of the recipe: Kafka Connect's
 ``WorkerCoordinator`` and ``WorkerRebalanceListener``, in Python.
 
-Time and waiting come from the member's clock: the base's lock, condition and events, the
+Time and waiting come from the member's clock: the base's locks, condition and events, the
 lease watchdog's thread and every :class:`ClockTimer`. A recipe makes every other thread,
-event, lock and wait of its own from :attr:`Recipe._clock` too, so that a simulated clock
-controls all of it (a wait on anything else would escape the simulation, or hang it).
+event, lock and wait of its own from :attr:`RecipeContext.clock` too, so that a simulated
+clock controls all of it (a wait on anything else would escape the simulation, or hang it).
 """
 
 from __future__ import annotations
@@ -77,8 +77,14 @@ class RecipeMember(Coordinator):
     of the protocol to the recipe's :class:`GroupListener`."""
 
     def __init__(self, group_id: str, protocol: tuple[str, str], options: Mapping[str, Any]):
-        """Args: the group, its protocol type and this recipe's protocol name, and the
-        keyword arguments of :class:`coordination.Coordinator` (transport, clock, settings)."""
+        """Validate the settings; nothing connects until :meth:`start`.
+
+        Args:
+            group_id: the group.
+            protocol: the group's protocol type and this recipe's protocol name.
+            options: the keyword arguments of :class:`coordination.Coordinator`
+                (``transport``, ``clock`` and the settings).
+        """
         super().__init__(group_id, **options)
         self._protocol_type, self._protocol_name = protocol
         self._listener: GroupListener | None = None
@@ -151,6 +157,7 @@ class RecipeContext:
         lock: guards the recipe's state (reentrant).
         changed: a condition over ``lock``; notify it when something waited for changes.
         stopped: set once the recipe is closed; sleep on it (``clock.sleep(s, stopped)``).
+        callback_lock: held while a user callback runs (see :meth:`callback`).
         log: the recipe's logger.
     """
 

@@ -9,6 +9,7 @@ the election stores its highest token) and answers OffsetFetch and OffsetCommit 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from coordination.testing import ManualClock, ScriptedTransport, SentRequest
@@ -29,6 +30,11 @@ SESSION_TIMEOUT_MS = 10_000
 # The lease holds while more than the margin (heartbeat_interval_ms, 3 s) is left of the
 # 10 s after the last confirmed request: a leader is valid for 7 s after it.
 LEASE_LOW_AFTER_S = 7.0
+# What the broker answers this member's JoinGroup and SyncGroup, but for the round's details.
+JOINED = m.JoinGroupResponse(
+    error_code=0, protocol_type="election", protocol_name="election-v1", member_id=ME
+)
+SYNCED = m.SyncGroupResponse(error_code=0, protocol_type="election", protocol_name="election-v1")
 
 
 class Broker(ScriptedTransport):
@@ -152,26 +158,13 @@ class Member:
             ((_, metadata),) = request.protocols
             self.advertised.append(decode_candidate(metadata))
             me = (m.JoinGroupResponseMember(ME, None, metadata),) if leader == ME else ()
-            return m.JoinGroupResponse(
-                error_code=0,
-                generation_id=generation,
-                protocol_type="election",
-                protocol_name="election-v1",
-                leader=leader,
-                member_id=ME,
-                members=me + others,
-            )
+            return replace(JOINED, generation_id=generation, leader=leader, members=me + others)
 
         return join
 
     @staticmethod
     def _synced(assignment: bytes) -> m.SyncGroupResponse:
-        return m.SyncGroupResponse(
-            error_code=0,
-            protocol_type="election",
-            protocol_name="election-v1",
-            assignment=assignment,
-        )
+        return replace(SYNCED, assignment=assignment)
 
     def rejoin_reasons(self) -> tuple[str, ...]:
         return self.election.coordinator.metrics().rejoin_reasons
