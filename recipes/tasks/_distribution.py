@@ -131,6 +131,8 @@ class TaskDistribution(Recipe):
     # wait_stable looks again this often (settling involves the member's state, which does
     # not notify the distribution).
     _WAIT_POLL_S: ClassVar[float] = 0.05
+    # The group side; a variant of the protocol (the benchmark's eager one) replaces it.
+    _GROUP: ClassVar[type[TaskGroup]] = TaskGroup
 
     def __init__(
         self,
@@ -231,7 +233,7 @@ class TaskDistribution(Recipe):
             on_task_error=on_task_error,
             on_lease_lost=lambda: self._group.forget_assignment(),
         )
-        self._group = TaskGroup(self._ctx, self._runner, source, settings_)
+        self._group = self._GROUP(self._ctx, self._runner, source, settings_)
         self._member.listen(self._group)
 
     # ------------------------------------------------------------------ lifecycle
