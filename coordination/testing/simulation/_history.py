@@ -209,7 +209,7 @@ class History:
             self.result.violation = f"thread {name} died: {error!r}"
         self.result.steps = self.scheduler.steps
         self.result.simulated_s = self.scheduler.now - 1000.0
-        if self.result.violation is not None:
+        if self.result.violation is not None or self.log_to_trace:
             self.result.trace = list(self.trace.lines)
         return self.result
 
