@@ -212,6 +212,16 @@ class Elector(GroupListener):
             ctx.changed.notify_all()
         if changed:
             ctx.callback("on_leader_change", self.callbacks.on_leader_change, info)
+        if outcome.members and member_id not in outcome.members:
+            # A static member took its instance's place without a rebalance (KIP-345): the
+            # broker handed it the outcome computed for its former member id, which may name
+            # that id as leader, and nobody would lead until the next rebalance. Ask for one:
+            # this member's metadata now carries the outcome's token, so the broker sees it
+            # changed and rebalances.
+            ctx.member.request_rejoin(
+                "the election's outcome predates this member's id (a static member took its "
+                "instance's place); electing again"
+            )
 
     def lost(self) -> None:
         leadership = self._leadership

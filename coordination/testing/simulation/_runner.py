@@ -6,12 +6,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ._election import ElectionDriver
 from ._history import Driver, History, HistorySettings, Result
 from ._shards import ShardsDriver
 
 # The recipes the simulator runs, by name.
 RECIPES: dict[str, Callable[[HistorySettings], Driver]] = {
     "engine": ShardsDriver,
+    "election": ElectionDriver,
 }
 
 
