@@ -20,7 +20,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ._network import SimCluster, SimTransport
 from ._scheduler import Process, Scheduler, SimulationError
@@ -47,7 +47,7 @@ class HistorySettings:
     settle_slack_s: float = 3.0
     trace_lines: int = 400
 
-    def member_settings(self) -> dict[str, object]:
+    def member_settings(self) -> dict[str, Any]:
         return {
             "bootstrap_servers": "broker-1:9092",
             "session_timeout_ms": self.session_timeout_ms,
