@@ -1,15 +1,17 @@
 """The pipeline worker: owns a share of the input partitions and runs their micro-batches.
 
-A :class:`PipelineWorker` is a member of a consumer group (Kafka's ``consumer``
-protocol, cooperative-sticky assignment) that fetches the records of the
-partitions it owns, turns each partition's records into micro-batches processed
-by Spark (:func:`~recipes.pipeline._spark.stage_batch`), commits each batch's
-end offset fenced by its generation and only then publishes the batch's
-results. See ``docs/pipeline.md`` for the protocol and its failure cases.
+A :class:`PipelineWorker` is built on a :class:`~recipes.partitioning.Consumer`
+(Kafka's ``consumer`` protocol, cooperative-sticky assignment): it polls the
+records of the partitions it owns, turns each partition's records into
+micro-batches processed by Spark (:func:`~recipes.pipeline._spark.stage_batch`),
+commits each batch's end offset fenced by its generation and only then publishes
+the batch's results. See ``docs/pipeline.md`` for the protocol and its failure
+cases.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import threading
@@ -20,14 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from coordination import OffsetAndMetadata
-from coordination._lease import LeaseGuard
-from coordination.errors import CommitFailedError, CoordinationError
+from coordination._lease import LeaseGuard, engine_clock
+from coordination.errors import CommitFailedError, ConfigurationError, CoordinationError
 from recipes.partitioning import (
+    Consumer,
     ConsumerPartitioning,
     CooperativeStickyAssignor,
+    PartitionsNotOwnedError,
     RebalanceListener,
     TopicPartition,
 )
+from recipes.partitioning._consumer import FETCH_SETTINGS
 
 from ._output import PipelineOutput, PipelineOutputError, StagedFilesError
 from ._spark import DEFAULT_WINDOW_MS, Batch, spark_session, stage_batch
@@ -47,7 +52,8 @@ Every event has ``event`` (its kind), ``worker`` (the worker's name) and ``t``
 machine can be merged into one timeline).
 """
 
-# kafka-python fetch settings the worker passes through to its fetcher.
+# kafka-python fetch settings the worker passes through to its consumer's fetcher (the
+# others would change what the worker reads: deserializers, isolation, where to start).
 _FETCH_SETTINGS: Final = frozenset(
     {
         "fetch_max_wait_ms",
@@ -73,12 +79,14 @@ class _Partition:
 
     tp: TopicPartition
     assigned_at: float
-    ready: bool = False  # recovered, cleaned up and the fetcher positioned at ``start``
+    ready: bool = False  # recovered, cleaned up and the consumer positioned at ``start``
     start: int = 0  # the committed offset: where the next batch starts
     records: list[tuple[int, bytes | None]] = field(default_factory=list)
     # Kafka timestamps (ms) of the buffered records, to serve the oldest data first.
     timestamps: list[int] = field(default_factory=list)
     first_buffered_at: float = 0.0
+    # Paused in the consumer: until ready (nothing of it is returned before its start is
+    # known), and while enough records wait in memory.
     paused: bool = False
 
 
@@ -92,6 +100,17 @@ class _Membership(ConsumerPartitioning):
     def on_join_prepare(self, generation: int, member_id: str) -> None:
         self._worker._rebalance_started(generation)
         super().on_join_prepare(generation, member_id)
+
+
+class _WorkerConsumer(Consumer):
+    """The worker's Consumer: its group member is a :class:`_Membership`."""
+
+    def __init__(self, worker: PipelineWorker, group_id: str, **settings: Any) -> None:
+        self._worker = worker
+        super().__init__(group_id, **settings)
+
+    def _new_group(self, group_id: str, **kwargs: Any) -> ConsumerPartitioning:
+        return _Membership(self._worker, group_id, **kwargs)
 
 
 class _Listener(RebalanceListener):
@@ -109,7 +128,7 @@ class _Listener(RebalanceListener):
 
 
 class PipelineWorker:
-    """One worker of the pipeline: a group member that processes its partitions with Spark.
+    """One worker of the pipeline: a consumer that processes its partitions with Spark.
 
     Example:
         worker = PipelineWorker("agg-workers", topic="events", output="/data/agg",
@@ -139,6 +158,13 @@ class PipelineWorker:
     name (see :meth:`PipelineOutput.cleanup_orphans`), so a worker resuming
     from a pause past its session cannot delete its successor's batches.
 
+    Built on Consumer:
+        :attr:`consumer` (a :class:`~recipes.partitioning.Consumer`) fetches the
+        records, keeps each partition's position, pauses and resumes, and commits
+        fenced by ownership and generation; :attr:`group` is its group member. A
+        newly assigned partition stays paused in the consumer until it is
+        prepared, so nothing of it is returned before its start is known.
+
     Ownership changes (on the group's membership thread):
         assigned: the partition is recovered (the previous owner's committed but
             unpublished batch is published, its orphans deleted) before its
@@ -151,9 +177,11 @@ class PipelineWorker:
             whose partitions do not move is never interrupted.
 
     Threads:
-        :meth:`run` is the only thread that touches Spark and the fetcher. The
-        rebalance callbacks run on the membership thread and wait at most one
-        batch for :meth:`run`; :meth:`close` must not be called from them.
+        :meth:`run` is the only thread that touches Spark and polls the consumer.
+        The rebalance callbacks run on the membership thread and wait at most one
+        batch for :meth:`run`; :meth:`close` must not be called from them. Every
+        lock, wait and reading of the time that guards the group's work comes
+        from the group member's clock (``clock=``).
 
     Events:
         ``on_event`` receives a :data:`WorkerEvent` for: ``started`` (Spark up),
@@ -200,16 +228,15 @@ class PipelineWorker:
             on_event: Observer of the worker's events (see the class docstring).
             **settings: Group and connection settings of
                 :class:`~recipes.partitioning.ConsumerPartitioning`
-                (``bootstrap_servers`` (required), ``session_timeout_ms``, ...), and the
-                kafka-python fetch settings ``fetch_max_wait_ms``, ``fetch_max_bytes``,
+                (``bootstrap_servers`` (required), ``session_timeout_ms``, ...,
+                ``transport`` and ``clock``), and the kafka-python fetch settings
+                ``fetch_max_wait_ms`` (default 200), ``fetch_max_bytes``,
                 ``max_partition_fetch_bytes``, ``max_poll_records`` (default 10 000),
                 ``receive_buffer_bytes``.
 
         Raises:
             ConfigurationError: A setting is invalid.
         """
-        from coordination.errors import ConfigurationError
-
         if max_batch_records <= 0 or max_batch_delay_ms < 0:
             raise ConfigurationError(
                 "max_batch_records must be > 0 and max_batch_delay_ms >= 0, got "
@@ -226,15 +253,28 @@ class PipelineWorker:
         self._master = master
         self._spark_conf = dict(spark_conf or {})
         self._on_event = on_event
+        refused = sorted(k for k in settings if k in FETCH_SETTINGS - _FETCH_SETTINGS)
+        if refused:
+            raise ConfigurationError(
+                f"PipelineWorker reads raw, committed records from the committed offsets: "
+                f"{', '.join(refused)} cannot be set"
+            )
         fetch = {k: settings.pop(k) for k in list(settings) if k in _FETCH_SETTINGS}
-        self.group = _Membership(
+        self.consumer: Consumer = _WorkerConsumer(
             self,
             group_id,
             topics=[topic],
             assignors=[CooperativeStickyAssignor()],
             listener=_Listener(self),
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=200,
+            max_poll_records=10_000,
+            **fetch,
+            # Aborted records of transactional producers are never aggregated.
+            isolation_level="read_committed",
             **settings,
         )
+        self._clock = engine_clock(self.group)
         # Reads self.group at each check: the member it is then.
         self._lease = LeaseGuard(
             lambda: self.group.membership_lease(),
@@ -242,24 +282,13 @@ class PipelineWorker:
             lease_margin_ms,
             why=": no deletion could ever be fenced",
         )
-        self._fetch_config: dict[str, Any] = {
-            **self.group.config.client_settings(),
-            "fetch_max_wait_ms": 200,
-            "max_poll_records": 10_000,
-            **fetch,
-            "group_id": None,  # the fetcher reads only; offsets are committed by the group
-            "enable_auto_commit": False,
-            "auto_offset_reset": "earliest",
-            # Aborted records of transactional producers are never aggregated.
-            "isolation_level": "read_committed",
-            "client_id": f"{self.group.config.client_id}-fetch",
-        }
         self._spark: SparkSession | None = None
-        self._fetcher: Any = None
-        self._fetching: frozenset[TopicPartition] = frozenset()
+        self._started = False
+        # Set when partitions are assigned, to end an idle wait of the worker's thread.
+        self._assigned = self._clock.event()
         # Guards the fields below; _changed is notified whenever _in_flight clears.
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
+        self._lock = self._clock.lock()
+        self._changed = self._clock.condition(self._lock)
         self._parts: dict[TopicPartition, _Partition] = {}
         self._revoking: set[TopicPartition] = set()
         self._in_flight: TopicPartition | None = None
@@ -270,32 +299,33 @@ class PipelineWorker:
 
     # ------------------------------------------------------------------ lifecycle
 
+    @property
+    def group(self) -> ConsumerPartitioning:
+        """The group member underneath (generation, membership lease, metrics, ...): the
+        consumer's, :attr:`Consumer.group <recipes.partitioning.Consumer.group>`."""
+        return self.consumer.group
+
     def start(self) -> None:
-        """Start Spark (seconds: a JVM starts) and join the group in the background.
+        """Start Spark (seconds: a JVM starts), then the consumer: it joins the group in
+        the background.
 
         Raises:
             pyspark.errors.PySparkException: Spark could not start.
+            ConnectionFailedError: the bootstrap servers could not be reached.
         """
-        from kafka import KafkaConsumer
-
         if self._spark is None:
-            t0 = time.monotonic()
+            t0 = self._clock.monotonic()
             self._spark = spark_session(
                 self._master,
                 app_name=f"coordination-pipeline-{self.name}",
                 conf={"spark.driver.memory": "512m", **self._spark_conf},
             )
-            started_ms = round((time.monotonic() - t0) * 1000)
-            t0 = time.monotonic()
+            started_ms = self._ms_since(t0)
+            t0 = self._clock.monotonic()
             self._warm_up()
-            self._emit(
-                "started",
-                spark_start_ms=started_ms,
-                warm_up_ms=round((time.monotonic() - t0) * 1000),
-            )
-        if self._fetcher is None:
-            self._fetcher = KafkaConsumer(**self._fetch_config)
-        self.group.start()
+            self._emit("started", spark_start_ms=started_ms, warm_up_ms=self._ms_since(t0))
+        self.consumer.start()
+        self._started = True
 
     def _warm_up(self) -> None:
         """Run two small batches into a scratch directory before joining the group.
@@ -339,13 +369,13 @@ class PipelineWorker:
                 output is in a state the protocol does not allow (e.g. a
                 committed batch's results were deleted); the worker stops.
         """
-        if self._spark is None or self._fetcher is None:
+        if self._spark is None or not self._started:
             raise CoordinationError("PipelineWorker.run: call start() first")
         while not stop.is_set():
             self._step()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Leave the group (revoking its partitions cleanly) and stop the fetcher and Spark.
+        """Leave the group (revoking its partitions cleanly), close the consumer, stop Spark.
 
         Call after :meth:`run` returned, not from a rebalance callback.
 
@@ -355,10 +385,7 @@ class PipelineWorker:
         if self._closed:
             return
         self._closed = True
-        self.group.close(timeout)
-        if self._fetcher is not None:
-            self._fetcher.close()
-            self._fetcher = None
+        self.consumer.close(timeout)
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
@@ -374,21 +401,22 @@ class PipelineWorker:
     def _step(self) -> None:
         with self._lock:
             parts = dict(self._parts)
-        self._reassign_fetcher(frozenset(parts))
         for part in parts.values():
             if not part.ready:
                 self._prepare(part)
+        with self._lock:
+            self._flow_control()  # a partition not prepared stays paused
         polled = self._fetch() if parts else []
         if not parts:
-            time.sleep(0.1)
-        now = time.monotonic()
+            self._clock.sleep(0.1, self._assigned)
+            self._assigned.clear()
+        now = self._clock.monotonic()
         with self._lock:
-            for ktp, records in polled:
-                tp = TopicPartition(ktp.topic, ktp.partition)
+            for tp, records in polled:
                 current = self._parts.get(tp)
-                # Fetched for an ownership that ended (or before the fetcher was
-                # positioned): dropped. A newer ownership seeks to the committed offset
-                # when it is prepared, so nothing is skipped.
+                # Polled for an ownership that ended, or that began since the snapshot (or
+                # that must be read again): dropped. Every new ownership and every reread
+                # seeks to the committed offset when it is prepared, so nothing is skipped.
                 if current is None or current is not parts.get(tp) or not current.ready:
                     continue
                 if not current.records:
@@ -402,33 +430,29 @@ class PipelineWorker:
         if batch is not None:
             self._process(*batch)
 
-    def _fetch(self) -> list[tuple[Any, list[Any]]]:
-        """Everything the fetcher has now, waiting up to 100 ms for the first records.
+    def _fetch(self) -> list[tuple[TopicPartition, list[Any]]]:
+        """Everything the consumer has now, waiting up to 100 ms for the first records.
 
         One poll per batch would cap the intake at one poll's worth per Spark job
         (a second or so), so polls repeat while they return records.
         """
-        polled: list[tuple[Any, list[Any]]] = []
+        polled: list[tuple[TopicPartition, list[Any]]] = []
         for n in range(_POLLS_PER_STEP):
-            got = self._fetcher.poll(timeout_ms=100 if n == 0 else 0)
+            got = self.consumer.poll(timeout_ms=100 if n == 0 else 0)
             if not got:
                 break
             polled.extend(got.items())
         return polled
 
-    def _reassign_fetcher(self, partitions: frozenset[TopicPartition]) -> None:
-        if partitions != self._fetching:
-            self._fetcher.assign([_kafka_tp(tp) for tp in sorted(partitions)])
-            self._fetching = partitions
-
     def _flow_control(self) -> None:
-        """Pause partitions with enough records waiting, so memory stays bounded."""
+        """Pause the partitions not prepared yet, and those with enough records waiting (so
+        memory stays bounded); resume the others. Holds the lock."""
         limit = _BUFFERED_BATCHES * self.max_batch_records
         for part in self._parts.values():
-            full = len(part.records) >= limit
-            if full != part.paused and part.tp in self._fetching:
-                (self._fetcher.pause if full else self._fetcher.resume)(_kafka_tp(part.tp))
-                part.paused = full
+            hold = not part.ready or len(part.records) >= limit
+            if hold != part.paused:
+                (self.consumer.pause if hold else self.consumer.resume)(part.tp)
+                part.paused = hold
 
     def _next_batch(self, now: float) -> tuple[_Partition, Batch] | None:
         """Cut the next batch (holding the lock) and mark its partition in flight."""
@@ -464,7 +488,7 @@ class PipelineWorker:
         return part, batch
 
     def _prepare(self, part: _Partition) -> None:
-        """Recover a newly assigned partition and position the fetcher at its committed offset.
+        """Recover a newly assigned partition and position the consumer at its committed offset.
 
         Runs as the partition's work in flight: a revocation waits for it, since
         cleanup_orphans by a worker that no longer owns the partition could
@@ -492,11 +516,14 @@ class PipelineWorker:
                 tp.topic, tp.partition, offset, metadata, still_owner=self._lease.holds
             )
             if offset is None:
-                ktp = _kafka_tp(tp)
-                offset = int(self._fetcher.beginning_offsets([ktp])[ktp])
-            self._fetcher.seek(_kafka_tp(tp), offset)
-            # An earlier ownership may have left the partition paused in the fetcher.
-            self._fetcher.resume(_kafka_tp(tp))
+                # Nothing committed: where the consumer started it (the log's start, as
+                # auto_offset_reset says), or where a reread put it back. Nothing of it was
+                # returned since: a partition not prepared is paused.
+                offset = self.consumer.position(tp)
+                if offset is None:
+                    log.warning("%s: %s: no start position yet", self.name, tp)
+                    return
+            self.consumer.seek(tp, offset)
             with self._lock:
                 part.start = offset
                 part.records.clear()
@@ -516,10 +543,10 @@ class PipelineWorker:
         """Stage, commit, publish (or leave in staging) one batch; the partition is in flight."""
         assert self._spark is not None
         tp = part.tp
-        t0 = time.monotonic()
+        t0 = self._clock.monotonic()
         try:
             staged = stage_batch(self._spark, self.output, batch, window_ms=self.window_ms)
-            staged_ms = (time.monotonic() - t0) * 1000
+            staged_ms = self._ms_since(t0)
             commit = {
                 (tp.topic, tp.partition): OffsetAndMetadata(
                     batch.end_offset, staged.commit_metadata
@@ -569,8 +596,8 @@ class PipelineWorker:
                 end=batch.end_offset,
                 records=len(batch.records),
                 rejected=staged.rejected,
-                stage_ms=round(staged_ms),
-                ms=round((time.monotonic() - t0) * 1000),
+                stage_ms=staged_ms,
+                ms=self._ms_since(t0),
             )
         except PipelineOutputError as e:
             if not isinstance(e, StagedFilesError):
@@ -598,16 +625,19 @@ class PipelineWorker:
         (the group's CompletingRebalance state), so a retry after the sync
         commits the batch instead of throwing away its work.
         """
-        deadline = time.monotonic() + self.group.config.rebalance_timeout_ms / 1000
+        clock = self._clock
+        deadline = clock.monotonic() + self.group.config.rebalance_timeout_ms / 1000
         while True:
             try:
-                self.group.commit_offsets(offsets, generation=self.group.generation())
+                # The consumer commits in the current generation, and only partitions it
+                # owns (PartitionsNotOwnedError otherwise, nothing sent).
+                self.consumer.commit({TopicPartition(t, p): om for (t, p), om in offsets.items()})
                 return
             except CommitFailedError as e:
-                if e.code != _REBALANCE_IN_PROGRESS or time.monotonic() >= deadline:
+                if e.code != _REBALANCE_IN_PROGRESS or clock.monotonic() >= deadline:
                     raise
                 log.info("%s: commit met a rebalance in progress; retrying", self.name)
-                time.sleep(0.2)
+                clock.sleep(0.2, clock.event())
 
     def _landed(self, tp: TopicPartition, sent: OffsetAndMetadata) -> bool:
         """Whether the group's committed offset and metadata of ``tp`` are ``sent``.
@@ -623,10 +653,15 @@ class PipelineWorker:
         return committed.get((tp.topic, tp.partition)) == sent
 
     def _reread(self, part: _Partition) -> None:
+        """Read ``part`` again from the start of the batch that failed (its committed
+        offset, unless the commit landed after all: preparing it again asks the group)."""
         with self._lock:
             part.ready = False
             part.records.clear()
             part.timestamps.clear()
+            # Gone meanwhile (lost): the next owner starts at the committed offset.
+            with contextlib.suppress(PartitionsNotOwnedError):
+                self.consumer.seek(part.tp, part.start)
 
     def _done(self) -> None:
         with self._changed:
@@ -637,13 +672,16 @@ class PipelineWorker:
 
     def _rebalance_started(self, generation: int) -> None:
         with self._lock:
-            self._rebalance_t0 = time.monotonic()
+            self._rebalance_t0 = self._clock.monotonic()
         self._emit("rebalance", generation=generation)
 
     def _rebalance_ms(self) -> int | None:
         with self._lock:
             t0 = self._rebalance_t0
-        return None if t0 is None else round((time.monotonic() - t0) * 1000)
+        return None if t0 is None else self._ms_since(t0)
+
+    def _ms_since(self, t0: float) -> int:
+        return round((self._clock.monotonic() - t0) * 1000)
 
     def _give_up(self, partitions: frozenset[TopicPartition], *, lost: bool) -> None:
         """Wait for the batch in flight on ``partitions``, then forget them.
@@ -659,7 +697,7 @@ class PipelineWorker:
            committed offset, with its results published.
         For lost partitions the same wait ends in a refused commit, the batch left.
         """
-        t0 = time.monotonic()
+        t0 = self._clock.monotonic()
         with self._changed:
             self._revoking |= partitions
             while self._in_flight is not None and self._in_flight in partitions:
@@ -676,16 +714,24 @@ class PipelineWorker:
             "lost" if lost else "revoked",
             partitions=_numbers(partitions),
             generation=self.group.generation().generation_id,
-            waited_ms=round((time.monotonic() - t0) * 1000),
+            waited_ms=self._ms_since(t0),
             rebalance_ms=self._rebalance_ms(),
         )
 
     def _take(self, partitions: frozenset[TopicPartition]) -> None:
-        now = time.monotonic()
+        """Own ``partitions``: paused in the consumer until the worker's thread prepared them.
+
+        The consumer returns none of their records before this returns, so the pause
+        comes first. It is made under the lock, so that _flow_control, which resumes a
+        partition once it is prepared, never sees the partition before it is paused.
+        """
+        now = self._clock.monotonic()
         with self._lock:
             for tp in partitions:
-                self._parts[tp] = _Partition(tp=tp, assigned_at=now)
+                self._parts[tp] = _Partition(tp=tp, assigned_at=now, paused=True)
+            self.consumer.pause(*partitions)
             owned = frozenset(self._parts)
+        self._assigned.set()
         rebalance_ms = self._rebalance_ms()
         with self._lock:
             self._rebalance_t0 = None
@@ -708,9 +754,3 @@ def _numbers(partitions: frozenset[TopicPartition]) -> list[int]:
 
 def _bounds(batch: Batch) -> tuple[int, int]:
     return batch.start_offset, batch.end_offset
-
-
-def _kafka_tp(tp: TopicPartition) -> Any:
-    from kafka import TopicPartition as KafkaTopicPartition
-
-    return KafkaTopicPartition(tp.topic, tp.partition)

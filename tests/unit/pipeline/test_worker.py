@@ -1,8 +1,9 @@
 """The worker's side of the protocol without a broker or Spark: failed commits, fenced cleanup.
 
-The group is a stand-in that keeps one committed offset per partition and can
-be told to lose a commit's response or to report an expired membership lease;
-Spark's stage is replaced by a directory with a manifest.
+The worker's Consumer is real, on a manual clock; its group member is a stand-in
+that keeps one committed offset per partition and can be told to lose a commit's
+response, to refuse commits, or to report an expired membership lease; its fetcher
+is a mock. Spark's stage is replaced by a directory with a manifest.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from coordination import Generation, OffsetAndMetadata
 from coordination.errors import CommitFailedError, CoordinationTimeoutError
+from coordination.testing import ManualClock, ScriptedTransport
 from recipes.partitioning import TopicPartition
 from recipes.pipeline import _worker
 from recipes.pipeline._output import OffsetRange, PipelineOutput, StagedBatch
@@ -23,21 +25,32 @@ from recipes.pipeline._spark import Batch
 from recipes.pipeline._worker import PipelineWorker, WorkerEvent, _Partition
 
 ILLEGAL_GENERATION = 22
+REBALANCE_IN_PROGRESS = 27
 TP = TopicPartition("t", 0)
 
 
 class Group:
-    """The group as the worker sees it: commits, committed offsets, the lease."""
+    """The group as the worker and its consumer see it: ownership, commits, committed
+    offsets, the lease."""
+
+    group_id = "g"
 
     def __init__(self, config: Any) -> None:
         self.config = config
         self.committed: dict[tuple[str, int], OffsetAndMetadata] = {}
         self.lease = 30.0
+        self.owns = {TP}
         # Set to an exception to raise after the commit landed (its response lost)
         # or, with ``lands`` False, instead of committing.
         self.commit_error: BaseException | None = None
         self.lands = True
+        # Raised by the next commits (one each), before anything lands.
+        self.refusals: list[BaseException] = []
+        self.commits = 0
         self.on_fetch: Callable[[], None] | None = None
+
+    def owned(self) -> frozenset[TopicPartition]:
+        return frozenset(self.owns)
 
     def generation(self) -> Generation:
         return Generation(3, "member-1", "consumer")
@@ -48,6 +61,9 @@ class Group:
     def commit_offsets(
         self, offsets: Mapping[tuple[str, int], OffsetAndMetadata], **_: Any
     ) -> None:
+        self.commits += 1
+        if self.refusals:
+            raise self.refusals.pop(0)
         if self.lands:
             self.committed.update(offsets)
         if self.commit_error is not None:
@@ -93,11 +109,13 @@ def worker(
         output=tmp_path / "out",
         bootstrap_servers="localhost:1",
         on_event=events.append,
+        transport=ScriptedTransport(),
+        clock=ManualClock(),
     )
     membership = w.group
-    monkeypatch.setattr(w, "group", Group(membership.config))
+    monkeypatch.setattr(w.consumer, "_group", Group(membership.config))
     monkeypatch.setattr(w, "_spark", object())
-    w._fetcher = MagicMock()
+    w.consumer._fetcher = MagicMock()
     monkeypatch.setattr(_worker, "stage_batch", fake_stage)
     yield w
     membership.close()
@@ -112,6 +130,7 @@ def group(worker: PipelineWorker) -> Group:
 def owned(worker: PipelineWorker, start: int) -> _Partition:
     part = _Partition(tp=TP, assigned_at=0.0, ready=True, start=start)
     worker._parts[TP] = part
+    worker.consumer.seek(TP, start)
     return part
 
 
@@ -159,6 +178,10 @@ class TestFailedCommit:
         assert len(worker.output.staged("t", 0)) == 1
         assert worker.output.published() == []
         assert not part.ready  # read again from the committed offset
+        assert worker.consumer.position(TP) == 0
+        with worker._lock:
+            worker._flow_control()
+        assert worker.consumer.paused() == {TP}  # until prepared again
         assert [e["event"] for e in events] == ["abandoned"]
 
     def test_a_commit_whose_outcome_cannot_be_fetched_leaves_the_batch(self, worker):
@@ -181,6 +204,7 @@ class TestFencedCleanup:
     def prepare(self, worker: PipelineWorker) -> _Partition:
         part = _Partition(tp=TP, assigned_at=0.0)
         worker._parts[TP] = part
+        worker.consumer.seek(TP, 0)  # where the consumer started it: the log's start
         worker._prepare(part)
         assert part.ready
         return part
@@ -242,4 +266,58 @@ class TestFencedCleanup:
                 bootstrap_servers="localhost:1",
                 session_timeout_ms=10_000,
                 lease_margin_ms=10_000,
+            )
+
+
+class TestOnTheConsumer:
+    def test_a_new_partition_is_paused_until_prepared_then_read_from_its_committed_offset(
+        self, worker
+    ):
+        g = group(worker)
+        committed = stage_at(worker.output, 0, 10)
+        worker.output.publish(committed)
+        g.committed[("t", 0)] = OffsetAndMetadata(10, committed.commit_metadata)
+        worker.consumer.seek(TP, 0)  # where the consumer started it (here: wrong)
+        worker._take(frozenset({TP}))
+        assert worker.consumer.paused() == {TP}
+        part = worker._parts[TP]
+        worker._prepare(part)
+        assert part.ready and part.start == 10
+        assert worker.consumer.position(TP) == 10
+        with worker._lock:
+            worker._flow_control()
+        assert worker.consumer.paused() == frozenset()
+
+    def test_a_commit_during_a_rebalance_is_retried_once_the_group_is_synced(self, worker):
+        g = group(worker)
+        g.refusals = [
+            CommitFailedError(REBALANCE_IN_PROGRESS, group_id="g", api="OffsetCommit")
+        ] * 2
+        part = owned(worker, 0)
+        before = worker._clock.monotonic()
+        process(worker, part, 0, 10)
+        assert g.commits == 3
+        assert g.committed[("t", 0)].offset == 10
+        assert worker._clock.monotonic() == pytest.approx(before + 0.4)  # on the clock
+        assert part.start == 10 and part.ready
+
+    def test_a_partition_the_consumer_no_longer_owns_is_not_committed(self, worker, events):
+        g = group(worker)
+        part = owned(worker, 0)
+        g.owns = set()  # revoked underneath (the worker's revocation would have waited)
+        process(worker, part, 0, 10)
+        assert g.commits == 0 and ("t", 0) not in g.committed
+        assert [e["event"] for e in events] == ["abandoned"]
+        assert len(worker.output.staged("t", 0)) == 1
+
+    def test_fetch_settings_that_change_what_is_read_are_refused(self, tmp_path):
+        from coordination.errors import ConfigurationError
+
+        with pytest.raises(ConfigurationError, match="value_deserializer"):
+            PipelineWorker(
+                "g",
+                topic="t",
+                output=tmp_path,
+                bootstrap_servers="localhost:1",
+                value_deserializer=bytes.decode,
             )
