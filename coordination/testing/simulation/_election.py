@@ -1,8 +1,11 @@
 """Leader election under simulation.
 
 Checked at every simulated instant: at most one member believes it leads and would pass
-``Leadership.check()`` (its leadership not lost, its lease above the margin); and every
-new leadership's fencing token is above every earlier one. After the faults: one leader.
+``Leadership.check()`` (its leadership not lost, its lease above the margin); and the
+tokens of leaderships that act never go down, nor repeat across members (one member
+re-elected with nobody in between keeps its token, which a fencing store accepts as the
+same writer). After the faults: one leader. Deleting the group deletes its stored token,
+and tokens start over, as docs/election.md says.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ class ElectionDriver:
         self.elections = 0
         self._slow: dict[int, float] = {}
         self._clock: Scheduler | None = None
+        # Found inside a recipe's callback, which would swallow an exception: raised by the
+        # next check.
+        self._violation: str | None = None
+        self._last_acting: Any = None
+        self._highest_holder: str | None = None
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         from recipes.election import LeaderElection, Leadership
@@ -33,16 +41,8 @@ class ElectionDriver:
         assert process is not None
 
         def elected(leadership: Leadership) -> None:
+            # May run late (after a pause): tokens are checked where leaderships act, below.
             self._maybe_slow(host)
-            if process.dead:
-                return
-            if leadership.token <= self.highest_token:
-                raise Violation(
-                    f"{process.name} elected with token {leadership.token}, not above "
-                    f"{self.highest_token}"
-                )
-            self.highest_token = leadership.token
-            self.elections += 1
             trace(f"{process.name}: elected, token {leadership.token}")
 
         def deposed(leadership: Leadership) -> None:
@@ -68,6 +68,12 @@ class ElectionDriver:
     def slow(self, host: Host, seconds: float) -> None:
         self._slow[host.index] = seconds
 
+    def group_deleted(self) -> None:
+        # The stored token went with the group's offsets: tokens start over, as
+        # docs/election.md ("The stored token") says they do after a deletion.
+        self.highest_token = -1
+        self._last_acting = None
+
     def _maybe_slow(self, host: Host) -> None:
         seconds = self._slow.pop(host.index, 0.0)
         if seconds and self._clock is not None:
@@ -84,9 +90,32 @@ class ElectionDriver:
             # What check() would answer now, without its side effect (deposing).
             if leadership is not None and not leadership.lost.is_set() and elector.lease.holds():
                 leaders.append(f"{name} (token {leadership.token})")
+                self._acting(name, leadership)
         return leaders
 
+    def _acting(self, name: str, leadership: Any) -> None:
+        """A leadership that passes check() now: its token may not be below one that acted
+        before, nor equal to one another member acted with (a member re-elected with no
+        other leader in between keeps its token: for a fencing store, it writes again)."""
+        if leadership is self._last_acting:
+            return
+        token = leadership.token
+        stale = token < self.highest_token or (
+            token == self.highest_token and name != self._highest_holder
+        )
+        if stale and self._violation is None:
+            self._violation = (
+                f"{name} acts as leader with token {token}; {self._highest_holder} acted "
+                f"with {self.highest_token} before"
+            )
+        if token >= self.highest_token:
+            self.highest_token, self._highest_holder = token, name
+        self._last_acting = leadership
+        self.elections += 1
+
     def check(self, now: float) -> None:
+        if self._violation is not None:
+            raise Violation(self._violation)
         leaders = self._leaders()
         if len(leaders) > 1:
             raise Violation(f"two leaders at once, each passing check(): {leaders}")

@@ -104,6 +104,10 @@ class Driver(Protocol):
         """Make the member's next user callback take ``seconds`` (a slow callback)."""
         ...
 
+    def group_deleted(self) -> None:
+        """An operator deleted the (empty) group and its offsets."""
+        ...
+
 
 class Trace:
     """The last lines of what happened, stamped with simulated time."""
@@ -154,6 +158,7 @@ FAULTS = (
     "broker_restart",
     "graceful_restart",
     "zombie",
+    "isolate",
     "delete_group",
 )
 
@@ -179,6 +184,7 @@ class History:
         self.result = Result(self.driver.name, seed)
         self._busy_until = 0.0  # when the last fault's effects end
         self._faults_done = True
+        self._transports: dict[int, SimTransport] = {}
 
     # ------------------------------------------------------------------ running
 
@@ -265,6 +271,7 @@ class History:
         host.incarnation += 1
         process = host.process = Process(f"{host.name}.{host.incarnation}")
         transport = SimTransport(self.cluster, process)
+        self._transports[host.index] = transport
         self.trace(f"{host.name}: start (incarnation {host.incarnation}, static={host.static})")
         self.scheduler.spawn(
             lambda: self.driver.start(host, transport, self.scheduler, self.trace),
@@ -346,6 +353,17 @@ class History:
         self._until(after)
         return f"{old.name} hangs for {hang:.3f}s and is replaced, killed after {after:.3f}s"
 
+    def _fault_isolate(self, host: Host, session_s: float) -> str | None:
+        """A network partition around one member: it reaches no broker, and the group goes on
+        without it."""
+        transport = self._transports.get(host.index)
+        if transport is None or host.process is None or host.process.dead:
+            return None
+        seconds = self.rng.uniform(0.3, 2.5) * session_s
+        transport.isolated_until = self.scheduler.now + seconds
+        self._until(seconds)
+        return f"{host.name} cut off from every broker for {seconds:.3f}s"
+
     def _fault_slow_callback(self, host: Host, session_s: float) -> str | None:
         seconds = self.rng.uniform(0.1, 1.5) * session_s
         self.driver.slow(host, seconds)
@@ -397,4 +415,7 @@ class History:
         if model is None:
             return None
         code = model.delete_group(GROUP)
-        return None if code != 0 else "group deleted (it was empty)"
+        if code != 0:
+            return None
+        self.driver.group_deleted()
+        return "group deleted (it was empty), its committed offsets with it"

@@ -189,6 +189,8 @@ class SimTransport:
         self._connections: dict[int, _Connection] = {}
         self.closed = False
         self.sent = 0
+        # Until when this member is cut off from every broker (both ways).
+        self.isolated_until = 0.0
         cluster.transports.append(self)
 
     # ------------------------------------------------------------------ Transport
@@ -259,7 +261,8 @@ class SimTransport:
         broker = self._cluster.brokers[node_id]
         if connection.closed:
             return
-        if not broker.up or self._scheduler.now < broker.drop_requests_until:
+        now = self._scheduler.now
+        if not broker.up or now < broker.drop_requests_until or now < self.isolated_until:
             return  # lost on the way; the member times out and closes the connection
         responded = False
 
@@ -299,7 +302,8 @@ class SimTransport:
         if not broker.up:
             self._close_connection(node_id, "broker stopped")
             return
-        if self._scheduler.now < broker.drop_responses_until:
+        now = self._scheduler.now
+        if now < broker.drop_responses_until or now < self.isolated_until:
             # Applied, answer lost: the member waits out its timeout.
             self._pump(node_id, connection)
             return

@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from ._election import ElectionDriver
 from ._history import Driver, History, HistorySettings, Result
 from ._shards import ShardsDriver
+from ._tasks import TasksDriver
 
 # The recipes the simulator runs, by name.
 RECIPES: dict[str, Callable[[HistorySettings], Driver]] = {
     "engine": ShardsDriver,
     "election": ElectionDriver,
+    "tasks": TasksDriver,
 }
 
 

@@ -95,6 +95,9 @@ class ShardsDriver:
     def slow(self, host: Host, seconds: float) -> None:
         self._slow[host.index] = seconds
 
+    def group_deleted(self) -> None:
+        pass  # nothing of this recipe's state lives in the group's offsets
+
     def callback(self, host: Host) -> None:
         seconds = self._slow.pop(host.index, 0.0)
         if seconds and self._clock is not None:
