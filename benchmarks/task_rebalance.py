@@ -37,6 +37,7 @@ from typing import Any
 from coordination.testing import running_kafka
 from recipes.tasks import TaskDistribution, TaskSpec
 from recipes.tasks._assignor import WorkerState
+from recipes.tasks._group import TaskGroup
 
 WORKERS = 10
 TASKS = 200
@@ -82,14 +83,18 @@ class Ledger:
             return dict(self.owner)
 
 
+class _EagerGroup(TaskGroup):
+    def worker_state(self) -> WorkerState:
+        # metadata() is called on the membership thread right before each JoinGroup, where
+        # an eager member revokes everything (Kafka's onJoinPrepare in EAGER mode).
+        self.runner.stop_all("eager protocol: revoke everything before a rebalance")
+        return super().worker_state()
+
+
 class EagerTaskDistribution(TaskDistribution):
     """The eager protocol: stop every task before each join and report none."""
 
-    def _worker_state(self) -> WorkerState:
-        # metadata() is called on the membership thread right before each JoinGroup, where
-        # an eager member revokes everything (Kafka's onJoinPrepare in EAGER mode).
-        self._stop_all("eager protocol: revoke everything before a rebalance")
-        return super()._worker_state()
+    _GROUP = _EagerGroup
 
 
 @dataclass
