@@ -19,6 +19,7 @@ from ._scheduler import Process, Scheduler
 
 class ElectionDriver:
     name = "election"
+    unique_identity = False
 
     def __init__(self, settings: HistorySettings) -> None:
         self.settings = settings

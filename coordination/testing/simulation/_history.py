@@ -82,6 +82,9 @@ class Driver(Protocol):
     """A recipe under simulation."""
 
     name: str
+    # Whether two processes of one host (same identity) may never run at once, as the task
+    # distribution's unique worker_id requires: then no hung process is replaced.
+    unique_identity: bool
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         """Build and start ``host``'s member (runs in a thread of the host's process)."""
@@ -341,9 +344,10 @@ class History:
     def _fault_zombie(self, host: Host, session_s: float) -> str | None:
         """The process hangs and is replaced, then wakes up. Only for dynamic members: two
         processes with one ``group_instance_id`` break static membership's contract (the
-        broker replaces the member at once, see ``Coordinator.membership_lease``)."""
+        broker replaces the member at once, see ``Coordinator.membership_lease``); nor for a
+        recipe whose identities must be unique (the task distribution's worker_id)."""
         old = host.process
-        if old is None or old.dead or host.static:
+        if old is None or old.dead or host.static or self.driver.unique_identity:
             return None
         hang = self.rng.uniform(0.2, 2.5) * session_s
         self.scheduler.pause(old, hang)

@@ -64,6 +64,7 @@ class _ShardMember(Coordinator):
 
 class ShardsDriver:
     name = "engine"
+    unique_identity = False
 
     def __init__(self, settings: HistorySettings) -> None:
         self.settings = settings

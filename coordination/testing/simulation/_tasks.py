@@ -21,6 +21,7 @@ STOP_TIMEOUT_MS = 2_000
 
 class TasksDriver:
     name = "tasks"
+    unique_identity = True
 
     def __init__(self, settings: HistorySettings) -> None:
         self.settings = settings
