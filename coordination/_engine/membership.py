@@ -173,6 +173,8 @@ class GroupMembership:
         # and join timers started no earlier than that, so it cannot have removed the member
         # before that time plus min(session timeout, rebalance timeout).
         self._confirmed: tuple[Generation, float] | None = None
+        # How long after a confirmation the broker cannot have removed the member.
+        self._lease_s = min(config.session_timeout_ms, config.rebalance_timeout_ms) / 1000
         # The generation this member held when it sent its first JoinGroup since it was last
         # stable, and when it sent it (see _confirm_join_locked).
         self._joins_since_stable: tuple[int, float] | None = None
@@ -278,7 +280,6 @@ class GroupMembership:
 
     def membership_lease(self) -> float:
         """Seconds during which the broker cannot have removed this member; 0.0 if none."""
-        cfg = self._config
         with self._lock:
             # A member rejoining (PREPARING_REBALANCE) keeps its generation and its place in
             # the group until the broker answers; a reset or leave changes the generation.
@@ -286,8 +287,7 @@ class GroupMembership:
             if gone or self._confirmed is None or self._confirmed[0] != self._generation:
                 return 0.0
             confirmed_at = self._confirmed[1]
-        guaranteed_s = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms) / 1000
-        return max(0.0, confirmed_at + guaranteed_s - self._clock.monotonic())
+        return max(0.0, confirmed_at + self._lease_s - self._clock.monotonic())
 
     def _confirm_join_locked(self, generation: Generation, sent_at: float) -> None:
         """A JoinGroup sent at ``sent_at`` answered ``generation``: what that proves about the
@@ -315,8 +315,9 @@ class GroupMembership:
             if confirmed is not None and confirmed[0].generation_id == gid:
                 self._confirmed = (generation, confirmed[1])
         elif gid > self._highest_generation:
-            lost = self._join_answer_lost and started is not None
-            self._confirmed = (generation, started[1] if lost and started else sent_at)
+            # After a lost answer, the phase may have been that JoinGroup's: count from the first.
+            counted_from = started[1] if started is not None and self._join_answer_lost else sent_at
+            self._confirmed = (generation, counted_from)
         self._highest_generation = max(self._highest_generation, gid)
 
     def _renew_lease_locked(self, sent: Generation, sent_at: float) -> None:
@@ -332,11 +333,12 @@ class GroupMembership:
         (a static one takes its instance's place again), which costs a rebalance, and this
         happens only after the heartbeats went unanswered for a whole lease.
         """
-        guaranteed_s = (
-            min(self._config.session_timeout_ms, self._config.rebalance_timeout_ms) / 1000
-        )
         confirmed = self._confirmed
-        if confirmed is not None and confirmed[0] == sent and confirmed[1] + guaranteed_s > sent_at:
+        if (
+            confirmed is not None
+            and confirmed[0] == sent
+            and confirmed[1] + self._lease_s > sent_at
+        ):
             self._confirmed = (sent, sent_at)
         elif self._state is MemberState.STABLE:
             # Prove the place again with a join phase, which restarts the session: leave (a
@@ -757,7 +759,7 @@ class GroupMembership:
             self._confirm_join_locked(generation, join_sent_at)
             if cfg.is_static and not sent.member_id and not stale:
                 # A new member id for this instance id: see _await_takeover_fence.
-                fence_s = min(cfg.session_timeout_ms, cfg.rebalance_timeout_ms) / 1000
+                fence_s = self._lease_s  # the longest an earlier process's lease can last
                 self._takeover_fence_until = self._clock.monotonic() + fence_s
                 log.info(
                     "%s: static member with a new member id; its assignments take effect in "
