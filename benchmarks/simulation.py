@@ -20,11 +20,10 @@ The last line is ``name=value`` pairs per recipe.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from coordination.testing.simulation._history import HistorySettings
-from coordination.testing.simulation._runner import RECIPES, run_seeds
+from coordination.testing.simulation._runner import RECIPES, run_seeds, with_fixed_hash_seed
 
 GOAL_PER_MINUTE = 1000
 
@@ -35,9 +34,7 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=100)
     parser.add_argument("--recipes", nargs="*", default=sorted(RECIPES))
     args = parser.parse_args()
-    if os.environ.get("PYTHONHASHSEED") is None:
-        os.environ["PYTHONHASHSEED"] = "0"  # histories replay under the same hash seed
-        os.execv(sys.executable, [sys.executable, *sys.argv])
+    with_fixed_hash_seed(sys.argv)
     print(
         f"{'recipe':<10} {'histories':>9} {'faults/h':>8} {'steps/h':>8} {'us/step':>8} "
         f"{'per min':>8} {'x goal':>7} {'violations':>10}"

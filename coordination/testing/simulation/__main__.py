@@ -16,7 +16,7 @@ import os
 import sys
 
 from ._history import HistorySettings
-from ._runner import RECIPES, replay, run_seeds
+from ._runner import RECIPES, replay, run_seeds, with_fixed_hash_seed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,14 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--members", type=int, default=3)
     parser.add_argument("--trace", action="store_true", help="with --seed: the whole trace")
     args = parser.parse_args(argv)
-    if os.environ.get("PYTHONHASHSEED") is None:
-        # Set/dict order of strings must not differ between a run and its replay.
-        os.environ["PYTHONHASHSEED"] = "0"
-        os.execv(
-            sys.executable,
-            [sys.executable, "-m", "coordination.testing.simulation"]
-            + (argv if argv is not None else sys.argv[1:]),
-        )
+    with_fixed_hash_seed(
+        ["-m", "coordination.testing.simulation", *(sys.argv[1:] if argv is None else argv)]
+    )
     settings = HistorySettings(faults=args.faults, members=args.members)
     if args.seed is not None:
         result = replay(args.recipe, args.seed, settings)

@@ -12,22 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._history import GROUP, HistorySettings, Host, Trace, Violation
+from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
 from ._network import SimTransport
 from ._scheduler import Process, Scheduler
 
 
-class ElectionDriver:
+class ElectionDriver(DriverBase):
     name = "election"
-    unique_identity = False
 
     def __init__(self, settings: HistorySettings) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.members: dict[str, tuple[Process, Any]] = {}  # by process name
         self.highest_token = -1
         self.elections = 0
-        self._slow: dict[int, float] = {}
-        self._clock: Scheduler | None = None
         # Found inside a recipe's callback, which would swallow an exception: raised by the
         # next check.
         self._violation: str | None = None
@@ -37,13 +34,12 @@ class ElectionDriver:
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         from recipes.election import LeaderElection, Leadership
 
-        self._clock = clock
         process = host.process
         assert process is not None
 
         def elected(leadership: Leadership) -> None:
             # May run late (after a pause): tokens are checked where leaderships act, below.
-            self._maybe_slow(host)
+            self.take_slow(host, clock)
             trace(f"{process.name}: elected, token {leadership.token}")
 
         def deposed(leadership: Leadership) -> None:
@@ -66,19 +62,11 @@ class ElectionDriver:
         if host.process is not None and host.process.name in self.members:
             self.members[host.process.name][1].close(10.0)
 
-    def slow(self, host: Host, seconds: float) -> None:
-        self._slow[host.index] = seconds
-
     def group_deleted(self) -> None:
         # The stored token went with the group's offsets: tokens start over, as
         # docs/election.md ("The stored token") says they do after a deletion.
         self.highest_token = -1
         self._last_acting = None
-
-    def _maybe_slow(self, host: Host) -> None:
-        seconds = self._slow.pop(host.index, 0.0)
-        if seconds and self._clock is not None:
-            self._clock.sleep(seconds, self._clock.event())
 
     def _leaders(self) -> list[str]:
         leaders = []

@@ -112,6 +112,30 @@ class Driver(Protocol):
         ...
 
 
+class DriverBase:
+    """What the drivers share: the slow-callback fault, and no state in the group's offsets."""
+
+    unique_identity = False
+
+    def __init__(self, settings: HistorySettings) -> None:
+        self.settings = settings
+        self._slow: dict[int, float] = {}
+
+    def slow(self, host: Host, seconds: float) -> None:
+        self._slow[host.index] = seconds
+
+    def take_slow(self, host: Host, clock: Scheduler, longest_s: float | None = None) -> None:
+        """Called in a user callback of ``host``: take the time a slow-callback fault gave."""
+        seconds = self._slow.pop(host.index, 0.0)
+        if longest_s is not None:
+            seconds = min(seconds, longest_s)
+        if seconds:
+            clock.sleep(seconds, clock.event())
+
+    def group_deleted(self) -> None:
+        pass
+
+
 class Trace:
     """The last lines of what happened, stamped with simulated time."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -81,3 +83,12 @@ def run_seeds(
 def replay(recipe: str, seed: int, settings: HistorySettings | None = None) -> Result:
     """One history again, with the members' log records in its trace."""
     return History(RECIPES[recipe], seed, settings, log_to_trace=True).run()
+
+
+def with_fixed_hash_seed(argv: list[str]) -> None:
+    """Re-run this process with PYTHONHASHSEED=0 unless it is set: the order of sets and
+    dicts of strings must not differ between a run and its replay. ``argv`` is what to run
+    after the interpreter (e.g. ``["-m", "coordination.testing.simulation", ...]``)."""
+    if os.environ.get("PYTHONHASHSEED") is None:
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, *argv])

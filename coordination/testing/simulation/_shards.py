@@ -9,10 +9,11 @@ no instant may two living members each hold a shard with a lease above zero.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..._coordinator import Coordinator
 from ..._types import Member, ProtocolMetadata
-from ._history import GROUP, HistorySettings, Host, Trace, Violation
+from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
 from ._network import SimTransport
 from ._scheduler import Scheduler
 
@@ -20,8 +21,11 @@ SHARDS = tuple(f"s{i}" for i in range(6))
 
 
 class _ShardMember(Coordinator):
-    def __init__(self, driver: ShardsDriver, host: Host, trace: Trace, **settings: object) -> None:
-        super().__init__(GROUP, **settings)  # type: ignore[arg-type]
+    def __init__(
+        self, driver: ShardsDriver, host: Host, trace: Trace, clock: Scheduler, **settings: Any
+    ) -> None:
+        super().__init__(GROUP, clock=clock, **settings)
+        self.scheduler = clock
         self.host = host
         assert host.process is not None
         self.process = host.process  # this incarnation's; the host may get a new one
@@ -45,7 +49,7 @@ class _ShardMember(Coordinator):
         return {i: ",".join(s).encode() for i, s in plan.items()}
 
     def on_join_prepare(self, generation: int, member_id: str) -> None:
-        self.driver.callback(self.host)
+        self.driver.take_slow(self.host, self.scheduler)
         if self.owned:
             self.trace(f"{self.process.name}: releases {sorted(self.owned)}")
         self.owned = frozenset()
@@ -53,7 +57,7 @@ class _ShardMember(Coordinator):
     def on_join_complete(
         self, generation: int, member_id: str, protocol: str, assignment: bytes
     ) -> None:
-        self.driver.callback(self.host)
+        self.driver.take_slow(self.host, self.scheduler)
         shards = frozenset(s for s in assignment.decode().split(",") if s)
         self.owned = shards
         self.trace(f"{self.process.name}: owns {sorted(shards)} in generation {generation}")
@@ -62,25 +66,21 @@ class _ShardMember(Coordinator):
         self.owned = frozenset()
 
 
-class ShardsDriver:
+class ShardsDriver(DriverBase):
     name = "engine"
-    unique_identity = False
 
     def __init__(self, settings: HistorySettings) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.margin_s = settings.heartbeat_interval_ms / 1000
         self.members: dict[str, _ShardMember] = {}  # by process name
-        self._slow: dict[int, float] = {}
-        self._clock: Scheduler | None = None
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
-        self._clock = clock
         member = _ShardMember(
             self,
             host,
             trace,
+            clock,
             transport=transport,
-            clock=clock,
             group_instance_id=host.instance_id,
             **self.settings.member_settings(),
         )
@@ -92,17 +92,6 @@ class ShardsDriver:
         member = None if host.process is None else self.members.get(host.process.name)
         if member is not None:
             member.close(10.0)
-
-    def slow(self, host: Host, seconds: float) -> None:
-        self._slow[host.index] = seconds
-
-    def group_deleted(self) -> None:
-        pass  # nothing of this recipe's state lives in the group's offsets
-
-    def callback(self, host: Host) -> None:
-        seconds = self._slow.pop(host.index, 0.0)
-        if seconds and self._clock is not None:
-            self._clock.sleep(seconds, self._clock.event())
 
     def _holders(self) -> dict[str, list[str]]:
         holders: dict[str, list[str]] = {}

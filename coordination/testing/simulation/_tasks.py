@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._history import GROUP, HistorySettings, Host, Trace, Violation
+from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
 from ._network import SimTransport
 from ._scheduler import Process, Scheduler
 
@@ -19,16 +19,14 @@ TASKS = {f"t{i}": 1.0 for i in range(12)}
 STOP_TIMEOUT_MS = 2_000
 
 
-class TasksDriver:
+class TasksDriver(DriverBase):
     name = "tasks"
     unique_identity = True
 
     def __init__(self, settings: HistorySettings) -> None:
-        self.settings = settings
+        super().__init__(settings)
         # process name -> (process, distribution, tasks started and not yet stopped)
         self.workers: dict[str, tuple[Process, Any, set[str]]] = {}
-        self._slow: dict[int, float] = {}
-        self._clock: Scheduler | None = None
         # Found inside a recipe's callback, which would swallow an exception: raised by the
         # next check.
         self._violation: str | None = None
@@ -36,7 +34,6 @@ class TasksDriver:
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         from recipes.tasks import TaskDistribution
 
-        self._clock = clock
         process = host.process
         assert process is not None
         running: set[str] = set()
@@ -49,9 +46,8 @@ class TasksDriver:
             trace(f"{process.name}: start {task_id}")
 
         def stop_task(task_id: str) -> None:
-            seconds = self._slow.pop(host.index, 0.0)
-            if seconds:
-                clock.sleep(min(seconds, STOP_TIMEOUT_MS / 1000 * 0.9), clock.event())
+            # A slow stop stays within stop_timeout_ms, as the recipe's guarantee asks.
+            self.take_slow(host, clock, longest_s=STOP_TIMEOUT_MS / 1000 * 0.9)
             running.discard(task_id)
             trace(f"{process.name}: stopped {task_id}")
 
@@ -74,12 +70,6 @@ class TasksDriver:
     def close(self, host: Host) -> None:
         if host.process is not None and host.process.name in self.workers:
             self.workers[host.process.name][1].close(10.0)
-
-    def slow(self, host: Host, seconds: float) -> None:
-        self._slow[host.index] = seconds
-
-    def group_deleted(self) -> None:
-        pass  # nothing of this recipe's state lives in the group's offsets
 
     def _runners(self) -> dict[str, list[str]]:
         runners: dict[str, list[str]] = {}
