@@ -469,6 +469,18 @@ def stable_pair(run: Run, a: Client, b: Client) -> None:
     run.result("b: follower sync completes", syncing)
 
 
+def stable_static_pair(run: Run, s1: Client, s2: Client) -> None:
+    """Static members s1 (the leader) and s2, joined and synced in generation 2."""
+    s1.join("s1: static join")
+    s1.sync("s1: leader sync", assign=True)
+    joining = s2.start_join()
+    s1.join("s1: rejoin")
+    run.result("s2: join completes", joining)
+    syncing = s2.start_sync()
+    s1.sync("s1: leader sync", assign=True)
+    run.result("s2: follower sync completes", syncing)
+
+
 def dynamic_members(run: Run) -> None:
     a, b = run.client("a"), run.client("b")
     stable_pair(run, a, b)
@@ -490,14 +502,7 @@ def dynamic_members(run: Run) -> None:
 
 def static_members(run: Run) -> None:
     s1, s2 = run.client("s1", "i1"), run.client("s2", "i2")
-    s1.join("s1: static join")
-    s1.sync("s1: leader sync", assign=True)
-    joining = s2.start_join()
-    s1.join("s1: rejoin")
-    run.result("s2: join completes", joining)
-    syncing = s2.start_sync()
-    s1.sync("s1: leader sync", assign=True)
-    run.result("s2: follower sync completes", syncing)
+    stable_static_pair(run, s1, s2)
     s1b = run.client("s1b", "i1")  # i1 restarts: KIP-345 replacement, KIP-814 for a leader
     s1b.join("s1b: replaces i1 in a Stable group")
     s1.heartbeat("s1: heartbeat with the replaced id")
@@ -592,14 +597,7 @@ def leadership(run: Run) -> None:
 def static_protocol_changes(run: Run) -> None:
     both = (("p1", b"s"), ("p2", b"s"))
     s1, s2 = run.client("s1", "i1", protocols=both), run.client("s2", "i2", protocols=both)
-    s1.join("s1: static join")
-    s1.sync("s1: leader sync", assign=True)
-    joining = s2.start_join()
-    s1.join("s1: rejoin")
-    run.result("s2: join completes", joining)
-    syncing = s2.start_sync()
-    s1.sync("s1: leader sync", assign=True)
-    run.result("s2: follower sync completes", syncing)
+    stable_static_pair(run, s1, s2)
     # New metadata that keeps the group's protocol: replaced without a rebalance.
     s1b = run.client("s1b", "i1", protocols=(("p1", b"new"), ("p2", b"new")))
     s1b.join("s1b: replaces i1 with new metadata")
