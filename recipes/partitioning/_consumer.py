@@ -25,6 +25,7 @@ from coordination.errors import (
     broker_error,
 )
 
+from ._fetcher import KafkaRecordFetcher, RecordFetcher
 from ._listener import RebalanceListener
 from ._metadata import TopicMetadata
 from ._partitioning import ConsumerPartitioning
@@ -120,6 +121,7 @@ class Consumer:
         topic_metadata: TopicMetadata | None = None,
         transport: Transport | None = None,
         clock: Clock | None = None,
+        fetcher: RecordFetcher | None = None,
         **settings: Any,
     ) -> None:
         """Validate the settings; nothing connects until :meth:`start` (or ``with``).
@@ -132,18 +134,30 @@ class Consumer:
             topic_metadata, transport, clock: the group side's sources of topic metadata,
                 group requests, and time and waits, as for :class:`ConsumerPartitioning`
                 (defaults: the cluster and the system's clock). The clock also makes this
-                consumer's lock and times :meth:`poll`'s ``timeout_ms``; the records
-                themselves are always fetched by kafka-python.
+                consumer's lock and times :meth:`poll`'s ``timeout_ms``.
+            fetcher: where the records come from (a :class:`RecordFetcher`); default:
+                kafka-python's ``KafkaConsumer``, made by :meth:`start` from the fetch
+                settings.
             **settings: group settings (see :class:`coordination.Coordinator`) and
                 kafka-python fetch settings (``max_poll_records``, ``fetch_max_wait_ms``,
                 ``isolation_level``, ``value_deserializer``, ``bootstrap_timeout_ms``: how
-                long :meth:`start` waits for the cluster (default 30000), ...).
+                long :meth:`start` waits for the cluster (default 30000), ...), for the
+                default fetcher only.
+
+        Raises:
+            ConfigurationError: a bad setting, or fetch settings given with a ``fetcher``
+                (they would be silently ignored).
         """
         if auto_offset_reset not in ("earliest", "latest"):
             raise ConfigurationError(
                 f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}"
             )
         fetch = {k: settings.pop(k) for k in list(settings) if k in FETCH_SETTINGS}
+        if fetcher is not None and fetch:
+            raise ConfigurationError(
+                f"fetch settings {sorted(fetch)} apply to the default fetcher only; with "
+                "fetcher= given, configure that fetcher instead"
+            )
         self._user_listener = listener or RebalanceListener()
         self._group = self._new_group(
             group_id,
@@ -165,7 +179,7 @@ class Consumer:
             "client_id": self._group.config.client_id,
         }
         self._lock = self._clock.rlock()
-        self._fetcher: Any = None
+        self._fetcher: RecordFetcher | None = fetcher  # made by start() if not given
         # Invariants, under self._lock: self._positions holds the owned partitions whose
         # start is established; the fetcher is assigned (self._fetching) those that are not
         # paused, and reads each from its position. kafka-python's own pause is not used:
@@ -179,6 +193,7 @@ class Consumer:
         # records is returned, as Java's consumer runs it inside poll() before fetching.
         self._announcing: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
+        self._started = False
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -203,17 +218,16 @@ class Consumer:
                 refused the connection (TLS, SASL); the group was not joined.
             ConfigurationError: kafka-python refused a fetch setting.
         """
-        from kafka import KafkaConsumer
-
         with self._lock:
             if self._closed:
                 raise CoordinatorStateError(f"consumer of group {self._group.group_id!r} is closed")
             if self._fetcher is None:
                 try:
-                    self._fetcher = KafkaConsumer(**self._fetch_config)
+                    self._fetcher = KafkaRecordFetcher(**self._fetch_config)
                 except (Exception, AssertionError) as e:
                     raise self._fetcher_error(e, "connecting the fetcher") from e
         self._group.start()
+        self._started = True
 
     def close(self, timeout: float = 30.0) -> None:
         """Revoke (listener first), leave the group, close the fetcher (idempotent)."""
@@ -257,7 +271,7 @@ class Consumer:
             ConnectionFailedError: the fetcher cannot reach the cluster (see :meth:`start`).
             BrokerError: the broker refused the fetch (e.g. TOPIC_AUTHORIZATION_FAILED).
         """
-        if self._fetcher is None:
+        if not self._started:
             self.start()
         deadline = self._clock.monotonic() + timeout_ms / 1000
         while True:
@@ -269,14 +283,16 @@ class Consumer:
                 # Rounded up: a slice rounded down to 0 ms would never reach the deadline
                 # on a clock that moves only as the fetcher waits (a simulated one).
                 left_ms = math.ceil((deadline - self._clock.monotonic()) * 1000)
+                assert self._fetcher is not None  # made by start(), dropped only by close()
                 try:
-                    fetched = self._fetcher.poll(timeout_ms=max(0, min(_POLL_SLICE_MS, left_ms)))
+                    fetched = self._fetcher.poll(max(0, min(_POLL_SLICE_MS, left_ms)))
                 except (kafka_errors.KafkaError, OSError) as e:  # a deserializer's own errors pass
                     raise self._fetcher_error(e, "Fetch") from e
                 owned = self._group.owned()
                 result: dict[TopicPartition, list[Any]] = {}
-                for ktp, records in fetched.items():
+                for ktp, batch in fetched.items():
                     tp = TopicPartition(ktp.topic, ktp.partition)
+                    records = list(batch)
                     position = self._positions.get(tp)
                     if (
                         not records
@@ -413,8 +429,8 @@ class Consumer:
             self._positions[tp] = offset
             self._unpositioned.discard(tp)
             self._reassign_fetcher()
-            if tp in self._fetching:
-                self._fetcher.seek(_kafka_tp(tp), offset)
+            if tp in self._fetching and self._fetcher is not None:
+                self._fetcher.seek(tp, offset)
 
     # ------------------------------------------------------------------ ownership changes
 
@@ -481,7 +497,8 @@ class Consumer:
         """Where auto_offset_reset starts a partition with no committed offset."""
         timeout_ms = self._group.config.request_timeout_ms
         try:
-            offset = self._fetcher.position(_kafka_tp(tp), timeout_ms=timeout_ms)
+            assert self._fetcher is not None
+            offset = self._fetcher.position(tp, timeout_ms)
         except (kafka_errors.KafkaError, OSError) as e:
             raise self._fetcher_error(e, f"ListOffsets of {tp.topic}-{tp.partition}") from e
         if offset is None:
@@ -509,14 +526,14 @@ class Consumer:
         if wanted != self._fetching:
             added = wanted - self._fetching
             # Kept partitions keep their fetch state (and what was fetched) in kafka-python.
-            self._fetcher.assign([_kafka_tp(tp) for tp in sorted(wanted)])
+            self._fetcher.assign(sorted(wanted))
             self._fetching = wanted
         else:
             added = frozenset()
         for tp in sorted(wanted if resync else added):
             position = self._positions.get(tp)
             if position is not None:
-                self._fetcher.seek(_kafka_tp(tp), position)
+                self._fetcher.seek(tp, position)
 
     def _fetcher_error(self, e: Exception, doing: str) -> CoordinationError:
         """A kafka-python error of the fetcher as this library's, saying what to do."""
@@ -568,9 +585,3 @@ class _Handover(RebalanceListener):
 
     def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         self._consumer._assigned(partitions)
-
-
-def _kafka_tp(tp: TopicPartition) -> Any:
-    from kafka import TopicPartition as KafkaTopicPartition
-
-    return KafkaTopicPartition(tp.topic, tp.partition)

@@ -233,6 +233,7 @@ class History:
         except SimulationError as e:
             self.result.violation = f"simulation error: {e}"
         finally:
+            self.scheduler.shutdown()
             for lg, (level, propagate) in zip(loggers, saved, strict=True):
                 lg.removeHandler(handler)
                 lg.setLevel(level)

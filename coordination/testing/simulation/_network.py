@@ -184,6 +184,7 @@ class SimTransport:
 
     def __init__(self, cluster: SimCluster, process: Process) -> None:
         self._cluster = cluster
+        self.cluster = cluster  # what a driver reads back (the coordinator's log)
         self._scheduler = cluster.scheduler
         self._process = process
         self._connections: dict[int, _Connection] = {}

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ._consumers import ConsumersDriver
 from ._election import ElectionDriver
 from ._history import Driver, History, HistorySettings, Result
 from ._shards import ShardsDriver
@@ -18,6 +19,7 @@ RECIPES: dict[str, Callable[[HistorySettings], Driver]] = {
     "engine": ShardsDriver,
     "election": ElectionDriver,
     "tasks": TasksDriver,
+    "consumer": ConsumersDriver,
 }
 
 

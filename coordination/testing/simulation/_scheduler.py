@@ -94,6 +94,7 @@ class Scheduler:
         self._hub_task = _Task("scheduler", None, None)  # type: ignore[arg-type]
         self._hub: greenlet | None = None
         self.failures: list[tuple[str, BaseException]] = []
+        self._started: set[_Task] = set()  # threads started and not finished
         # Called after every step with the scheduler (invariant checks).
         self.probes: list[Callable[[], None]] = []
 
@@ -175,21 +176,43 @@ class Scheduler:
         self._ready = [t for t in self._ready if t.process is not process]
         process.deferred.clear()
         for task in sorted(process.tasks, key=lambda t: t.name):
-            if task.greenlet is None or task.done or task.greenlet.dead:
-                continue
-            task.token = None
-            if not task.greenlet:  # never ran: nothing to unwind
-                task.done = True
-                continue
-            self._current = task
-            try:
-                task.greenlet.parent = getcurrent()
-                task.greenlet.throw(GreenletExit)
-            except GreenletExit:
-                pass
-            finally:
-                self._current = None
+            self._unwind_task(task)
         process.tasks.clear()
+
+    def _unwind_task(self, task: _Task) -> None:
+        if task.greenlet is None or task.done or task.greenlet.dead:
+            return
+        task.token = None
+        if not task.greenlet:  # never ran: nothing to unwind
+            task.done = True
+            return
+        self._current = task
+        try:
+            task.greenlet.parent = getcurrent()
+            task.greenlet.throw(GreenletExit)
+        except GreenletExit:
+            pass
+        finally:
+            self._current = None
+
+    def shutdown(self) -> None:
+        """End the simulation: every thread still waiting unwinds, as if killed. (A
+        suspended greenlet keeps everything its frames reach alive, which the garbage
+        collector cannot see: a whole history per history run otherwise.)"""
+        self._ready.clear()
+        self._timers.clear()
+        failures = len(self.failures)
+        for task in sorted(self._started, key=lambda t: t.name):
+            if task.process is not None:
+                task.process.dead = True
+                task.process.deferred.clear()
+            # A thread's cleanup failing now changes nothing.
+            with contextlib.suppress(Exception):
+                self._unwind_task(task)
+        del self.failures[failures:]  # what a forced unwinding raised tells nothing
+        self._started.clear()
+        self._ready.clear()
+        self._timers.clear()
 
     def run(self, until: float) -> None:
         """Run threads and timers until simulated time ``until`` (or nothing is left)."""
@@ -368,6 +391,7 @@ class SimThread:
             if task.process.dead:
                 return
             task.process.tasks.add(task)
+        self._scheduler._started.add(task)
         task.greenlet = greenlet(self._main)
         self._scheduler._ready.append(task)
 
@@ -381,6 +405,7 @@ class SimThread:
             s.failures.append((self._name, e))
         finally:
             self._task.done = True
+            s._started.discard(self._task)
             if self._task.process is not None:
                 self._task.process.tasks.discard(self._task)
             if s._hub is not None and not (self._task.process and self._task.process.dead):

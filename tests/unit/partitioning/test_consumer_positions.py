@@ -126,9 +126,12 @@ class Harness:
             transport=self.transport,
             clock=self.clock,
             bootstrap_servers="x:1",
+            fetcher=self.fetcher,
             **settings,
         )
-        self.consumer._fetcher = self.fetcher
+        # The engine is driven step by step on the test thread: poll() must not start its
+        # threads.
+        self.consumer._started = True
         self.engine = self.consumer.group._engine
         self.engine.resolve_protocol_type()
 

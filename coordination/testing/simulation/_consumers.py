@@ -1,0 +1,318 @@
+"""Consumers under simulation: ``recipes.partitioning.Consumer`` members reading a topic
+whose records appear as simulated time goes on, polling, pausing, resuming and committing.
+
+Each history picks one rebalance protocol for the group: all EAGER (``range``), all
+COOPERATIVE (``cooperative-sticky``), or a group in the middle of the upgrade (each
+member lists ``[cooperative-sticky, range]`` or ``[cooperative-sticky]``).
+
+Checked at every simulated instant:
+
+- no partition is owned by two living consumers whose membership leases both hold (what
+  the engine promises, through the recipe's own bookkeeping of owned partitions: EAGER
+  revocation, COOPERATIVE hand-over, lost partitions);
+- every committed offset was returned by ``poll()``, and so was every record below it
+  (nothing is lost: a commit never passes a record no consumer was given), read from what
+  the coordinator wrote to its log, not from what the consumers believe;
+- committed offsets never go backwards (until the group and its offsets are deleted).
+
+After the faults: every partition is owned by exactly one consumer whose lease holds, and
+its position is established (it is being read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._group_coordinator import GroupLog, OffsetRecord, OffsetTombstone
+from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
+from ._network import SimTransport
+from ._scheduler import Process, Scheduler
+
+TOPIC = "events"
+PARTITIONS = 6
+RECORDS_PER_S = 20.0  # per partition
+MAX_RECORDS = 25  # per partition per poll
+
+
+@dataclass(frozen=True, slots=True)
+class SimRecord:
+    topic: str
+    partition: int
+    offset: int
+
+
+class SimTopic:
+    """A topic whose partitions each gain a record every 1/RECORDS_PER_S simulated seconds,
+    every one acknowledged (the producer side cannot lose records here)."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+
+    def end(self, now: float) -> int:
+        """The offset after the last record of every partition at ``now``."""
+        # Counted with next_record_at itself, so that waking at that time finds the record
+        # (a float product rounded down would not, and the poll would wait 0 s forever).
+        end = max(0, int((now - self.started) * RECORDS_PER_S) - 1)
+        while self.next_record_at(end) <= now:
+            end += 1
+        return end
+
+    def next_record_at(self, offset: int) -> float:
+        """When the record at ``offset`` appears."""
+        return self.started + (offset + 1) / RECORDS_PER_S
+
+
+class SimFetcher:
+    """A :class:`recipes.partitioning.RecordFetcher` over a :class:`SimTopic`: each poll
+    takes a fetch's round trip, and waits for records when there are none. A member cut off
+    from the brokers fetches nothing."""
+
+    def __init__(self, topic: SimTopic, clock: Scheduler, transport: SimTransport) -> None:
+        self._topic = topic
+        self._clock = clock
+        self._transport = transport
+        self._rng = clock.random()
+        self._positions: dict[Any, int | None] = {}
+        self.closed = False
+
+    def assign(self, partitions: Sequence[Any]) -> None:
+        self._positions = {tp: self._positions.get(tp) for tp in partitions}
+
+    def seek(self, partition: Any, offset: int) -> None:
+        if partition not in self._positions:
+            raise AssertionError(f"seek of unassigned {partition}")
+        self._positions[partition] = offset
+
+    def position(self, partition: Any, timeout_ms: int) -> int | None:
+        if partition not in self._positions:
+            raise AssertionError(f"position of unassigned {partition}")
+        if self._positions[partition] is None:
+            self._positions[partition] = 0  # auto_offset_reset="earliest"
+        return self._positions[partition]
+
+    def poll(self, timeout_ms: int) -> Mapping[Any, Sequence[Any]]:
+        clock = self._clock
+        deadline = clock.monotonic() + timeout_ms / 1000
+        clock.sleep(self._rng.uniform(0.002, 0.02), clock.event())  # the fetch's round trip
+        while True:
+            now = clock.monotonic()
+            if self._transport.isolated_until <= now:
+                end = self._topic.end(now)
+                fetched: dict[Any, list[SimRecord]] = {}
+                for tp, position in self._positions.items():
+                    start = 0 if position is None else position
+                    if start < end:
+                        last = min(end, start + MAX_RECORDS)
+                        fetched[tp] = [
+                            SimRecord(tp.topic, tp.partition, o) for o in range(start, last)
+                        ]
+                        self._positions[tp] = last
+                if fetched:
+                    return fetched
+                lowest = min((p or 0 for p in self._positions.values()), default=None)
+                wake = deadline if lowest is None else self._topic.next_record_at(lowest)
+            else:
+                wake = self._transport.isolated_until
+            if now >= deadline:
+                return {}
+            clock.sleep(max(0.0, min(wake, deadline) - now), clock.event())
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Member:
+    def __init__(self, process: Process, consumer: Any) -> None:
+        self.process = process
+        self.consumer = consumer
+
+
+class ConsumersDriver(DriverBase):
+    name = "consumer"
+
+    def __init__(self, settings: HistorySettings) -> None:
+        super().__init__(settings)
+        self.margin_s = settings.heartbeat_interval_ms / 1000
+        self.members: dict[str, _Member] = {}  # by process name
+        self.mode: str | None = None  # the group's rebalance protocol, picked at the start
+        self.topic: SimTopic | None = None
+        self.metadata: Any = None
+        self.log: GroupLog | None = None
+        self._read_entries = 0
+        # Every offset poll() returned, by partition; and how far, from 0, all were returned.
+        self.returned: dict[tuple[str, int], set[int]] = {}
+        self.covered: dict[tuple[str, int], int] = {}
+        self.committed: dict[tuple[str, int], int] = {}
+        self._violation: str | None = None
+
+    def _assignors(self, clock: Scheduler) -> list[Any]:
+        from recipes.partitioning import CooperativeStickyAssignor, RangeAssignor
+
+        rng = clock.random()
+        if self.mode is None:
+            self.mode = rng.choice(["eager", "cooperative", "upgrade"])
+        if self.mode == "eager":
+            return [RangeAssignor()]
+        if self.mode == "cooperative" or rng.random() < 0.5:
+            return [CooperativeStickyAssignor()]
+        return [CooperativeStickyAssignor(), RangeAssignor()]
+
+    def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        from coordination.errors import CoordinationError, CoordinatorStateError
+        from recipes.partitioning import (
+            Consumer,
+            InMemoryTopicMetadata,
+            PartitionsNotOwnedError,
+            RebalanceListener,
+        )
+
+        process = host.process
+        assert process is not None
+        me = process.name
+        if self.topic is None:
+            self.topic = SimTopic(clock.monotonic())
+            self.metadata = InMemoryTopicMetadata({TOPIC: PARTITIONS})
+            self.log = transport.cluster.log
+        driver = self
+        consumer: Any = None
+
+        def commit(why: str) -> None:
+            try:
+                consumer.commit(timeout=5.0)
+            except (PartitionsNotOwnedError, CoordinationError) as e:
+                trace(f"{me}: commit ({why}) failed: {type(e).__name__}")
+
+        class Listener(RebalanceListener):
+            def on_partitions_revoked(self, partitions: frozenset[Any]) -> None:
+                driver.take_slow(host, clock)
+                commit("on revocation")  # as a Java consumer's commitSync() there
+                trace(f"{me}: revoked {sorted(p for _, p in partitions)}")
+
+            def on_partitions_lost(self, partitions: frozenset[Any]) -> None:
+                trace(f"{me}: lost {sorted(p for _, p in partitions)}")
+
+            def on_partitions_assigned(self, partitions: frozenset[Any]) -> None:
+                driver.take_slow(host, clock)
+                trace(f"{me}: assigned {sorted(p for _, p in partitions)}")
+
+        consumer = Consumer(
+            GROUP,
+            topics=[TOPIC],
+            assignors=self._assignors(clock),
+            listener=Listener(),
+            topic_metadata=self.metadata,
+            transport=transport,
+            clock=clock,
+            fetcher=SimFetcher(self.topic, clock, transport),
+            group_instance_id=host.instance_id,
+            **self.settings.member_settings(),
+        )
+        self.members[process.name] = _Member(process, consumer)
+        consumer.start()
+        rng = clock.random()
+        idle = clock.event()
+        while True:  # the application's poll loop
+            try:
+                batch = consumer.poll(timeout_ms=500)
+            except CoordinatorStateError:
+                return  # closed
+            except CoordinationError as e:
+                trace(f"{me}: poll failed: {type(e).__name__}")
+                continue
+            count = 0
+            for tp, records in batch.items():
+                self._returned(tp, [r.offset for r in records])
+                count += len(records)
+            if count:
+                clock.sleep(0.0005 * count, idle)  # handling them
+            draw = rng.random()
+            if draw < 0.3:
+                commit("after a poll")
+            elif draw < 0.33:
+                owned = sorted(consumer.assignment())
+                if owned:
+                    consumer.pause(rng.choice(owned))
+            elif draw < 0.4 and consumer.paused():
+                consumer.resume(*consumer.paused())
+
+    def close(self, host: Host) -> None:
+        member = None if host.process is None else self.members.get(host.process.name)
+        if member is not None:
+            member.consumer.close(10.0)
+
+    # ------------------------------------------------------------------ invariants
+
+    def _returned(self, tp: Any, offsets: list[int]) -> None:
+        key = (tp.topic, tp.partition)
+        seen = self.returned.setdefault(key, set())
+        seen.update(offsets)
+        covered = self.covered.get(key, 0)
+        while covered in seen:
+            covered += 1
+        self.covered[key] = covered
+
+    def _holders(self) -> dict[tuple[str, int], list[str]]:
+        holders: dict[tuple[str, int], list[str]] = {}
+        for name, member in list(self.members.items()):
+            if member.process.dead:
+                del self.members[name]
+                continue
+            group = member.consumer.group
+            owned = group.owned()
+            if not owned or group.membership_lease() <= self.margin_s:
+                continue
+            for tp in owned:
+                holders.setdefault((tp.topic, tp.partition), []).append(name)
+        return holders
+
+    def _read_commits(self) -> None:
+        """What the coordinator wrote since the last look: each commit must be backed by
+        records returned by poll() and must not go backwards."""
+        log = self.log
+        if log is None or len(log.entries) == self._read_entries:
+            return
+        for entry in log.entries[self._read_entries :]:
+            if isinstance(entry, OffsetTombstone) and entry.group_id == GROUP:
+                self.committed.pop((entry.topic, entry.partition), None)
+            elif isinstance(entry, OffsetRecord) and entry.group_id == GROUP:
+                key = (entry.topic, entry.partition)
+                before = self.committed.get(key, 0)
+                where = f"{entry.topic}-{entry.partition}"
+                if entry.offset < before:
+                    raise Violation(
+                        f"committed offset of {where} went back {before} -> {entry.offset}"
+                    )
+                if entry.offset > self.covered.get(key, 0):
+                    missing = min(
+                        o for o in range(entry.offset) if o not in self.returned.get(key, set())
+                    )
+                    raise Violation(
+                        f"offset {entry.offset} committed for {where}, but poll() never "
+                        f"returned record {missing} (lost)"
+                    )
+                self.committed[key] = entry.offset
+        self._read_entries = len(log.entries)
+
+    def check(self, now: float) -> None:
+        if self._violation is not None:
+            raise Violation(self._violation)
+        self._read_commits()
+        for tp, holders in self._holders().items():
+            if len(holders) > 1:
+                raise Violation(f"partition {tp} owned by {holders} at once, each with a lease")
+
+    def settled(self, live: list[Host]) -> str | None:
+        holders = self._holders()
+        wrong = [p for p in range(PARTITIONS) if len(holders.get((TOPIC, p), ())) != 1]
+        if wrong:
+            return f"partitions not owned by exactly one consumer: {wrong}"
+        unread = []
+        for member in self.members.values():
+            # Read without the consumer's lock, which a poll holds while it waits.
+            positions = member.consumer._positions
+            for tp in member.consumer.assignment():
+                if tp not in positions:
+                    unread.append(tp.partition)
+        return f"partitions owned but not positioned: {sorted(unread)}" if unread else None
