@@ -58,12 +58,13 @@ class LeaseGuard:
         :meth:`start_watchdog` runs a daemon thread that looks at the lease while
         ``active()`` is true and calls ``on_low()`` once when it finds that the lease no
         longer holds. It calls it again only after it saw the lease hold again, or saw
-        ``active()`` false (it re-arms). It waits between looks on the engine's clock,
+        ``active()`` false (it re-arms); seeing it hold again after ``on_low``, it calls
+        ``on_held()`` if given. It waits between looks on the engine's clock,
         never longer than ``poll_s`` nor than the lease has left above its floor: a host
         suspended meanwhile (or a process paused) is noticed within ``poll_s`` of resuming.
         While ``active()`` is false it waits ``idle_poll_s``, or until :meth:`wake` if None.
-        ``on_low`` runs on the watchdog thread; an exception it raises is logged and the
-        watchdog goes on.
+        ``on_low`` and ``on_held`` run on the watchdog thread; an exception they raise is
+        logged and the watchdog goes on.
     """
 
     def __init__(
@@ -137,6 +138,7 @@ class LeaseGuard:
         name: str,
         active: Callable[[], bool] = _always,
         idle_poll_s: float | None = None,
+        on_held: Callable[[], object] | None = None,
     ) -> None:
         """Start the watchdog thread (see the class docstring); once, and never after
         :meth:`close`.
@@ -149,13 +151,15 @@ class LeaseGuard:
             active: whether there is anything to guard now; default always.
             idle_poll_s: how long to wait while ``active()`` is false before asking it
                 again; None: until :meth:`wake`.
+            on_held: called once when the lease holds again after ``on_low`` was called
+                (e.g. to start what waited for it), while ``active()``.
         """
         if self._closed or self._thread is not None:
             return
         wake = self._wake = clock.event()
         self._clock = clock
         self._thread = clock.thread(
-            lambda: self._watch(clock, wake, on_low, active, poll_s, idle_poll_s), name
+            lambda: self._watch(clock, wake, on_low, on_held, active, poll_s, idle_poll_s), name
         )
         self._thread.start()
 
@@ -173,8 +177,10 @@ class LeaseGuard:
     def join(self, timeout: float | None = None) -> None:
         """Wait up to ``timeout`` seconds for the watchdog thread to end (after :meth:`close`)."""
         thread = self._thread
-        if thread is not None and self._clock is not None and (
-            thread is not self._clock.current_thread()
+        if (
+            thread is not None
+            and self._clock is not None
+            and (thread is not self._clock.current_thread())
         ):
             thread.join(timeout)
 
@@ -183,6 +189,7 @@ class LeaseGuard:
         clock: Clock,
         wake: Event,
         on_low: Callable[[], object],
+        on_held: Callable[[], object] | None,
         active: Callable[[], bool],
         poll_s: float,
         idle_poll_s: float | None,
@@ -202,6 +209,11 @@ class LeaseGuard:
                 continue
             remaining = self.remaining()
             if remaining > 0:
+                if not armed and on_held is not None:
+                    try:
+                        on_held()
+                    except Exception:
+                        log.exception("the lease watchdog's action raised")
                 armed = True
                 # Renewals only push the lease out, so waking when it runs low is enough;
                 # the cap keeps a suspended host from oversleeping by the suspension. The

@@ -413,6 +413,7 @@ class Recipe(abc.ABC):
         name: str,
         active: Callable[[], bool],
         idle_poll_s: float | None = None,
+        on_held: Callable[[], object] | None = None,
     ) -> None:
         """Start the lease guard's watchdog thread ``<name>|<group>`` on the clock (see
         ``LeaseGuard.start_watchdog``); :meth:`close` stops it."""
@@ -424,4 +425,5 @@ class Recipe(abc.ABC):
             name=f"{name}|{self.group_id}",
             active=active,
             idle_poll_s=idle_poll_s,
+            on_held=on_held,
         )

@@ -26,6 +26,11 @@ class HeartbeatTimers:
         self.next_due = now + self.interval
         self.in_flight = False
 
+    def keep_session(self) -> None:
+        """A rejoin that left the broker's session timer as it was: the session still counts
+        from the last heartbeat answered, the next heartbeat is due when it was."""
+        self.in_flight = False
+
     def sent(self, now: float) -> None:
         self.last_sent = now
         self.in_flight = True

@@ -289,9 +289,10 @@ class GroupMembership:
             confirmed_at = self._confirmed[1]
         return max(0.0, confirmed_at + self._lease_s - self._clock.monotonic())
 
-    def _confirm_join_locked(self, generation: Generation, sent_at: float) -> None:
+    def _confirm_join_locked(self, generation: Generation, sent_at: float) -> bool:
         """A JoinGroup sent at ``sent_at`` answered ``generation``: what that proves about the
-        member's session at the broker, which its lease may not outlast.
+        member's session at the broker, which its lease may not outlast. Returns whether the
+        broker restarted the session (False: it runs on as it was).
 
         - The generation the member held when it began joining: nothing. A follower that
           rejoins a stable group unchanged gets it back at once, its session timer left as it
@@ -310,15 +311,20 @@ class GroupMembership:
         started = self._joins_since_stable
         held = started[0] if started is not None else self._generation.generation_id
         gid = generation.generation_id
+        self._highest_generation, highest = (
+            max(self._highest_generation, gid),
+            self._highest_generation,
+        )
         if gid == held:
             confirmed = self._confirmed
             if confirmed is not None and confirmed[0].generation_id == gid:
                 self._confirmed = (generation, confirmed[1])
-        elif gid > self._highest_generation:
+            return False
+        if gid > highest:
             # After a lost answer, the phase may have been that JoinGroup's: count from the first.
             counted_from = started[1] if started is not None and self._join_answer_lost else sent_at
             self._confirmed = (generation, counted_from)
-        self._highest_generation = max(self._highest_generation, gid)
+        return True
 
     def _renew_lease_locked(self, sent: Generation, sent_at: float) -> None:
         """A heartbeat sent at ``sent_at`` was answered NONE: renew the lease if it still held
@@ -756,7 +762,7 @@ class GroupMembership:
                 return _Failed(Reaction(Next.RETRY_NOW), "the join was abandoned", sent)
             generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
             self._generation = generation
-            self._confirm_join_locked(generation, join_sent_at)
+            session_restarted = self._confirm_join_locked(generation, join_sent_at)
             if cfg.is_static and not sent.member_id and not stale:
                 # A new member id for this instance id: see _await_takeover_fence.
                 fence_s = self._lease_s  # the longest an earlier process's lease can last
@@ -771,7 +777,13 @@ class GroupMembership:
             self._leader_id = joined.leader or None
             self._state = MemberState.COMPLETING_REBALANCE
             # Heartbeats start here: the sync phase can take up to the rebalance timeout.
-            self._timers.reset(self._clock.monotonic())
+            if session_restarted:
+                self._timers.reset(self._clock.monotonic())
+            else:
+                # The broker's session timer runs on from the last heartbeat answered: the
+                # next heartbeat stays due when it was (at once if that time has passed), or
+                # a member whose lease ran low would wait a whole interval more to renew it.
+                self._timers.keep_session()
             self._changed.notify_all()
         is_leader = joined.leader != "" and joined.leader == joined.member_id
         log.info(

@@ -6,11 +6,13 @@ share a group with Kafka's Java consumer and librdkafka-based consumers. Underne
 :class:`RebalanceListener`), for services that read partitions their own way. The
 assignors are in :mod:`recipes.partitioning.assignors`, the wire formats in
 :mod:`recipes.partitioning.protocol`. A member learns topics and partition counts from a
-:class:`TopicMetadata` (the cluster by default; :class:`InMemoryTopicMetadata` for tests).
+:class:`TopicMetadata` (the cluster by default; :class:`InMemoryTopicMetadata` for tests);
+a consumer reads records through a :class:`RecordFetcher` (kafka-python by default).
 """
 
 from ._consumer import Consumer as Consumer
 from ._consumer import PartitionsNotOwnedError as PartitionsNotOwnedError
+from ._fetcher import RecordFetcher as RecordFetcher
 from ._listener import RebalanceListener as RebalanceListener
 from ._metadata import InMemoryTopicMetadata as InMemoryTopicMetadata
 from ._metadata import TopicMetadata as TopicMetadata
@@ -33,6 +35,7 @@ __all__ = [
     "RangeAssignor",
     "RebalanceListener",
     "RebalanceProtocol",
+    "RecordFetcher",
     "RoundRobinAssignor",
     "StickyAssignor",
     "TopicMetadata",

@@ -257,6 +257,7 @@ class TaskDistribution(Recipe):
         # Stop every task when the membership lease runs low, even if nothing else happens.
         self._watch_lease(
             self._runner.check_lease,
+            on_held=self._group.lease_held,
             active=self._runner.has_tasks,
             poll_s=_WATCHDOG_S,
             idle_poll_s=_WATCHDOG_IDLE_S,

@@ -333,6 +333,11 @@ class TaskGroup(GroupListener):
         # Tasks may wait to start: the watchdog guards them from now on.
         self.runner.lease.wake()
 
+    def lease_held(self) -> None:
+        """The lease holds again after it ran low: start what waited for it."""
+        with self.runner.decisions:
+            self.start_waiting()
+
     def start_waiting(self) -> None:
         """Start the assigned tasks whose definition this worker has (the caller holds the
         runner's decisions)."""

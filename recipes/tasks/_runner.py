@@ -271,13 +271,22 @@ class TaskRunner:
     # ------------------------------------------------------------------ lease watchdog
 
     def check_lease(self) -> bool:
-        """The lease watchdog's action: stop every task if the lease is low. True if it is."""
+        """The lease watchdog's action: stop every task if the lease is low. True if it is.
+
+        Tasks that only wait to start are left waiting (they start when the lease holds
+        again, see :meth:`TaskGroup.lease_held`): forgetting them and rejoining would bring
+        the same assignment straight back (a follower rejoining a stable group gets its
+        generation again at once, which renews nothing), a rejoin storm until a heartbeat
+        renewed the lease.
+        """
         if self.lease.holds():
             return False
         ctx = self.ctx
         with self.decisions:
             # Checked again holding decisions: an assignment may just have renewed it.
-            if not self.lease.holds() and self.has_tasks():
+            with ctx.lock:
+                running = bool(self.running)
+            if running and not self.lease.holds():
                 with ctx.lock:
                     self._counts["lease_expiries"] += 1
                     self._on_lease_lost()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -41,8 +42,9 @@ def run_cli(*args: str) -> tuple[int, str]:
 
 @pytest.mark.timeout(2400)
 def test_every_recipe_keeps_its_guarantees_through_thousands_of_fault_histories() -> None:
-    # The task distribution's histories are the slowest (its lease watchdog looks every
-    # 50 ms): two processes share them, and all run side by side.
+    # The task distribution's and the consumers' histories are the slowest (a lease
+    # watchdog looking every 50 ms; poll loops): two processes share each, and all run side
+    # by side.
     half = CI_HISTORIES // 2
     runs = {
         "engine": ("--recipe", "engine", "--seeds", str(CI_HISTORIES)),
@@ -51,6 +53,15 @@ def test_every_recipe_keeps_its_guarantees_through_thousands_of_fault_histories(
         "tasks-b": (
             "--recipe",
             "tasks",
+            "--seeds",
+            str(CI_HISTORIES - half),
+            "--first-seed",
+            str(half),
+        ),
+        "consumer-a": ("--recipe", "consumer", "--seeds", str(half)),
+        "consumer-b": (
+            "--recipe",
+            "consumer",
             "--seeds",
             str(CI_HISTORIES - half),
             "--first-seed",
@@ -72,7 +83,12 @@ def test_every_recipe_keeps_its_guarantees_through_thousands_of_fault_histories(
         recipe = fields["recipe"]
         histories[recipe] = histories.get(recipe, 0) + int(fields["histories"])
     assert not problems, "\n".join(problems)
-    assert histories == {"engine": CI_HISTORIES, "election": CI_HISTORIES, "tasks": CI_HISTORIES}
+    assert histories == {
+        "engine": CI_HISTORIES,
+        "election": CI_HISTORIES,
+        "tasks": CI_HISTORIES,
+        "consumer": CI_HISTORIES,
+    }
 
 
 def test_a_history_replays_exactly_from_its_seed() -> None:
@@ -139,3 +155,42 @@ def test_the_checker_finds_a_worker_that_keeps_its_tasks_without_a_lease(
     assert failure.violation is not None and (
         "runs on" in failure.violation or "still run it" in failure.violation
     ), failure.violation
+
+
+def test_the_checker_finds_a_consumer_that_commits_past_a_record_it_never_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A consumer whose poll() moves its position past the last record of each batch without
+    # returning it: its commits pass a record no one was given.
+    from recipes.partitioning import Consumer
+
+    real_poll = Consumer.poll
+
+    def lossy_poll(self: Consumer, timeout_ms: int = 1000) -> dict[Any, list[Any]]:
+        return {tp: records[:-1] for tp, records in real_poll(self, timeout_ms).items()}
+
+    monkeypatch.setattr(Consumer, "poll", lossy_poll)
+    summary = run_seeds("consumer", range(10), stop_at_first=True)
+    assert summary.failures, "commits past records never returned went unnoticed"
+    failure = summary.failures[0]
+    assert failure.violation is not None and "never returned record" in failure.violation
+
+
+def test_the_checker_finds_a_cooperative_leader_that_does_not_withhold_owned_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # COOPERATIVE rebalancing is safe only because the leader's cooperative-sticky withholds
+    # a partition its owner has not revoked yet; an assignor that moves it at once gives it
+    # to two members for the time of a rebalance.
+    from recipes.partitioning.assignors import _sticky_core, cooperative_sticky
+
+    real = _sticky_core.sticky_assign
+
+    def eager(*args: Any, cooperative: bool) -> Any:
+        return real(*args, cooperative=False)
+
+    monkeypatch.setattr(cooperative_sticky, "sticky_assign", eager)
+    summary = run_seeds("consumer", range(60), stop_at_first=True)
+    assert summary.failures, "a leader that moves owned partitions at once went unnoticed"
+    failure = summary.failures[0]
+    assert failure.violation is not None and "at once" in failure.violation, failure.violation

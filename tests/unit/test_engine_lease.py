@@ -53,6 +53,25 @@ def test_rejoining_into_the_same_generation_keeps_the_lease_as_it_was() -> None:
     assert h.engine.membership_lease() == pytest.approx(6.0)
 
 
+def test_rejoining_into_the_same_generation_keeps_the_heartbeat_due_when_it_was() -> None:
+    # The broker's session runs on from the last heartbeat answered: a member whose
+    # heartbeat was due (its lease running low) sends it at once after such a rejoin, not an
+    # interval later (it could run past its session; the simulator found a task worker
+    # rejoining hundreds of times a second while its lease stayed low).
+    h = stable_follower()
+    h.clock.advance(4)  # four intervals without a heartbeat: one is overdue
+    h.engine.request_rejoin("metadata unchanged")
+    h.prepare(
+        joined("m-2", 3, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    assert h.engine.heartbeat_once() == pytest.approx(1.0)  # sent now; the next in 1 s
+    assert h.transport.pending() == 0
+    assert h.engine.membership_lease() == pytest.approx(10.0)
+
+
 def test_an_older_generation_from_a_reloaded_coordinator_gives_no_lease() -> None:
     # The coordinator moved and loaded the group as stored, before the rebalance that made
     # generation 3: when it restarted this member's session is unknown.

@@ -163,10 +163,12 @@ class Watched:
         self.active = active
         self.raises = raises
         self.fired: list[float] = []  # clock times
+        self.held: list[float] = []  # clock times on_held ran
         self.looked = threading.Event()  # set at every look
         self.guard.start_watchdog(
             self.clock,
             self._on_low,
+            on_held=lambda: self.held.append(self.clock.now),
             active=self._active,
             poll_s=POLL_S,
             idle_poll_s=idle_poll_s,
@@ -223,6 +225,24 @@ def test_the_watchdog_fires_again_only_after_the_lease_held_again(watched: Watch
     watched.steps_until_fired()
     assert len(watched.fired) == 2
     assert watched.fired[1] == pytest.approx(watched.member.expires_at - 3.0)
+
+
+def test_the_watchdog_tells_once_when_the_lease_holds_again_after_it_ran_low(
+    watched: Watched,
+) -> None:
+    for _ in range(5):
+        watched.clock.step()
+    assert watched.held == []  # it never ran low
+    watched.steps_until_fired()
+    for _ in range(3):
+        watched.clock.step()
+    assert watched.held == []  # still low
+    watched.member.renew()
+    renewed_at = watched.clock.now
+    for _ in range(3):
+        watched.clock.step()
+    # At the first look after the renewal (within a poll), once.
+    assert len(watched.held) == 1 and renewed_at <= watched.held[0] <= renewed_at + POLL_S
 
 
 def test_a_lease_just_above_its_floor_is_not_waited_on_to_the_last_rounding_error() -> None:

@@ -8,7 +8,7 @@ in tests/unit/test_engine.py.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,7 @@ class FakeFetcher:
         self.seeks: list[tuple[TopicPartition, int]] = []
         self.to_return: dict[TopicPartition, list[Record]] = {}
 
-    def assign(self, partitions: list[Any]) -> None:
+    def assign(self, partitions: Sequence[Any]) -> None:
         self.assigned = [TopicPartition(k.topic, k.partition) for k in partitions]
         self.positions = {k: v for k, v in self.positions.items() if k in self.assigned}
         self.paused &= set(self.assigned)

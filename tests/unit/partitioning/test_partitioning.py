@@ -234,3 +234,28 @@ def test_a_closed_consumer_refuses_to_poll_without_opening_anything() -> None:
     with pytest.raises(CoordinatorStateError, match="closed"):
         consumer.poll(timeout_ms=10)
     assert consumer._fetcher is None
+
+
+def test_fetch_settings_with_a_fetcher_of_ones_own_are_refused() -> None:
+    from coordination.errors import ConfigurationError
+    from recipes.partitioning import Consumer
+
+    class Fetcher:
+        def assign(self, partitions: object) -> None: ...
+        def seek(self, partition: object, offset: int) -> None: ...
+        def position(self, partition: object, timeout_ms: int) -> int | None:
+            return None
+
+        def poll(self, timeout_ms: int) -> dict[TopicPartition, list[object]]:
+            return {}
+
+        def close(self) -> None: ...
+
+    with pytest.raises(ConfigurationError, match=r"max_poll_records.*fetcher="):
+        Consumer(
+            "g",
+            topics=[T],
+            bootstrap_servers="localhost:9092",
+            fetcher=Fetcher(),
+            max_poll_records=5,
+        )

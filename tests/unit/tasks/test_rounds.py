@@ -194,6 +194,34 @@ def test_a_confirmed_heartbeat_keeps_the_tasks_running() -> None:
     assert w.d.owns("a") and not w.d._runner.check_lease()
 
 
+def test_tasks_waiting_on_a_low_lease_start_once_it_holds_again_without_a_rejoin() -> None:
+    # A follower rejoining a stable group unchanged gets its generation back at once, which
+    # renews no lease: forgetting tasks that only wait and rejoining again would bring the
+    # same assignment straight back, a rejoin storm (found by the simulation: hundreds of
+    # JoinGroups a second) until a heartbeat renewed the lease.
+    w = Worker({"a": 1.0, "b": 1.0})
+    w.rounds(plan("a", "b"))
+    w.clock.advance(LEASE_LOW_AFTER_S + 0.1)
+    assert w.d._runner.check_lease()  # stops both, forgets the assignment, rejoins
+    assert w.d.coordinator.metrics().rejoin_reasons[-1] == "the membership lease ran out"
+    # The rejoin: the same generation, the same assignment; the lease is still low.
+    w.generation -= 1
+    w.rounds(plan("a", "b"))
+    assert w.d.running() == frozenset() and w.owned() == {"a", "b"}  # waiting, reported
+    rejoins = w.d.coordinator.metrics().rejoin_reasons
+
+    assert w.d._runner.check_lease()  # the watchdog's next look: the lease is still low
+    assert w.d.coordinator.metrics().rejoin_reasons == rejoins  # no new rejoin
+    assert w.d.metrics().lease_expiries == 1
+    assert w.owned() == {"a", "b"}  # the assignment is kept
+
+    w.transport.prepare(m.HeartbeatResponse(error_code=0))
+    w.engine.heartbeat_once()  # renews the lease
+    w.d._group.lease_held()  # what the watchdog calls when it sees the lease hold again
+    assert w.d.running() == {"a", "b"}
+    assert w.calls[-2:] == [("start", "a"), ("start", "b")]
+
+
 # ------------------------------------------------------------------ the leader's rounds
 
 
