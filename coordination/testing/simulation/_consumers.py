@@ -34,6 +34,7 @@ TOPIC = "events"
 PARTITIONS = 6
 RECORDS_PER_S = 10.0  # per partition
 MAX_RECORDS = 25  # per partition per poll
+FETCH_MAX_WAIT_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +53,7 @@ class SimTopic:
 
     def end(self, now: float) -> int:
         """The offset after the last record of every partition at ``now``."""
-        # Counted with next_record_at itself, so that waking at that time finds the record
-        # (a float product rounded down would not, and the poll would wait 0 s forever).
-        end = max(0, int((now - self.started) * RECORDS_PER_S) - 1)
-        while self.next_record_at(end) <= now:
-            end += 1
-        return end
-
-    def next_record_at(self, offset: int) -> float:
-        """When the record at ``offset`` appears."""
-        return self.started + (offset + 1) / RECORDS_PER_S
+        return int((now - self.started) * RECORDS_PER_S)
 
 
 class SimFetcher:
@@ -93,31 +85,23 @@ class SimFetcher:
         return self._positions[partition]
 
     def poll(self, timeout_ms: int) -> Mapping[Any, Sequence[Any]]:
+        # One fetch, as a broker answers with fetch.min.bytes above what arrives meanwhile:
+        # after fetch.max.wait (or the poll's timeout, if shorter), with what is there.
         clock = self._clock
-        deadline = clock.monotonic() + timeout_ms / 1000
-        clock.sleep(self._rng.uniform(0.002, 0.02), clock.event())  # the fetch's round trip
-        while True:
-            now = clock.monotonic()
-            if self._transport.isolated_until <= now:
-                end = self._topic.end(now)
-                fetched: dict[Any, list[SimRecord]] = {}
-                for tp, position in self._positions.items():
-                    start = 0 if position is None else position
-                    if start < end:
-                        last = min(end, start + MAX_RECORDS)
-                        fetched[tp] = [
-                            SimRecord(tp.topic, tp.partition, o) for o in range(start, last)
-                        ]
-                        self._positions[tp] = last
-                if fetched:
-                    return fetched
-                lowest = min((p or 0 for p in self._positions.values()), default=None)
-                wake = deadline if lowest is None else self._topic.next_record_at(lowest)
-            else:
-                wake = self._transport.isolated_until
-            if now >= deadline:
-                return {}
-            clock.sleep(max(0.0, min(wake, deadline) - now), clock.event())
+        rtt = self._rng.uniform(0.002, 0.02)
+        clock.sleep(max(rtt, min(timeout_ms / 1000, FETCH_MAX_WAIT_S)), clock.event())
+        now = clock.monotonic()
+        if self._transport.isolated_until > now:
+            return {}
+        end = self._topic.end(now)
+        fetched: dict[Any, list[SimRecord]] = {}
+        for tp, position in self._positions.items():
+            start = 0 if position is None else position
+            if start < end:
+                last = min(end, start + MAX_RECORDS)
+                fetched[tp] = [SimRecord(tp.topic, tp.partition, o) for o in range(start, last)]
+                self._positions[tp] = last
+        return fetched
 
     def close(self) -> None:
         self.closed = True
@@ -127,6 +111,7 @@ class _Member:
     def __init__(self, process: Process, consumer: Any) -> None:
         self.process = process
         self.consumer = consumer
+        self.group = consumer.group
 
 
 class ConsumersDriver(DriverBase):
@@ -259,7 +244,7 @@ class ConsumersDriver(DriverBase):
             if member.process.dead:
                 del self.members[name]
                 continue
-            group = member.consumer.group
+            group = member.group
             owned = group.owned()
             if not owned or group.membership_lease() <= self.margin_s:
                 continue
@@ -302,7 +287,7 @@ class ConsumersDriver(DriverBase):
         # Cheap first: only a partition two living consumers own can be owned twice.
         seen: set[Any] = set()
         for member in self.members.values():
-            owned = member.consumer.group._owned  # without the lock: a check between steps
+            owned = member.group._owned  # without the lock: a check between steps
             if member.process.dead or not owned:
                 continue
             if not seen.isdisjoint(owned):
