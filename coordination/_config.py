@@ -287,3 +287,49 @@ def split_server(server: str) -> tuple[str, int]:
 def _check_servers(given: Any) -> None:
     for server in bootstrap_list(given):
         split_server(server)
+
+
+# What an injected part must offer, by argument name (checked where it is passed, so that a
+# wrong object fails at construction with its name, not later on a background thread).
+INTERFACES: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    "clock": (
+        "coordination Clock (e.g. coordination.testing.ManualClock)",
+        (
+            "monotonic",
+            "sleep",
+            "event",
+            "lock",
+            "rlock",
+            "condition",
+            "thread",
+            "current_thread",
+            "random",
+        ),
+    ),
+    "transport": (
+        "coordination Transport (e.g. coordination.testing.ScriptedTransport)",
+        ("send", "disconnect", "close"),
+    ),
+    "fetcher": (
+        "recipes.partitioning.RecordFetcher",
+        ("assign", "seek", "position", "poll", "close"),
+    ),
+    "topic_metadata": (
+        "recipes.partitioning.TopicMetadata (e.g. InMemoryTopicMetadata)",
+        ("partition_counts", "topic_names"),
+    ),
+}
+
+
+def check_part(argument: str, value: object) -> None:
+    """Raise ConfigurationError if ``value`` (passed as ``argument=``, not None) lacks a
+    method its interface needs."""
+    if value is None:
+        return
+    interface, methods = INTERFACES[argument]
+    missing = [m for m in methods if not callable(getattr(value, m, None))]
+    if missing:
+        raise ConfigurationError(
+            f"{argument}= must be a {interface}; the {type(value).__name__} given has no "
+            f"{', '.join(missing)}"
+        )

@@ -10,7 +10,7 @@ from typing import Any
 
 from typing_extensions import Self
 
-from ._config import CoordinatorConfig
+from ._config import CoordinatorConfig, check_part
 from ._engine.clock import Clock
 from ._engine.membership import GroupMembership
 from ._metrics import MemberMetrics
@@ -109,9 +109,12 @@ class Coordinator(abc.ABC):
                 under their kafka-python names.
 
         Raises:
-            ConfigurationError: a setting is unknown, missing or invalid; the message names it.
+            ConfigurationError: a setting is unknown, missing or invalid, or ``clock`` or
+                ``transport`` is not one; the message names it.
         """
         self._config = CoordinatorConfig.from_settings(group_id, settings)
+        check_part("clock", clock)
+        check_part("transport", transport)
         if transport is None:
             from ._transport.kafka import KafkaTransport
 

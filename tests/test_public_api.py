@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
 import coordination
+import coordination.errors
 
 
 def public_names(module: object) -> list[str]:
@@ -69,3 +72,62 @@ def test_recipes_take_the_transport_and_clock_a_coordinator_takes(recipe: str) -
         assert params[arg].default is None, (recipe, arg)
         assert params[arg].annotation == expected[arg].annotation, (recipe, arg)
         assert f"{arg}:" in (inspect.getdoc(cls.__init__) or ""), (recipe, arg)
+
+
+def _make(kind: str, **parts: object) -> object:
+    from recipes.election import LeaderElection
+    from recipes.partitioning import Consumer, ConsumerPartitioning
+    from recipes.tasks import TaskDistribution
+
+    common: dict[str, Any] = {"bootstrap_servers": "localhost:9092", **parts}
+    if kind == "Coordinator":
+
+        class Member(coordination.Coordinator):
+            def protocol_type(self) -> str:
+                return "t"
+
+            def metadata(self) -> Sequence[coordination.ProtocolMetadata]:
+                return []
+
+            def perform_assignment(
+                self, leader_id: str, protocol: str, members: Sequence[coordination.Member]
+            ) -> Mapping[str, bytes]:
+                return {}
+
+            def on_join_complete(
+                self, generation: int, member_id: str, protocol: str, assignment: bytes
+            ) -> None:
+                pass
+
+        return Member("g", **common)
+    if kind == "LeaderElection":
+        return LeaderElection("g", identity="a", **common)
+    if kind == "TaskDistribution":
+        return TaskDistribution(
+            "g", worker_id="w", start_task=print, stop_task=print, tasks={"t": 1.0}, **common
+        )
+    if kind == "ConsumerPartitioning":
+        return ConsumerPartitioning("g", topics=["t"], **common)
+    return Consumer("g", topics=["t"], **common)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["Coordinator", "LeaderElection", "TaskDistribution", "ConsumerPartitioning", "Consumer"],
+)
+@pytest.mark.parametrize("part", ["clock", "transport"])
+def test_a_clock_or_transport_that_is_not_one_is_refused_at_construction_by_name(
+    kind: str, part: str
+) -> None:
+    with pytest.raises(coordination.errors.ConfigurationError, match=rf"^{part}= must be a .*"):
+        _make(kind, **{part: object()})
+
+
+@pytest.mark.parametrize(
+    ("kind", "part"), [("ConsumerPartitioning", "topic_metadata"), ("Consumer", "fetcher")]
+)
+def test_a_metadata_source_or_fetcher_that_is_not_one_is_refused_by_name(
+    kind: str, part: str
+) -> None:
+    with pytest.raises(coordination.errors.ConfigurationError, match=rf"^{part}= must be a .*"):
+        _make(kind, **{part: "localhost"})

@@ -13,6 +13,7 @@ import kafka.errors as kafka_errors
 from typing_extensions import Self
 
 from coordination import Generation, OffsetAndMetadata
+from coordination._config import check_part
 from coordination._engine.clock import Clock
 from coordination._lease import engine_clock
 from coordination._transport.base import Transport
@@ -152,6 +153,7 @@ class Consumer:
             raise ConfigurationError(
                 f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}"
             )
+        check_part("fetcher", fetcher)
         fetch = {k: settings.pop(k) for k in list(settings) if k in FETCH_SETTINGS}
         if fetcher is not None and fetch:
             raise ConfigurationError(

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coordination import Coordinator, Member, ProtocolMetadata
+from coordination._config import check_part
 from coordination._engine.clock import Clock, Thread
 from coordination._lease import engine_clock
 from coordination._transport.base import Transport
@@ -158,6 +159,7 @@ class ConsumerPartitioning(Coordinator):
         self._metadata_max_age_s = metadata_max_age_ms / 1000
         # The metadata source this member made itself, to close with it; None if given.
         self._own_metadata: KafkaTopicMetadata | None = None
+        check_part("topic_metadata", topic_metadata)
         if topic_metadata is None:
             topic_metadata = self._own_metadata = KafkaTopicMetadata(
                 self.config.client_settings(), self._clock
