@@ -133,7 +133,10 @@ class Elector(GroupListener):
             highest = self._highest_token
             eligible = self._eligible
         leading = leadership.token if leadership is not None and leadership.is_valid() else None
-        return encode_candidate(Candidate(self.identity, eligible, self.priority, leading, highest))
+        member_id = self.ctx.member.generation().member_id
+        return encode_candidate(
+            Candidate(self.identity, eligible, self.priority, leading, highest, member_id)
+        )
 
     def assign(
         self, generation: int, leader_id: str, members: Sequence[Member]
@@ -216,7 +219,7 @@ class Elector(GroupListener):
             # A static member took its instance's place without a rebalance (KIP-345): the
             # broker handed it the outcome computed for its former member id, which may name
             # that id as leader, and nobody would lead until the next rebalance. Ask for one:
-            # this member's metadata now carries the outcome's token, so the broker sees it
+            # this member's metadata now carries its new member id, so the broker sees it
             # changed and rebalances.
             ctx.member.request_rejoin(
                 "the election's outcome predates this member's id (a static member took its "

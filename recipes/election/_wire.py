@@ -41,6 +41,10 @@ class Candidate:
         priority: higher wins a free election.
         leading_token: the fencing token of the leadership it holds now, else None.
         highest_token: the highest token it has seen, so a new token can exceed every old one.
+        member_id: the member id it had when it wrote this ("" before it had one). A static
+            member that took its instance's place without a rebalance rejoins with its new
+            id here, so the broker sees its metadata changed and rebalances (a follower
+            rejoining unchanged would get the same generation and outcome back).
     """
 
     identity: str
@@ -48,6 +52,7 @@ class Candidate:
     priority: int = 0
     leading_token: int | None = None
     highest_token: int = -1
+    member_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,7 @@ def encode_candidate(c: Candidate) -> bytes:
             "priority": c.priority,
             "leading_token": c.leading_token,
             "highest_token": c.highest_token,
+            "member_id": c.member_id,
         },
         separators=(",", ":"),
     ).encode()
@@ -100,12 +106,14 @@ def decode_candidate(data: bytes) -> Candidate:
     eligible = _field(doc, "eligible", _boolean, what)
     priority = _field(doc, "priority", _int64, what)
     highest = _field(doc, "highest_token", _token, what)
+    member_id = _field(doc, "member_id", _text, what)
     return Candidate(
         identity=identity,
         eligible=True if eligible is None else eligible,
         priority=0 if priority is None else priority,
         leading_token=_field(doc, "leading_token", _token, what),
         highest_token=-1 if highest is None else highest,
+        member_id=member_id or "",
     )
 
 

@@ -17,7 +17,7 @@ from coordination.testing import messages as m
 from recipes.election import DuplicateIdentityError, LeaderInfo, NotLeaderError
 from recipes.election._elector import ElectionCallbacks
 from recipes.election._leadership import LEASE_RAN_OUT
-from recipes.election._wire import Candidate, Outcome
+from recipes.election._wire import Candidate, Outcome, encode_candidate
 
 from ._member import IDENTITY, LEASE_LOW_AFTER_S, ME, Broker, Member
 
@@ -228,7 +228,7 @@ def test_run_calls_its_function_while_leading_then_steps_down() -> None:
     assert a.events[-1] == ("deposed", "this member withdrew from the election")
     assert a.rejoin_reasons()[-1] == "member withdrew from the election"
     a.lead()
-    assert a.advertised[-1] == Candidate(IDENTITY, eligible=False, highest_token=1)
+    assert a.advertised[-1] == Candidate(IDENTITY, eligible=False, highest_token=1, member_id="m-a")
     assert not a.election.is_leader
 
 
@@ -264,3 +264,19 @@ def test_close_deposes_the_leader_then_leaves_the_group() -> None:
         a.election.start()
     with pytest.raises(CoordinatorStateError):
         a.election.wait_for_leader(timeout=1)
+
+
+def test_a_member_missing_from_the_outcome_rejoins_with_metadata_the_broker_sees_changed() -> None:
+    # A static member that took its instance's place without a rebalance (KIP-345) gets the
+    # outcome computed for its former member id. It rejoins to be counted; as a follower
+    # whose metadata is unchanged the broker would hand back the same generation and
+    # outcome, again and again (the simulator found such a storm, with nobody leading).
+    # Its metadata names the member id it has, so the rejoin differs from the takeover join.
+    a = Member()
+    a.script_follow(Outcome("m-old", IDENTITY, 1, {"m-old": IDENTITY, "m-b": "http://b"}))
+    a.script_follow(Outcome("m-b", "http://b", 2, {ME: IDENTITY, "m-b": "http://b"}))
+    a.rebalance()
+    assert any(r.startswith("the election's outcome predates") for r in a.rejoin_reasons())
+    took_over_with, rejoined_with = a.advertised
+    assert took_over_with.member_id == "" and rejoined_with.member_id == ME
+    assert encode_candidate(rejoined_with) != encode_candidate(took_over_with)
