@@ -194,3 +194,21 @@ def test_the_checker_finds_a_cooperative_leader_that_does_not_withhold_owned_par
     assert summary.failures, "a leader that moves owned partitions at once went unnoticed"
     failure = summary.failures[0]
     assert failure.violation is not None and "at once" in failure.violation, failure.violation
+
+
+def test_the_checker_finds_a_member_that_keeps_rejoining(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A member that asks for a rejoin after every join floods the coordinator: a liveness
+    # bug no ownership invariant sees (the tasks worker's rejoin storm was such a loop).
+    from coordination.testing.simulation import _shards
+
+    real = _shards._ShardMember.on_join_complete
+
+    def rejoin_again(self: Any, *args: Any) -> None:
+        real(self, *args)
+        self.request_rejoin("once more")
+
+    monkeypatch.setattr(_shards._ShardMember, "on_join_complete", rejoin_again)
+    summary = run_seeds("engine", range(5), stop_at_first=True)
+    assert summary.failures, "a member rejoining after every join went unnoticed"
+    failure = summary.failures[0]
+    assert failure.violation is not None and "rejoin storm" in failure.violation

@@ -250,6 +250,7 @@ class History:
     def _run(self) -> None:
         s = self.scheduler
         self.scheduler.probes.append(lambda: self.driver.check(s.now))
+        self.scheduler.probes.append(self._check_storm)
         for host in self.hosts:
             self._start(host)
         s.run(s.now + self.settings.session_timeout_ms / 1000)
@@ -259,6 +260,10 @@ class History:
             while not self._faults_done:
                 s.run(s.now + 10.0)
         self._settle()
+
+    def _check_storm(self) -> None:
+        if self.cluster.storm is not None:
+            raise Violation(self.cluster.storm)
 
     def _schedule_fault(self) -> None:
         gap = self.rng.expovariate(1 / self.settings.fault_gap_s)

@@ -26,6 +26,11 @@ from ._scheduler import TIMED_OUT, Process, Scheduler, Timer, _Task
 
 R = TypeVar("R", bound=m.Response)
 
+# More JoinGroups than this from one member within the window is a rejoin storm: no fault
+# makes a member rejoin that often (backoffs are 100 ms and up), only a loop does.
+STORM_JOINS = 30
+STORM_WINDOW_S = 1.0
+
 
 class _ModelTimers:
     """The scheduler as the model's timers."""
@@ -89,6 +94,8 @@ class SimCluster:
         self.slow_until = 0.0
         self.slow_extra_s = 0.0
         self.coordinator: int | None = 1
+        # Set when a member floods the coordinator with JoinGroups (a liveness bug).
+        self.storm: str | None = None
         self.brokers[1].model.load()
         self.moves = 0
 
@@ -192,6 +199,8 @@ class SimTransport:
         self.sent = 0
         # Until when this member is cut off from every broker (both ways).
         self.isolated_until = 0.0
+        # When its last JoinGroups left: a member that keeps rejoining is a storm.
+        self._joins: deque[float] = deque(maxlen=STORM_JOINS)
         cluster.transports.append(self)
 
     # ------------------------------------------------------------------ Transport
@@ -208,6 +217,8 @@ class SimTransport:
             raise TransportError("transport is closed")
         self.sent += 1
         cluster = self._cluster
+        if isinstance(request, m.JoinGroupRequest):
+            self._count_join()
         if coordinator is None:
             node_id = self._scheduler.rng.choice(sorted(cluster.brokers))
         else:
@@ -231,6 +242,16 @@ class SimTransport:
             raise answer
         assert isinstance(answer, response_type), answer
         return answer
+
+    def _count_join(self) -> None:
+        now = self._scheduler.now
+        self._joins.append(now)
+        stormy = len(self._joins) == STORM_JOINS and now - self._joins[0] < STORM_WINDOW_S
+        if stormy and self._cluster.storm is None:
+            self._cluster.storm = (
+                f"{self._process.name} sent {STORM_JOINS} JoinGroups within "
+                f"{now - self._joins[0]:.3f}s (a rejoin storm)"
+            )
 
     def disconnect(self, coordinator: CoordinatorNode) -> None:
         self._close_connection(coordinator.node_id, "disconnected by the member")
