@@ -592,7 +592,7 @@ class PipelineOutput:
         for path in self.published_paths():
             files = self.read_manifest(path).get("files")
             if isinstance(files, dict):
-                paths.extend(path / name for name in sorted(files) if "/" not in name)
+                paths.extend(path / name for name in sorted(files) if _plain_file_name(name))
             else:
                 paths.append(path)
         return paths
@@ -650,12 +650,10 @@ class PipelineOutput:
             PipelineOutputError: The directory has no readable manifest.
         """
         try:
-            data = json.loads((path / MANIFEST_NAME).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            raw = (path / MANIFEST_NAME).read_bytes()
+        except OSError as exc:
             raise PipelineOutputError(f"{path} has no readable {MANIFEST_NAME}") from exc
-        if not isinstance(data, dict):
-            raise PipelineOutputError(f"{path / MANIFEST_NAME} is not a JSON object")
-        return data
+        return decode_manifest(raw, where=str(path / MANIFEST_NAME))
 
     # -- internals ------------------------------------------------------------------
 
@@ -694,6 +692,27 @@ def dir_topic(topic: str) -> str:
         return topic
     digest = hashlib.sha256(topic.encode()).hexdigest()[:16]
     return f"{topic[: _MAX_DIR_TOPIC - 17]}~{digest}"
+
+
+def decode_manifest(data: bytes, *, where: str = MANIFEST_NAME) -> dict[str, Any]:
+    """A manifest's fields from its bytes.
+
+    Raises:
+        PipelineOutputError: the bytes are not a UTF-8 JSON object (nothing else escapes,
+            whatever the bytes: deep nesting and huge numbers included).
+    """
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise PipelineOutputError(f"{where} is not readable JSON") from exc
+    if not isinstance(doc, dict):
+        raise PipelineOutputError(f"{where} is not a JSON object")
+    return doc
+
+
+def _plain_file_name(name: str) -> bool:
+    """Whether a manifest's file name names a file inside its directory (not ``..``)."""
+    return name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
 def _parse(name: str) -> tuple[OffsetRange, str | None] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -109,6 +110,25 @@ class TestPublish:
         assert (path / MANIFEST_NAME).is_file()
         assert output.staged() == []
         assert output.published() == [staged.range]
+
+    def test_published_files_are_those_the_manifest_lists_inside_the_directory(self, output):
+        path = output.publish(fake_stage(output, "t", 0, 0, 10))
+        manifest = json.loads((path / MANIFEST_NAME).read_text())
+        manifest["files"] = {"part-00000.parquet": 10}
+        (path / MANIFEST_NAME).write_text(json.dumps(manifest))
+        assert output.published_files() == [path / "part-00000.parquet"]
+        # A manifest naming the directory's parent (or itself, or a path) lists nothing
+        # outside it: readers of the published files must not read other batches twice.
+        manifest["files"].update({"..": 1, ".": 1, "../x": 1, "": 1, "a\0b": 1})
+        (path / MANIFEST_NAME).write_text(json.dumps(manifest))
+        assert output.published_files() == [path / "part-00000.parquet"]
+
+    def test_an_unreadable_manifest_is_the_pipelines_error(self, output):
+        path = output.publish(fake_stage(output, "t", 0, 0, 10))
+        for text in (b"", b"\xff", b"[1]", b"[" * 100_000, b'{"files":'):
+            (path / MANIFEST_NAME).write_bytes(text)
+            with pytest.raises(PipelineOutputError, match=MANIFEST_NAME):
+                output.published_files()
 
     def test_publishing_again_is_a_no_op(self, output):
         staged = fake_stage(output, "t", 0, 0, 10)

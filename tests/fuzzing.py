@@ -1,0 +1,417 @@
+"""A fuzzer of every decoder of bytes that another member or the broker controls.
+
+A member's metadata and a leader's assignment come from the network, a pipeline's commit
+metadata from the group's offsets and its manifests from a shared file system: one broken
+or malicious writer must not crash the rebalance leader (or every member) with an
+exception nobody catches. Each decoder is fed seeded random inputs (random bytes,
+truncations, bit flips, splices and hostile lengths of valid encodings, deep nesting) and
+may only return or raise its typed error (:class:`~coordination.errors.ProtocolCodecError`;
+the pipeline's :class:`PipelineOutputError` for manifests).
+
+CI runs a short share (tests/unit/test_hostile_input.py); a long run, one process per
+core, with figures::
+
+    python -m tests.fuzzing --inputs 1000000
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from coordination.errors import CoordinationError, ProtocolCodecError
+from recipes.election._wire import (
+    Candidate,
+    Outcome,
+    decode_candidate,
+    decode_outcome,
+    encode_candidate,
+    encode_outcome,
+)
+from recipes.partitioning.protocol import (
+    Assignment,
+    Subscription,
+    TopicPartition,
+    decode_assignment,
+    decode_cooperative_sticky_user_data,
+    decode_sticky_user_data,
+    decode_subscription,
+    encode_assignment,
+    encode_cooperative_sticky_user_data,
+    encode_sticky_user_data,
+    encode_subscription,
+)
+from recipes.pipeline._output import PipelineOutputError, _parse, decode_manifest
+from recipes.tasks._assignor import AssignmentStatus, WorkerAssignment, WorkerState
+from recipes.tasks._wire import decode_assignment as decode_task_assignment
+from recipes.tasks._wire import decode_worker_metadata, encode_worker_metadata
+from recipes.tasks._wire import encode_assignment as encode_task_assignment
+
+TP = TopicPartition
+Decoder = Callable[[bytes], object]
+
+
+# -- valid samples, the seeds of the mutations ------------------------------------------------
+
+
+def _election_samples() -> list[bytes]:
+    return [
+        encode_candidate(Candidate("http://a:1")),
+        encode_candidate(Candidate("http://[::1]:8080", False, -3, 7, 9)),
+        encode_candidate(Candidate("ü", True, 2**62, None, 2**40)),
+    ]
+
+
+def _outcome_samples() -> list[bytes]:
+    return [
+        encode_outcome(Outcome(None, None, None, {})),
+        encode_outcome(
+            Outcome("m-1", "http://a", 12, {"m-1": "http://a", "m-2": "http://b"}, ("x",), ("y",))
+        ),
+    ]
+
+
+def _subscription_samples() -> list[bytes]:
+    sub = Subscription(
+        ("orders", "payments"),
+        b"\x00\x01",
+        (TP("orders", 0), TP("orders", 3), TP("payments", 1)),
+        7,
+        "rack-a",
+    )
+    return [encode_subscription(sub, v) for v in range(4)] + [
+        encode_subscription(Subscription(()), 0)
+    ]
+
+
+def _assignment_samples() -> list[bytes]:
+    a = Assignment((TP("orders", 2), TP("orders", 0), TP("x", 5)), b"ud")
+    return [encode_assignment(a, v) for v in range(4)] + [encode_assignment(Assignment(()))]
+
+
+def _sticky_samples() -> list[bytes]:
+    parts = (TP("orders", 0), TP("orders", 1), TP("x", 9))
+    return [encode_sticky_user_data(parts, 4), encode_sticky_user_data(parts, None)]
+
+
+def _worker_samples() -> list[bytes]:
+    return [
+        encode_worker_metadata(
+            WorkerState(
+                member_id="m",
+                worker_id="w-1",
+                owned=frozenset({"a", "b"}),
+                capacity=2.5,
+                config_version=3,
+            )
+        ),
+        encode_worker_metadata(WorkerState(member_id="m", worker_id="w-2")),
+    ]
+
+
+def _task_assignment_samples() -> list[bytes]:
+    return [
+        encode_task_assignment(
+            WorkerAssignment(
+                assigned=("a", "b"),
+                revoked=("c",),
+                delay_ms=0,
+                leader_id="m-1",
+                leader_worker_id="w-1",
+                config_version=4,
+                status=AssignmentStatus.OK,
+            )
+        ),
+        encode_task_assignment(
+            WorkerAssignment(delay_ms=250, leader_id="m-1", leader_worker_id="w-1")
+        ),
+    ]
+
+
+# -- hostile inputs ---------------------------------------------------------------------------
+
+
+_HOSTILE_JSON = [
+    b"",
+    b"\xff\xfe{}",
+    b"\xef\xbb\xbf{}",
+    b"null",
+    b"[]",
+    b'"v"',
+    b'{"v":1}',
+    b'{"v":true,"identity":"a"}',
+    b'{"v":1.0,"identity":"a"}',
+    b'{"v":NaN,"identity":"a"}',
+    b'{"v":1,"identity":"a","priority":Infinity}',
+    b'{"v":1,"identity":"a","priority":-Infinity}',
+    b'{"v":1,"identity":"a","priority":NaN}',
+    b'{"v":1,"identity":"a","priority":1e400}',
+    b'{"v":1,"identity":"a","priority":1.5}',
+    b'{"v":1,"identity":"a","priority":"5"}',
+    b'{"v":1,"identity":"a","priority":true}',
+    b'{"v":1,"identity":"a","priority":' + b"9" * 5000 + b"}",
+    b'{"v":1,"identity":"a","priority":' + str(2**63).encode() + b"}",
+    b'{"v":1,"identity":"a","highest_token":' + str(2**63 - 1).encode() + b"}",
+    b'{"v":1,"identity":"a","leading_token":[1]}',
+    b'{"v":1,"identity":"a","eligible":"false"}',
+    b'{"v":1,"identity":"a","eligible":0}',
+    b'{"v":1,"identity":["a"]}',
+    b'{"v":1,"identity":""}',
+    b'{"v":1,"identity":"\\ud800"}',
+    b'{"v":1,"identity":"a","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"v":1,"identity":"a","x":' + b'{"a":' * 50_000 + b"0" + b"}" * 50_000 + b"}",
+    b"[" * 1_000_000,
+    b'{"v":1,"members":{"a":{"b":1}}}',
+    b'{"v":1,"members":[["a","b"]]}',
+    b'{"v":1,"problems":"abc"}',
+    b'{"v":1,"problems":[1,2]}',
+    b'{"v":1,"duplicates":{"a":1}}',
+    b'{"v":1,"leader":7}',
+    b'{"v":1,"leader":"m","leader_identity":{"x":1}}',
+    b'{"v":1,"token":1e400}',
+    b'{"v":1,"token":"7"}',
+    b'{"v":1,"token":' + str(2**64).encode() + b"}",
+    b'{"v":1,"identity":"' + b"a" * (17 << 20) + b'"}',
+    b'{"v":1,"identity":"a"' + b" " * (17 << 20) + b"}",
+    b'"' + b'\\"' * 200_000,
+]
+
+
+def _int32(value: int) -> bytes:
+    return struct.pack(">i", value)
+
+
+def _hostile_binary() -> list[bytes]:
+    """Hand-made inputs with lengths that would make a naive decoder allocate gigabytes."""
+    huge = [2**31 - 1, 2**31 - 2, 0x7FFF, -2, -(2**31)]
+    out = [b"", b"\x00", b"\x00\x00", b"\xff\xff", b"\x7f\xff" * 8]
+    for n in huge:
+        out.append(b"\x00\x00" + _int32(n))  # version 0, then a count
+        out.append(b"\x00\x03" + _int32(0) + _int32(n))  # user data length
+        out.append(b"\x00\x03" + _int32(0) + _int32(-1) + _int32(n))  # owned partitions
+        out.append(b"\x00\x03" + _int32(0) + _int32(-1) + _int32(1) + b"\x00\x01t" + _int32(n))
+        out.append(_int32(n))  # sticky user data: topic count
+        out.append(_int32(1) + b"\x00\x01t" + _int32(n))  # sticky user data: partitions
+        out.append(b"\x00\x00" + _int32(1) + b"\x00\x01t" + _int32(n))  # assignment
+        out.append(b"\x00\x00" + struct.pack(">h", n & 0x7FFF) + b"w")  # worker id
+        out.append(b"\x00\x00\x00\x01w" + bytes(8) + b"\x00" + _int32(n))  # owned tasks
+    out.append(b"\x00\x00\x00\x01w" + bytes(8) + b"\x01" + struct.pack(">d", float("nan")))
+    out.append(b"\x00\x00\x00\x01w" + bytes(8) + b"\x01" + struct.pack(">d", float("inf")))
+    out.append(b"\x00\x00\x00\x01w" + bytes(8) + b"\x01" + struct.pack(">d", -1.0))
+    out.append(b"\x00\x00\x00\x05\x00\x01\xed\xa0\x80" + bytes(10))  # surrogate in UTF-8
+    return out
+
+
+_JSON_VALUES = [
+    b"NaN", b"Infinity", b"1e400", b"-1e400", b"1.5", b'"1"', b"true", b"null", b"[]", b"{}",
+    b"9", b"[", b"{", b'{"a":', b"-9", b'"\\ud800"', b'"\\u0000"', b'"\\', b"\\",
+]  # fmt: skip
+
+
+def _mutations(rng: random.Random, samples: list[bytes], json_like: bool) -> Iterator[bytes]:
+    """Random variations of the valid samples: each kind of damage a wire can do, and worse."""
+    alphabet = b'{}[]":,0123456789-.eEtrufalsnNIiy \\u' if json_like else bytes(range(256))
+    while True:
+        data = bytearray(rng.choice(samples))
+        kind = rng.randrange(10 if json_like else 9)
+        if kind == 9:  # JSON: one field of a valid document gets a hostile value
+            doc = json.loads(data)
+            doc[rng.choice([*doc, "x"])] = "\0hole"
+            text = json.dumps(doc).encode()
+            hostile = rng.choice(_JSON_VALUES) * rng.choice([1, 1, 1, 2, 5000])
+            yield text.replace(b'"\\u0000hole"', hostile)
+            continue
+        if kind == 0:  # random bytes
+            yield rng.randbytes(rng.randrange(64))
+            continue
+        if kind == 1 and data:  # truncation
+            yield bytes(data[: rng.randrange(len(data))])
+            continue
+        for _ in range(rng.randrange(1, 4)):
+            if not data:
+                break
+            at = rng.randrange(len(data))
+            if kind == 2:  # bit flips
+                data[at] ^= 1 << rng.randrange(8)
+            elif kind == 3:  # byte overwrite
+                data[at] = rng.choice(alphabet)
+            elif kind == 4:  # insertion
+                data[at:at] = bytes(rng.choice(alphabet) for _ in range(rng.randrange(1, 6)))
+            elif kind == 5:  # deletion
+                del data[at : at + rng.randrange(1, 6)]
+            elif kind == 6:  # hostile int16 / int32 length or number at a random place
+                value = rng.choice([0x7FFF, -1, -2, 2**31 - 1, -(2**31), 2**31 - 2])
+                size = "i" if abs(value) > 0x7FFF else "h"
+                packed = struct.pack(">" + size, value)
+                data[at : at + len(packed)] = packed
+            elif kind == 7:  # splice of two samples
+                other = rng.choice(samples)
+                data = data[:at] + bytearray(other[rng.randrange(len(other) or 1) :])
+            else:  # JSON: replace a value with a hostile one
+                token = rng.choice(_JSON_VALUES) * rng.choice([1, 1, 1, 2, 5000])
+                data[at : at + rng.randrange(1, 4)] = token
+        yield bytes(data)
+
+
+def check(
+    decoder: Decoder, data: bytes, allowed: type[CoordinationError] = ProtocolCodecError
+) -> bool:
+    """Decode ``data``: True if it decoded, False if it was refused (``allowed`` raised, or
+    None returned: not a value of the format).
+
+    Raises:
+        AssertionError: anything else escaped, naming the decoder and the input.
+    """
+    try:
+        decoded = decoder(data)
+    except allowed:
+        return False
+    except Exception as e:
+        raise AssertionError(
+            f"{decoder.__name__} raised {type(e).__name__}: {e!s:.200} on {data[:120]!r}"
+            f" ({len(data)} bytes)"
+        ) from e
+    return decoded is not None
+
+
+def _commit_metadata_samples() -> list[bytes]:
+    return [
+        b"events-3-00000000000000000100-00000000000000000200-0f8fad5b-d9cb-469f-a161-4f4c1b5d0e11",
+        b"t-0-00000000000000000000-00000000000000000010",
+        b"a.b_c-12-00000000000000000007-00000000000000000007-x",
+    ]
+
+
+def _manifest_samples() -> list[bytes]:
+    return [
+        json.dumps(
+            {
+                "format": 2,
+                "topic": "events",
+                "partition": 3,
+                "start_offset": 100,
+                "end_offset": 200,
+                "records": 100,
+                "rejected": 1,
+                "rejected_offsets": [150],
+                "window_ms": 60000,
+                "files": {"part-00000.parquet": 7},
+                "rows": 7,
+            }
+        ).encode(),
+        b'{"topic":"t","partition":0}',
+    ]
+
+
+def _pipeline_commit_metadata(data: bytes) -> object:
+    # The group's committed metadata arrives as a string (the transport decodes it).
+    return _parse(data.decode("utf-8", "replace"))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One decoder under fuzzing: its valid samples, and the error it may raise."""
+
+    name: str
+    decoder: Decoder
+    samples: Callable[[], list[bytes]]
+    json_like: bool
+    allowed: type[CoordinationError] = ProtocolCodecError
+
+
+CASES: list[Case] = [
+    Case("election candidate", decode_candidate, _election_samples, True),
+    Case("election outcome", decode_outcome, _outcome_samples, True),
+    Case("consumer subscription", decode_subscription, _subscription_samples, False),
+    Case("consumer assignment", decode_assignment, _assignment_samples, False),
+    Case("sticky user data", decode_sticky_user_data, _sticky_samples, False),
+    Case(
+        "cooperative-sticky user data",
+        decode_cooperative_sticky_user_data,
+        lambda: [encode_cooperative_sticky_user_data(5)],
+        False,
+    ),
+    Case("task worker metadata", lambda d: decode_worker_metadata("m", d), _worker_samples, False),
+    Case("task assignment", decode_task_assignment, _task_assignment_samples, False),
+    Case("pipeline commit metadata", _pipeline_commit_metadata, _commit_metadata_samples, False),
+    Case("pipeline manifest", decode_manifest, _manifest_samples, True, PipelineOutputError),
+]
+
+
+@dataclass
+class Figures:
+    case: str
+    inputs: int = 0
+    decoded: int = 0
+    refused: int = 0
+    seconds: float = 0.0
+
+
+def fuzz(case: Case, inputs: int, seed: str = "") -> Figures:
+    """The valid samples, the hand-made hostile inputs, then ``inputs`` seeded mutations.
+
+    Raises:
+        AssertionError: a valid sample did not decode, or another error escaped.
+    """
+    figures = Figures(case.name)
+    started = time.perf_counter()
+    valid = case.samples()
+    for data in valid:
+        case.decoder(data)  # the samples themselves decode
+    hostile = _HOSTILE_JSON if case.json_like else _hostile_binary()
+    rng = random.Random(f"hostile-{case.name}{seed}")
+    mutations = _mutations(rng, valid, case.json_like)
+    for n, data in enumerate(itertools.chain(hostile, mutations)):
+        if n >= len(hostile) + inputs:
+            break
+        if check(case.decoder, data, case.allowed):
+            figures.decoded += 1
+        else:
+            figures.refused += 1
+        figures.inputs += 1
+    figures.seconds = time.perf_counter() - started
+    return figures
+
+
+def _fuzz_by_name(args: tuple[str, int, str]) -> Figures:
+    name, inputs, seed = args
+    return fuzz(next(c for c in CASES if c.name == name), inputs, seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import multiprocessing
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzzing", description=__doc__)
+    parser.add_argument("--inputs", type=int, default=1_000_000, help="mutations per decoder")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--seed", default="", help="varies the mutations (default: CI's)")
+    args = parser.parse_args(argv)
+    work = [(c.name, args.inputs, args.seed) for c in CASES]
+    started = time.perf_counter()
+    with multiprocessing.Pool(args.jobs) as pool:
+        results = pool.map(_fuzz_by_name, work, chunksize=1)
+    print(f"{'decoder':<30} {'inputs':>10} {'decoded':>9} {'refused':>10} {'s':>7} {'per s':>8}")
+    for f in results:
+        rate = f.inputs / f.seconds if f.seconds else 0.0
+        print(
+            f"{f.case:<30} {f.inputs:>10} {f.decoded:>9} {f.refused:>10} "
+            f"{f.seconds:>7.1f} {rate:>8.0f}"
+        )
+    total = sum(f.inputs for f in results)
+    print(
+        f"decoders={len(results)} inputs={total} "
+        f"min_inputs_per_decoder={min(f.inputs for f in results)} escaped=0 "
+        f"seconds={time.perf_counter() - started:.0f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
