@@ -67,7 +67,7 @@ _MAX_DIR_TOPIC: Final = 160
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 _NAME = re.compile(
-    r"^(?P<topic>.+)-(?P<partition>\d+)-(?P<start>\d{20})-(?P<end>\d{20})"
+    r"^(?P<topic>.+)-(?P<partition>\d{1,10})-(?P<start>\d{20})-(?P<end>\d{20})"
     r"(?:-(?P<attempt>[0-9a-f]{32}))?$"
 )
 

@@ -53,7 +53,11 @@ class TestNames:
             "events-3-100-250",
             "events-3-00000000000000000100-00000000000000000250-notahexsuffix",
             "events-3-00000000000000000250-00000000000000000100",  # start > end
+            # Found by the long fuzzing run: int() of 5,000 digits raised ValueError.
+            "t-" + "9" * 5000 + "-00000000000000000000-00000000000000000001",
+            "t-99999999999-00000000000000000000-00000000000000000001",
         ],
+        ids=lambda name: name[:60],
     )
     def test_foreign_names_do_not_parse(self, name):
         assert OffsetRange.parse(name) is None
