@@ -53,7 +53,9 @@ PARTITION = st.integers(0, 2**31 - 1)
 UNICODE = st.characters(exclude_categories=["Cs"])
 TEXT = st.text(UNICODE, max_size=60)
 BLOB = st.none() | st.binary(max_size=200)
-EXAMPLES = settings(max_examples=300, deadline=None)
+# Derandomized and without a database: every run tries the same examples, so a run fails
+# only for a change in the code, never for the luck of the draw.
+EXAMPLES = settings(max_examples=300, deadline=None, derandomize=True, database=None)
 
 
 def _partitions(max_topics: int = 4) -> st.SearchStrategy[list[TopicPartition]]:
@@ -225,7 +227,10 @@ def test_a_task_assignment_round_trips(
 
 @EXAMPLES
 @given(
-    topic=st.text("abcxyz0123456789._-", min_size=1, max_size=160),
+    # Kafka topic names; "." and ".." are not (Kafka refuses them, so does OffsetRange).
+    topic=st.text("abcxyz0123456789._-", min_size=1, max_size=160).filter(
+        lambda t: t not in (".", "..")
+    ),
     partition=st.integers(0, 2**31 - 1),
     start=st.integers(0, 2**62),
     length=st.integers(0, 2**40),
