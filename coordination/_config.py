@@ -289,47 +289,19 @@ def _check_servers(given: Any) -> None:
         split_server(server)
 
 
-# What an injected part must offer, by argument name (checked where it is passed, so that a
-# wrong object fails at construction with its name, not later on a background thread).
-INTERFACES: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
-    "clock": (
-        "coordination Clock (e.g. coordination.testing.ManualClock)",
-        (
-            "monotonic",
-            "sleep",
-            "event",
-            "lock",
-            "rlock",
-            "condition",
-            "thread",
-            "current_thread",
-            "random",
-        ),
-    ),
-    "transport": (
-        "coordination Transport (e.g. coordination.testing.ScriptedTransport)",
-        ("send", "disconnect", "close"),
-    ),
-    "fetcher": (
-        "recipes.partitioning.RecordFetcher",
-        ("assign", "seek", "position", "poll", "close"),
-    ),
-    "topic_metadata": (
-        "recipes.partitioning.TopicMetadata (e.g. InMemoryTopicMetadata)",
-        ("partition_counts", "topic_names"),
-    ),
-}
-
-
-def check_part(argument: str, value: object) -> None:
-    """Raise ConfigurationError if ``value`` (passed as ``argument=``, not None) lacks a
-    method its interface needs."""
+def check_part(argument: str, value: object, interface: type) -> None:
+    """Raise ConfigurationError if ``value`` (passed as ``argument=``; None: the default)
+    lacks a method of ``interface`` (a Protocol), so that a wrong object fails at
+    construction, naming the argument, rather than later on a background thread."""
     if value is None:
         return
-    interface, methods = INTERFACES[argument]
+    methods = [
+        name for name, member in vars(interface).items()
+        if callable(member) and not name.startswith("_")
+    ]  # fmt: skip
     missing = [m for m in methods if not callable(getattr(value, m, None))]
     if missing:
         raise ConfigurationError(
-            f"{argument}= must be a {interface}; the {type(value).__name__} given has no "
-            f"{', '.join(missing)}"
+            f"{argument}= must be a {interface.__name__} ({', '.join(methods)}); the "
+            f"{type(value).__name__} given has no {', '.join(missing)}"
         )

@@ -113,8 +113,8 @@ class Coordinator(abc.ABC):
                 ``transport`` is not one; the message names it.
         """
         self._config = CoordinatorConfig.from_settings(group_id, settings)
-        check_part("clock", clock)
-        check_part("transport", transport)
+        check_part("clock", clock, Clock)
+        check_part("transport", transport, Transport)
         if transport is None:
             from ._transport.kafka import KafkaTransport
 

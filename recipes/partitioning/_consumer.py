@@ -153,7 +153,7 @@ class Consumer:
             raise ConfigurationError(
                 f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}"
             )
-        check_part("fetcher", fetcher)
+        check_part("fetcher", fetcher, RecordFetcher)
         fetch = {k: settings.pop(k) for k in list(settings) if k in FETCH_SETTINGS}
         if fetcher is not None and fetch:
             raise ConfigurationError(

@@ -159,7 +159,7 @@ class ConsumerPartitioning(Coordinator):
         self._metadata_max_age_s = metadata_max_age_ms / 1000
         # The metadata source this member made itself, to close with it; None if given.
         self._own_metadata: KafkaTopicMetadata | None = None
-        check_part("topic_metadata", topic_metadata)
+        check_part("topic_metadata", topic_metadata, TopicMetadata)
         if topic_metadata is None:
             topic_metadata = self._own_metadata = KafkaTopicMetadata(
                 self.config.client_settings(), self._clock

@@ -67,7 +67,6 @@ class SimFetcher:
         self._transport = transport
         self._rng = clock.random()
         self._positions: dict[Any, int | None] = {}
-        self.closed = False
 
     def assign(self, partitions: Sequence[Any]) -> None:
         self._positions = {tp: self._positions.get(tp) for tp in partitions}
@@ -104,7 +103,7 @@ class SimFetcher:
         return fetched
 
     def close(self) -> None:
-        self.closed = True
+        pass  # nothing to release
 
 
 class _Member:
@@ -130,7 +129,6 @@ class ConsumersDriver(DriverBase):
         self.returned: dict[tuple[str, int], set[int]] = {}
         self.covered: dict[tuple[str, int], int] = {}
         self.committed: dict[tuple[str, int], int] = {}
-        self._violation: str | None = None
 
     def _assignors(self, clock: Scheduler) -> list[Any]:
         from recipes.partitioning import CooperativeStickyAssignor, RangeAssignor
@@ -281,8 +279,6 @@ class ConsumersDriver(DriverBase):
         self._read_entries = len(log.entries)
 
     def check(self, now: float) -> None:
-        if self._violation is not None:
-            raise Violation(self._violation)
         self._read_commits()
         # Cheap first: only a partition two living consumers own can be owned twice.
         seen: set[Any] = set()
