@@ -6,7 +6,9 @@ Catch :class:`CoordinationError` to catch them all. The tree::
     ├── ConfigurationError (also ValueError)     a setting or argument is invalid
     ├── CoordinatorStateError (also RuntimeError) misuse: call after close, close from a callback
     ├── CoordinationTimeoutError (also TimeoutError) a blocking call ran out of time
-    ├── ConnectionFailedError                     authentication (SASL) refused
+    ├── ConnectionFailedError                     the cluster refuses this client's settings
+    │   ├── AuthenticationFailedError             SASL login refused (user, password, mechanism)
+    │   └── TlsError                              certificate not trusted, wrong host, not TLS
     ├── BrokerError                               the broker answered with an error code
     │   ├── RetriableBrokerError                  retried with backoff by the engine
     │   ├── RebalanceRequiredError                answered by a rejoin by the engine
@@ -15,6 +17,7 @@ Catch :class:`CoordinationError` to catch them all. The tree::
     │   └── FatalBrokerError                      the member stops; a person must act
     │       ├── FencedInstanceError               FENCED_INSTANCE_ID
     │       ├── GroupAuthorizationError           GROUP_AUTHORIZATION_FAILED
+    │       ├── TopicAuthorizationError           TOPIC_AUTHORIZATION_FAILED
     │       ├── InconsistentGroupProtocolError    INCONSISTENT_GROUP_PROTOCOL
     │       ├── InvalidSessionTimeoutError        INVALID_SESSION_TIMEOUT
     │       ├── InvalidGroupIdError               INVALID_GROUP_ID
@@ -38,6 +41,7 @@ from ._protocol import error_codes as _codes
 
 __all__ = [
     "AssignmentError",
+    "AuthenticationFailedError",
     "BrokerError",
     "CommitFailedError",
     "ConfigurationError",
@@ -56,6 +60,8 @@ __all__ = [
     "ProtocolCodecError",
     "RebalanceRequiredError",
     "RetriableBrokerError",
+    "TlsError",
+    "TopicAuthorizationError",
     "UnsupportedVersionError",
     "broker_error",
 ]
@@ -78,12 +84,25 @@ class CoordinationTimeoutError(CoordinationError, TimeoutError):
 
 
 class ConnectionFailedError(CoordinationError):
-    """The brokers refused this client's credentials (SASL authentication).
+    """The cluster refuses this client's connection settings; retrying cannot help.
 
-    An unreachable cluster (DNS, TCP, a refused TLS handshake) is not raised: the engine
-    keeps retrying, logs a WARNING naming the servers and the cause, and a blocking call's
+    Raised (and the member stopped) when a SASL login is refused or a TLS connection
+    cannot be set up (:class:`AuthenticationFailedError`, :class:`TlsError`). A cluster that
+    is merely unreachable (DNS, refused TCP, timeouts) is not: the engine keeps retrying,
+    logs a WARNING naming the servers and the cause, and a blocking call's
     :class:`CoordinationTimeoutError` says the bootstrap servers could not be reached and why.
     """
+
+
+class AuthenticationFailedError(ConnectionFailedError):
+    """The broker refused the SASL login: wrong password, unknown user, or a mechanism the
+    listener does not enable (``sasl_mechanism``)."""
+
+
+class TlsError(ConnectionFailedError):
+    """No TLS session could be set up: the broker's certificate is not signed by a trusted
+    CA (``ssl_cafile``), it does not name the host connected to (``bootstrap_servers``), or
+    the port is not a TLS listener (``security_protocol`` does not match the listener's)."""
 
 
 class ProtocolCodecError(CoordinationError):
@@ -171,6 +190,16 @@ class GroupAuthorizationError(FatalBrokerError):
     """The principal lacks READ (or DESCRIBE) permission on the group."""
 
     hint = "Grant the principal READ on the group (and DESCRIBE to find its coordinator)"
+
+
+class TopicAuthorizationError(FatalBrokerError):
+    """The principal may not read or commit the group's offsets of a topic (the request
+    names the topics)."""
+
+    hint = (
+        "Grant the principal DESCRIBE on the topic to read the group's offsets of it and READ "
+        "to commit them (see docs/security.md for what each recipe needs)"
+    )
 
 
 class InconsistentGroupProtocolError(FatalBrokerError):

@@ -36,6 +36,7 @@ from ..errors import (
     MembershipLostError,
     RebalanceRequiredError,
     RetriableBrokerError,
+    TopicAuthorizationError,
     UnsupportedVersionError,
 )
 
@@ -290,7 +291,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
     Policy(E.UNKNOWN_TOPIC_OR_PARTITION),
     Policy(E.OFFSET_METADATA_TOO_LARGE),
     Policy(E.INVALID_COMMIT_OFFSET_SIZE),
-    Policy(E.TOPIC_AUTHORIZATION_FAILED),
+    Policy(E.TOPIC_AUTHORIZATION_FAILED, TopicAuthorizationError),
     Policy(E.NON_EMPTY_GROUP),
     Policy(E.GROUP_ID_NOT_FOUND),
 )

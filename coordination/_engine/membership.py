@@ -47,6 +47,7 @@ from ..errors import (
     CoordinationError,
     CoordinationTimeoutError,
     CoordinatorStateError,
+    FatalBrokerError,
     InconsistentGroupProtocolError,
     broker_error,
 )
@@ -584,7 +585,7 @@ class GroupMembership:
             )
         except TransportError as e:
             if e.fatal:
-                self._fail(ConnectionFailedError(f"{self._who()}: {e}"))
+                self._fail(e.stop_error(self._who()))
             self._note_problem(f"FindCoordinator failed: {e}")
             self._log_unreachable(e)
             return False
@@ -1055,7 +1056,7 @@ class GroupMembership:
 
     def _transport_failed(self, e: TransportError, api: str, sent: Generation) -> _Failed:
         if e.fatal:
-            error = ConnectionFailedError(f"{self._who()}: {api}: {e}")
+            error = e.stop_error(f"{self._who()}: {api}")
             return _Failed(Reaction(Next.FATAL), str(e), sent, error)
         # The member id is kept: the broker may still know it (Kafka keeps it too).
         return _Failed(Reaction(Next.FIND_COORDINATOR), f"{api} got no response: {e}", sent)
@@ -1170,7 +1171,7 @@ class GroupMembership:
             with self._lock:
                 self._timers.failed(self._clock.monotonic(), cfg.retry_backoff_ms / 1000)
             if e.fatal:
-                self._fail(ConnectionFailedError(f"{self._who()}: heartbeat: {e}"))
+                self._fail(e.stop_error(f"{self._who()}: heartbeat"))
             with self._lock:
                 same_node = self._coordinator == node
             if same_node:
@@ -1320,7 +1321,16 @@ class GroupMembership:
             if self._leave_prepared or self._stop.is_set():
                 # close() has begun: no callback may run after (or instead of) on_leave_prepare.
                 raise _Stopped
-            return self._invoke(name, fn, *args)
+            try:
+                return True, fn(*args)
+            except (FatalBrokerError, ConnectionFailedError) as e:
+                # A request of the callback's got an answer retrying cannot change (a missing
+                # ACL, a refused login): stop, as when one of the engine's own requests does.
+                log.error("%s: %s raised %s", self._who(), name, type(e).__name__)
+                self._fail(e)
+            except Exception:
+                log.exception("%s: %s raised; the member carries on", self._who(), name)
+                return False, None
 
     def _sleep(self, seconds: float, deadline: float | None = None) -> bool:
         """Back off; False (without sleeping past it) if the deadline comes first."""

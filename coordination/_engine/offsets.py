@@ -20,7 +20,6 @@ from .._transport.base import TransportError
 from .._types import Generation, OffsetAndMetadata
 from ..errors import (
     CommitFailedError,
-    ConnectionFailedError,
     CoordinationError,
     CoordinationTimeoutError,
     broker_error,
@@ -165,7 +164,9 @@ def fetch(
             code, reaction = _decide(Api.OFFSET_FETCH, codes)
             if _retried(engine, reaction, code, deadline, "OffsetFetch"):
                 continue
-            raise broker_error(code, group_id=cfg.group_id, api="OffsetFetch")
+            failed = sorted({topic for topic, *_, c in response.partitions if c})
+            api = f"OffsetFetch of {', '.join(failed)}" if failed else "OffsetFetch"
+            raise broker_error(code, group_id=cfg.group_id, api=api)
         result: dict[tuple[str, int], OffsetAndMetadata | None] = dict.fromkeys(wanted)
         for topic, partition, offset, metadata, _ in response.partitions:
             if offset >= 0:
@@ -199,7 +200,7 @@ def _send(
         )
     except TransportError as e:
         if e.fatal:
-            raise ConnectionFailedError(f"group {engine.config.group_id!r}: {api}: {e}") from e
+            raise e.stop_error(f"group {engine.config.group_id!r}: {api}") from e
         engine.forget_coordinator(f"{api} got no response: {e}")
         _backoff(engine, deadline, api, str(e))
         return None

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from .._protocol.messages import Request, Response
+from ..errors import ConnectionFailedError
 
 R = TypeVar("R", bound=Response)
 
@@ -25,12 +26,24 @@ class CoordinatorNode:
 class TransportError(Exception):
     """A request got no response: disconnected, timed out, or the broker is unreachable.
 
-    ``fatal`` is set for failures retrying cannot fix (TLS or SASL rejected).
+    ``fatal`` is set for failures retrying cannot fix (TLS or SASL rejected);
+    ``error_type`` is then the error the member stops with.
     """
 
-    def __init__(self, message: str, *, fatal: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        fatal: bool = False,
+        error_type: type[ConnectionFailedError] = ConnectionFailedError,
+    ) -> None:
         super().__init__(message)
         self.fatal = fatal
+        self.error_type = error_type
+
+    def stop_error(self, context: str) -> ConnectionFailedError:
+        """The error a member stops with for this failure, ``context`` naming where."""
+        return self.error_type(f"{context}: {self}")
 
 
 class Transport(Protocol):

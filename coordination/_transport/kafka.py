@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import struct
 import threading
+import time
 import types
+import weakref
 from typing import Any, TypeVar
 
 import kafka.errors as kafka_errors
@@ -22,7 +25,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest as KFindCoordinatorRe
 
 from .._config import bootstrap_list, split_server
 from .._protocol import messages as m
-from ..errors import ConfigurationError
+from ..errors import AuthenticationFailedError, ConfigurationError, TlsError
 from .base import CoordinatorNode, TransportError
 
 log = logging.getLogger("coordination.transport")
@@ -33,6 +36,8 @@ _GROUP_KEY_TYPE = 0  # FindCoordinator key type GROUP
 # One bootstrap attempt lasts at most this long, so a caller waiting with a timeout learns
 # why the cluster cannot be reached while it still waits (kafka-python keeps retrying inside).
 _BOOTSTRAP_ATTEMPT_S = 5.0
+# ... watched in slices this long for a refused login, which no retry can fix.
+_BOOTSTRAP_SLICE_S = 1.0
 # How long the diagnosis of a failed bootstrap may spend on each server.
 _PROBE_TIMEOUT_S = 2.0
 
@@ -47,7 +52,7 @@ class KafkaTransport:
         configs["client_id"] = client_id
         configs["request_timeout_ms"] = request_timeout_ms
         self._net = NetworkSelector(**configs)
-        self._manager = KafkaConnectionManager(self._net, **configs)
+        self._manager = _ConnectionManager(self._net, **configs)
         self._bootstrap_lock = threading.Lock()
         self._closed = False
         self._servers = connection.get("bootstrap_servers")
@@ -80,8 +85,8 @@ class KafkaTransport:
 
         try:
             raw = self._manager.run(exchange)
-        except (kafka_errors.SaslAuthenticationFailedError, kafka_errors.AuthorizationError) as e:
-            raise TransportError(f"authentication failed: {e}", fatal=True) from e
+        except _REFUSALS as e:
+            raise _refused(e) from e
         except kafka_errors.IncompatibleBrokerVersion as e:
             raise TransportError(f"broker does not support {type(request).__name__}: {e}") from e
         except (kafka_errors.KafkaError, OSError, RuntimeError) as e:
@@ -114,17 +119,40 @@ class KafkaTransport:
             self._net.start()  # kafka-python's I/O thread; idempotent
             attempt_s = min(max(1.0, timeout_s), _BOOTSTRAP_ATTEMPT_S)
             try:
-                self._manager.bootstrap(timeout_ms=int(attempt_s * 1000))
-            except (
-                kafka_errors.SaslAuthenticationFailedError,
-                kafka_errors.AuthorizationError,
-            ) as e:
-                raise TransportError(f"authentication failed: {e}", fatal=True) from e
+                self._bootstrap(attempt_s)
+            except _REFUSALS as e:
+                raise _refused(e) from e
             except Exception as e:
+                if self._manager.refusal is not None:
+                    raise _refused(self._manager.refusal) from e
                 # kafka-python only says it could not bootstrap; find out why, server by server.
                 servers = bootstrap_list(self._servers)
-                why = "; ".join(diagnose(server, self._tls) for server in servers)
-                raise TransportError(f"cannot reach bootstrap servers {servers}: {why or e}") from e
+                findings = [diagnose(server, self._tls) for server in servers]
+                why = "; ".join(finding.message for finding in findings)
+                # Stop only when every server says the same settings problem: one broker
+                # restarting mid-handshake must not stop a member for good.
+                fatal = bool(findings) and all(f.settings_problem for f in findings)
+                raise TransportError(
+                    f"cannot reach bootstrap servers {servers}: {why or e}",
+                    fatal=fatal,
+                    error_type=TlsError,
+                ) from e
+
+    def _bootstrap(self, seconds: float) -> None:
+        """kafka-python's bootstrap, for at most ``seconds``, given up at a refused login.
+
+        Its bootstrap tries again after a refusal until its deadline; run in short slices
+        (its backoff carries over between them), a refusal is reported within a slice.
+        """
+        deadline = time.monotonic() + seconds
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                self._manager.bootstrap(timeout_ms=int(min(remaining, _BOOTSTRAP_SLICE_S) * 1000))
+                return
+            except Exception:
+                if self._manager.refusal is not None or remaining <= _BOOTSTRAP_SLICE_S:
+                    raise
 
     def _coordinator_node_id(self, coordinator: CoordinatorNode) -> Any:
         # A dedicated node id gives the coordinator its own connection, apart from
@@ -318,6 +346,70 @@ def _offset_fetch(request: m.OffsetFetchRequest) -> Any:
     )
 
 
+# What a broker answers when it refuses a login or a principal.
+_REFUSALS = (
+    kafka_errors.SaslAuthenticationFailedError,
+    kafka_errors.UnsupportedSaslMechanismError,
+    kafka_errors.IllegalSaslStateError,
+    kafka_errors.AuthorizationError,
+)
+
+
+def _refused(e: BaseException) -> TransportError:
+    return TransportError(
+        f"authentication failed: {e}", fatal=True, error_type=AuthenticationFailedError
+    )
+
+
+class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
+    """kafka-python's connection manager, remembering the broker's last refused login.
+
+    Its bootstrap logs a refused SASL login and tries again until its deadline, then says
+    only that it could not bootstrap; the refusal is what the user needs to hear.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refusal: BaseException | None = None
+        self._watched: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def get_connection(self, node_id: Any, *args: Any, **kwargs: Any) -> Any:
+        connection = super().get_connection(node_id, *args, **kwargs)
+        if connection not in self._watched:
+            self._watched.add(connection)
+            connection.init_future.add_errback(self._note_failure)
+        return connection
+
+    def _note_failure(self, error: BaseException) -> None:
+        if isinstance(error, _REFUSALS):
+            self.refusal = error
+
+    async def _build_transport(self, node: Any, timeout_at: Any = None) -> Any:
+        transport = await super()._build_transport(node, timeout_at=timeout_at)
+        receive = getattr(transport, "_sock_recv", None)
+        if receive is not None:
+            transport._sock_recv = _delivering_before_close(receive)
+        return transport
+
+
+def _delivering_before_close(receive: Any) -> Any:
+    """kafka-python's socket read, made to hand over what it read before the peer closed.
+
+    A broker refusing a SASL login sends the refusal and closes the connection; when both
+    arrive together, kafka-python's read returns the bytes with the close and its read loop
+    drops the bytes, so the refusal is seen as a bare "socket disconnected" and retried.
+    Here the bytes come first; the next read sees the close again.
+    """
+
+    def receive_then_close() -> tuple[bytes, Any]:
+        data, error = receive()
+        if data and error is not None:
+            return data, None
+        return data, error
+
+    return receive_then_close
+
+
 def _tls_context(connection: dict[str, Any]) -> ssl.SSLContext | None:
     """The TLS context the connection settings describe, for diagnosis only."""
     given = connection.get("ssl_context")
@@ -337,38 +429,125 @@ def _tls_context(connection: dict[str, Any]) -> ssl.SSLContext | None:
     return context
 
 
-def diagnose(server: str, tls: ssl.SSLContext | None) -> str:
+class Finding:
+    """What :func:`diagnose` found out about one server."""
+
+    def __init__(self, message: str, *, settings_problem: bool = False) -> None:
+        self.message = message
+        # True when the server answers but these settings cannot work with it.
+        self.settings_problem = settings_problem
+
+    def __repr__(self) -> str:
+        return f"Finding({self.message!r}, settings_problem={self.settings_problem})"
+
+
+def diagnose(server: str, tls: ssl.SSLContext | None) -> Finding:
     """Why ``server`` (``host:port``) cannot be used: DNS, TCP, then the TLS handshake."""
     try:
         host, port = split_server(server)
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except ConfigurationError as e:
-        return str(e)
+        return Finding(str(e), settings_problem=True)
     except socket.gaierror as e:
-        return f"{server}: DNS lookup of {host!r} failed ({e.strerror})"
-    family, kind, proto, _, address = addresses[0]
+        return Finding(f"{server}: DNS lookup of {host!r} failed ({e.strerror})")
+    address = addresses[0]
     try:
-        with socket.socket(family, kind, proto) as sock:
-            sock.settimeout(_PROBE_TIMEOUT_S)
-            sock.connect(address)
+        with _connected(address) as sock:
             if tls is None:
-                return (
+                if _speaks_tls(address, host):
+                    return Finding(
+                        f"{server}: this port is a TLS listener; set security_protocol to SSL "
+                        "or SASL_SSL (and ssl_cafile), or use the broker's PLAINTEXT port",
+                        settings_problem=True,
+                    )
+                return Finding(
                     f"{server}: the port accepts connections, but kafka-python could not bootstrap"
                 )
             try:
-                with tls.wrap_socket(sock, server_hostname=host) as secured:
-                    secured.do_handshake()
+                _handshake(tls, sock, host)
             except ssl.SSLCertVerificationError as e:
-                return f"{server}: TLS certificate not accepted ({e.verify_message})"
-            except (TimeoutError, ssl.SSLError, ConnectionError) as e:
-                return (
-                    f"{server}: TLS handshake failed ({e}); is this port a TLS listener? "
-                    "(security_protocol=SSL/SASL_SSL needs one)"
+                return Finding(
+                    f"{server}: TLS certificate not accepted ({e.verify_message}); "
+                    + _certificate_advice(e),
+                    settings_problem=True,
                 )
-            return f"{server}: TLS works, but kafka-python could not bootstrap"
+            except (TimeoutError, ssl.SSLError, ConnectionError) as e:
+                if _speaks_kafka_in_plaintext(address):
+                    return Finding(
+                        f"{server}: this port is a PLAINTEXT listener, not TLS; use the "
+                        "broker's SSL/SASL_SSL port or set security_protocol=PLAINTEXT",
+                        settings_problem=True,
+                    )
+                return Finding(f"{server}: TLS handshake failed ({e})")
+            return Finding(f"{server}: TLS works, but kafka-python could not bootstrap")
     except TimeoutError:
-        return f"{server}: no answer within {_PROBE_TIMEOUT_S:.0f}s (firewall, or wrong host?)"
+        return Finding(
+            f"{server}: no answer within {_PROBE_TIMEOUT_S:.0f}s (firewall, or wrong host?)"
+        )
     except ConnectionRefusedError:
-        return f"{server}: connection refused (nothing listens on port {port})"
+        return Finding(f"{server}: connection refused (nothing listens on port {port})")
     except OSError as e:
-        return f"{server}: {e.strerror or e}"
+        return Finding(f"{server}: {e.strerror or e}")
+
+
+def _certificate_advice(e: ssl.SSLCertVerificationError) -> str:
+    if "match" in str(e.verify_message).lower() or "hostname" in str(e).lower():
+        return "connect by a name the certificate lists (its subject alternative names)"
+    return "set ssl_cafile to the CA that signed the broker's certificate"
+
+
+def _connected(address: Any) -> socket.socket:
+    family, kind, proto, _, target = address
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.settimeout(_PROBE_TIMEOUT_S)
+        sock.connect(target)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _speaks_tls(address: Any, host: str) -> bool:
+    """Whether the server completes a TLS handshake (its certificate not checked)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with _connected(address) as sock:
+            _handshake(context, sock, host)
+            return True
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def _handshake(context: ssl.SSLContext, sock: socket.socket, host: str) -> None:
+    # Handshake after wrapping: a handshake inside wrap_socket that fails leaves the wrapped
+    # socket (which took over the descriptor) unclosed.
+    secured = context.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+    with secured:
+        secured.do_handshake()
+
+
+def _speaks_kafka_in_plaintext(address: Any) -> bool:
+    """Whether the server answers a plaintext ApiVersions request (v0) like a broker."""
+    correlation_id = 0x5EC0
+    client_id = b"coordination-probe"
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    try:
+        with _connected(address) as sock:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            header = _read_exactly(sock, 8)
+    except OSError:
+        return False
+    return header is not None and struct.unpack(">ii", header)[1] == correlation_id
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data

@@ -29,6 +29,7 @@ from typing_extensions import Self
 
 from ..errors import CoordinationError
 from ._maven import resolve_classpath
+from ._security import BrokerSecurity
 
 log = logging.getLogger("coordination.testing.broker")
 
@@ -105,6 +106,8 @@ class _Node:
     controller_port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = None
+    ssl_port: int | None = None  # with security only
+    sasl_ssl_port: int | None = None
 
     @property
     def log_file(self) -> Path:
@@ -133,6 +136,7 @@ class KafkaCluster:
         ports: list[int] | None = None,
         directory: Path | None = None,
         start_timeout: float = 120.0,
+        security: BrokerSecurity | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
@@ -151,9 +155,12 @@ class KafkaCluster:
                 port=ports[i] if ports else free_port(),
                 controller_port=free_port(),
                 directory=self._root / f"broker-{i + 1}",
+                ssl_port=free_port() if security else None,
+                sasl_ssl_port=free_port() if security else None,
             )
             for i in range(brokers)
         ]
+        self.security = security
         self._classpath: str | None = None
         self._formatted = False
 
@@ -163,6 +170,21 @@ class KafkaCluster:
     def bootstrap_servers(self) -> str:
         """``host:port,...`` of every broker."""
         return ",".join(f"127.0.0.1:{n.port}" for n in self._nodes)
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """``host:port,...`` of every broker's SSL listener (with ``security`` only)."""
+        return ",".join(f"127.0.0.1:{n.ssl_port}" for n in self._secured())
+
+    @property
+    def sasl_ssl_bootstrap_servers(self) -> str:
+        """``host:port,...`` of every broker's SASL_SSL listener (with ``security`` only)."""
+        return ",".join(f"127.0.0.1:{n.sasl_ssl_port}" for n in self._secured())
+
+    def _secured(self) -> list[_Node]:
+        if self.security is None:
+            raise ValueError("this cluster was started without security=")
+        return self._nodes
 
     @property
     def size(self) -> int:
@@ -264,6 +286,15 @@ class KafkaCluster:
             "min.insync.replicas": "1",
             "default.replication.factor": replication,
         }
+        if self.security is not None:
+            props["listeners"] += (
+                f",SSL://127.0.0.1:{node.ssl_port},SASL_SSL://127.0.0.1:{node.sasl_ssl_port}"
+            )
+            props["advertised.listeners"] += (
+                f",SSL://127.0.0.1:{node.ssl_port},SASL_SSL://127.0.0.1:{node.sasl_ssl_port}"
+            )
+            props["listener.security.protocol.map"] += ",SSL:SSL,SASL_SSL:SASL_SSL"
+            props.update(self.security.broker_config())
         props.update(self._config)
         return props
 
@@ -283,6 +314,7 @@ class KafkaCluster:
             self._cluster_id,
             "-c",
             str(properties),
+            *(self.security.format_arguments() if self.security is not None else []),
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:

@@ -417,6 +417,30 @@ def test_perform_assignment_raising_fails_the_rebalance_and_retries() -> None:
     assert h.engine.metrics().failed_rebalance_total == 1
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.TopicAuthorizationError(29, group_id=GROUP, api="OffsetFetch of tokens"),
+        errors.AuthenticationFailedError("authentication failed: bad password"),
+    ],
+    ids=["no-acl", "login-refused"],
+)
+def test_a_callback_meeting_an_error_retrying_cannot_fix_stops_the_member(
+    error: errors.CoordinationError,
+) -> None:
+    # The election reads its stored token in perform_assignment: without DESCRIBE on the
+    # token topic, retrying the rebalance forever would leave the group leaderless silently.
+    h = Harness()
+    h.member.assign_error = error
+    h.prepare(NODE, joined("m-1", 1, leader="m-1"))
+    with pytest.raises(type(error)) as raised:
+        h.engine.join_group_if_needed(deadline=None)
+    assert raised.value is error
+    assert h.engine.state is MemberState.CLOSED
+    assert h.engine.fatal_error is error
+    assert h.transport.requests(m.SyncGroupRequest) == []
+
+
 def test_on_join_complete_raising_is_retried_with_the_same_assignment() -> None:
     h = Harness()
     h.member.complete_errors = [RuntimeError("db down"), RuntimeError("db down")]

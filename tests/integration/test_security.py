@@ -1,0 +1,333 @@
+"""Every recipe over TLS and SASL on a real broker, and a typed error for each way it can fail.
+
+The broker (``KafkaCluster(security=...)``) has an SSL listener, a SASL_SSL listener with
+SCRAM-SHA-512 users and the ``StandardAuthorizer`` with no access without an ACL. The
+users and their ACLs:
+
+* ``alice``: what docs/security.md lists for every recipe, on the ``sec-`` prefix;
+* ``bob``: a valid login and no ACL at all;
+* ``carol``: alice's ACLs except WRITE on topics (her election's fenced producer cannot write);
+* ``dave``: alice's ACLs on groups and transactional ids, none on topics (the election
+  cannot read its stored token).
+
+The broker is always started here from Maven Central's jars (a cluster given by
+``KAFKA_BOOTSTRAP_SERVERS`` has no known users or certificates); it fails loudly if it
+cannot start.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import (
+    ACL,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    KafkaAdminClient,
+    NewTopic,
+    ResourcePattern,
+    ResourceType,
+)
+
+from coordination import errors
+from coordination.testing import NEWEST_KAFKA, KafkaCluster
+from coordination.testing._security import BrokerSecurity, make_ca
+from recipes.election import LeaderElection
+from recipes.partitioning import Consumer, TopicPartition
+from recipes.tasks import TaskDistribution
+
+from .members import Listing, wait_until
+
+pytestmark = pytest.mark.integration
+
+USERS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret", "dave": "d-s"}
+FAST = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500, "retry_backoff_ms": 50}
+# A failure that retrying cannot fix must be reported well before a caller's timeout: one
+# bootstrap attempt (5 s) and the diagnosis of each server (at most 2 s per probe) ...
+REPORTED_WITHIN_S = 20.0
+WAIT_S = 60.0  # ... while the caller would wait this long.
+
+
+class Secured:
+    def __init__(self, cluster: KafkaCluster, security: BrokerSecurity, root: Path) -> None:
+        self.cluster = cluster
+        self.security = security
+        self.other_ca = make_ca(root / "other-ca", "other-ca", "other-ca-pw")[1]
+
+    def login(self, user: str, password: str | None = None) -> dict[str, Any]:
+        """Connection settings of ``user`` on the SASL_SSL listener."""
+        return {
+            "bootstrap_servers": self.cluster.sasl_ssl_bootstrap_servers,
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": user,
+            "sasl_plain_password": USERS[user] if password is None else password,
+            "ssl_cafile": str(self.security.ca_file),
+        }
+
+    def admin(self) -> KafkaAdminClient:
+        # The PLAINTEXT listener's principal (ANONYMOUS) is a super user: the test's own.
+        return KafkaAdminClient(bootstrap_servers=self.cluster.bootstrap_servers)
+
+
+def _allow(user: str, kind: ResourceType, operation: ACLOperation) -> ACL:
+    pattern = ResourcePattern(kind, "sec-", ACLResourcePatternType.PREFIXED)
+    return ACL(f"User:{user}", "*", operation, ACLPermissionType.ALLOW, pattern)
+
+
+def _acls() -> list[ACL]:
+    acls = []
+    for user in ("alice", "carol", "dave"):
+        acls += [
+            _allow(user, ResourceType.GROUP, ACLOperation.READ),
+            _allow(user, ResourceType.GROUP, ACLOperation.DESCRIBE),
+            _allow(user, ResourceType.TRANSACTIONAL_ID, ACLOperation.WRITE),
+            _allow(user, ResourceType.TRANSACTIONAL_ID, ACLOperation.DESCRIBE),
+        ]
+    for user in ("alice", "carol"):
+        acls += [
+            _allow(user, ResourceType.TOPIC, ACLOperation.READ),
+            _allow(user, ResourceType.TOPIC, ACLOperation.DESCRIBE),
+        ]
+    acls.append(_allow("alice", ResourceType.TOPIC, ACLOperation.WRITE))
+    return acls
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    root = tmp_path_factory.mktemp("secured")
+    security = BrokerSecurity(root / "certificates", users=USERS)
+    with KafkaCluster(brokers=1, version=NEWEST_KAFKA, security=security) as cluster:
+        setup = Secured(cluster, security, root)
+        admin = setup.admin()
+        try:
+            created = admin.create_acls(_acls())
+            assert not created["failed"], created["failed"]
+            admin.create_topics(
+                [NewTopic(name, 1, 1) for name in ("sec-tokens", "sec-out", "sec-tasks")]
+                + [NewTopic("sec-in", 3, 1)]
+            )
+        finally:
+            admin.close()
+        yield setup
+
+
+def group() -> str:
+    return f"sec-{uuid.uuid4().hex[:8]}"
+
+
+def election(settings: dict[str, Any], name: str, group_id: str, **kw: Any) -> LeaderElection:
+    return LeaderElection(
+        group_id, identity=name, token_topic="sec-tokens", **{**FAST, **settings, **kw}
+    )
+
+
+# ----------------------------------------------------------------------- every recipe works
+
+
+def test_election_over_sasl_ssl_elects_and_its_fenced_producer_writes(secured: Secured) -> None:
+    g = group()
+    with (
+        election(secured.login("alice"), "a", g, transactional_id=f"{g}.leader") as first,
+        election(secured.login("alice"), "b", g, transactional_id=f"{g}.leader") as second,
+    ):
+        leader = first.wait_for_leader(WAIT_S)
+        assert second.wait_for_leader(WAIT_S) == leader
+        leading = first if leader.identity == "a" else second
+        leadership = leading.leadership()
+        assert leadership is not None
+        producer = leadership.transactional_producer()
+        try:
+            producer.begin_transaction()
+            producer.send("sec-out", key=g.encode(), value=str(leadership.token).encode())
+            producer.commit_transaction()
+        finally:
+            producer.close()
+    reader = KafkaConsumer(
+        **secured.login("alice"),
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+    )
+    try:
+        reader.assign([TopicPartition("sec-out", 0)])
+        keys = {r.key for r in reader}
+    finally:
+        reader.close()
+    assert g.encode() in keys
+
+
+def test_tasks_over_sasl_ssl_run_every_task_once(secured: Secured) -> None:
+    g = group()
+    running: dict[str, set[str]] = {"w1": set(), "w2": set()}
+    lock = threading.Lock()
+
+    def worker(name: str) -> TaskDistribution:
+        def start(task: str, spec: object) -> None:
+            with lock:
+                running[name].add(task)
+
+        def stop(task: str) -> None:
+            with lock:
+                running[name].discard(task)
+
+        tasks = {f"t{i}": 1.0 for i in range(6)}
+        return TaskDistribution(
+            g,
+            worker_id=name,
+            start_task=start,
+            stop_task=stop,
+            tasks=tasks,
+            **{**FAST, **secured.login("alice")},
+        )
+
+    with worker("w1") as w1, worker("w2") as w2:
+        w1.wait_stable(WAIT_S)
+        w2.wait_stable(WAIT_S)
+
+        def spread() -> bool:
+            with lock:
+                a, b = set(running["w1"]), set(running["w2"])
+            return a | b == {f"t{i}" for i in range(6)} and not a & b and bool(a) and bool(b)
+
+        wait_until(spread, WAIT_S, "every task running on exactly one worker")
+
+
+def test_consumer_over_sasl_ssl_reads_everything_and_commits(secured: Secured) -> None:
+    producer = KafkaProducer(bootstrap_servers=secured.cluster.bootstrap_servers)
+    marker = uuid.uuid4().hex.encode()
+    for p in range(3):
+        for i in range(5):
+            producer.send("sec-in", key=marker, value=f"{p}-{i}".encode(), partition=p)
+    producer.flush()
+    producer.close()
+    g = group()
+    seen: set[bytes] = set()
+    with Consumer(
+        g, topics=["sec-in"], auto_offset_reset="earliest", **{**FAST, **secured.login("alice")}
+    ) as consumer:
+
+        def read() -> bool:
+            for records in consumer.poll(timeout_ms=200).values():
+                seen.update(r.value for r in records if r.key == marker)
+            return len(seen) == 15
+
+        wait_until(read, WAIT_S, "all 15 records read over SASL_SSL")
+        consumer.commit()
+        committed = consumer.committed([TopicPartition("sec-in", p) for p in range(3)])
+    assert all(offset is not None and offset > 0 for offset in committed.values())
+
+
+# ---------------------------------------------------------------- typed errors, in bounded time
+
+
+def _fails_fast(settings: dict[str, Any]) -> errors.CoordinationError:
+    """Start an election with ``settings``; the error its wait raises, soon."""
+    started = time.monotonic()
+    member = election(settings, "x", group())
+    try:
+        member.start()
+        with pytest.raises(errors.CoordinationError) as raised:
+            member.wait_for_leader(WAIT_S)
+    finally:
+        member.close()
+    elapsed = time.monotonic() - started
+    assert elapsed < REPORTED_WITHIN_S, f"took {elapsed:.1f}s to report {raised.value!r}"
+    return raised.value
+
+
+def test_a_wrong_password_is_an_authentication_error(secured: Secured) -> None:
+    error = _fails_fast(secured.login("alice", password="not-alices"))
+    assert isinstance(error, errors.AuthenticationFailedError)
+    assert "authentication failed" in str(error) and "invalid credentials" in str(error)
+
+
+def test_an_unknown_user_is_an_authentication_error(secured: Secured) -> None:
+    settings = {**secured.login("alice"), "sasl_plain_username": "mallory"}
+    assert isinstance(_fails_fast(settings), errors.AuthenticationFailedError)
+
+
+def test_an_untrusted_certificate_authority_is_a_tls_error(secured: Secured) -> None:
+    settings = {**secured.login("alice"), "ssl_cafile": str(secured.other_ca)}
+    error = _fails_fast(settings)
+    assert isinstance(error, errors.TlsError)
+    assert "certificate not accepted" in str(error) and "ssl_cafile" in str(error)
+
+
+def test_a_host_the_certificate_does_not_name_is_a_tls_error(secured: Secured) -> None:
+    # The broker's certificate names 127.0.0.1 only.
+    port = secured.cluster.ssl_bootstrap_servers.rsplit(":", 1)[1]
+    settings = {
+        "bootstrap_servers": f"localhost:{port}",
+        "security_protocol": "SSL",
+        "ssl_cafile": str(secured.security.ca_file),
+    }
+    error = _fails_fast(settings)
+    assert isinstance(error, errors.TlsError)
+    assert "Hostname mismatch" in str(error) and "subject alternative names" in str(error)
+
+
+def test_tls_to_a_plaintext_port_is_a_tls_error(secured: Secured) -> None:
+    settings = {
+        "bootstrap_servers": secured.cluster.bootstrap_servers,
+        "security_protocol": "SSL",
+        "ssl_cafile": str(secured.security.ca_file),
+    }
+    error = _fails_fast(settings)
+    assert isinstance(error, errors.TlsError)
+    assert "PLAINTEXT listener" in str(error)
+
+
+def test_plaintext_to_a_tls_port_is_a_tls_error(secured: Secured) -> None:
+    error = _fails_fast({"bootstrap_servers": secured.cluster.ssl_bootstrap_servers})
+    assert isinstance(error, errors.TlsError)
+    assert "TLS listener" in str(error) and "security_protocol" in str(error)
+
+
+# ------------------------------------------------------------------------------ authorization
+
+
+def test_no_read_on_the_group_is_a_group_authorization_error(secured: Secured) -> None:
+    started = time.monotonic()
+    with (
+        Listing(group(), **secured.login("bob")) as member,
+        pytest.raises(errors.GroupAuthorizationError) as raised,
+    ):
+        member.ensure_active_group(timeout=WAIT_S)
+    assert time.monotonic() - started < REPORTED_WITHIN_S
+    assert "Grant the principal READ on the group" in str(raised.value)
+
+
+def test_no_describe_on_the_token_topic_stops_the_election_with_a_topic_error(
+    secured: Secured,
+) -> None:
+    error = _fails_fast(secured.login("dave"))
+    assert isinstance(error, errors.TopicAuthorizationError)
+    assert "sec-tokens" in str(error)
+
+
+def test_no_write_on_a_topic_fails_the_fenced_producers_write_clearly(secured: Secured) -> None:
+    g = group()
+    with election(secured.login("carol"), "c", g, transactional_id=f"{g}.leader") as member:
+        member.wait_for_leader(WAIT_S)
+        leadership = member.leadership()
+        assert leadership is not None
+        producer = leadership.transactional_producer(max_block_ms=10_000)
+        try:
+            producer.begin_transaction()
+            started = time.monotonic()
+            with pytest.raises(Exception) as raised:
+                producer.send("sec-out", value=b"x").get(timeout=WAIT_S)
+            assert time.monotonic() - started < REPORTED_WITHIN_S
+            assert "TopicAuthorizationFailed" in type(raised.value).__name__
+            assert "sec-out" in str(raised.value)
+        finally:
+            producer.close(timeout=5)
