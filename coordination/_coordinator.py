@@ -212,8 +212,9 @@ class Coordinator(abc.ABC):
         Raises:
             CoordinationTimeoutError: not stable in time; the member keeps trying.
             FatalBrokerError: the member stopped on an error a person must fix.
-            ConnectionFailedError: SASL authentication was refused. An unreachable
-                cluster (DNS, TCP, TLS) is retried; the timeout error says why.
+            ConnectionFailedError: the cluster refuses these settings: a SASL login
+                (AuthenticationFailedError) or TLS (TlsError). An unreachable cluster
+                (DNS, TCP) is retried; the timeout error says why.
             CoordinatorStateError: the member was closed.
         """
         self._engine.start()

@@ -1,8 +1,9 @@
 """Tools for testing code built on ``coordination``: real brokers and a scripted transport.
 
 ``KafkaCluster`` starts real Apache Kafka brokers (KRaft, on loopback) from jars
-resolved from Maven Central; ``ScriptedTransport`` answers a member's requests
-from a script, for fast deterministic tests of error paths.
+resolved from Maven Central (with ``BrokerSecurity``: TLS and SASL listeners, ACLs);
+``ScriptedTransport`` answers a member's requests from a script, for fast deterministic
+tests of error paths.
 """
 
 from __future__ import annotations
@@ -23,11 +24,16 @@ from ._scripted import ManualClock as ManualClock
 from ._scripted import ScriptedTransport as ScriptedTransport
 from ._scripted import SentRequest as SentRequest
 from ._scripted import UnscriptedRequestError as UnscriptedRequestError
+from ._security import BrokerSecurity as BrokerSecurity
+from ._security import CertificateError as CertificateError
+from ._security import make_ca as make_ca
 
 __all__ = [
     "KAFKA_3",
     "NEWEST_KAFKA",
+    "BrokerSecurity",
     "BrokerStartError",
+    "CertificateError",
     "CoordinatorNode",
     "KafkaCluster",
     "ManualClock",
@@ -38,6 +44,7 @@ __all__ = [
     "TransportError",
     "UnscriptedRequestError",
     "kafka_classpath",
+    "make_ca",
     "messages",
     "resolve_classpath",
     "running_kafka",

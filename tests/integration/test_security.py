@@ -38,8 +38,7 @@ from kafka.admin import (
 )
 
 from coordination import errors
-from coordination.testing import NEWEST_KAFKA, KafkaCluster
-from coordination.testing._security import BrokerSecurity, make_ca
+from coordination.testing import NEWEST_KAFKA, BrokerSecurity, KafkaCluster, make_ca
 from recipes.election import LeaderElection
 from recipes.partitioning import Consumer, TopicPartition
 from recipes.tasks import TaskDistribution
