@@ -13,6 +13,7 @@ from coordination._engine.clock import Clock, Thread
 from coordination._lease import engine_clock
 from coordination._transport.base import Transport
 from coordination.errors import ConfigurationError, ProtocolCodecError
+from recipes._recipe import ClockTimer
 
 from ._listener import RebalanceListener
 from ._metadata import KafkaTopicMetadata, TopicMetadata
@@ -176,6 +177,11 @@ class ConsumerPartitioning(Coordinator):
         self._unannounced: frozenset[TopicPartition] = _EMPTY
         # What the leader assigned from, to notice partition-count changes (as Java does).
         self._assigned_counts: dict[str, int] | None = None
+        # Partitions the leader's last plan withheld from everyone because a member still
+        # claimed them (a COOPERATIVE hand-over: the claimant revokes, then rejoins), and the
+        # timer that makes sure that follow-up rebalance happens.
+        self._withheld: frozenset[TopicPartition] = _EMPTY
+        self._handover_check: ClockTimer | None = None
         self._stop = self._clock.event()
         self._watcher: Thread | None = None
 
@@ -214,6 +220,9 @@ class ConsumerPartitioning(Coordinator):
 
     def close(self, timeout: float = 30.0, *, leave_group: bool = True) -> None:
         self._stop.set()
+        with self._lock:
+            if self._handover_check is not None:
+                self._handover_check.cancel()
         super().close(timeout, leave_group=leave_group)
         if self._own_metadata is not None:
             self._own_metadata.close()
@@ -274,8 +283,11 @@ class ConsumerPartitioning(Coordinator):
         all_topics = {t for s in subscriptions.values() for t in s.topics}
         counts = dict(self._metadata.partition_counts(all_topics))
         plan = assignor.assign(counts, subscriptions)
+        assigned = {tp for a in plan.values() for tp in a.partitions}
+        claimed = {tp for sub in subscriptions.values() for tp in sub.owned_partitions}
         with self._lock:
             self._assigned_counts = counts
+            self._withheld = frozenset(claimed - assigned)
         empty = encode_assignment(Assignment(()))
         result = {m.member_id: empty for m in members}
         for member_id, assignment in plan.items():
@@ -297,6 +309,9 @@ class ConsumerPartitioning(Coordinator):
     def on_join_prepare(self, generation: int, member_id: str) -> None:
         with self._lock:
             owned, topics = self._owned, self._topics
+            self._withheld = _EMPTY  # of a plan that did not become a generation
+            if self._handover_check is not None:
+                self._handover_check.cancel()
         if not owned:
             return
         if generation < 0 or not member_id:
@@ -342,6 +357,7 @@ class ConsumerPartitioning(Coordinator):
             self._owned_generation = generation
         if assignor is not None:
             assignor.on_assignment(decoded, generation)
+        self._watch_handover(generation)
         self._listener.on_partitions_assigned(added)
         with self._lock:
             self._unannounced -= added
@@ -396,6 +412,38 @@ class ConsumerPartitioning(Coordinator):
     def _matching(self, names: Iterable[str]) -> frozenset[str]:
         assert self._pattern is not None
         return frozenset(n for n in names if self._pattern.fullmatch(n))
+
+    def _watch_handover(self, generation: int) -> None:
+        """As leader of ``generation``, rejoin if the partitions its plan withheld for a
+        hand-over are still withheld ``session_timeout_ms`` later.
+
+        The member that must revoke them rejoins right after, and that rebalance assigns
+        them. But if that member was a static member replaced by a restart, the new process
+        took over an assignment made for its predecessor, owns none of them, and has
+        nothing to revoke: nobody rejoins, and the partitions would stay unowned until the
+        next rebalance for another reason. (A leader's rejoin makes the broker rebalance.)
+        """
+        with self._lock:
+            withheld, self._withheld = self._withheld, _EMPTY
+            if not withheld:
+                return
+            self._handover_check = ClockTimer(
+                self._clock,
+                self.config.session_timeout_ms / 1000,
+                lambda: self._check_handover(generation, withheld),
+                f"partitioning-handover|{self.group_id}",
+            )
+
+    def _check_handover(self, generation: int, withheld: frozenset[TopicPartition]) -> None:
+        if self._stop.is_set() or self.generation().generation_id != generation:
+            return  # closed, or a rebalance came: it assigned them
+        reason = (
+            f"{len(withheld)} partitions withheld in generation {generation} for a cooperative "
+            "hand-over were not handed over: their previous owner did not rejoin (replaced "
+            "by a static restart?)"
+        )
+        log.warning("group %s: %s; rejoining", self.group_id, reason)
+        self.request_rejoin(reason)
 
     def _watch_metadata(self) -> None:
         """Every ``metadata_max_age_ms`` until closed: :meth:`_check_metadata`."""
