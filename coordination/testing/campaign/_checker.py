@@ -28,6 +28,7 @@ The checks (each returns the evidence of every violation it found):
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -279,27 +280,21 @@ def task_runs(history: History) -> list[Span]:
     spans: list[Span] = []
     for process, events in history.tasks.items():
         current: dict[str, list[float]] = {}
-
-        def close(task: str, process: str = process) -> None:
-            run = current.pop(task, None)
-            if run is not None:
-                spans.append(Span(process, task, run[0], run[1]))
-
         for e in events:
             kind = e["event"]
             if kind not in ("started", "unit", "stopped"):
                 continue
             task, t = str(e["task"]), float(e["t"])
-            if kind == "started":
-                close(task)
-                current[task] = [t, t]
-            elif kind == "unit":
+            if kind == "unit":
                 run = current.setdefault(task, [t, t])
                 run[1] = max(run[1], t)
-            else:
-                close(task)
-        for task in list(current):
-            close(task)
+                continue
+            ended = current.pop(task, None)
+            if ended is not None:
+                spans.append(Span(process, task, ended[0], ended[1]))
+            if kind == "started":
+                current[task] = [t, t]
+        spans += [Span(process, task, run[0], run[1]) for task, run in current.items()]
     return spans
 
 
@@ -529,7 +524,7 @@ def duplicates(
         if len(seen) < 2:
             continue
         ordered = sorted(seen, key=lambda c: c.t)
-        for earlier, again in zip(ordered, ordered[1:]):
+        for earlier, again in itertools.pairwise(ordered):
             reason = ""
             if again.process == earlier.process and again.epoch == earlier.epoch:
                 reason = "in the same ownership, with no rebalance or crash in between"
