@@ -241,3 +241,33 @@ def test_load_reads_a_run_directory(tmp_path: Path) -> None:
     assert h.stopping_at == 9.0
     assert h.exits == {"ours-1#1": 4.0}
     assert h.consumers["ours-1#1"] == [{"event": "assigned", "partitions": [[TOPIC, 0]], "t": 2.0}]
+
+
+def test_two_members_with_one_token() -> None:
+    h = clean()
+    h.election["leader-3#1"] = [ev("elected", 12.0, token=6), wrote(6, 0, 12.1, 12.2)]
+    h.stopping_at = 20.0
+    report = check(h)
+    # Not at once (no overlap), but one token for two leaderships.
+    assert report.overlaps == []
+    assert len(report.token_regressions) == 1
+    assert "token 6" in report.token_regressions[0].detail
+
+
+def test_a_leader_elected_with_a_lower_token() -> None:
+    h = clean()
+    h.election["leader-3#1"] = [ev("elected", 12.0, token=4), wrote(4, 0, 12.1, 12.2)]
+    report = check(h)
+    assert any("token 4" in v.detail for v in report.token_regressions)
+
+
+def test_reelected_with_its_token_is_noted_not_counted() -> None:
+    h = clean()
+    h.election["leader-2#1"] += [
+        ev("deposed", 9.5, token=6),
+        ev("elected", 9.8, token=6),
+        wrote(6, 1, 9.9, 10.0),
+    ]
+    report = check(h)
+    assert report.violations == []
+    assert report.reelected_same_token == 1

@@ -78,6 +78,7 @@ class Report:
     commits_backwards: list[Violation]
     unowned: dict[str, float]
     counts_of_work: dict[str, int]
+    reelected_same_token: int = 0
 
     @property
     def violations(self) -> list[Violation]:
@@ -124,6 +125,10 @@ class Report:
             lines += [f"  {v.detail}" for v in found[:examples]]
             if len(found) > examples:
                 lines.append(f"  ... and {len(found) - examples} more")
+        lines.append(
+            f"leaders re-elected with the token they had been deposed with: "
+            f"{self.reelected_same_token} (no violation: same generation, nobody led between)"
+        )
         worst = sorted(self.unowned.items(), key=lambda kv: -kv[1])[:examples]
         lines.append(
             f"longest unowned after the last fault: {self.max_unowned_s:.2f} s "
@@ -187,45 +192,61 @@ def _end_of(process: str, history: History) -> float:
 def acting_leaderships(history: History) -> list[Span]:
     """Each leadership's acting span: from ``elected`` to the last write check that passed.
 
-    The end is the time taken just before the last ``leadership.check()`` that let a write
-    through: the leader believed it led at least until then.
+    The end is the time read just before the last ``leadership.check()`` that let a write
+    through: the leader believed it led at least until then. A leadership that wrote
+    nothing has no span: its ``elected`` may have been recorded by a process frozen since
+    (and deposed by then), which acted on nothing. A member re-elected with the same token
+    has one span per election.
     """
     spans: list[Span] = []
     for process, events in history.election.items():
-        begun: dict[int, float] = {}
-        last: dict[int, float] = {}
+        current: list[float] | None = None
+        token = ""
         for e in events:
             if e["event"] == "elected":
-                begun[int(e["token"])] = float(e["t"])
-            elif e["event"] == "wrote":
-                token = int(e["token"])
-                last[token] = max(last.get(token, -math.inf), float(e["checked"]))
-        for token, start in begun.items():
-            spans.append(Span(process, str(token), start, max(start, last.get(token, start))))
+                if current is not None and current[1] > current[0]:
+                    spans.append(Span(process, token, current[0], current[1]))
+                token, current = str(e["token"]), [float(e["t"]), -math.inf]
+            elif e["event"] == "wrote" and current is not None and str(e["token"]) == token:
+                current[1] = max(current[1], float(e["checked"]))
+        if current is not None and current[1] > -math.inf:
+            spans.append(Span(process, token, current[0], max(current)))
     return spans
 
 
 def leadership_overlaps(history: History) -> list[Violation]:
-    out: list[Violation] = []
-    for a, b in _overlapping_pairs(acting_leaderships(history)):
-        if a.what == b.what:
-            continue  # one token is one leadership, whoever reports it
-        out.append(
-            Violation(
-                "overlap",
-                f"token {a.what} ({a.owner}) acted {a.start:.3f}..{a.end:.3f} and token "
-                f"{b.what} ({b.owner}) acted {b.start:.3f}..{b.end:.3f}",
-            )
+    """Two processes acting as leader in overlapping time (whatever their tokens)."""
+    return [
+        Violation(
+            "overlap",
+            f"token {a.what} ({a.owner}) acted {a.start:.3f}..{a.end:.3f} and token "
+            f"{b.what} ({b.owner}) acted {b.start:.3f}..{b.end:.3f}",
         )
-    return out
+        for a, b in _overlapping_pairs(acting_leaderships(history))
+    ]
+
+
+def reelections_with_the_same_token(history: History) -> int:
+    """How often a deposed member was elected again with the token it had (not a violation:
+    nobody led in between, since the generation did not change; noted in the summary)."""
+    count = 0
+    for events in history.election.values():
+        deposed: set[int] = set()
+        for e in events:
+            if e["event"] == "deposed":
+                deposed.add(int(e["token"]))
+            elif e["event"] == "elected" and int(e["token"]) in deposed:
+                count += 1
+    return count
 
 
 def token_regressions(history: History) -> list[Violation]:
     """Writes accepted with a lower token after a higher one.
 
-    Two views: the topic's own order (read back with ``read_committed`` at the end), and
-    the writers' acknowledgements: a write whose check began after another write with a
-    higher token was acknowledged, and that was acknowledged too.
+    Three views: the topic's own order (read back with ``read_committed`` at the end); the
+    writers' acknowledgements (a write whose check began after another write with a higher
+    token was acknowledged, and that was acknowledged too); and the elections of leaderships
+    that acted (a later one with a lower token, or with the token another member had).
     """
     out: dict[tuple[str, int, int], Violation] = {}
     highest: tuple[int, Event] | None = None
@@ -240,6 +261,21 @@ def token_regressions(history: History) -> list[Violation]:
             )
         if highest is None or token > highest[0]:
             highest = (token, record)
+    by_election = sorted(acting_leaderships(history), key=lambda span: span.start)
+    for earlier, later in itertools.combinations(by_election, 2):
+        lower = int(later.what) < int(earlier.what)
+        shared = later.what == earlier.what and later.owner != earlier.owner
+        if lower or shared:
+            key = (later.owner, int(later.what), -1)
+            out.setdefault(
+                key,
+                Violation(
+                    "token_regression",
+                    f"{later.owner} was elected with token {later.what} at {later.start:.3f}, "
+                    f"after {earlier.owner} was elected with token {earlier.what} at "
+                    f"{earlier.start:.3f}",
+                ),
+            )
     writes = [
         (float(e["acked"]), float(e["checked"]), int(e["token"]), int(e["seq"]), process)
         for process, events in history.election.items()
@@ -649,6 +685,7 @@ def check(history: History) -> Report:
         duplicates=duplicates(history, consumed),
         commits_backwards=commits_backwards(history),
         unowned=max_unowned(history),
+        reelected_same_token=reelections_with_the_same_token(history),
         counts_of_work={
             "leaderships": len(acting_leaderships(history)),
             "writes": sum(
