@@ -109,6 +109,8 @@ class Campaign:
         self._threads: list[threading.Thread] = []
         self._errors: list[BaseException] = []
         self.faults_started = 0
+        # Set on the way out: a fault thread still sleeping must not restart anything then.
+        self._closing = threading.Event()
 
     # -- the whole run ------------------------------------------------------------------
 
@@ -138,6 +140,9 @@ class Campaign:
             self.members.stop([m for m in self.members.all if m.group != "producer"])
             self._read_back()
         finally:
+            self._closing.set()
+            for thread in self._threads:
+                thread.join(timeout=150)
             self.members.kill_all()
             self.fleet.stop()
             self.cluster.stop()
@@ -391,6 +396,8 @@ class Campaign:
                 if kind == "member_kill":
                     self.members.kill(member)
                     time.sleep(down)
+                    if self._closing.is_set():
+                        return
                     self.members.spawn(member)
                 else:
                     self.members.freeze(member)
@@ -440,6 +447,8 @@ class Campaign:
                         target = f"broker {victim} (coordinator of {group}: {found})"
                     self.cluster.kill_broker(victim)
                     time.sleep(down)
+                    if self._closing.is_set():
+                        return
                     self.cluster.start_broker(victim)
             finally:
                 with self._lock:
