@@ -130,14 +130,20 @@ class ProxyFleet:
         return self._proxies[node].mode
 
     def stop(self) -> None:
-        if not self._thread.is_alive():
-            return
+        """Close every proxy and connection, end the loop's thread and close the loop."""
+        if self._thread.is_alive():
 
-        async def close_all() -> None:
-            for proxy in self._proxies.values():
-                await proxy.close()
+            async def close_all() -> None:
+                for proxy in self._proxies.values():
+                    await proxy.close()
+                others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for task in others:
+                    task.cancel()
+                await asyncio.gather(*others, return_exceptions=True)
 
-        with contextlib.suppress(Exception):
-            self._call(close_all()).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+            with contextlib.suppress(Exception):
+                self._call(close_all()).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
