@@ -271,3 +271,14 @@ def test_reelected_with_its_token_is_noted_not_counted() -> None:
     report = check(h)
     assert report.violations == []
     assert report.reelected_same_token == 1
+
+
+def test_a_start_recorded_late_by_a_frozen_worker_is_no_run() -> None:
+    h = clean()
+    # worker-3 was frozen as it began start_task; it recorded "started" on resuming, after
+    # worker-2 had the task, found it no longer owned it and stopped it without working.
+    h.tasks["worker-3#1"] = [
+        ev("started", 2.9, task="task-00"),
+        ev("stopped", 2.95, task="task-00"),
+    ]
+    assert check(h).tasks_twice == []

@@ -310,8 +310,10 @@ def token_regressions(history: History) -> list[Violation]:
 def task_runs(history: History) -> list[Span]:
     """Each run of a task in a process: from its start to its last unit of work.
 
-    A run that did no unit ends where it began; ``stopped`` is not an action (a frozen
-    worker stops its tasks only when it resumes, having done nothing in between).
+    A run that did no unit of work has no span: its ``started`` may have been recorded by
+    a worker frozen just before, whose lease ran out meanwhile, and that did nothing after.
+    ``stopped`` is not an action either (a frozen worker stops its tasks only when it
+    resumes, having done nothing in between).
     """
     spans: list[Span] = []
     for process, events in history.tasks.items():
@@ -326,11 +328,15 @@ def task_runs(history: History) -> list[Span]:
                 run[1] = max(run[1], t)
                 continue
             ended = current.pop(task, None)
-            if ended is not None:
+            if ended is not None and ended[1] > -math.inf:
                 spans.append(Span(process, task, ended[0], ended[1]))
             if kind == "started":
-                current[task] = [t, t]
-        spans += [Span(process, task, run[0], run[1]) for task, run in current.items()]
+                current[task] = [t, -math.inf]
+        spans += [
+            Span(process, task, run[0], run[1])
+            for task, run in current.items()
+            if run[1] > -math.inf
+        ]
     return spans
 
 
