@@ -4,7 +4,7 @@ While it leads, it writes ``{"token", "writer", "seq"}`` records to the campaign
 through the leadership's fenced (transactional) producer, checking its leadership before
 each commit. It records (see ``_record.py`` for the clock):
 
-* ``elected`` / ``deposed`` ``{token}``;
+* ``elected`` / ``deposed`` ``{token, generation}``;
 * ``wrote`` ``{token, seq, checked, acked}``: a committed write; ``checked`` was read just
   before the ``leadership.check()`` that let it through, ``acked`` once the commit returned;
 * ``write_failed`` ``{token, error}``: a write that did not commit.
@@ -85,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
 
     def on_elected(leadership: Leadership) -> None:
-        record("elected", token=leadership.token)
+        record("elected", token=leadership.token, generation=leadership.generation_id)
         threading.Thread(
             target=write_while_leading,
             args=(leadership, args.topic, args.name, args.pace),
@@ -93,7 +93,12 @@ def main() -> None:
         ).start()
 
     def on_deposed(leadership: Leadership) -> None:
-        record("deposed", token=leadership.token, reason=str(leadership.reason))
+        record(
+            "deposed",
+            token=leadership.token,
+            generation=leadership.generation_id,
+            reason=str(leadership.reason),
+        )
 
     settings: dict[str, Any] = {
         "session_timeout_ms": args.session_timeout_ms,
