@@ -282,3 +282,28 @@ def test_a_start_recorded_late_by_a_frozen_worker_is_no_run() -> None:
         ev("stopped", 2.95, task="task-00"),
     ]
     assert check(h).tasks_twice == []
+
+
+def test_a_zombie_that_consumed_after_losing_its_generation_is_not_an_owner_twice() -> None:
+    # Seen in a long run (seed 1000): java-1 was frozen past its session while owning the
+    # partition in generation 24; ours-1, which had lost its own generation-24 membership,
+    # was assigned the partition in a later generation (its callback reported -1: its
+    # membership was reset again before the callback ran) and lost it at once; java-1,
+    # resumed, was handed records it had fetched before it learnt of its loss.
+    h = clean()
+    h.consumers["java-1#1"] = [
+        assigned(4.0, 22, 0),
+        assigned(4.5, 24),
+        records(10.5, 0, 10, 12),
+        ev("lost", 10.6, partitions=[[TOPIC, 0]], generation=24),
+    ]
+    h.consumers["ours-2#1"] = [
+        assigned(5.0, 24, 1),
+        ev("lost", 6.0, partitions=[[TOPIC, 1]], generation=-1),
+        ev("assigned", 9.0, partitions=[[TOPIC, 0]], generation=-1),
+        ev("lost", 9.2, partitions=[[TOPIC, 0]], generation=-1),
+    ]
+    assert check(h).partitions_twice == []
+    # Had ours-2 not lost its membership in between, generation 24 could not be ruled out.
+    h.consumers["ours-2#1"].pop(1)
+    assert len(check(h).partitions_twice) == 1

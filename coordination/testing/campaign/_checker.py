@@ -383,7 +383,8 @@ def ownerships(history: History) -> list[Ownership]:
 
     "assigned" opens one (cooperative increments and eager full sets compose the same way),
     "revoked" and "lost" close it. Generations: the one of the assigned event to the one of
-    the revoked event, or for a loss (or a process that ended) the last generation it knew.
+    the revoked event, or for a loss (or a process that ended) the last generation it knew;
+    an assignment reported without its generation gets the lowest it can have been.
     A lost partition's time ends at the member's last records or commit of it: the member
     learns of the loss late, and what matters is until when it acted as owner.
     """
@@ -393,12 +394,19 @@ def ownerships(history: History) -> list[Ownership]:
         open_: dict[Partition, tuple[float, int, int]] = {}
         last_activity: dict[Partition, float] = {}
         known_generation = -1
+        lost_since_known = False
         for e in events:
             kind, t = e.get("event"), float(e.get("t", 0.0))
             generation = int(e.get("generation", -1) or -1)
             if kind == "assigned":
-                if generation >= 0:
-                    known_generation = generation
+                if generation < 0 and known_generation >= 0:
+                    # A peer reports the generation current when its callback runs, -1 if
+                    # the membership was reset meanwhile. After a loss, the group had moved
+                    # past the generation the member knew, so any new assignment came from
+                    # a later one; otherwise the last known one is the lower bound.
+                    generation = known_generation + (1 if lost_since_known else 0)
+                known_generation = max(known_generation, generation)
+                lost_since_known = False
                 for tp in _partitions_of(e):
                     if tp not in open_:
                         epoch_counter += 1
@@ -406,6 +414,8 @@ def ownerships(history: History) -> list[Ownership]:
             elif kind in ("revoked", "lost"):
                 if kind == "revoked" and generation >= 0:
                     known_generation = max(known_generation, generation)
+                if kind == "lost":
+                    lost_since_known = True
                 for tp in _partitions_of(e):
                     if tp not in open_:
                         continue
