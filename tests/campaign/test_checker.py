@@ -307,3 +307,17 @@ def test_a_zombie_that_consumed_after_losing_its_generation_is_not_an_owner_twic
     # Had ours-2 not lost its membership in between, generation 24 could not be ruled out.
     h.consumers["ours-2#1"].pop(1)
     assert len(check(h).partitions_twice) == 1
+
+
+def test_a_zombie_reading_from_an_old_committed_offset_is_at_least_once() -> None:
+    # Seen in a long run (seed 1000): ours-2 read its start offset, was frozen past its
+    # session, resumed, announced its (dead) generation's assignment and handed out records
+    # java-1 had consumed and committed meanwhile, then learnt of its loss.
+    h = clean()
+    h.consumers["ours-2#1"] = [
+        assigned(6.0, 2, 0),
+        records(6.2, 0, 5, 9),
+        ev("lost", 6.3, partitions=[[TOPIC, 0]], generation=-1),
+    ]
+    h.consumers["java-1#1"][0] = assigned(4.0, 3, 0)
+    assert check(h).duplicates == []

@@ -487,6 +487,7 @@ class Consumption:
     t: float
     epoch: int
     epoch_start: float
+    epoch_lost: bool = False
 
 
 def consumptions(history: History) -> dict[tuple[str, int, int], list[Consumption]]:
@@ -509,9 +510,15 @@ def consumptions(history: History) -> dict[tuple[str, int, int], list[Consumptio
                 # not owned, which no client should hand out, count as epoch 0).
                 starts = [o.start for o in epochs]
                 i = bisect.bisect_right(starts, t) - 1
-                epoch, epoch_start = (epochs[i].epoch, epochs[i].start) if i >= 0 else (0, 0.0)
+                epoch, epoch_start, lost = (
+                    (epochs[i].epoch, epochs[i].start, epochs[i].ended_by == "lost")
+                    if i >= 0
+                    else (0, 0.0, False)
+                )
                 for offset in range(int(first), int(last) + 1):
-                    out[(tp[0], tp[1], offset)].append(Consumption(process, t, epoch, epoch_start))
+                    out[(tp[0], tp[1], offset)].append(
+                        Consumption(process, t, epoch, epoch_start, lost)
+                    )
     return out
 
 
@@ -559,7 +566,10 @@ def duplicates(
     A record handed out a second time is excused only if its earlier consumer's ownership
     ended in between (a revocation, a loss, a crash: the record's commit may not have
     happened), and only if no commit beyond it had been acknowledged before the second
-    consumer's ownership began (that consumer started from the committed offset).
+    consumer's ownership began (that consumer started from the committed offset). The
+    second rule spares an ownership that ended in a loss: its member may have read its
+    start offset, then been frozen past its session and resumed as a zombie, handing out
+    records from there (at-least-once allows that; its commits are refused).
     """
     commits = _acked_commits(history)
     highest_before: dict[Partition, tuple[list[float], list[int]]] = {}
@@ -580,7 +590,7 @@ def duplicates(
             reason = ""
             if again.process == earlier.process and again.epoch == earlier.epoch:
                 reason = "in the same ownership, with no rebalance or crash in between"
-            else:
+            elif not again.epoch_lost:
                 times, best = highest_before.get((topic, p), ([], []))
                 i = bisect.bisect_left(times, again.epoch_start) - 1
                 if i >= 0 and best[i] > offset:
