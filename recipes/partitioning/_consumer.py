@@ -195,11 +195,6 @@ class Consumer:
         # records is returned, as Java's consumer runs it inside poll() before fetching.
         self._announcing: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
-        # Revoked (once the listener returned) or lost (from the start), not cleaned up yet:
-        # poll() returns none of their records. Set by the membership thread without
-        # self._lock (rebinding a frozenset is atomic), so that it takes effect at once even
-        # while the polling thread holds the lock and keeps taking it again.
-        self._withdrawn: frozenset[TopicPartition] = frozenset()
         self._started = False
         self._closed = False
 
@@ -306,7 +301,6 @@ class Consumer:
                         or tp not in owned
                         or tp not in self._fetching
                         or tp in self._paused
-                        or tp in self._withdrawn
                         or position is None
                     ):
                         # Revoked or paused while the fetch was in flight. Not returned, so
@@ -446,18 +440,13 @@ class Consumer:
     # polls or commits (the partitions are still owned meanwhile, so those still work).
 
     def _revoked(self, partitions: frozenset[TopicPartition], lost: bool) -> None:
-        if lost:
-            # They may be another member's already: not one more record of them.
-            self._withdrawn = self._withdrawn | partitions
         try:
             if lost:
                 self._user_listener.on_partitions_lost(partitions)
             else:
                 self._user_listener.on_partitions_revoked(partitions)
         finally:
-            self._withdrawn = self._withdrawn | partitions
             with self._lock:
-                self._withdrawn = self._withdrawn - partitions  # no position any more
                 self._paused -= partitions
                 self._unpositioned -= partitions
                 self._announcing -= partitions

@@ -391,36 +391,3 @@ def test_poll_waits_its_timeout_on_the_clock_in_slices() -> None:
     # millisecond over, as the clock's seconds do not add up exactly.
     assert h.fetcher.polls[:4] == [100, 100, 100, 50] and len(h.fetcher.polls) <= 5
     assert h.clock.now == pytest.approx(start + 0.35, abs=0.0011)
-
-
-class PollsWhenLost(RebalanceListener):
-    """Polls from inside on_partitions_lost, as another thread may poll meanwhile."""
-
-    def __init__(self, h: Harness) -> None:
-        self.h = h
-        self.polled: list[dict[TopicPartition, list[int]]] = []
-
-    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        self.h.fetcher.to_return = {tp(0): [Record(10)], tp(1): [Record(20)]}
-        polled = self.h.consumer.poll(0)
-        self.polled.append({t: [r.offset for r in rs] for t, rs in polled.items()})
-
-
-def test_lost_partitions_return_no_records_from_the_moment_the_loss_is_known() -> None:
-    # Found by the fault campaign (docs/campaign.md): a consumer frozen past its session
-    # learnt on resuming that its partition was lost, and poll() went on returning its
-    # records for a while (the membership thread, telling the listener, waited for the
-    # consumer's lock, which the polling thread kept taking again), although the partition
-    # belonged to another member by then.
-    h = Harness()
-    h.join(0, 1)
-    h.offsets(lambda r: committed(p0=10, p1=20), 1)
-    assert h.engine.join_group_if_needed(deadline=None)
-    listener = PollsWhenLost(h)
-    h.consumer._user_listener = listener
-
-    h.consumer.group.on_join_prepare(-1, "")  # the membership is gone
-
-    assert listener.polled == [{}]
-    h.fetcher.to_return = {tp(0): [Record(10)]}
-    assert h.consumer.poll(0) == {}
