@@ -1,0 +1,28 @@
+"""A fault campaign against a real Kafka cluster, checked in the spirit of Jepsen.
+
+Run it with ``python -m coordination.testing.campaign --faults 120`` (see ``--help`` and
+docs/campaign.md). The checker (:func:`check` over a :class:`History`) is pure and can be
+re-run on a finished run's directory with ``--check DIR``.
+"""
+
+from __future__ import annotations
+
+from ._campaign import Campaign as Campaign
+from ._campaign import CampaignError as CampaignError
+from ._campaign import Settings as Settings
+from ._checker import History as History
+from ._checker import Report as Report
+from ._checker import Violation as Violation
+from ._checker import check as check
+from ._load import load as load
+
+__all__ = [
+    "Campaign",
+    "CampaignError",
+    "History",
+    "Report",
+    "Settings",
+    "Violation",
+    "check",
+    "load",
+]

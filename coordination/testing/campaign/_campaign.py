@@ -1,0 +1,521 @@
+"""The campaign: a real cluster, three groups of real processes, random faults, a checker.
+
+:func:`run` starts a 3-broker Kafka cluster behind fault proxies (``_cluster.py``,
+``_proxy.py``), creates the topics (replication factor 3, ``min.insync.replicas=2``),
+starts the workloads (an election group writing through its fenced producer, a task group,
+a mixed consumer group and its producer), waits until all of them work, injects random
+faults for a duration or a count, lets the groups settle and the consumers catch up, stops
+everything, reads the topics back, and hands every recorded event to the checker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import CoordinationError
+from ._checker import History, Report, check
+from ._cluster import ProxiedCluster, create_topic, find_coordinator
+from ._load import load, read_events
+from ._members import Member, Members
+from ._proxy import Mode, ProxyFleet
+from ._record import Recorder, epoch_offset, now
+
+ELECTION_TOPIC = "campaign-election"
+STREAM_TOPIC = "campaign-stream"
+
+
+class CampaignError(CoordinationError):
+    """The campaign could not run (a broker or a workload did not start): never a pass."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a campaign runs; faults start every ``spacing`` seconds until either limit."""
+
+    seed: int
+    faults: int | None = None
+    duration: float | None = None
+    spacing: float = 2.5
+    run_dir: Path | None = None
+    session_timeout_ms: int = 6000
+    settle_s: float = 20.0
+    catch_up_s: float = 120.0
+    ready_timeout_s: float = 180.0
+    heap: str = "320m"
+    election_members: int = 4
+    task_workers: int = 5
+    tasks: int = 50
+    partitions: int = 6
+    rate: float = 40.0
+
+
+# Relative weights of the fault kinds.
+FAULT_WEIGHTS: dict[str, int] = {
+    "member_kill": 4,
+    "pause_short": 2,
+    "pause_long": 2,
+    "broker_kill": 1,
+    "coordinator_kill": 1,
+    "network": 2,
+}
+BROKER_FAULTS = frozenset({"broker_kill", "coordinator_kill", "network"})
+
+
+def _repo_root() -> Path:
+    root = Path(__file__).resolve().parents[3]
+    if not (root / "tests" / "interop" / "peers.py").exists():
+        raise CampaignError(
+            f"the campaign's consumer peers live in tests/interop of a source checkout; "
+            f"none at {root}"
+        )
+    return root
+
+
+class Campaign:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.rng = random.Random(settings.seed)
+        self.run_dir = settings.run_dir or Path(f"campaign-{settings.seed}-{int(time.time())}")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.root = _repo_root()
+        (self.run_dir / "meta.json").write_text(
+            json.dumps({"epoch_offset": epoch_offset(), "seed": settings.seed})
+        )
+        self._log_file = open(self.run_dir / "campaign.jsonl", "a")  # noqa: SIM115
+        self.log = Recorder(self._log_file)
+        self.cluster = ProxiedCluster(3, heap=settings.heap)
+        self.fleet = ProxyFleet(self.cluster.proxy_routes())
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(self.root), env.get("PYTHONPATH", "")) if p
+        )
+        self.members = Members(self.run_dir, self.log, env, self.root)
+        self.groups = {
+            "election": f"campaign-election-{settings.seed}",
+            "tasks": f"campaign-tasks-{settings.seed}",
+            "consumers": f"campaign-consumers-{settings.seed}",
+        }
+        self._lock = threading.Lock()
+        self._broker_busy = False
+        self._threads: list[threading.Thread] = []
+        self._errors: list[BaseException] = []
+        self.faults_started = 0
+        # Set on the way out: a fault thread still sleeping must not restart anything then.
+        self._closing = threading.Event()
+
+    # -- the whole run ------------------------------------------------------------------
+
+    def run(self) -> Report:
+        try:
+            self.fleet.start()
+            self.cluster.start()
+            bootstrap = self.cluster.client_bootstrap
+            create_topic(bootstrap, ELECTION_TOPIC, 1)
+            create_topic(bootstrap, STREAM_TOPIC, self.settings.partitions)
+            self._add_members(bootstrap)
+            for m in self.members.all:
+                self.members.spawn(m)
+            self._wait_ready()
+            self.log("faults_begin")
+            self._inject()
+            for thread in self._threads:
+                thread.join()
+            if self._errors:
+                raise CampaignError(f"a fault could not be healed: {self._errors[0]!r}")
+            self.log("faults_end", count=self.faults_started)
+            time.sleep(self.settings.settle_s)
+            producer = self.members.of("producer")
+            self.members.stop(producer)
+            self._wait_caught_up()
+            self.log("stopping")
+            self.members.stop([m for m in self.members.all if m.group != "producer"])
+            self._read_back()
+        finally:
+            self._closing.set()
+            for thread in self._threads:
+                thread.join(timeout=150)
+            self.members.kill_all()
+            self.fleet.stop()
+            self.cluster.stop()
+            self._log_file.close()
+        return check(load(self.run_dir))
+
+    # -- the workloads --------------------------------------------------------------------
+
+    def _add_members(self, bootstrap: str) -> None:
+        s = self.settings
+        python = sys.executable
+        session = str(s.session_timeout_ms)
+
+        for i in range(1, s.election_members + 1):
+            static = i <= 2
+            name = f"leader-{i}"
+            self.members.add(
+                Member(
+                    "election",
+                    name,
+                    "election",
+                    static,
+                    _command(
+                        [python, "-m", "coordination.testing.campaign._election_member"],
+                        bootstrap=bootstrap,
+                        group=self.groups["election"],
+                        topic=ELECTION_TOPIC,
+                        session_timeout_ms=session,
+                        instance_id=name if static else None,
+                    ),
+                )
+            )
+        for i in range(1, s.task_workers + 1):
+            static = i <= 2
+            name = f"worker-{i}"
+            self.members.add(
+                Member(
+                    "tasks",
+                    name,
+                    "task",
+                    static,
+                    _command(
+                        [python, "-m", "coordination.testing.campaign._task_worker"],
+                        bootstrap=bootstrap,
+                        group=self.groups["tasks"],
+                        tasks=str(s.tasks),
+                        session_timeout_ms=session,
+                        instance_id=name if static else None,
+                    ),
+                )
+            )
+        java = self._java_command()
+        peers: list[tuple[str, list[str], bool]] = [
+            ("ours-1", [python, "-m", "tests.interop.ours_peer"], True),
+            ("ours-2", [python, "-m", "tests.interop.ours_peer"], False),
+            ("java-1", java, True),
+            ("java-2", java, False),
+            ("rdkafka-1", [python, "-m", "tests.interop.rdkafka_peer"], False),
+        ]
+        for name, base, static in peers:
+            self.members.add(
+                Member(
+                    "consumers",
+                    name,
+                    name.split("-")[0],
+                    static,
+                    _peer_command(
+                        base,
+                        bootstrap=bootstrap,
+                        group=self.groups["consumers"],
+                        topics=STREAM_TOPIC,
+                        session_timeout_ms=session,
+                        group_instance_id=name if static else None,
+                    ),
+                )
+            )
+        self.members.add(
+            Member(
+                "producer",
+                "producer",
+                "producer",
+                False,
+                _command(
+                    [python, "-m", "coordination.testing.campaign._producer"],
+                    bootstrap=bootstrap,
+                    topic=STREAM_TOPIC,
+                    partitions=str(s.partitions),
+                    rate=str(s.rate),
+                ),
+            )
+        )
+
+    def _java_command(self) -> list[str]:
+        if str(self.root) not in sys.path:
+            sys.path.insert(0, str(self.root))
+        from tests.interop.peers import compile_java_peer
+
+        classpath = os.pathsep.join(str(p) for p in compile_java_peer())
+        return [
+            "java",
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+            classpath,
+            "PeerConsumer",
+        ]
+
+    def _wait_ready(self) -> None:
+        """Until a leader writes, every task runs and every partition is consumed."""
+        deadline = time.monotonic() + self.settings.ready_timeout_s
+        missing = "everything"
+        while time.monotonic() < deadline:
+            missing = _not_yet_working(load(self.run_dir), self.settings)
+            if not missing:
+                self.log("ready")
+                return
+            for m in self.members.all:
+                if not m.alive:
+                    raise CampaignError(
+                        f"{m.process_name} exited while starting; see {m.files[-1]} and its .stderr"
+                    )
+            time.sleep(1.0)
+        raise CampaignError(
+            f"the workloads did not all work within {self.settings.ready_timeout_s} s: "
+            f"{missing}; see {self.run_dir}"
+        )
+
+    def _wait_caught_up(self) -> None:
+        deadline = time.monotonic() + self.settings.catch_up_s
+        behind = -1
+        while time.monotonic() < deadline:
+            history = load(self.run_dir)
+            consumed = {
+                (str(t), int(p), o)
+                for events in history.consumers.values()
+                for e in events
+                if e.get("event") == "records"
+                for t, p, first, last, _ in e["partitions"]
+                for o in range(int(first), int(last) + 1)
+            }
+            behind = sum(
+                1
+                for e in history.produced
+                if (str(e["topic"]), int(e["partition"]), int(e["offset"])) not in consumed
+            )
+            if behind == 0:
+                self.log("caught_up")
+                return
+            time.sleep(2.0)
+        self.log("not_caught_up", behind=behind)
+
+    def _read_back(self) -> None:
+        """Read both topics from the start (committed data only) into ``final/``."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        final = self.run_dir / "final"
+        final.mkdir(exist_ok=True)
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.cluster.client_bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            group_id=None,
+        )
+        try:
+            for topic, partitions, name in (
+                (ELECTION_TOPIC, 1, "election-log.jsonl"),
+                (STREAM_TOPIC, self.settings.partitions, "stream-log.jsonl"),
+            ):
+                tps = [TopicPartition(topic, p) for p in range(partitions)]
+                consumer.assign(tps)
+                consumer.seek_to_beginning(*tps)
+                end = consumer.end_offsets(tps)
+                deadline = time.monotonic() + 120
+                with open(final / name, "w") as out:
+                    while any(consumer.position(tp) < end[tp] for tp in tps):
+                        if time.monotonic() > deadline:
+                            raise CampaignError(f"could not read {topic} back to its end")
+                        for tp, records in consumer.poll(1000).items():
+                            for r in records:
+                                out.write(json.dumps(_read_back_event(topic, tp, r)) + "\n")
+        finally:
+            consumer.close()
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def _inject(self) -> None:
+        s = self.settings
+        deadline = time.monotonic() + s.duration if s.duration else float("inf")
+        limit = s.faults if s.faults is not None else float("inf")
+        next_at = time.monotonic()
+        while self.faults_started < limit and time.monotonic() < deadline:
+            if self._errors:
+                return
+            fault = self._choose()
+            if fault is None:
+                time.sleep(0.2)
+                continue
+            self.faults_started += 1
+            thread = threading.Thread(target=self._guarded, args=(fault,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+            next_at += s.spacing
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def _guarded(self, fault: Callable[[], None]) -> None:
+        try:
+            fault()
+        except BaseException as e:
+            self._errors.append(e)
+            self.log("fault_error", error=repr(e)[:2000])
+
+    def _choose(self) -> Callable[[], None] | None:
+        kinds = list(FAULT_WEIGHTS)
+        kind = self.rng.choices(kinds, weights=[FAULT_WEIGHTS[k] for k in kinds])[0]
+        with self._lock:
+            if kind in BROKER_FAULTS:
+                if self._broker_busy:
+                    kind = self.rng.choice(["member_kill", "pause_short", "pause_long"])
+                else:
+                    self._broker_busy = True
+                    return self._broker_fault(kind)
+            member = self._pick_member()
+            if member is None:
+                return None
+            member.busy = True
+            return self._member_fault(kind, member)
+
+    def _pick_member(self) -> Member | None:
+        candidates = []
+        for group in ("election", "tasks", "consumers"):
+            members = self.members.of(group)
+            # Never more than two members of a group under a fault at once.
+            if sum(m.busy for m in members) < 2:
+                candidates += [m for m in members if not m.busy and m.alive]
+        return self.rng.choice(candidates) if candidates else None
+
+    def _member_fault(self, kind: str, member: Member) -> Callable[[], None]:
+        session = self.settings.session_timeout_ms / 1000
+        if kind == "member_kill":
+            down = self.rng.uniform(0.0, 3.0)
+        elif kind == "pause_short":
+            down = self.rng.uniform(0.5, session * 0.6)
+        else:
+            down = self.rng.uniform(session + 1.0, session + 6.0)
+
+        def fault() -> None:
+            start = now()
+            target = member.process_name
+            try:
+                if kind == "member_kill":
+                    self.members.kill(member)
+                    time.sleep(down)
+                    if self._closing.is_set():
+                        return
+                    self.members.spawn(member)
+                else:
+                    self.members.freeze(member)
+                    time.sleep(down)
+                    self.members.thaw(member)
+            finally:
+                member.busy = False
+            self.log(
+                "fault",
+                kind=kind,
+                target=target,
+                static=member.static,
+                start=start,
+                end=now(),
+                down_s=round(down, 3),
+            )
+
+        return fault
+
+    def _broker_fault(self, kind: str) -> Callable[[], None]:
+        node = self.rng.choice(self.cluster.node_ids)
+        group = self.rng.choice(list(self.groups.values()))
+        mode: Mode = self.rng.choice(["blackhole", "delay", "cut"])
+        down = self.rng.uniform(0.0, 3.0) if kind != "network" else self.rng.uniform(2.0, 10.0)
+        delay = self.rng.uniform(0.05, 0.5)
+
+        def fault() -> None:
+            start = now()
+            target = f"broker {node}"
+            what = kind
+            try:
+                if kind == "network":
+                    what = f"network_{mode}"
+                    self.fleet.set(node, mode, delay)
+                    time.sleep(down)
+                    self.fleet.heal(node)
+                else:
+                    victim = node
+                    if kind == "coordinator_kill":
+                        ports = [
+                            self.cluster.port_of(n)
+                            for n in self.cluster.node_ids
+                            if self.cluster.is_running(n)
+                        ]
+                        found = find_coordinator(ports, group)
+                        victim = found if found is not None else node
+                        target = f"broker {victim} (coordinator of {group}: {found})"
+                    self.cluster.kill_broker(victim)
+                    time.sleep(down)
+                    if self._closing.is_set():
+                        return
+                    self.cluster.start_broker(victim)
+            finally:
+                with self._lock:
+                    self._broker_busy = False
+            self.log(
+                "fault", kind=what, target=target, start=start, end=now(), down_s=round(down, 3)
+            )
+
+        return fault
+
+
+def _command(base: list[str], **options: str | None) -> Callable[[str], list[str]]:
+    """A member's command line: ``base`` and ``--option value`` pairs, plus ``--name``."""
+    args = [
+        item
+        for key, value in options.items()
+        if value is not None
+        for item in (f"--{key.replace('_', '-')}", value)
+    ]
+    return lambda process_name: [*base, *args, "--name", process_name]
+
+
+def _peer_command(base: list[str], **options: str | None) -> Callable[[str], list[str]]:
+    """A consumer peer's command line (the peers take ``--client-id``, not ``--name``)."""
+    args = [
+        item
+        for key, value in options.items()
+        if value is not None
+        for item in (f"--{key.replace('_', '-')}", value)
+    ]
+    args += ["--heartbeat-interval-ms", "500", "--max-poll-interval-ms", "30000"]
+    return lambda process_name: [*base, *args, "--client-id", process_name.replace("#", "-")]
+
+
+def _read_back_event(topic: str, tp: Any, record: Any) -> dict[str, Any]:
+    if topic == ELECTION_TOPIC:
+        value = json.loads(record.value)
+        return {"event": "record", "offset": record.offset, **value}
+    return {
+        "event": "record",
+        "topic": topic,
+        "partition": tp.partition,
+        "offset": record.offset,
+        "value": record.value.decode(),
+    }
+
+
+def _not_yet_working(history: History, settings: Settings) -> str:
+    """What of the workloads does not work yet ("" when all of it does)."""
+    missing = []
+    if not any(e["event"] == "wrote" for es in history.election.values() for e in es):
+        missing.append("no leader has written")
+    units = {e["task"] for es in history.tasks.values() for e in es if e["event"] == "unit"}
+    if len(units) < settings.tasks:
+        missing.append(f"{settings.tasks - len(units)} tasks have done no work")
+    consumed = {
+        int(p)
+        for es in history.consumers.values()
+        for e in es
+        if e.get("event") == "records"
+        for _, p, *_ in e["partitions"]
+    }
+    if len(consumed) < settings.partitions:
+        missing.append(f"{settings.partitions - len(consumed)} partitions not consumed")
+    if not history.produced:
+        missing.append("nothing produced")
+    return "; ".join(missing)
+
+
+__all__ = ["Campaign", "CampaignError", "Settings", "read_events"]
