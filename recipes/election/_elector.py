@@ -72,6 +72,7 @@ class Elector(GroupListener):
         self._outcome: Outcome | None = None
         self._leader: LeaderInfo | None = None
         self._highest_token = -1
+        self._declined_token = -1
         self._problem: DuplicateIdentityError | None = None
 
     @property
@@ -132,10 +133,11 @@ class Elector(GroupListener):
             leadership = self._leadership
             highest = self._highest_token
             eligible = self._eligible
+            declined = self._declined_token
         leading = leadership.token if leadership is not None and leadership.is_valid() else None
         member_id = self.ctx.member.generation().member_id
         return encode_candidate(
-            Candidate(self.identity, eligible, self.priority, leading, highest, member_id)
+            Candidate(self.identity, eligible, self.priority, leading, highest, member_id, declined)
         )
 
     def assign(
@@ -263,6 +265,14 @@ class Elector(GroupListener):
         timeout_ms = min(cfg.request_timeout_ms, self.lease.remaining() * 1000)
         try:
             stored = self._stored_token(timeout_ms)
+        except CoordinationError as e:
+            # Unknown whether this token is stored already, by an earlier leadership (this
+            # member's own, deposed since, included): taking it up could give two
+            # leaderships one token. Read back below only after a commit of our own.
+            ctx.clock.sleep(cfg.retry_backoff_max_ms / 1000, ctx.stopped)
+            self._not_elected(token, f"could not read the stored token: {e}")
+            return False
+        try:
             if stored >= token:
                 # Elected by a rebalance leader that did not read the stored token (an older
                 # version): advertise it, so that the next election goes above it.
@@ -304,6 +314,8 @@ class Elector(GroupListener):
         return False
 
     def _not_elected(self, token: int, reason: str) -> None:
+        with self.ctx.lock:
+            self._declined_token = max(self._declined_token, token)
         self.ctx.log.error(
             "election %s: %s does not take up leadership (token %d): %s; electing again",
             self.group_id,

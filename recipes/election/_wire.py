@@ -45,6 +45,9 @@ class Candidate:
             member that took its instance's place without a rebalance rejoins with its new
             id here, so the broker sees its metadata changed and rebalances (a follower
             rejoining unchanged would get the same generation and outcome back).
+        declined_token: the highest token of an outcome that named it leader and that it did
+            not take up (-1: none). Raised when it declines, so that its rejoin differs and
+            the broker rebalances rather than hand the same outcome back.
     """
 
     identity: str
@@ -53,6 +56,7 @@ class Candidate:
     leading_token: int | None = None
     highest_token: int = -1
     member_id: str = ""
+    declined_token: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,7 @@ def encode_candidate(c: Candidate) -> bytes:
             "leading_token": c.leading_token,
             "highest_token": c.highest_token,
             "member_id": c.member_id,
+            "declined_token": c.declined_token,
         },
         separators=(",", ":"),
     ).encode()
@@ -107,6 +112,7 @@ def decode_candidate(data: bytes) -> Candidate:
     priority = _field(doc, "priority", _int64, what)
     highest = _field(doc, "highest_token", _token, what)
     member_id = _field(doc, "member_id", _text, what)
+    declined = _field(doc, "declined_token", _token, what)
     return Candidate(
         identity=identity,
         eligible=True if eligible is None else eligible,
@@ -114,6 +120,7 @@ def decode_candidate(data: bytes) -> Candidate:
         leading_token=_field(doc, "leading_token", _token, what),
         highest_token=-1 if highest is None else highest,
         member_id=member_id or "",
+        declined_token=-1 if declined is None else declined,
     )
 
 

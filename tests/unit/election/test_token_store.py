@@ -19,6 +19,7 @@ from recipes.election import LeaderElection, Leadership
 from recipes.election._wire import (
     Candidate,
     Outcome,
+    decode_candidate,
     decode_outcome,
     encode_candidate,
     encode_outcome,
@@ -157,3 +158,31 @@ def test_the_lease_watchdog_deposes_a_leader_whose_lease_runs_out(setup, monkeyp
     finally:
         election._elector.lease.close()
         election._elector.lease.join(5)
+
+
+def test_a_token_whose_storage_cannot_be_read_is_not_taken_up(setup, monkeypatch) -> None:
+    # The fault campaign: a leader deposed by its lease (token 15) was named leader with
+    # token 15 again in the same generation; the first read of the stored token timed out,
+    # and the read-back meant for an uncertain commit of its own found 15 (stored by its
+    # earlier leadership) and took it up. Two leaderships shared a token.
+    election, offsets, elected = setup
+    elect(election, 15)
+    first = election.leadership()
+    assert first is not None
+    election._elector.depose(first, "its membership lease ran out")
+    reads = 0
+
+    def flaky_read(partitions, *, timeout=30.0):
+        nonlocal reads
+        reads += 1
+        if reads == 1:
+            raise CoordinationTimeoutError("OffsetFetch did not complete in time")
+        return offsets.committed_offsets(partitions, timeout=timeout)
+
+    monkeypatch.setattr(election.coordinator, "committed_offsets", flaky_read)
+    elect(election, 15)
+    assert [e.token for e in elected] == [15] and not election.is_leader
+    assert offsets.rejoins and "could not read the stored token" in offsets.rejoins[-1]
+    # Its rejoin says it declined 15, so the broker rebalances (new outcome, higher token)
+    # instead of handing the same one back.
+    assert decode_candidate(election._elector.metadata()).declined_token == 15
