@@ -26,7 +26,7 @@ from typing import Any
 
 from recipes.election import LeaderElection, Leadership, NotLeaderError
 
-from ._record import Recorder, now
+from ._record import Recorder, member_settings, now
 
 record = Recorder()
 
@@ -100,13 +100,7 @@ def main() -> None:
             reason=str(leadership.reason),
         )
 
-    settings: dict[str, Any] = {
-        "session_timeout_ms": args.session_timeout_ms,
-        "heartbeat_interval_ms": 500,
-        "retry_backoff_ms": 100,
-    }
-    if args.instance_id:
-        settings["group_instance_id"] = args.instance_id
+    settings = member_settings(args.session_timeout_ms, args.instance_id)
     election = LeaderElection(
         args.group,
         identity=args.name,

@@ -36,3 +36,19 @@ class Recorder:
         with self._lock:
             self._out.write(line + "\n")
             self._out.flush()
+
+
+def member_settings(
+    session_timeout_ms: int, instance_id: str | None, **extra: Any
+) -> dict[str, Any]:
+    """The group settings every member process of a campaign runs with (static if given an
+    instance id), plus its recipe's ``extra``."""
+    settings: dict[str, Any] = {
+        "session_timeout_ms": session_timeout_ms,
+        "heartbeat_interval_ms": 500,
+        "retry_backoff_ms": 100,
+        **extra,
+    }
+    if instance_id:
+        settings["group_instance_id"] = instance_id
+    return settings

@@ -19,11 +19,10 @@ import os
 import signal
 import threading
 from types import FrameType
-from typing import Any
 
 from recipes.tasks import TaskDistribution, TaskSpec
 
-from ._record import Recorder, now
+from ._record import Recorder, member_settings, now
 
 record = Recorder()
 
@@ -70,16 +69,13 @@ def main() -> None:
     args = parser.parse_args()
     tasks = {f"task-{i:02d}": 1.0 for i in range(args.tasks)}
     worker = Worker(args.tick)
-    settings: dict[str, Any] = {
-        "session_timeout_ms": args.session_timeout_ms,
-        "heartbeat_interval_ms": 500,
-        "retry_backoff_ms": 100,
-        "stop_timeout_ms": 1000,
+    settings = member_settings(
+        args.session_timeout_ms,
+        args.instance_id,
+        stop_timeout_ms=1000,
         # A departed worker's tasks go to the others at once: the campaign measures that.
-        "max_delay_ms": 0,
-    }
-    if args.instance_id:
-        settings["group_instance_id"] = args.instance_id
+        max_delay_ms=0,
+    )
     distribution = TaskDistribution(
         args.group,
         worker_id=args.instance_id or args.name,

@@ -555,11 +555,9 @@ def test_the_metadata_watcher_is_a_clock_thread_that_waits_on_the_clock() -> Non
     assert "partition count changed" in h.engine.metrics().rejoin_reasons[-1]
 
 
-def test_a_leader_rejoins_when_partitions_it_withheld_for_a_hand_over_stay_withheld() -> None:
-    # The leader withholds the partitions m-2 must hand over; m-2 is then replaced by a
-    # static restart whose new process owns nothing, revokes nothing and never rejoins.
-    # After a session timeout in the same generation, the leader rejoins so the group
-    # assigns them (the simulator's seed 1484 of the consumer recipe: partition 4 unowned).
+def leading_a_hand_over() -> tuple[Harness, SteppedClock]:
+    """A cooperative leader of generation 1 whose plan withholds what m-2 (which claims every
+    partition) must hand over to m-3."""
     clock = SteppedClock(max_waits=100)
     h = Harness(
         CooperativeStickyAssignor(),
@@ -569,6 +567,15 @@ def test_a_leader_rejoins_when_partitions_it_withheld_for_a_hand_over_stay_withh
     )
     claims_all = Subscription((T,), owned_partitions=tuple(sorted(tps(*range(6)))), generation_id=0)
     h.lead(1, {"m-2": claims_all, "m-3": Subscription((T,), generation_id=-1)})
+    return h, clock
+
+
+def test_a_leader_rejoins_when_partitions_it_withheld_for_a_hand_over_stay_withheld() -> None:
+    # The leader withholds the partitions m-2 must hand over; m-2 is then replaced by a
+    # static restart whose new process owns nothing, revokes nothing and never rejoins.
+    # After a session timeout in the same generation, the leader rejoins so the group
+    # assigns them (the simulator's seed 1484 of the consumer recipe: partition 4 unowned).
+    h, clock = leading_a_hand_over()
     withheld = tps(*range(6)) - {tp for a in h.plans[0].values() for tp in a.partitions}
     assert withheld, "the plan withholds what m-2 must revoke first"
     check = clock.threads["partitioning-handover|g"]
@@ -583,15 +590,7 @@ def test_a_leader_rejoins_when_partitions_it_withheld_for_a_hand_over_stay_withh
 
 
 def test_a_hand_over_completed_by_a_rebalance_needs_no_rejoin_from_the_leader() -> None:
-    clock = SteppedClock(max_waits=100)
-    h = Harness(
-        CooperativeStickyAssignor(),
-        clock=clock,
-        session_timeout_ms=6000,
-        heartbeat_interval_ms=1000,
-    )
-    claims_all = Subscription((T,), owned_partitions=tuple(sorted(tps(*range(6)))), generation_id=0)
-    h.lead(1, {"m-2": claims_all, "m-3": Subscription((T,), generation_id=-1)})
+    h, clock = leading_a_hand_over()
     check = clock.threads["partitioning-handover|g"]
     h.heartbeat(E.REBALANCE_IN_PROGRESS)  # m-2 revoked and rejoined
     h.lead(2)  # the next generation assigned the rest
