@@ -62,6 +62,7 @@ _CLIENT_PREFIXES: Final = ("bootstrap_servers", "security_protocol", "ssl_", "sa
 _SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's rule for group.instance.id (JoinGroupRequest.validateGroupInstanceId): a topic-like name.
 _INSTANCE_ID = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # Kafka's protocol writes strings with an int16 length: a longer id cannot be sent at all.
 _MAX_STRING_BYTES: Final = 32_767
 # host:port, host, [ipv6]:port
@@ -131,6 +132,16 @@ class CoordinatorConfig:
     :class:`~coordination.errors.AssignmentError` instead. Raise it only together with the
     broker's limit."""
 
+    wakeup_topic: str | None = "coordination.wakeups"
+    """The topic of the wake-up channel (docs/membership.md#wake-ups), or None to turn it off.
+    A member that joins, rejoins of its own accord or leaves appends a small record to its
+    group's partition of this topic; the other members long-poll it and heartbeat at once, so
+    a rebalance starts in milliseconds rather than at everyone's next heartbeat. Created on
+    first use (16 partitions, one hour's retention); the principal needs CREATE (or an
+    existing topic), DESCRIBE, READ and WRITE on it. Where it cannot be used the member logs
+    one warning and relies on heartbeats. Off with an injected transport (tests,
+    simulations). Default "coordination.wakeups"."""
+
     client_id: str = "coordination"
     """Client id sent with every request (Kafka ``client.id``). Default "coordination"."""
 
@@ -191,6 +202,11 @@ class CoordinatorConfig:
         if not isinstance(self.client_id, str) or not self.client_id:
             raise ConfigurationError(
                 f"client_id must be a non-empty string, got {self.client_id!r}"
+            )
+        if self.wakeup_topic is not None and not _TOPIC_NAME.fullmatch(self.wakeup_topic):
+            raise ConfigurationError(
+                f"wakeup_topic {self.wakeup_topic!r} is not a valid Kafka topic name: use 1 to "
+                "249 of the characters a-z A-Z 0-9 . _ - (or None to turn the channel off)"
             )
         if "bootstrap_servers" not in self.connection:
             raise ConfigurationError(

@@ -115,15 +115,26 @@ class Coordinator(abc.ABC):
         self._config = CoordinatorConfig.from_settings(group_id, settings)
         check_part("clock", clock, Clock)
         check_part("transport", transport, Transport)
+        wakeups = None
         if transport is None:
             from ._transport.kafka import KafkaTransport
 
-            transport = KafkaTransport(
+            kafka = KafkaTransport(
                 client_id=self._config.client_id,
                 request_timeout_ms=self._config.request_timeout_ms,
                 connection=dict(self._config.connection),
             )
-        self._engine = GroupMembership(self, self._config, transport, clock)
+            if self._config.wakeup_topic is not None:
+                from ._transport.wakeups import KafkaWakeups
+
+                wakeups = KafkaWakeups(
+                    kafka,
+                    group_id=group_id,
+                    topic=self._config.wakeup_topic,
+                    request_timeout_ms=self._config.request_timeout_ms,
+                )
+            transport = kafka
+        self._engine = GroupMembership(self, self._config, transport, clock, wakeups)
 
     # -- what a subclass implements ------------------------------------------------------
 

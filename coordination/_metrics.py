@@ -38,3 +38,5 @@ class MemberMetrics:
     """Seconds since the last successful heartbeat (Kafka ``last-heartbeat-seconds-ago``)."""
     rejoin_reasons: tuple[str, ...]
     """The reasons of the last (up to 20) rejoin requests, oldest first."""
+    wakeups_received: int = 0
+    """Other members' wake-ups that made this stable member heartbeat at once."""

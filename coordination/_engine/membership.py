@@ -39,7 +39,7 @@ from .._config import CoordinatorConfig
 from .._metrics import MemberMetrics
 from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
-from .._transport.base import CoordinatorNode, Transport, TransportError
+from .._transport.base import CoordinatorNode, Transport, TransportError, Wakeups
 from .._types import NO_GENERATION, Generation, Member, MemberState, ProtocolMetadata
 from ..errors import (
     AssignmentError,
@@ -69,6 +69,11 @@ _MEMBER_OVERHEAD = 128
 _UNREACHABLE_WARN_EVERY_S = 30.0
 # How often a static member waiting out its takeover fence looks for a new rebalance.
 _FENCE_POLL_S = 0.1
+# When a woken member heartbeats, after the wake-up: at once, then in case the announced
+# change had not reached the coordinator yet.
+_WAKE_HEARTBEATS_S = (0.0, 0.05, 0.25)
+# How long a leaving member waits for its wake-up to be written before closing.
+_LEAVE_WAKEUP_WAIT_S = 1.0
 
 
 class Callbacks(Protocol):
@@ -124,6 +129,7 @@ class _Counters:
     rebalance_started_at: float | None = None
     last_heartbeat_at: float | None = None
     rejoin_reasons: list[str] = field(default_factory=list)
+    wakeups: int = 0
 
 
 class GroupMembership:
@@ -135,10 +141,12 @@ class GroupMembership:
         config: CoordinatorConfig,
         transport: Transport,
         clock: Clock | None = None,
+        wakeups: Wakeups | None = None,
     ) -> None:
         self._callbacks = callbacks
         self._config = config
         self._transport = transport
+        self._wakeups = wakeups
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._protocol_type = ""  # asked at start(), once the subclass is fully built
         self._lock = self._clock.rlock()
@@ -186,6 +194,11 @@ class GroupMembership:
         # This member's own id that it gave up to prove its place again (see
         # _renew_lease_locked): left before the next JoinGroup, and not a takeover to wait out.
         self._stale_member_id: str | None = None
+        # Heartbeats another member's wake-up asked for (engine clock), soonest first.
+        self._wake_at: list[float] = []
+        # Whether the group told this member that a rebalance is under way since it was last
+        # stable: its JoinGroup then follows the others, and wakes nobody.
+        self._rebalance_told = False
 
         now = self._clock.monotonic()
         self._timers = HeartbeatTimers(
@@ -381,6 +394,7 @@ class GroupMembership:
                     now - c.last_heartbeat_at if c.last_heartbeat_at is not None else None
                 ),
                 rejoin_reasons=tuple(c.rejoin_reasons),
+                wakeups_received=c.wakeups,
             )
 
     # ------------------------------------------------------------------ lifecycle
@@ -400,6 +414,21 @@ class GroupMembership:
             ]
             for thread in self._threads:
                 thread.start()
+            if self._wakeups is not None:
+                self._wakeups.start(self.wake)
+
+    def wake(self, reason: str) -> None:
+        """Another member announced a change of the group: heartbeat now to learn whether a
+        rebalance began. The announcement may overtake the change itself (it travels on
+        another connection), so two more heartbeats follow shortly, unless one finds it."""
+        now = self._clock.monotonic()
+        with self._lock:
+            if self._state is not MemberState.STABLE:
+                return  # joining already, or not a member: nothing to learn
+            log.debug("%s: woken: %s", self._who(), reason)
+            self._counters.wakeups += 1
+            self._wake_at = [now + delay for delay in _WAKE_HEARTBEATS_S]
+            self._changed.notify_all()
 
     def resolve_protocol_type(self) -> None:
         """Ask the subclass for its protocol type (once it is fully constructed)."""
@@ -482,6 +511,8 @@ class GroupMembership:
                 self._maybe_leave_group("the member is closing", deadline)
         finally:
             self._transport.close()
+            if self._wakeups is not None:
+                self._wakeups.close(max(0.0, deadline - self._clock.monotonic()))
             for thread in self._threads:
                 thread.join(max(0.0, deadline - self._clock.monotonic()))
             with self._lock:
@@ -730,6 +761,16 @@ class GroupMembership:
         with self._lock:
             if self._joins_since_stable is None:
                 self._joins_since_stable = (sent.generation_id, join_sent_at)
+            # A join that may start a rebalance wakes the others; one that answers a
+            # rebalance under way does not (every member would wake every other).
+            announce = (
+                self._wakeups is not None
+                and not self._rebalance_told
+                and (bool(sent.member_id) or cfg.is_static)
+            )
+        if announce:
+            assert self._wakeups is not None
+            self._wakeups.announce(sent.member_id or str(cfg.group_instance_id), "join")
         try:
             joined = self._transport.send(
                 join, msg.JoinGroupResponse, coordinator=coordinator, timeout_s=long_timeout_s
@@ -847,6 +888,7 @@ class GroupMembership:
                     generation,
                 )
             self._state = MemberState.STABLE
+            self._rebalance_told = False
             self._joins_since_stable = None
             self._join_answer_lost = False
             # No new confirmation: a SyncGroup answered from a group already Stable (a follower
@@ -1066,6 +1108,9 @@ class GroupMembership:
             code, group_id=self._config.group_id, member_id=sent.member_id, api=api.value
         )
         reason = f"{api.value} returned {error_name(code)}"
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            with self._lock:
+                self._rebalance_told = True
         return _Failed(classify.reaction(api, code), reason, sent, error)
 
     def _inconsistent(self, problem: str, sent: Generation) -> _Failed:
@@ -1139,8 +1184,15 @@ class GroupMembership:
                 expired = True
             else:
                 expired = False
-                if not self._timers.is_due(now):
+                woken = bool(self._wake_at) and self._wake_at[0] <= now
+                if not woken and not self._timers.is_due(now):
+                    next_s = self._timers.time_to_next(now)
+                    if self._wake_at:
+                        next_s = min(next_s, self._wake_at[0] - now)
+                    return next_s
+                if self._timers.in_flight:
                     return self._timers.time_to_next(now)
+                self._wake_at = [t for t in self._wake_at if t > now]
                 self._timers.sent(now)
                 sent = self._generation
                 node = self._coordinator
@@ -1198,7 +1250,9 @@ class GroupMembership:
                 # only a stable member learns here that a new rebalance began.
                 self._timers.received(now)
                 self._counters.last_heartbeat_at = now
+                self._wake_at.clear()
                 if self._state is MemberState.STABLE and self._generation == sent:
+                    self._rebalance_told = True
                     self._request_rejoin_locked("group is already rebalancing")
                 return self._timers.time_to_next(now)
             self._timers.failed(now, retry_s)
@@ -1285,6 +1339,10 @@ class GroupMembership:
                 code = response.error_code or response.member_error_code
                 if code != ErrorCode.NONE:
                     log.info("%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code))
+                elif self._wakeups is not None:
+                    # The connections close next: wait (briefly) until the wake-up is out.
+                    wait_s = min(_LEAVE_WAKEUP_WAIT_S, max(0.0, deadline - self._clock.monotonic()))
+                    self._wakeups.announce(generation.member_id, "leave", wait_s=wait_s)
             except TransportError as e:
                 log.info(
                     "%s: LeaveGroup got no response (%s); the session will expire instead",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -74,4 +75,22 @@ class Transport(Protocol):
 
     def close(self) -> None:
         """Release every connection and thread; later sends fail with TransportError."""
+        ...
+
+
+class Wakeups(Protocol):
+    """A side channel on which the members of a group tell one another that it is changing,
+    so that they heartbeat at once instead of at their next interval (``coordination
+    ._transport.wakeups`` is Kafka's). It only hastens what heartbeats find out anyway."""
+
+    def start(self, wake: Callable[[str], None]) -> None:
+        """Start listening; call ``wake(reason)`` for each other member's announcement."""
+        ...
+
+    def announce(self, member_id: str, event: str, *, wait_s: float = 0.0) -> None:
+        """Tell the group's other members; wait up to ``wait_s`` for it to be sent."""
+        ...
+
+    def close(self, timeout_s: float) -> None:
+        """Stop (called once the transport is closed)."""
         ...

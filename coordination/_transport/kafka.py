@@ -96,6 +96,45 @@ class KafkaTransport:
             raise TransportError(f"unexpected response {type(raw).__name__}")
         return response
 
+    # -- for the wake-up channel --------------------------------------------------
+
+    def send_kafka(self, request: Any, *, node_id: Any, timeout_s: float) -> Any:
+        """Send one of kafka-python's own requests to ``node_id`` (None: any broker).
+
+        Raises:
+            TransportError: no response arrived, or the connection failed.
+        """
+        if self._closed:
+            raise TransportError("transport is closed")
+        self._ensure_bootstrapped(timeout_s)
+        timeout_ms = max(1, int(timeout_s * 1000))
+
+        async def exchange() -> Any:
+            target = node_id if node_id is not None else self._manager.least_loaded_node()
+            return await self._manager.send(request, node_id=target, request_timeout_ms=timeout_ms)
+
+        try:
+            return self._manager.run(exchange)
+        except _REFUSALS as e:
+            raise _refused(e) from e
+        except (kafka_errors.KafkaError, OSError, RuntimeError) as e:
+            raise TransportError(f"{type(request).__name__} got no response: {e!r}") from e
+
+    def dedicated_node(self, purpose: str, node_id: int, host: str, port: int) -> Any:
+        """A node id for ``node_id`` with its own connection, apart from every other request:
+        a long-polling fetch holds its connection (the broker answers a connection's requests
+        in order), so nothing else may queue behind it."""
+        found = types.SimpleNamespace(
+            error_code=0, node_id=f"{purpose}-{node_id}", host=host, port=port
+        )
+        return self._manager.cluster.add_coordinator(
+            found, _GROUP_KEY_TYPE, f"{purpose}-{node_id}", synthesize_node_id=False
+        )
+
+    def knows_node(self, node_id: int) -> bool:
+        """Whether kafka-python's metadata has this broker (its regular connection works)."""
+        return self._manager.cluster.broker_metadata(node_id) is not None
+
     def disconnect(self, coordinator: CoordinatorNode) -> None:
         if not self._closed:
             self._manager.close(node_id=self._coordinator_node_id(coordinator))

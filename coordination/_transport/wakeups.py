@@ -1,0 +1,433 @@
+"""The wake-up channel: members tell one another through a Kafka topic that their group is
+changing, so that the others learn of a rebalance in milliseconds, not at their next heartbeat.
+
+Kafka's classic protocol tells a member that a rebalance began only in the answer to its next
+heartbeat, so every rebalance waits up to one heartbeat interval for each member to notice.
+Here a member that joins, rejoins of its own accord, or leaves also appends a small record to
+one partition of a shared topic; the members of its group long-poll that partition, and one
+that reads another member's record sends a heartbeat at once. A heartbeat only asks the
+broker whether a rebalance is under way, so a stray or late wake-up never causes one.
+
+The topic (default ``coordination.wakeups``) is created on first use with
+:data:`PARTITIONS` partitions and an hour's retention; a group uses partition
+``crc32(group_id) % partitions``, so the groups of a cluster share a few partitions and
+every member reads only its own group's. Where the topic cannot be created or used (ACLs, a
+creation policy, an old broker), the member logs one warning and relies on heartbeats.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin.topics import CreateTopicsRequest
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
+from kafka.protocol.producer.produce import ProduceRequest
+from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+
+from .base import TransportError
+from .kafka import KafkaTransport
+
+log = logging.getLogger("coordination.wakeups")
+
+DEFAULT_TOPIC = "coordination.wakeups"
+PARTITIONS = 16
+# Wake-ups matter for seconds; an hour's retention in small segments keeps the topic tiny.
+TOPIC_CONFIGS = {
+    "cleanup.policy": "delete",
+    "retention.ms": "3600000",
+    "segment.ms": "600000",
+    "segment.bytes": "1048576",
+}
+# The broker holds an idle fetch this long: an idle member sends one request per interval.
+LISTEN_WAIT_MS = 10_000
+# A channel still failing after this long is reported (once) as not working.
+_WARN_AFTER_S = 30.0
+_BACKOFF_S = (0.1, 5.0)
+
+# Kafka error codes the channel tells apart.
+_NONE = 0
+_OFFSET_OUT_OF_RANGE = 1
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+_TOPIC_ALREADY_EXISTS = 36
+# Errors no retry can fix: the channel is off for this member.
+_UNUSABLE = {
+    17: "INVALID_TOPIC_EXCEPTION",
+    29: "TOPIC_AUTHORIZATION_FAILED",
+    31: "CLUSTER_AUTHORIZATION_FAILED",
+    35: "UNSUPPORTED_VERSION",
+    37: "INVALID_PARTITIONS",
+    38: "INVALID_REPLICATION_FACTOR",
+    40: "INVALID_CONFIG",
+    44: "POLICY_VIOLATION",
+}
+
+
+class _Unusable(Exception):
+    """The topic cannot be used by this member; retrying will not change that."""
+
+
+class _Retry(Exception):
+    """A failure worth retrying after a backoff (the partition's leader moved, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    partition: int
+    leader: int
+    produce_node: Any
+    fetch_node: Any
+
+
+@dataclass(slots=True)
+class WakeupStats:
+    """What one member's channel did (for metrics and the benchmarks)."""
+
+    sent: int = 0
+    received: int = 0
+    requests: int = 0
+    working: bool = False
+
+
+class _Announcement:
+    def __init__(self, member_id: str, event: str) -> None:
+        self.value = {"member": member_id, "event": event}
+        self.done = threading.Event()
+
+
+class KafkaWakeups:
+    """One member's end of the wake-up channel: a listener thread and a publisher thread,
+    both sending through the member's own transport (the listener on a connection of its own).
+    """
+
+    def __init__(
+        self,
+        transport: KafkaTransport,
+        *,
+        group_id: str,
+        topic: str = DEFAULT_TOPIC,
+        request_timeout_ms: int,
+    ) -> None:
+        self._transport = transport
+        self._group_id = group_id
+        self._key = group_id.encode("utf-8")
+        self._topic = topic
+        self._timeout_s = request_timeout_ms / 1000
+        # Tells this member's own records apart (its member id changes; this does not).
+        self._sender = uuid.uuid4().hex
+        self._route: _Route | None = None
+        self._route_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._off = False
+        self._queue: queue.SimpleQueue[_Announcement | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._wake: Callable[[str], None] = lambda reason: None
+        self._failing_since: float | None = None
+        self._warned = False
+        self.stats = WakeupStats()
+
+    # -- what the engine calls -----------------------------------------------------
+
+    def start(self, wake: Callable[[str], None]) -> None:
+        """Start listening; ``wake(reason)`` runs on the listener thread per wake-up read."""
+        self._wake = wake
+        for target, name in ((self._listen, "listener"), (self._publish, "publisher")):
+            thread = threading.Thread(
+                target=target, name=f"coordination-wakeups-{name}|{self._group_id}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def announce(self, member_id: str, event: str, *, wait_s: float = 0.0) -> None:
+        """Publish a wake-up for the group's other members; wait up to ``wait_s`` for it to be
+        written (a leaving member waits, as its connections close next)."""
+        if self._off or self._stop.is_set():
+            return
+        item = _Announcement(member_id, event)
+        self._queue.put(item)
+        if wait_s > 0:
+            item.done.wait(wait_s)
+
+    def close(self, timeout_s: float) -> None:
+        """Stop both threads (the transport is closed, or about to be)."""
+        self._stop.set()
+        self._queue.put(None)
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # -- the two threads -------------------------------------------------------------
+
+    def _listen(self) -> None:
+        position: int | None = None
+        delay = _BACKOFF_S[0]
+        while not self._stop.is_set():
+            try:
+                route = self._located()
+                if position is None:
+                    position = self._end_offset(route)
+                position = self._fetch(route, position)
+                self._working()
+                delay = _BACKOFF_S[0]
+            except _Unusable as e:
+                self._turn_off(str(e))
+                return
+            except (_Retry, TransportError) as e:
+                if self._stop.is_set():
+                    return
+                if isinstance(e, _Retry) and "OFFSET_OUT_OF_RANGE" in str(e):
+                    position = None
+                self._failing(str(e))
+                self._stop.wait(delay)
+                delay = min(delay * 2, _BACKOFF_S[1])
+            except Exception:  # never let the channel take the member down
+                log.exception("group %r: wake-up listener failed; retrying", self._group_id)
+                self._stop.wait(_BACKOFF_S[1])
+
+    def _publish(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None or self._stop.is_set():
+                return
+            try:
+                for attempt in range(3):
+                    try:
+                        self._produce(self._located(), item)
+                        self.stats.sent += 1
+                        break
+                    except (_Retry, TransportError) as e:
+                        log.debug("group %r: wake-up not sent (%s)", self._group_id, e)
+                        self._failing(str(e))
+                        if self._stop.wait(0.05 * 2**attempt):
+                            return
+            except _Unusable as e:
+                self._turn_off(str(e))
+            except Exception:
+                log.exception("group %r: wake-up publisher failed", self._group_id)
+            finally:
+                item.done.set()
+
+    # -- requests --------------------------------------------------------------------
+
+    def _send(self, request: Any, node: Any, timeout_s: float | None = None) -> Any:
+        self.stats.requests += 1
+        return self._transport.send_kafka(
+            request, node_id=node, timeout_s=timeout_s or self._timeout_s
+        )
+
+    def _located(self) -> _Route:
+        with self._route_lock:
+            if self._route is None:
+                self._route = self._locate()
+            return self._route
+
+    def _forget_route(self) -> None:
+        with self._route_lock:
+            self._route = None
+
+    def _locate(self) -> _Route:
+        """Find the group's partition and its leader, creating the topic if it is missing."""
+        response = self._send(self._metadata_request(), None)
+        topic = response.topics[0]
+        if topic.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+            self._create_topic()
+            raise _Retry(f"topic {self._topic!r} created, waiting for its leaders")
+        self._check(topic.error_code, f"metadata of topic {self._topic!r}")
+        if not topic.partitions:
+            raise _Retry(f"topic {self._topic!r} has no partitions yet")
+        partition = zlib.crc32(self._key) % len(topic.partitions)
+        leader = next((p.leader_id for p in topic.partitions if p.partition_index == partition), -1)
+        broker = next((b for b in response.brokers if b.node_id == leader), None)
+        if broker is None:
+            raise _Retry(f"partition {partition} of {self._topic!r} has no leader")
+        return _Route(
+            partition=partition,
+            leader=leader,
+            # Short requests share the broker's regular connection (metadata, FindCoordinator);
+            # never the coordinator's, where a JoinGroup may be parked.
+            produce_node=leader
+            if self._transport.knows_node(leader)
+            else self._transport.dedicated_node("wakeups-out", leader, broker.host, broker.port),
+            fetch_node=self._transport.dedicated_node(
+                "wakeups-in", leader, broker.host, broker.port
+            ),
+        )
+
+    def _metadata_request(self) -> Any:
+        return MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=self._topic)],
+            allow_auto_topic_creation=False,
+            max_version=12,
+        )
+
+    def _create_topic(self) -> None:
+        topic = CreateTopicsRequest.CreatableTopic(
+            name=self._topic,
+            num_partitions=PARTITIONS,
+            replication_factor=-1,  # the broker's default.replication.factor
+            assignments=[],
+            configs=[
+                CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+                for k, v in TOPIC_CONFIGS.items()
+            ],
+        )
+        request = CreateTopicsRequest(
+            topics=[topic], timeout_ms=int(self._timeout_s * 1000), validate_only=False
+        )
+        result = self._send(request, None).topics[0]
+        if result.error_code not in (_NONE, _TOPIC_ALREADY_EXISTS):
+            self._check(result.error_code, f"creating topic {self._topic!r}")
+        if result.error_code == _NONE:
+            log.info("created the wake-up topic %r (%d partitions)", self._topic, PARTITIONS)
+
+    def _end_offset(self, route: _Route) -> int:
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name=self._topic,
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=route.partition, current_leader_epoch=-1, timestamp=-1
+                        )
+                    ],
+                )
+            ],
+        )
+        answer = self._send(request, route.produce_node).topics[0].partitions[0]
+        self._check(answer.error_code, "reading the partition's end", route)
+        return int(answer.offset)
+
+    def _fetch(self, route: _Route, position: int) -> int:
+        """Wait for records at ``position``; wake the member for each from another member."""
+        fetch_partition = FetchRequest.FetchTopic.FetchPartition(
+            partition=route.partition,
+            current_leader_epoch=-1,
+            fetch_offset=position,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=1 << 20,
+        )
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=LISTEN_WAIT_MS,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=self._topic, partitions=[fetch_partition])],
+            forgotten_topics_data=[],
+            rack_id="",
+            max_version=12,  # topics by name (v13 names them by id)
+        )
+        response = self._send(request, route.fetch_node, LISTEN_WAIT_MS / 1000 + self._timeout_s)
+        answer = response.responses[0].partitions[0]
+        self._check(answer.error_code, "fetching", route)
+        if not answer.records:
+            return position
+        for batch in MemoryRecords(answer.records):
+            for record in batch:
+                if record.offset < position:
+                    continue
+                position = record.offset + 1
+                if record.key == self._key:
+                    self._received(record.value)
+        return position
+
+    def _produce(self, route: _Route, item: _Announcement) -> None:
+        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 14)
+        value = dict(item.value, sender=self._sender)
+        builder.append(int(time.time() * 1000), self._key, json.dumps(value).encode())
+        builder.close()
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=1,  # a wake-up is a hint: the leader's write is enough
+            timeout_ms=int(self._timeout_s * 1000),
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name=self._topic,
+                    partition_data=[
+                        ProduceRequest.TopicProduceData.PartitionProduceData(
+                            index=route.partition, records=builder.buffer()
+                        )
+                    ],
+                )
+            ],
+            max_version=12,  # topics by name (v13 names them by id)
+        )
+        answer = self._send(request, route.produce_node).responses[0].partition_responses[0]
+        self._check(answer.error_code, "publishing", route)
+
+    # -- outcomes --------------------------------------------------------------------
+
+    def _received(self, raw: bytes | None) -> None:
+        try:
+            value = json.loads(raw or b"")
+            sender, member, event = value["sender"], value["member"], value["event"]
+        except (ValueError, KeyError, TypeError):
+            log.debug("group %r: ignoring an unreadable wake-up %r", self._group_id, raw)
+            return
+        if sender == self._sender:
+            return
+        self.stats.received += 1
+        self._wake(f"member {member} announced: {event}")
+
+    def _check(self, code: int, what: str, route: _Route | None = None) -> None:
+        if code == _NONE:
+            return
+        if code in _UNUSABLE:
+            raise _Unusable(f"{what}: {_UNUSABLE[code]}")
+        if route is not None:
+            self._forget_route()  # most partition errors mean its leader moved
+        raise _Retry(f"{what}: error code {code}" if code != 1 else f"{what}: OFFSET_OUT_OF_RANGE")
+
+    def _working(self) -> None:
+        self.stats.working = True
+        if self._failing_since is not None and self._warned:
+            log.info("group %r: the wake-up channel works again", self._group_id)
+            self._warned = False
+        self._failing_since = None
+
+    def _failing(self, why: str) -> None:
+        self.stats.working = False
+        self._forget_route()
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        elif not self._warned and now - self._failing_since > _WARN_AFTER_S:
+            self._warned = True
+            log.warning(
+                "group %r: the wake-up channel on topic %r has not worked for %.0fs (%s); "
+                "members learn of rebalances at their next heartbeat until it does",
+                self._group_id,
+                self._topic,
+                now - self._failing_since,
+                why,
+            )
+
+    def _turn_off(self, why: str) -> None:
+        if self._off:
+            return
+        self._off = True
+        self.stats.working = False
+        log.warning(
+            "group %r: the wake-up channel is off for this member: %s. Members learn of "
+            "rebalances at their next heartbeat (within heartbeat_interval_ms). To use it, let "
+            "this principal create topic %r (or create it yourself) and DESCRIBE, READ and "
+            "WRITE it; set wakeup_topic=None to turn it off without this warning.",
+            self._group_id,
+            why,
+            self._topic,
+        )
