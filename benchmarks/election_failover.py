@@ -454,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         openers: dict[str, Callable[[], Election]] = {}
         if "ours" in args.implementations:
-            bootstrap = stack.enter_context(running_kafka(args.bootstrap_servers))
+            bootstrap = stack.enter_context(running_kafka(args.bootstrap_servers, full_jit=True))
             openers["ours"] = lambda: OursElection(
                 bootstrap, args.session_timeout_ms, args.heartbeat_interval_ms, log
             )

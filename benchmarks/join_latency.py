@@ -698,7 +698,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[tuple[str, int], list[float]] = {}
     failures: dict[tuple[str, int], int] = {}
     with contextlib.ExitStack() as stack:
-        bootstrap = stack.enter_context(running_kafka(args.bootstrap_servers))
+        bootstrap = stack.enter_context(running_kafka(args.bootstrap_servers, full_jit=True))
         create_topic(bootstrap)
         openers: dict[str, Callable[[str, Tracker], Group]] = {}
         if "ours" in args.implementations:

@@ -168,7 +168,7 @@ def main() -> None:
     events = args.events or (24_000 if args.quick else 240_000)
     events -= events % PARTITIONS
     with contextlib.ExitStack() as stack:
-        bootstrap = stack.enter_context(running_kafka(args.bootstrap))
+        bootstrap = stack.enter_context(running_kafka(args.bootstrap, full_jit=True))
         rates: dict[int, float] = {}
         for n in (1, 2, 3):
             rate, batches = throughput(bootstrap, events, n)

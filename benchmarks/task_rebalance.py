@@ -220,7 +220,7 @@ def main() -> None:
 
     started = time.monotonic()
     collected: dict[tuple[str, str], list[Figures]] = {}
-    with running_kafka(args.bootstrap) as bootstrap:
+    with running_kafka(args.bootstrap, full_jit=True) as bootstrap:
         for n in range(repeat):
             for variant in ("cooperative", "eager"):
                 for event, figures in run_once(

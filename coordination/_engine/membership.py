@@ -71,7 +71,7 @@ _UNREACHABLE_WARN_EVERY_S = 30.0
 _FENCE_POLL_S = 0.1
 # When a woken member heartbeats, after the wake-up: at once, then in case the announced
 # change had not reached the coordinator yet.
-_WAKE_HEARTBEATS_S = (0.0, 0.05, 0.25)
+_WAKE_HEARTBEATS_S = (0.0, 0.01, 0.05, 0.25)
 # How long a leaving member waits for its wake-up to be written before closing.
 _LEAVE_WAKEUP_WAIT_S = 1.0
 
@@ -420,7 +420,7 @@ class GroupMembership:
     def wake(self, reason: str) -> None:
         """Another member announced a change of the group: heartbeat now to learn whether a
         rebalance began. The announcement may overtake the change itself (it travels on
-        another connection), so two more heartbeats follow shortly, unless one finds it."""
+        another connection), so three more follow within 250 ms unless one finds it."""
         now = self._clock.monotonic()
         with self._lock:
             if self._state is not MemberState.STABLE:
@@ -1186,10 +1186,7 @@ class GroupMembership:
                 expired = False
                 woken = bool(self._wake_at) and self._wake_at[0] <= now
                 if not woken and not self._timers.is_due(now):
-                    next_s = self._timers.time_to_next(now)
-                    if self._wake_at:
-                        next_s = min(next_s, self._wake_at[0] - now)
-                    return next_s
+                    return self._time_to_next_heartbeat_locked(now)
                 if self._timers.in_flight:
                     return self._timers.time_to_next(now)
                 self._wake_at = [t for t in self._wake_at if t > now]
@@ -1231,6 +1228,13 @@ class GroupMembership:
             return None
         return self._on_heartbeat_response(response.error_code, sent, node, sent_at=now)
 
+    def _time_to_next_heartbeat_locked(self, now: float) -> float:
+        """Seconds until the next heartbeat: the interval's, or sooner if a wake-up asked."""
+        next_s = self._timers.time_to_next(now)
+        if self._wake_at:
+            next_s = min(next_s, max(0.0, self._wake_at[0] - now))
+        return next_s
+
     def _on_heartbeat_response(
         self, code: int, sent: Generation, node: CoordinatorNode, sent_at: float | None = None
     ) -> float | None:
@@ -1243,7 +1247,7 @@ class GroupMembership:
                     self._renew_lease_locked(sent, sent_at)
                 self._timers.received(now)
                 self._counters.last_heartbeat_at = now
-                return self._timers.time_to_next(now)
+                return self._time_to_next_heartbeat_locked(now)
             reaction = classify.reaction(Api.HEARTBEAT, code)
             if reaction.next is Next.REJOIN_IF_STABLE:
                 # Still a live session. Heartbeats are expected during COMPLETING_REBALANCE;
@@ -1332,6 +1336,11 @@ class GroupMembership:
             timeout_s = max(
                 0.5, min(cfg.request_timeout_ms / 1000, deadline - self._clock.monotonic())
             )
+            if self._wakeups is not None:
+                # Sent alongside LeaveGroup, not after its answer: the wake-up takes longer to
+                # arrive than the broker takes to start the rebalance, and a woken member that
+                # heartbeats too early heartbeats again shortly after.
+                self._wakeups.announce(generation.member_id, "leave")
             try:
                 response = self._transport.send(
                     request, msg.LeaveGroupResponse, coordinator=node, timeout_s=timeout_s
@@ -1339,15 +1348,16 @@ class GroupMembership:
                 code = response.error_code or response.member_error_code
                 if code != ErrorCode.NONE:
                     log.info("%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code))
-                elif self._wakeups is not None:
-                    # The connections close next: wait (briefly) until the wake-up is out.
-                    wait_s = min(_LEAVE_WAKEUP_WAIT_S, max(0.0, deadline - self._clock.monotonic()))
-                    self._wakeups.announce(generation.member_id, "leave", wait_s=wait_s)
             except TransportError as e:
                 log.info(
                     "%s: LeaveGroup got no response (%s); the session will expire instead",
                     self._who(),
                     e,
+                )
+            if self._wakeups is not None:
+                # The connections close next: wait (briefly) until the wake-up is out.
+                self._wakeups.flush(
+                    min(_LEAVE_WAKEUP_WAIT_S, max(0.0, deadline - self._clock.monotonic()))
                 )
         with self._lock:
             self._generation = NO_GENERATION

@@ -87,8 +87,12 @@ class Wakeups(Protocol):
         """Start listening; call ``wake(reason)`` for each other member's announcement."""
         ...
 
-    def announce(self, member_id: str, event: str, *, wait_s: float = 0.0) -> None:
-        """Tell the group's other members; wait up to ``wait_s`` for it to be sent."""
+    def announce(self, member_id: str, event: str) -> None:
+        """Tell the group's other members (in the background)."""
+        ...
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the announcements made so far to be sent."""
         ...
 
     def close(self, timeout_s: float) -> None:

@@ -144,10 +144,18 @@ class KafkaTransport:
             return
         self._closed = True
         try:
+            # On the I/O thread: closed from another thread, a connection's socket can vanish
+            # under a read in progress there (a long-polling fetch always has one waiting),
+            # and kafka-python logs tracebacks for it.
+            self._manager.run(self._close_connections)
+        except Exception:
             self._manager.close()
         finally:
             self._net.stop(timeout_ms=5000)
             self._net.close()  # its wakeup socket pair
+
+    async def _close_connections(self) -> None:
+        self._manager.close()
 
     # -- helpers -------------------------------------------------------------------
 
@@ -427,20 +435,24 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         transport = await super()._build_transport(node, timeout_at=timeout_at)
         receive = getattr(transport, "_sock_recv", None)
         if receive is not None:
-            transport._sock_recv = _delivering_before_close(receive)
+            transport._sock_recv = _delivering_before_close(transport, receive)
         return transport
 
 
-def _delivering_before_close(receive: Any) -> Any:
+def _delivering_before_close(transport: Any, receive: Any) -> Any:
     """kafka-python's socket read, made to hand over what it read before the peer closed.
 
     A broker refusing a SASL login sends the refusal and closes the connection; when both
     arrive together, kafka-python's read returns the bytes with the close and its read loop
     drops the bytes, so the refusal is seen as a bare "socket disconnected" and retried.
-    Here the bytes come first; the next read sees the close again.
+    Here the bytes come first; the next read sees the close again. A read woken by this side
+    closing the connection (a long-polling fetch is always waiting) returns the close quietly,
+    where kafka-python would log a traceback for reading a socket that is gone.
     """
 
     def receive_then_close() -> tuple[bytes, Any]:
+        if getattr(transport, "_sock", None) is None:
+            return b"", kafka_errors.KafkaConnectionError("connection closed")
         data, error = receive()
         if data and error is not None:
             return data, None

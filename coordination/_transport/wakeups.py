@@ -130,6 +130,7 @@ class KafkaWakeups:
         self._stop = threading.Event()
         self._off = False
         self._queue: queue.SimpleQueue[_Announcement | None] = queue.SimpleQueue()
+        self._last: _Announcement | None = None
         self._threads: list[threading.Thread] = []
         self._wake: Callable[[str], None] = lambda reason: None
         self._failing_since: float | None = None
@@ -148,15 +149,20 @@ class KafkaWakeups:
             self._threads.append(thread)
             thread.start()
 
-    def announce(self, member_id: str, event: str, *, wait_s: float = 0.0) -> None:
-        """Publish a wake-up for the group's other members; wait up to ``wait_s`` for it to be
-        written (a leaving member waits, as its connections close next)."""
+    def announce(self, member_id: str, event: str) -> None:
+        """Publish a wake-up for the group's other members (on the publisher thread)."""
         if self._off or self._stop.is_set():
             return
         item = _Announcement(member_id, event)
+        self._last = item
         self._queue.put(item)
-        if wait_s > 0:
-            item.done.wait(wait_s)
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` until the announcements made so far are sent (or given up):
+        a leaving member's connections close next."""
+        last = self._last
+        if last is not None:
+            last.done.wait(timeout_s)
 
     def close(self, timeout_s: float) -> None:
         """Stop both threads (the transport is closed, or about to be)."""
@@ -176,6 +182,7 @@ class KafkaWakeups:
                 route = self._located()
                 if position is None:
                     position = self._end_offset(route)
+                    self._working()  # listening from here on
                 position = self._fetch(route, position)
                 self._working()
                 delay = _BACKOFF_S[0]

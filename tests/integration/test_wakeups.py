@@ -1,0 +1,120 @@
+"""The wake-up channel on a real broker: members learn of a join or a leave long before their
+next heartbeat, and nothing else wakes them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+
+from coordination._transport.wakeups import DEFAULT_TOPIC, PARTITIONS
+
+from .members import Listing, new_group, settled, wait_until
+
+pytestmark = pytest.mark.integration
+
+# Heartbeats so rare that a rebalance finished within SOON can only have been started by a
+# wake-up: the members' next heartbeat is due SLOW after they last joined.
+SLOW = {"heartbeat_interval_ms": 20_000, "session_timeout_ms": 60_000}
+SOON = 8.0
+
+
+@pytest.fixture
+def members(kafka: str) -> Iterator[list[Listing]]:
+    created: list[Listing] = []
+    yield created
+    for m in created:
+        m.close(timeout=10)
+
+
+def start(created: list[Listing], kafka: str, group: str, n: int, **kw: Any) -> list[Listing]:
+    new = [Listing(group, bootstrap_servers=kafka, **{**SLOW, **kw}) for _ in range(n)]
+    created.extend(new)
+    for m in new:
+        m.start()
+    return new
+
+
+def listening(members: list[Listing]) -> bool:
+    """Every member's channel reads its partition (on a fresh cluster the first members
+    create the topic, and read what is published only from then on)."""
+    return all(m._engine._wakeups.stats.working for m in members)  # type: ignore[union-attr]
+
+
+def test_members_woken_by_a_join_rebalance_long_before_their_next_heartbeat(
+    kafka: str, members: list[Listing]
+) -> None:
+    group = new_group()
+    pair = start(members, kafka, group, 2)
+    wait_until(lambda: settled(pair, 2) and listening(pair), 30, "two members")
+    joined_at = time.monotonic()
+    (third,) = start(members, kafka, group, 1)
+    wait_until(lambda: settled([*pair, third], 3), SOON, "three members, woken by the join")
+    assert time.monotonic() - joined_at < SOON  # their heartbeats were due 20 s after joining
+    assert all(m.metrics().wakeups_received >= 1 for m in pair)
+    assert third.metrics().wakeups_received == 0  # its own announcement does not wake it
+
+
+def test_members_woken_by_a_leave_rebalance_long_before_their_next_heartbeat(
+    kafka: str, members: list[Listing]
+) -> None:
+    group = new_group()
+    trio = start(members, kafka, group, 3)
+    wait_until(lambda: settled(trio, 3) and listening(trio), 60, "three members")
+    time.sleep(1)  # the last join's announcements are read; the group is quiet
+    left_at = time.monotonic()
+    trio[2].close()
+    wait_until(lambda: settled(trio[:2], 2), SOON, "two members, woken by the leave")
+    assert time.monotonic() - left_at < SOON
+
+
+def test_members_of_a_group_sharing_the_partition_are_not_woken(
+    kafka: str, members: list[Listing]
+) -> None:
+    group = new_group()
+    partition = zlib.crc32(group.encode()) % PARTITIONS
+    neighbour = next(
+        g
+        for g in (f"{group}-{i}" for i in range(10_000))
+        if zlib.crc32(g.encode()) % PARTITIONS == partition
+    )
+    watched = start(members, kafka, group, 2)
+    wait_until(lambda: settled(watched, 2) and listening(watched), 30, "two members")
+    time.sleep(1)  # their own joins' announcements are behind them
+    before = [m.metrics().wakeups_received for m in watched]
+    # The neighbour group's members join and leave: their announcements land on the same
+    # partition, under another key. Records that are not wake-ups land there too.
+    others = start(members, kafka, neighbour, 2)
+    wait_until(lambda: settled(others, 2), 30, "the neighbour group")
+    others[1].close()
+    wait_until(lambda: settled(others[:1], 1), SOON, "the neighbour group after a leave")
+    producer = KafkaProducer(bootstrap_servers=kafka)
+    try:
+        for value in (b"not json", b"{}", json.dumps({"member": "x"}).encode()):
+            producer.send(DEFAULT_TOPIC, key=group.encode(), value=value, partition=partition)
+        producer.flush(10)
+    finally:
+        producer.close(timeout=5)
+    time.sleep(1)
+    assert [m.metrics().wakeups_received for m in watched] == before
+    assert all(m.state.value == "stable" for m in watched)
+    generation = watched[0].last()[0]
+    assert all(m.last()[0] == generation for m in watched)  # no rebalance of theirs
+
+
+def test_with_the_channel_off_nothing_is_published(
+    kafka: str, members: list[Listing], caplog: pytest.LogCaptureFixture
+) -> None:
+    group = new_group()
+    caplog.set_level(logging.DEBUG, logger="coordination")
+    pair = start(members, kafka, group, 2, wakeup_topic=None)
+    wait_until(lambda: settled(pair, 2), 30, "two members")
+    assert all(m._engine._wakeups is None for m in pair)
+    assert not any("wakeups" in t.name for m in pair for t in m._engine._threads)
+    assert not [r for r in caplog.records if r.name == "coordination.wakeups"]

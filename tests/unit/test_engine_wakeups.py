@@ -1,0 +1,204 @@
+"""The engine's side of the wake-up channel: who announces, and what a woken member does.
+
+Driven step by step like tests/unit/test_engine.py (scripted transport, manual clock); the
+channel is a recorder. tests/integration/test_wakeups.py runs the real channel on a broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from coordination import MemberState
+from coordination._config import CoordinatorConfig
+from coordination._engine.membership import GroupMembership
+from coordination._protocol.error_codes import ErrorCode as E
+from coordination.testing import messages as m
+
+from .test_engine import GROUP, NODE, Harness, joined
+
+
+class RecordedWakeups:
+    """A channel that records what the engine asks of it."""
+
+    def __init__(self) -> None:
+        self.announced: list[tuple[str, str]] = []
+        self.flushed: list[float] = []
+        self.wake: Callable[[str], None] | None = None
+        self.closed = False
+
+    def start(self, wake: Callable[[str], None]) -> None:
+        self.wake = wake
+
+    def announce(self, member_id: str, event: str) -> None:
+        self.announced.append((member_id, event))
+
+    def flush(self, timeout_s: float) -> None:
+        self.flushed.append(timeout_s)
+
+    def close(self, timeout_s: float) -> None:
+        self.closed = True
+
+
+class WakeupHarness(Harness):
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.wakeups = RecordedWakeups()
+        config = CoordinatorConfig.from_settings(GROUP, {"bootstrap_servers": "x:1", **settings})
+        self.engine = GroupMembership(self.member, config, self.transport, self.clock, self.wakeups)
+        self.engine.resolve_protocol_type()
+
+
+def stable(**settings: Any) -> WakeupHarness:
+    h = WakeupHarness(heartbeat_interval_ms=3000, **settings)
+    h.join_as_leader()
+    return h
+
+
+def heartbeats(h: WakeupHarness) -> int:
+    return len(h.transport.requests(m.HeartbeatRequest))
+
+
+# ------------------------------------------------------------------------- announcing
+
+
+def test_a_new_member_announces_the_join_that_carries_its_member_id() -> None:
+    h = stable()
+    # The first JoinGroup (no member id) only gets an id; the second can start a rebalance.
+    assert h.wakeups.announced == [("m-1", "join")]
+
+
+def test_a_static_member_announces_its_first_join() -> None:
+    h = WakeupHarness(group_instance_id="w-1")
+    h.prepare(
+        NODE,
+        joined("m-1", 1, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2", assignment=b""),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.wakeups.announced == [("w-1", "join")]
+
+
+def test_a_rejoin_of_its_own_accord_announces_again() -> None:
+    h = stable()
+    h.engine.request_rejoin("the metadata changed")
+    h.prepare(
+        joined("m-1", 2, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2", assignment=b""),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.wakeups.announced == [("m-1", "join"), ("m-1", "join")]
+
+
+def test_a_member_told_of_a_rebalance_rejoins_without_waking_anyone() -> None:
+    # Every member answering a rebalance would otherwise wake every other one.
+    h = stable()
+    h.clock.advance(3)
+    h.prepare(m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS))
+    h.engine.heartbeat_once()
+    h.prepare(
+        joined("m-1", 2, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2", assignment=b""),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.wakeups.announced == [("m-1", "join")]  # the first join only
+    # Once stable again, a rejoin of its own accord announces as before.
+    h.engine.request_rejoin("the metadata changed")
+    h.prepare(
+        joined("m-1", 3, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2", assignment=b""),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.wakeups.announced[-1] == ("m-1", "join") and len(h.wakeups.announced) == 2
+
+
+def test_a_sync_answered_rebalance_in_progress_rejoins_without_waking_anyone() -> None:
+    h = stable()
+    h.engine.request_rejoin("the metadata changed")
+    h.prepare(
+        joined("m-1", 2, leader="m-1"),
+        m.SyncGroupResponse(error_code=E.REBALANCE_IN_PROGRESS),
+        joined("m-1", 3, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2", assignment=b""),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.wakeups.announced == [("m-1", "join"), ("m-1", "join")]
+
+
+def test_leaving_announces_and_waits_for_the_announcement_before_closing() -> None:
+    h = stable()
+    h.prepare(m.LeaveGroupResponse(error_code=0))
+    h.engine.close(timeout_s=5)
+    assert h.wakeups.announced[-1] == ("m-1", "leave")
+    assert h.wakeups.flushed and 0 < h.wakeups.flushed[0] <= 1.0
+    assert h.wakeups.closed
+
+
+def test_a_static_member_closing_announces_nothing() -> None:
+    # It stays in the group for its session: nothing changes for the others yet.
+    h = stable(group_instance_id="w-1")
+    h.engine.close(timeout_s=5)
+    assert ("w-1", "leave") not in h.wakeups.announced and h.wakeups.closed
+
+
+# ------------------------------------------------------------------------- being woken
+
+
+def test_a_woken_stable_member_heartbeats_at_once() -> None:
+    h = stable()
+    h.clock.advance(0.5)
+    assert h.engine.heartbeat_once() == pytest.approx(2.5)  # not due for 2.5 s
+    h.engine.wake("member m-2 announced: leave")
+    h.prepare(m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS))
+    h.engine.heartbeat_once()
+    assert heartbeats(h) == 1
+    assert h.engine._rejoin_reason == "group is already rebalancing"
+    assert h.engine.metrics().wakeups_received == 1
+
+
+def test_a_woken_member_that_finds_no_rebalance_heartbeats_thrice_more_then_rests() -> None:
+    # The announcement can overtake the change it announces.
+    h = stable()
+    h.clock.advance(0.5)
+    h.engine.wake("member m-2 announced: join")
+    h.prepare(*[m.HeartbeatResponse(error_code=0)] * 10)
+    sent_at = []
+    for _ in range(50):
+        before = heartbeats(h)
+        delay = h.engine.heartbeat_once()
+        if heartbeats(h) > before:
+            sent_at.append(round(h.clock.monotonic() - 1000.5, 3))
+        assert delay is not None
+        h.clock.advance(delay)
+        if h.clock.monotonic() - 1000.5 > 4:
+            break
+    # At once, +10 ms, +50 ms, +250 ms; then the regular interval from the last one.
+    assert sent_at[:4] == [0.0, 0.01, 0.05, 0.25]
+    assert sent_at[4] == pytest.approx(3.25)
+
+
+def test_a_woken_member_that_finds_the_rebalance_stops_the_extra_heartbeats() -> None:
+    h = stable()
+    h.engine.wake("member m-2 announced: join")
+    h.prepare(m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS))
+    h.engine.heartbeat_once()
+    assert h.engine._wake_at == []
+
+
+def test_a_member_that_is_not_stable_ignores_wakeups() -> None:
+    h = stable()
+    h.engine._state = MemberState.PREPARING_REBALANCE
+    h.engine.wake("member m-2 announced: join")
+    assert h.engine._wake_at == [] and h.engine.metrics().wakeups_received == 0
+
+
+def test_a_wakeup_during_a_heartbeat_in_flight_waits_for_its_answer() -> None:
+    h = stable()
+    h.clock.advance(3)
+    h.engine._timers.sent(h.clock.monotonic())  # one in flight
+    h.engine.wake("member m-2 announced: leave")
+    before = heartbeats(h)
+    delay = h.engine.heartbeat_once()
+    assert heartbeats(h) == before and delay is not None
