@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -115,6 +116,16 @@ def main() -> None:
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=1000)
     args = parser.parse_args()
+    trace = os.environ.get("FAILOVER_MEMBER_LOG")
+    if trace:  # for finding where a handoff's time goes: one log line per step, wall clock
+        import logging
+
+        logging.basicConfig(
+            filename=trace,
+            level=logging.DEBUG,
+            format=f"%(created).4f {args.identity} %(threadName)s %(name)s %(message)s",
+        )
+        logging.getLogger("kafka").setLevel(logging.WARNING)
     if args.kind == "kafka":
         run_kafka(args)
     else:

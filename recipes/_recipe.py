@@ -223,6 +223,9 @@ class Recipe(abc.ABC):
     _LOG: ClassVar[logging.Logger] = logging.getLogger("recipes")
     """Where the recipe logs."""
     _WAIT_POLL_S: ClassVar[float] = 0.25
+    _DEFAULTS: ClassVar[Mapping[str, Any]] = {}
+    """The recipe's own defaults of group settings, below the user's settings (a recipe that
+    fails over faster than Kafka's consumer defaults allow sets them here)."""
     """How often :meth:`_wait` asks again if nothing notifies it (the member's own state
     and the lease change without telling the recipe)."""
 
@@ -247,7 +250,7 @@ class Recipe(abc.ABC):
         Raises:
             ConfigurationError: a setting is invalid; the message names it.
         """
-        options = {"transport": transport, "clock": clock, **settings}
+        options = {"transport": transport, "clock": clock, **self._DEFAULTS, **settings}
         member = RecipeMember(group_id, protocol, options)
         self._member = member
         clock_ = engine_clock(member)

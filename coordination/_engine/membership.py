@@ -1336,11 +1336,6 @@ class GroupMembership:
             timeout_s = max(
                 0.5, min(cfg.request_timeout_ms / 1000, deadline - self._clock.monotonic())
             )
-            if self._wakeups is not None:
-                # Sent alongside LeaveGroup, not after its answer: the wake-up takes longer to
-                # arrive than the broker takes to start the rebalance, and a woken member that
-                # heartbeats too early heartbeats again shortly after.
-                self._wakeups.announce(generation.member_id, "leave")
             try:
                 response = self._transport.send(
                     request, msg.LeaveGroupResponse, coordinator=node, timeout_s=timeout_s
@@ -1348,6 +1343,9 @@ class GroupMembership:
                 code = response.error_code or response.member_error_code
                 if code != ErrorCode.NONE:
                     log.info("%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code))
+                elif self._wakeups is not None:
+                    # Only now: a wake-up that overtook the LeaveGroup would find no rebalance.
+                    self._wakeups.announce(generation.member_id, "leave")
             except TransportError as e:
                 log.info(
                     "%s: LeaveGroup got no response (%s); the session will expire instead",

@@ -99,6 +99,16 @@ class LeaderElection(Recipe):
     """
 
     _KIND: ClassVar[str] = "election"
+    _DEFAULTS: ClassVar[Mapping[str, Any]] = {
+        # A crashed leader is replaced within about session + one heartbeat (11 s), where
+        # Kafka's consumer defaults (45 s / 3 s) would take 48 s; Schema Registry's election
+        # uses 10 s / 3 s. Ten heartbeats per session let a leader miss nine before it is
+        # evicted. docs/election.md#failover-time has the table.
+        "session_timeout_ms": 10_000,
+        "heartbeat_interval_ms": 1_000,
+        # A member that heartbeats but does not rejoin holds an election up this long.
+        "rebalance_timeout_ms": 20_000,
+    }
     _LOG: ClassVar[logging.Logger] = log
 
     def __init__(

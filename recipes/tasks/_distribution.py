@@ -127,6 +127,15 @@ class TaskDistribution(Recipe):
     """
 
     _KIND: ClassVar[str] = "task distribution"
+    _DEFAULTS: ClassVar[Mapping[str, Any]] = {
+        # A crashed worker's tasks run elsewhere within about session + one heartbeat (11 s)
+        # plus the hand-over, where Kafka's consumer defaults (45 s / 3 s) would take 48 s;
+        # Kafka Connect uses 10 s / 3 s / 60 s. docs/tasks.md#failover-time has the table.
+        "session_timeout_ms": 10_000,
+        "heartbeat_interval_ms": 1_000,
+        # Connect's: running tasks get this long to stop when they move.
+        "rebalance_timeout_ms": 60_000,
+    }
     _LOG: ClassVar[logging.Logger] = log
     # wait_stable looks again this often (settling involves the member's state, which does
     # not notify the distribution).

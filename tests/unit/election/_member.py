@@ -96,7 +96,7 @@ class Member:
             clock=self.clock,
             bootstrap_servers="x:1",
             session_timeout_ms=SESSION_TIMEOUT_MS,
-            **kw,
+            **{"heartbeat_interval_ms": 3_000, **kw},  # the lease margin the tests count with
         )
         self.engine = self.election.coordinator._engine
         self.engine.resolve_protocol_type()

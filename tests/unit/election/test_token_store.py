@@ -70,6 +70,7 @@ def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[LeaderElection, Offsets, lis
         identity="http://a",
         on_elected=elected.append,
         bootstrap_servers="localhost:9092",
+        heartbeat_interval_ms=3_000,  # the lease margin the tests count with
         retry_backoff_ms=1,
         retry_backoff_max_ms=1,
     )

@@ -71,7 +71,7 @@ class Worker:
             bootstrap_servers="x:1",
             session_timeout_ms=SESSION_TIMEOUT_MS,
             stop_timeout_ms=STOP_TIMEOUT_MS,
-            **kw,
+            **{"heartbeat_interval_ms": 3_000, **kw},  # the lease margin the tests count with
         )
         self.engine = self.d.coordinator._engine
         self.engine.resolve_protocol_type()
