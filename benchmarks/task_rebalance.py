@@ -11,9 +11,12 @@ start/stop callbacks:
 * the time until every task runs again (until the last restart after the event);
 * the number of stop_task calls.
 
-The same run repeats with an eager variant of the recipe that stops every task before each
-join and reports none (Kafka Connect's original EAGER protocol, with a sticky leader), so
-the comparison shares the broker, the settings and the machine.
+Then one worker of the ten closes and comes back under the same id (one step of a rolling
+restart). The same run repeats with the wake-up channel off (``no-wakeups``: members learn of
+each rebalance at their next heartbeat, 1 s apart), and with an eager variant of the recipe
+that stops every task before each join and reports none (Kafka Connect's original EAGER
+protocol, with a sticky leader), so the comparison shares the broker, the settings (the
+recipe's defaults) and the machine.
 
 ``max_delay_ms`` is 0 here, so a departed worker's tasks move at once; with a delay they
 wait for it up to the delay instead (see docs/tasks.md).
@@ -41,14 +44,14 @@ from recipes.tasks._group import TaskGroup
 
 WORKERS = 10
 TASKS = 200
+# The recipe's own defaults (10 s session, 1 s heartbeats, 60 s rebalance timeout) apply.
 SETTINGS: dict[str, Any] = {
-    "session_timeout_ms": 6000,
-    "heartbeat_interval_ms": 300,
-    "rebalance_timeout_ms": 20000,
     "retry_backoff_ms": 50,
     "stop_timeout_ms": 1000,
     "max_delay_ms": 0,
 }
+VARIANTS = ("cooperative", "no-wakeups", "eager")
+EVENTS = ("join", "leave", "restart")
 
 
 class Ledger:
@@ -156,8 +159,11 @@ def measure(ledger: Ledger, before: dict[str, str], t0: float, settled_at: float
     )
 
 
-def run_once(bootstrap: str, eager: bool, cost_s: float) -> dict[str, Figures]:
-    kind = EagerTaskDistribution if eager else TaskDistribution
+def run_once(bootstrap: str, variant: str, cost_s: float) -> dict[str, Figures]:
+    kind = EagerTaskDistribution if variant == "eager" else TaskDistribution
+    settings = dict(SETTINGS)
+    if variant == "no-wakeups":
+        settings["wakeup_topic"] = None
     group = f"bench-tasks-{uuid.uuid4().hex[:8]}"
     tasks = {f"task-{i:03d}": 1.0 for i in range(TASKS)}
     ledger = Ledger(cost_s)
@@ -172,7 +178,7 @@ def run_once(bootstrap: str, eager: bool, cost_s: float) -> dict[str, Figures]:
             stop_task=stop,
             tasks=tasks,
             bootstrap_servers=bootstrap,
-            **SETTINGS,
+            **settings,
         )
         members.append(d)
         d.start()
@@ -195,6 +201,15 @@ def run_once(bootstrap: str, eager: bool, cost_s: float) -> dict[str, Figures]:
         members.remove(leaving)
         wait_settled(ledger, WORKERS)
         results["leave"] = measure(ledger, before, t0, time.monotonic())
+
+        # A rolling restart's step: one worker closes and comes back under the same id.
+        before, t0 = ledger.snapshot(), time.monotonic()
+        restarting = members[5]
+        restarting.close()
+        members.remove(restarting)
+        add(restarting.worker_id)
+        wait_settled(ledger, WORKERS)
+        results["restart"] = measure(ledger, before, t0, time.monotonic())
         return results
     finally:
         threads = [threading.Thread(target=m.close) for m in members]
@@ -222,9 +237,9 @@ def main() -> None:
     collected: dict[tuple[str, str], list[Figures]] = {}
     with running_kafka(args.bootstrap, full_jit=True) as bootstrap:
         for n in range(repeat):
-            for variant in ("cooperative", "eager"):
+            for variant in VARIANTS:
                 for event, figures in run_once(
-                    bootstrap, eager=variant == "eager", cost_s=args.cost_ms / 1000
+                    bootstrap, variant, cost_s=args.cost_ms / 1000
                 ).items():
                     collected.setdefault((variant, event), []).append(figures)
                     print(
@@ -244,7 +259,7 @@ def main() -> None:
         f" medians of {repeat} run(s)"
     )
     pairs: list[str] = []
-    for event in ("join", "leave"):
+    for event in EVENTS:
         coop_kept = med("cooperative", event, "kept_interrupted_s")
         eager_kept = med("eager", event, "kept_interrupted_s")
         coop_moved = med("cooperative", event, "moved_interrupted_s")
@@ -252,11 +267,13 @@ def main() -> None:
         eager_rec = med("eager", event, "recovery_s")
         coop_stops = med("cooperative", event, "stops")
         eager_stops = med("eager", event, "stops")
+        quiet_rec = med("no-wakeups", event, "recovery_s")
         print(
-            f"{event:5s}: kept-task interruption {coop_kept:.2f} vs {eager_kept:.2f} task-s "
+            f"{event:7s}: kept-task interruption {coop_kept:.2f} vs {eager_kept:.2f} task-s "
             f"(eager); recovery {coop_rec:.2f} vs {eager_rec:.2f} s "
             f"(x{eager_rec / coop_rec if coop_rec else float('inf'):.1f}); "
-            f"stops {coop_stops:.0f} vs {eager_stops:.0f}"
+            f"stops {coop_stops:.0f} vs {eager_stops:.0f}; without wake-ups recovery "
+            f"{quiet_rec:.2f} s (x{quiet_rec / coop_rec if coop_rec else float('inf'):.1f})"
         )
         pairs += [
             f"{event}_kept_interrupted_task_s={coop_kept:.3f}",
@@ -264,6 +281,7 @@ def main() -> None:
             f"{event}_moved_interrupted_task_s={coop_moved:.3f}",
             f"{event}_recovery_s={coop_rec:.3f}",
             f"{event}_recovery_s_eager={eager_rec:.3f}",
+            f"{event}_recovery_s_no_wakeups={quiet_rec:.3f}",
             f"{event}_stops={coop_stops:.0f}",
             f"{event}_stops_eager={eager_stops:.0f}",
         ]
