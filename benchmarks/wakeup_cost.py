@@ -1,0 +1,131 @@
+"""What the wake-up channel costs an idle member: connections, requests per second, CPU.
+
+Starts N members of one group (default 10, ``coordination.Coordinator`` subclasses in this
+process, the recipes' 1 s heartbeats), waits until they are stable and quiet, then counts
+over a window (default 60 s) with nothing happening: the sockets the process holds, the
+requests its members send (heartbeats; the channel's long-polling fetches) and the CPU
+time the process uses. Then the same with ``wakeup_topic=None``, on the same broker.
+
+    python benchmarks/wakeup_cost.py [--quick] [--members N] [--window S] [--bootstrap-servers B]
+
+The last line holds the figures as ``name=value`` pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+# Run from a checkout without installing the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from coordination import Coordinator, Member, ProtocolMetadata
+from coordination.testing import running_kafka
+
+SETTINGS = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 1_000}
+
+
+class Idle(Coordinator):
+    def protocol_type(self) -> str:
+        return "wakeup-cost"
+
+    def metadata(self) -> Sequence[ProtocolMetadata]:
+        return [ProtocolMetadata("v1", b"")]
+
+    def perform_assignment(
+        self, leader_id: str, protocol: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
+        return {m.member_id: b"" for m in members}
+
+    def on_join_prepare(self, generation: int, member_id: str) -> None:
+        pass
+
+    def on_join_complete(
+        self, generation: int, member_id: str, protocol: str, assignment: bytes
+    ) -> None:
+        pass
+
+    def on_leave_prepare(self) -> None:
+        pass
+
+
+def sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def requests(members: list[Idle]) -> int:
+    total = 0
+    for m in members:
+        total += m.metrics().heartbeat_total
+        channel: Any = m._engine._wakeups
+        if channel is not None:
+            total += channel.stats.requests
+    return total
+
+
+def measure(bootstrap: str, n: int, window_s: float, channel: bool) -> dict[str, float]:
+    base_sockets = sockets()
+    group = f"wakeup-cost-{uuid.uuid4().hex[:8]}"
+    extra = {} if channel else {"wakeup_topic": None}
+    members = [Idle(group, bootstrap_servers=bootstrap, **SETTINGS, **extra) for _ in range(n)]
+    try:
+        for m in members:
+            m.start()
+        for m in members:
+            m.ensure_active_group(timeout=60)
+        time.sleep(12)  # the joins' rebalances and wake-ups are over; idle fetches under way
+        r0, c0, t0 = requests(members), cpu_s(), time.monotonic()
+        time.sleep(window_s)
+        r1, c1, t1 = requests(members), cpu_s(), time.monotonic()
+        return {
+            "sockets_per_member": (sockets() - base_sockets) / n,
+            "requests_per_member_s": (r1 - r0) / n / (t1 - t0),
+            "cpu_ms_per_member_s": (c1 - c0) * 1000 / n / (t1 - t0),
+        }
+    finally:
+        for m in members:
+            m.close(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a 15 s window")
+    parser.add_argument("--members", type=int, default=10)
+    parser.add_argument("--window", type=float, default=60.0, help="seconds counted")
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    args = parser.parse_args()
+    window = 15.0 if args.quick else args.window
+    with running_kafka(args.bootstrap_servers, full_jit=True) as bootstrap:
+        on = measure(bootstrap, args.members, window, channel=True)
+        off = measure(bootstrap, args.members, window, channel=False)
+    print(f"{args.members} idle members in one process, {window:.0f} s window, 1 s heartbeats")
+    print(f"{'':24s} {'channel on':>12s} {'channel off':>12s} {'extra':>10s}")
+    for key in on:
+        print(f"{key:24s} {on[key]:12.2f} {off[key]:12.2f} {on[key] - off[key]:10.2f}")
+    print(
+        " ".join(
+            [f"{k}_on={v:.3f}" for k, v in on.items()] + [f"{k}_off={v:.3f}" for k, v in off.items()]
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
