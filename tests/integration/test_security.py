@@ -17,6 +17,7 @@ cannot start.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -43,7 +44,7 @@ from recipes.election import LeaderElection
 from recipes.partitioning import Consumer, TopicPartition
 from recipes.tasks import TaskDistribution
 
-from .members import Listing, wait_until
+from .members import Listing, settled, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +113,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             assert not created["failed"], created["failed"]
             admin.create_topics(
                 [NewTopic(name, 1, 1) for name in ("sec-tokens", "sec-out", "sec-tasks")]
-                + [NewTopic("sec-in", 3, 1)]
+                + [NewTopic("sec-in", 3, 1), NewTopic("sec-wakeups", 16, 1)]
             )
         finally:
             admin.close()
@@ -127,6 +128,54 @@ def election(settings: dict[str, Any], name: str, group_id: str, **kw: Any) -> L
     return LeaderElection(
         group_id, identity=name, token_topic="sec-tokens", **{**FAST, **settings, **kw}
     )
+
+
+# ----------------------------------------------------------------------- the wake-up channel
+
+
+def test_without_acls_on_the_wakeup_topic_a_member_warns_once_and_works(
+    secured: Secured, caplog: pytest.LogCaptureFixture
+) -> None:
+    # alice's ACLs cover the sec- prefix, not the default coordination.wakeups.
+    caplog.set_level(logging.WARNING, logger="coordination.wakeups")
+    g = group()
+    with (
+        election(secured.login("alice"), "a", g) as first,
+        election(secured.login("alice"), "b", g) as second,
+    ):
+        leader = first.wait_for_leader(WAIT_S)
+        assert second.wait_for_leader(WAIT_S) == leader
+        time.sleep(1)
+        warnings = [r.getMessage() for r in caplog.records if r.name == "coordination.wakeups"]
+        assert len(warnings) == 2, warnings  # one per member, once
+        assert all(
+            "wake-up channel is off" in w and "TOPIC_AUTHORIZATION_FAILED" in w for w in warnings
+        )
+        assert all("'coordination.wakeups'" in w for w in warnings)
+
+
+def test_with_acls_on_its_wakeup_topic_the_channel_works_over_sasl_ssl(secured: Secured) -> None:
+    g = group()
+    settings = {
+        **secured.login("alice"),
+        "wakeup_topic": "sec-wakeups",
+        "heartbeat_interval_ms": 20_000,
+        "session_timeout_ms": 60_000,
+    }
+    first = Listing(g, **settings)
+    second = Listing(g, **settings)
+    try:
+        first.start()
+        first.ensure_active_group(timeout=WAIT_S)
+        channel: Any = first._engine._wakeups
+        wait_until(lambda: channel.stats.working, WAIT_S, "the channel to listen")
+        second.start()
+        # The first member's next heartbeat is 20 s away: only a wake-up brings it in sooner.
+        wait_until(lambda: settled([first, second], 2), 10, "both members in one generation")
+        assert first.metrics().wakeups_received >= 1
+    finally:
+        second.close(timeout=10)
+        first.close(timeout=10)
 
 
 # ----------------------------------------------------------------------- every recipe works
