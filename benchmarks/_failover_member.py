@@ -14,6 +14,9 @@ It closes gracefully when it reads ``close`` on stdin: ours calls ``close()`` (L
 a kazoo leader returns from its leadership function, which releases the election lock,
 then stops its client.
 
+With ``FAILOVER_MEMBER_LOG=PATH`` in the environment, each member appends its log there
+(wall-clock times, one line per step and per request), to see where a handoff's time goes.
+
     python benchmarks/_failover_member.py kafka BOOTSTRAP GROUP IDENTITY [options]
     python benchmarks/_failover_member.py kazoo HOSTS PATH IDENTITY [options]
 """
@@ -126,6 +129,7 @@ def main() -> None:
             format=f"%(created).4f {args.identity} %(threadName)s %(name)s %(message)s",
         )
         logging.getLogger("kafka").setLevel(logging.WARNING)
+        logging.getLogger("kafka.net.connection").setLevel(logging.DEBUG)
     if args.kind == "kafka":
         run_kafka(args)
     else:

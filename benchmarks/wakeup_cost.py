@@ -14,6 +14,7 @@ The last line holds the figures as ``name=value`` pairs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import sys
@@ -59,10 +60,8 @@ class Idle(Coordinator):
 def sockets() -> int:
     count = 0
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):  # closed meanwhile
             count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
     return count
 
 
@@ -120,11 +119,9 @@ def main() -> None:
     print(f"{'':24s} {'channel on':>12s} {'channel off':>12s} {'extra':>10s}")
     for key in on:
         print(f"{key:24s} {on[key]:12.2f} {off[key]:12.2f} {on[key] - off[key]:10.2f}")
-    print(
-        " ".join(
-            [f"{k}_on={v:.3f}" for k, v in on.items()] + [f"{k}_off={v:.3f}" for k, v in off.items()]
-        )
-    )
+    pairs = [f"{k}_on={v:.3f}" for k, v in on.items()]
+    pairs += [f"{k}_off={v:.3f}" for k, v in off.items()]
+    print(" ".join(pairs))
 
 
 if __name__ == "__main__":
