@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from coordination import Coordinator, Member, ProtocolMetadata
 from coordination.testing import running_kafka
 
-SETTINGS = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 1_000}
+SETTINGS: dict[str, Any] = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 1_000}
 
 
 class Idle(Coordinator):
@@ -83,7 +83,7 @@ def requests(members: list[Idle]) -> int:
 def measure(bootstrap: str, n: int, window_s: float, channel: bool) -> dict[str, float]:
     base_sockets = sockets()
     group = f"wakeup-cost-{uuid.uuid4().hex[:8]}"
-    extra = {} if channel else {"wakeup_topic": None}
+    extra: dict[str, Any] = {} if channel else {"wakeup_topic": None}
     members = [Idle(group, bootstrap_servers=bootstrap, **SETTINGS, **extra) for _ in range(n)]
     try:
         for m in members:

@@ -81,6 +81,10 @@ class _Retry(Exception):
     """A failure worth retrying after a backoff (the partition's leader moved, ...)."""
 
 
+class _OutOfRange(_Retry):
+    """The position is gone from the partition (retention): read from its end again."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Route:
     partition: int
@@ -192,7 +196,7 @@ class KafkaWakeups:
             except (_Retry, TransportError) as e:
                 if self._stop.is_set():
                     return
-                if isinstance(e, _Retry) and "OFFSET_OUT_OF_RANGE" in str(e):
+                if isinstance(e, _OutOfRange):
                     position = None
                 self._failing(str(e))
                 self._stop.wait(delay)
@@ -396,9 +400,11 @@ class KafkaWakeups:
             return
         if code in _UNUSABLE:
             raise _Unusable(f"{what}: {_UNUSABLE[code]}")
+        if code == _OFFSET_OUT_OF_RANGE:
+            raise _OutOfRange(f"{what}: OFFSET_OUT_OF_RANGE")
         if route is not None:
             self._forget_route()  # most partition errors mean its leader moved
-        raise _Retry(f"{what}: error code {code}" if code != 1 else f"{what}: OFFSET_OUT_OF_RANGE")
+        raise _Retry(f"{what}: error code {code}")
 
     def _working(self) -> None:
         self.stats.working = True
