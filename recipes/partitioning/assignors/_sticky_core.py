@@ -6,7 +6,11 @@ million partitions in pure Python:
 
 * A partition is an int, its *global id*: topics are sorted by name and numbered, and
   partition ``p`` of topic ``i`` is ``offsets[i] + p``. Members are numbered in member id
-  order. Hot loops touch ints and lists only, never per-partition objects.
+  order. Hot loops touch ints and lists only, never per-partition objects; claims arrive
+  as int arrays (decoded compactly) and the result stays in ids (``_IdPartitions``), so
+  TopicPartition objects are made only if somebody reads them.
+* A fresh assignment deals ``range(total)``: slices of a range are ranges, so no list of
+  a million ids is built.
 * The uniform path (every member subscribes to the same topics) deals the unassigned
   partitions round-robin in whole passes, with list slices, instead of one at a time.
 * The general path finds "the least loaded member subscribed to topic t" with one heap per
