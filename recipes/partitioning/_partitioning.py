@@ -283,11 +283,13 @@ class ConsumerPartitioning(Coordinator):
         all_topics = {t for s in subscriptions.values() for t in s.topics}
         counts = dict(self._metadata.partition_counts(all_topics))
         plan = assignor.assign(counts, subscriptions)
-        assigned = {tp for a in plan.values() for tp in a.partitions}
         claimed = {tp for sub in subscriptions.values() for tp in sub.owned_partitions}
+        # Nothing claimed (eager members, a new group): nothing withheld, and no reason to
+        # make the plan's TopicPartition objects (sticky plans hold ids until read).
+        withheld = claimed.difference(*(a.partitions for a in plan.values())) if claimed else set()
         with self._lock:
             self._assigned_counts = counts
-            self._withheld = frozenset(claimed - assigned)
+            self._withheld = frozenset(withheld)
         empty = encode_assignment(Assignment(()))
         result = {m.member_id: empty for m in members}
         for member_id, assignment in plan.items():

@@ -22,12 +22,16 @@ know and ignore the rest.
 
 from __future__ import annotations
 
+import abc
 import enum
 import struct
-from collections.abc import Iterable, Sequence
+import sys
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from typing import Final, NamedTuple
+from itertools import accumulate, chain, compress, islice, repeat
+from operator import ne, sub
+from typing import Final, NamedTuple, overload
 
 from coordination.errors import ConfigurationError, ProtocolCodecError
 
@@ -92,7 +96,10 @@ class Subscription:
     Attributes:
         topics: the subscribed topic names. Kafka writes them sorted; so does this module.
         user_data: assignor-specific bytes (``None`` is written as a null, not empty, field).
-        owned_partitions: the partitions the member owns now (v1+, KIP-429).
+        owned_partitions: the partitions the member owns now (v1+, KIP-429). A read-only
+            sequence; a decoded subscription holds them compactly and makes the
+            TopicPartition objects on first use (it equals the tuple of them). Any other
+            sequence given here is stored as a tuple.
         generation_id: the generation in which it got them, -1 if none (v2+, KIP-792).
         rack_id: the member's ``client.rack``, ``None`` if unset (v3+, KIP-881).
         group_instance_id: the member's static ``group.instance.id``. Not on the wire: the
@@ -102,29 +109,54 @@ class Subscription:
 
     topics: tuple[str, ...]
     user_data: bytes | None = None
-    owned_partitions: tuple[TopicPartition, ...] = ()
+    owned_partitions: Sequence[TopicPartition] = ()
     generation_id: int = -1
     rack_id: str | None = None
     group_instance_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _freeze(self, "owned_partitions", self.owned_partitions)
 
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
     """What the leader gives a member in SyncGroup.
 
+    Example:
+        a = Assignment((TopicPartition("orders", 0), TopicPartition("orders", 1)))
+        assert decode_assignment(encode_assignment(a)) == a
+
     Attributes:
-        partitions: the partitions the member owns from now on.
+        partitions: the partitions the member owns from now on, a read-only sequence.
+            The sticky assignors and :func:`decode_assignment` hold them compactly
+            (topic names and ints) and make the TopicPartition objects only when an
+            element is read: a leader that assigns a million partitions and only
+            encodes the plan never makes them. Such a sequence equals, hashes and
+            prints like the tuple of the same partitions; ``len()`` and
+            :func:`encode_assignment` do not build it. Any other sequence given here is
+            stored as a tuple.
         user_data: assignor-specific bytes, ``None`` if the assignor sends none.
     """
 
-    partitions: tuple[TopicPartition, ...]
+    partitions: Sequence[TopicPartition]
     user_data: bytes | None = None
+
+    def __post_init__(self) -> None:
+        _freeze(self, "partitions", self.partitions)
+
+
+def _freeze(obj: object, field: str, value: Sequence[TopicPartition]) -> None:
+    # Lists (or other mutable sequences) would make a frozen value mutable and unequal to
+    # the same partitions in a tuple.
+    if type(value) is not tuple and not isinstance(value, _LazyPartitions):
+        object.__setattr__(obj, field, tuple(value))
 
 
 class StickyUserData(NamedTuple):
     """The user data of Java's eager ``StickyAssignor``: the member's last assignment."""
 
-    partitions: tuple[TopicPartition, ...]
+    partitions: Sequence[TopicPartition]
+    """Held compactly, as :attr:`Assignment.partitions` is when decoded."""
     generation: int | None
     """``None`` in version 0 of this user data, which had no generation."""
 
@@ -146,10 +178,286 @@ def _string(value: str) -> bytes:
     return _INT16.pack(len(data)) + data
 
 
+_ONE: Final = _INT32.pack(1)
+_headers: dict[str, bytes] = {}
+
+
+def _string_cached(value: str) -> bytes:
+    """:func:`_string`, remembered for up to 10,000 names (topic names repeat)."""
+    made = _headers.get(value)
+    if made is None:
+        if len(_headers) >= 10_000:
+            _headers.clear()
+        made = _headers[value] = _string(value)
+    return made
+
+
 def _nullable_bytes(value: bytes | None) -> bytes:
     if value is None:
         return _INT32.pack(-1)
     return _INT32.pack(len(value)) + bytes(value)
+
+
+# -- partitions held compactly ------------------------------------------------------------------
+#
+# A leader of a large group handles a million partitions per rebalance: decoding the claims,
+# assigning, encoding every member's assignment. One TopicPartition object per partition
+# costs more than all of the assignment algorithm, and usually nobody looks at them: the
+# leader encodes the plan and sends it. So decoders and the sticky assignors return the
+# partitions as the sequences below, which hold topic names and ints, and make the
+# TopicPartition tuple only when somebody reads an element; the encoders write them without.
+
+_BIG_ENDIAN: Final = sys.byteorder == "big"
+assert array("i").itemsize == 4, "array('i') must hold int32s"
+
+
+def _int32_bytes(values: Iterable[int]) -> bytes:
+    """The values as consecutive big-endian int32s."""
+    out = array("i", values)
+    if not _BIG_ENDIAN:
+        out.byteswap()
+    return out.tobytes()
+
+
+def _int32_array(data: bytes) -> array[int]:
+    """Big-endian int32 bytes as an array of ints (4 bytes each, not an object each)."""
+    out = array("i", data)
+    if not _BIG_ENDIAN:
+        out.byteswap()
+    return out
+
+
+def _runs_wire(names: Sequence[str], sizes: Sequence[int], numbers: Sequence[int]) -> bytes:
+    """``[topic string, partitions [int32]]`` from runs: ``sizes[i]`` numbers of ``names[i]``.
+
+    ``numbers`` holds all partition numbers, run after run. C-level loops only.
+    """
+    pack = _INT32.pack
+    data = _int32_bytes(numbers)
+    ends = list(accumulate(map((4).__mul__, sizes)))
+    bodies = map(data.__getitem__, map(slice, [0, *ends[:-1]], ends))
+    pieces = chain.from_iterable(
+        zip(map(_string_cached, names), map(pack, sizes), bodies, strict=True)
+    )
+    return b"".join(chain((pack(len(names)),), pieces))
+
+
+class _LazyPartitions(Sequence[TopicPartition]):
+    """A read-only sequence of TopicPartition whose tuples are made on first use.
+
+    It compares equal to (and hashes like) the tuple of the same partitions, and its repr
+    is that tuple's, so code written for ``tuple[TopicPartition, ...]`` keeps working;
+    only ``isinstance(x, tuple)`` differs. ``len()`` and the encoders never build the
+    tuple; iterating, indexing, ``in``, ``==`` and ``hash`` build it once and keep it.
+    """
+
+    __slots__ = ("_tuple",)
+
+    def __init__(self) -> None:
+        self._tuple: tuple[TopicPartition, ...] | None = None
+
+    @abc.abstractmethod
+    def _make(self) -> tuple[TopicPartition, ...]:
+        """Build the tuple (called once)."""
+
+    @abc.abstractmethod
+    def _wire(self) -> bytes | None:
+        """The ``[topic string, partitions [int32]]`` bytes grouped as Kafka's encoder
+        groups them, or ``None`` if only the generic encoder can say."""
+
+    def as_tuple(self) -> tuple[TopicPartition, ...]:
+        """The partitions as a plain tuple (built on first use, then kept)."""
+        made = self._tuple
+        if made is None:
+            made = self._tuple = self._make()
+        return made
+
+    @overload
+    def __getitem__(self, index: int) -> TopicPartition: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[TopicPartition, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> TopicPartition | tuple[TopicPartition, ...]:
+        return self.as_tuple()[index]
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        return iter(self.as_tuple())
+
+    def __reversed__(self) -> Iterator[TopicPartition]:
+        return reversed(self.as_tuple())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.as_tuple()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _LazyPartitions):
+            return len(self) == len(other) and self.as_tuple() == other.as_tuple()
+        if isinstance(other, tuple):
+            return self.as_tuple() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def __repr__(self) -> str:
+        return repr(self.as_tuple())
+
+    def __add__(self, other: object) -> tuple[TopicPartition, ...]:
+        if isinstance(other, _LazyPartitions):
+            return self.as_tuple() + other.as_tuple()
+        if isinstance(other, tuple):
+            return self.as_tuple() + other
+        return NotImplemented
+
+    def __radd__(self, other: object) -> tuple[TopicPartition, ...]:
+        if isinstance(other, tuple):
+            return other + self.as_tuple()
+        return NotImplemented
+
+    def __reduce__(self) -> tuple[type[tuple[TopicPartition, ...]], tuple[object, ...]]:
+        # Pickled and copied as the plain tuple.
+        return (tuple, (self.as_tuple(),))
+
+
+class _GroupedPartitions(_LazyPartitions):
+    """Partitions as read from the wire: runs of one topic, in the order they were written."""
+
+    __slots__ = ("names", "numbers", "sizes")
+
+    def __init__(self, names: list[str], sizes: list[int], numbers: Sequence[int]) -> None:
+        super().__init__()
+        self.names = names
+        """The topic of each run (a topic may appear in more than one run)."""
+        self.sizes = sizes
+        """How many partitions each run has (none is empty)."""
+        self.numbers = numbers
+        """All partition numbers, run after run."""
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def topics(self) -> Iterator[str]:
+        """The topic of each partition, in order (without building TopicPartitions)."""
+        return chain.from_iterable(map(repeat, self.names, self.sizes))
+
+    def _make(self) -> tuple[TopicPartition, ...]:
+        return tuple(
+            map(_new_tuple, repeat(TopicPartition), zip(self.topics(), self.numbers, strict=True))
+        )
+
+    def runs(self) -> tuple[list[str], list[int], Sequence[int]]:
+        """The runs' topics, the runs' sizes, and all partition numbers in order."""
+        return self.names, self.sizes, self.numbers
+
+    def _wire(self) -> bytes | None:
+        if len(set(self.names)) != len(self.names):
+            return None  # Kafka's encoder would merge the runs of a topic.
+        return _runs_wire(self.names, self.sizes, self.numbers)
+
+
+class _PartitionSpace:
+    """Numbered partitions: topic ``i``'s partition ``p`` is ``offsets[i] + p`` (internal).
+
+    Topics are sorted by name, so sorted ids are sorted (topic, partition) pairs. The
+    sticky assignors compute with these ids and return :class:`_IdPartitions` over them.
+    The per-id tables are built on first use and shared by all assignments of the space.
+    """
+
+    __slots__ = ("_by_offset", "_offsets_by_id", "counts", "offsets", "topics", "total")
+
+    def __init__(self, topics: Sequence[str], counts: Sequence[int]) -> None:
+        self.topics = list(topics)
+        self.counts = list(counts)
+        self.offsets = [0, *accumulate(self.counts)][: len(self.counts)]
+        self.total = sum(self.counts)
+        self._offsets_by_id: list[int] | None = None
+        self._by_offset: tuple[dict[int, str], dict[int, bytes], dict[int, bytes]] | None = None
+
+    def offsets_by_id(self) -> list[int]:
+        """The first id of every id's topic."""
+        if self._offsets_by_id is None:
+            self._offsets_by_id = list(chain.from_iterable(map(repeat, self.offsets, self.counts)))
+        return self._offsets_by_id
+
+    def by_offset(self) -> tuple[dict[int, str], dict[int, bytes], dict[int, bytes]]:
+        """Keyed by a topic's first id: its name, its wire string, and that followed by
+        the int32 1 (the header of a topic with one partition in an assignment)."""
+        if self._by_offset is None:
+            pairs = [
+                (o, t) for o, t, c in zip(self.offsets, self.topics, self.counts, strict=True) if c
+            ]
+            names = dict(pairs)
+            wire = {o: _string_cached(t) for o, t in pairs}
+            self._by_offset = (names, wire, {o: w + _ONE for o, w in wire.items()})
+        return self._by_offset
+
+
+class _IdPartitions(_LazyPartitions):
+    """Sorted partition ids of a :class:`_PartitionSpace` (internal; what assignors return)."""
+
+    __slots__ = ("ids", "space")
+
+    def __init__(self, space: _PartitionSpace, ids: Sequence[int]) -> None:
+        super().__init__()
+        self.space = space
+        self.ids = ids
+        """Ascending ids: a list, an array or a ``range``."""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _split(self) -> tuple[list[int], list[int], list[int]]:
+        """Each id's topic offset, each id's partition number, and where each topic's run
+        starts (after the first, which starts at 0)."""
+        ids = self.ids
+        offsets = list(map(self.space.offsets_by_id().__getitem__, ids))
+        numbers = list(map(sub, ids, offsets))
+        starts = list(compress(range(1, len(ids)), map(ne, offsets, islice(offsets, 1, None))))
+        return offsets, numbers, starts
+
+    def topics(self) -> Iterator[str]:
+        """The topic of each partition, in order."""
+        names = self.space.by_offset()[0]
+        return map(names.__getitem__, map(self.space.offsets_by_id().__getitem__, self.ids))
+
+    def _make(self) -> tuple[TopicPartition, ...]:
+        offsets, numbers, _ = self._split()
+        names = map(self.space.by_offset()[0].__getitem__, offsets)
+        return tuple(map(_new_tuple, repeat(TopicPartition), zip(names, numbers, strict=True)))
+
+    def runs(self) -> tuple[list[str], list[int], Sequence[int]]:
+        """The topics' names, how many partitions of each, and all partition numbers."""
+        count = len(self.ids)
+        if not count:
+            return [], [], ()
+        offsets, numbers, starts = self._split()
+        starts.insert(0, 0)
+        sizes = list(map(sub, [*starts[1:], count], starts))
+        names = self.space.by_offset()[0]
+        return list(map(names.__getitem__, map(offsets.__getitem__, starts))), sizes, numbers
+
+    def _wire(self) -> bytes:
+        count = len(self.ids)
+        if not count:
+            return _INT32.pack(0)
+        offsets, numbers, starts = self._split()
+        _, wire, wire_one = self.space.by_offset()
+        pack = _INT32.pack
+        if len(starts) == count - 1:
+            # Every topic has one partition here: its header, then the number.
+            pieces = chain.from_iterable(
+                zip(map(wire_one.__getitem__, offsets), map(pack, numbers), strict=True)
+            )
+            return b"".join(chain((pack(count),), pieces))
+        starts.insert(0, 0)
+        sizes = list(map(sub, [*starts[1:], count], starts))
+        data = _int32_bytes(numbers)
+        ends = list(accumulate(map((4).__mul__, sizes)))
+        bodies = map(data.__getitem__, map(slice, [0, *ends[:-1]], ends))
+        headers = map(wire.__getitem__, map(offsets.__getitem__, starts))
+        pieces = chain.from_iterable(zip(headers, map(pack, sizes), bodies, strict=True))
+        return b"".join(chain((pack(len(sizes)),), pieces))
 
 
 def _topic_partitions(groups: Sequence[tuple[str, Sequence[int]]]) -> bytes:
@@ -174,6 +482,14 @@ def _group_in_order(partitions: Iterable[TopicPartition]) -> list[tuple[str, lis
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
     return list(by_topic.items())
+
+
+def _sorted_wire(partitions: Sequence[TopicPartition]) -> bytes:
+    """Partitions grouped by topic, topics and partitions sorted."""
+    if isinstance(partitions, _IdPartitions):
+        # Ids ascend and their topics are numbered in name order: already sorted.
+        return partitions._wire()
+    return _topic_partitions(_group_sorted(partitions))
 
 
 def _check_version(version: int, kind: str) -> None:
@@ -204,7 +520,7 @@ def encode_subscription(sub: Subscription, version: int = SUBSCRIPTION_VERSION) 
     out.extend(_string(topic) for topic in sorted(sub.topics))
     out.append(_nullable_bytes(sub.user_data))
     if version >= 1:
-        out.append(_topic_partitions(_group_sorted(sub.owned_partitions)))
+        out.append(_sorted_wire(sub.owned_partitions))
     if version >= 2:
         out.append(_INT32.pack(sub.generation_id))
     if version >= 3:
@@ -229,13 +545,11 @@ def encode_assignment(assignment: Assignment, version: int = ASSIGNMENT_VERSION)
         ConfigurationError: ``version`` is out of range or a topic name is too long.
     """
     _check_version(version, "assignment")
-    return b"".join(
-        (
-            _INT16.pack(version),
-            _topic_partitions(_group_in_order(assignment.partitions)),
-            _nullable_bytes(assignment.user_data),
-        )
-    )
+    partitions = assignment.partitions
+    body = partitions._wire() if isinstance(partitions, _LazyPartitions) else None
+    if body is None:
+        body = _topic_partitions(_group_in_order(partitions))
+    return b"".join((_INT16.pack(version), body, _nullable_bytes(assignment.user_data)))
 
 
 # -- decoding -----------------------------------------------------------------------------------
@@ -313,7 +627,7 @@ class _Reader:
         self.pos += 4 * size
         return values
 
-    def topic_partitions(self, what: str) -> tuple[TopicPartition, ...]:
+    def topic_partitions(self, what: str) -> _GroupedPartitions:
         start = self.pos
         try:
             return self._topic_partitions_fast(what)
@@ -322,16 +636,19 @@ class _Reader:
             self.pos = start
             return self._topic_partitions_checked(what)
 
-    def _topic_partitions_fast(self, what: str) -> tuple[TopicPartition, ...]:
+    def _topic_partitions_fast(self, what: str) -> _GroupedPartitions:
         # The hot path of a leader reading thousands of subscriptions: locals only, one
         # bounds check per field, and a fall-back to the checked reader on any anomaly.
+        # No TopicPartition objects: the numbers stay int32 bytes until one array.
         data = self.data
         end = len(data)
         count = self.count(what)
         pos = self.pos
         unpack16 = _INT16.unpack_from
         unpack32 = _INT32.unpack_from
-        out: list[TopicPartition] = []
+        names: list[str] = []
+        sizes: list[int] = []
+        chunks: list[bytes] = []
         for _ in range(count):
             (size,) = unpack16(data, pos)
             pos += 2
@@ -343,21 +660,27 @@ class _Reader:
             pos += 4
             if n < 0 or pos + 4 * n > end:
                 raise ValueError("bad partition array")
-            partitions = struct.unpack_from(f">{n}i", data, pos)
-            pos += 4 * n
-            # All C-level: tuple.__new__(TopicPartition, (topic, p)) per partition.
-            out.extend(map(_new_tuple, repeat(TopicPartition), zip(repeat(topic), partitions)))
+            if n:
+                names.append(topic)
+                sizes.append(n)
+                chunks.append(data[pos : pos + 4 * n])
+                pos += 4 * n
         self.pos = pos
-        return tuple(out)
+        return _GroupedPartitions(names, sizes, _int32_array(b"".join(chunks)))
 
-    def _topic_partitions_checked(self, what: str) -> tuple[TopicPartition, ...]:
-        out: list[TopicPartition] = []
+    def _topic_partitions_checked(self, what: str) -> _GroupedPartitions:
+        names: list[str] = []
+        sizes: list[int] = []
+        numbers = array("i")
         for _ in range(self.count(what)):
             topic = self.string(f"topic name in {what}")
             assert topic is not None
             partitions = self.int32_array(f"partitions of {topic!r} in {what}")
-            out.extend(map(_new_tuple, repeat(TopicPartition), zip(repeat(topic), partitions)))
-        return tuple(out)
+            if partitions:
+                names.append(topic)
+                sizes.append(len(partitions))
+                numbers.extend(partitions)
+        return _GroupedPartitions(names, sizes, numbers)
 
 
 def _version(reader: _Reader) -> int:
@@ -389,7 +712,7 @@ def decode_subscription(data: bytes) -> Subscription:
     version = _version(reader)
     topics = tuple(str(reader.string("topic name")) for _ in range(reader.count("topics")))
     user_data: bytes | None = None
-    owned: tuple[TopicPartition, ...] = ()
+    owned: Sequence[TopicPartition] = ()
     generation_id = -1
     rack_id: str | None = None
     if not reader.at_end():
@@ -472,7 +795,10 @@ def encode_sticky_user_data(partitions: Iterable[TopicPartition], generation: in
     Returns:
         The bytes Java's ``StickyAssignor.subscriptionUserData`` would write (topics sorted).
     """
-    body = _topic_partitions(_group_sorted(partitions))
+    if isinstance(partitions, _IdPartitions):
+        body = _sorted_wire(partitions)
+    else:
+        body = _topic_partitions(_group_sorted(partitions))
     return body if generation is None else body + _INT32.pack(generation)
 
 

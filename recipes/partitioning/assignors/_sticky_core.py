@@ -6,7 +6,11 @@ million partitions in pure Python:
 
 * A partition is an int, its *global id*: topics are sorted by name and numbered, and
   partition ``p`` of topic ``i`` is ``offsets[i] + p``. Members are numbered in member id
-  order. Hot loops touch ints and lists only, never per-partition objects.
+  order. Hot loops touch ints and lists only, never per-partition objects; claims arrive
+  as int arrays (decoded compactly) and the result stays in ids (``_IdPartitions``), so
+  TopicPartition objects are made only if somebody reads them.
+* A fresh assignment deals ``range(total)``: slices of a range are ranges, so no list of
+  a million ids is built.
 * The uniform path (every member subscribes to the same topics) deals the unassigned
   partitions round-robin in whole passes, with list slices, instead of one at a time.
 * The general path finds "the least loaded member subscribed to topic t" with one heap per
@@ -21,20 +25,26 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain, compress, repeat
-from operator import itemgetter
+from operator import add, itemgetter
 from typing import NamedTuple
 
 from coordination.errors import AssignmentError
 
-from ..protocol import Assignment, Subscription, TopicPartition
+from ..protocol import (
+    Assignment,
+    Subscription,
+    TopicPartition,
+    _GroupedPartitions,
+    _IdPartitions,
+    _PartitionSpace,
+)
 from .base import gc_paused, subscribed_partition_counts
 
 __all__ = ["MemberClaim", "sticky_assign"]
 
 _partition_of = itemgetter(1)
-_new_tuple = tuple.__new__
 
 
 class MemberClaim(NamedTuple):
@@ -44,30 +54,22 @@ class MemberClaim(NamedTuple):
     generation: int
 
 
-class _Layout:
-    """Topics, their global id ranges, and the TopicPartition object of each global id."""
+class _Layout(_PartitionSpace):
+    """The subscribed topics as a partition space, and claims converted to its ids."""
+
+    __slots__ = ("base", "index", "smallest")
 
     def __init__(self, counts: dict[str, int]) -> None:
-        self.topics = list(counts)
-        self.counts = list(counts.values())
-        self.offsets: list[int] = []
-        total = 0
-        for count in self.counts:
-            self.offsets.append(total)
-            total += count
-        self.total = total
+        super().__init__(list(counts), list(counts.values()))
         self.base = dict(zip(self.topics, self.offsets, strict=True))
         self.index = {topic: i for i, topic in enumerate(self.topics)}
-        # TopicPartition objects for the output, filled from the input's own objects where
-        # possible: creating a million of them costs about half a second.
-        self.objects: list[TopicPartition | None] = [None] * total
         self.smallest = min(self.counts, default=0)
 
     def topic_of(self, gid: int) -> int:
         return bisect_right(self.offsets, gid) - 1
 
     def to_ids(self, partitions: Sequence[TopicPartition]) -> list[int]:
-        """Global ids of the partitions that exist; remembers their objects for the output.
+        """Global ids of the partitions that exist, in the claim's order.
 
         A claim on a topic outside the layout, or on a partition number outside
         ``0 <= p < count``, is dropped: ``base + p`` of such a claim would name another
@@ -76,45 +78,37 @@ class _Layout:
         if not partitions:
             return []
         base = self.base
+        if isinstance(partitions, (_GroupedPartitions, _IdPartitions)):
+            # Decoded claims: topic runs and an array of numbers, no objects to unpack.
+            names, sizes, numbers = partitions.runs()
+            try:
+                bases = list(map(base.__getitem__, names))
+            except KeyError:
+                return self._checked_ids(zip(partitions.topics(), numbers, strict=True))
+            if min(numbers) < 0 or max(numbers) >= self.smallest:
+                return self._checked_ids(zip(partitions.topics(), numbers, strict=True))
+            return list(map(add, numbers, chain.from_iterable(map(repeat, bases, sizes))))
         try:
             ids = [base[t] + p for t, p in partitions]
         except KeyError:
-            ids = [base[t] + p if t in base else -1 for t, p in partitions]
+            return self._checked_ids(partitions)
         numbers = list(map(_partition_of, partitions))
-        if min(numbers) < 0 or max(numbers) >= self.smallest or min(ids) < 0:
-            # Rare: a claim on a topic that is gone or has fewer partitions now, or a
-            # hostile one.
-            index = self.index
-            counts = self.counts
-            keep = [t in index and 0 <= p < counts[index[t]] for t, p in partitions]
-            ids = list(compress(ids, keep))
-            partitions = list(compress(partitions, keep))
-        # C-level loop: one setitem per partition, no Python frame.
-        deque(map(self.objects.__setitem__, ids, partitions), maxlen=0)
+        if min(numbers) < 0 or max(numbers) >= self.smallest:
+            return self._checked_ids(partitions)
         return ids
+
+    def _checked_ids(self, partitions: Iterable[tuple[str, int]]) -> list[int]:
+        # Rare: a claim on a topic that is gone or has fewer partitions now, or a hostile
+        # one.
+        index = self.index
+        counts = self.counts
+        base = self.base
+        return [base[t] + p for t, p in partitions if t in index and 0 <= p < counts[index[t]]]
 
     def pt_key(self, gid: int) -> tuple[int, int]:
         """Java's order for trimming owned partitions: by partition number, then topic."""
         t = self.topic_of(gid)
         return (gid - self.offsets[t], t)
-
-    def fill_objects(self) -> None:
-        """Create the TopicPartition objects the input did not provide."""
-        objects = self.objects
-        for topic, start, count in zip(self.topics, self.offsets, self.counts, strict=True):
-            chunk = objects[start : start + count]
-            missing = chunk.count(None)
-            if not missing:
-                continue
-            if missing == count:
-                # All C-level: tuple.__new__(TopicPartition, (topic, p)) for each p.
-                objects[start : start + count] = map(
-                    _new_tuple, repeat(TopicPartition), zip(repeat(topic), range(count))
-                )
-            else:
-                for p, old in enumerate(chunk):
-                    if old is None:
-                        objects[start + p] = TopicPartition(topic, p)
 
 
 def _resolve_claims(
@@ -200,22 +194,25 @@ def _sticky_assign(
         s.topics == first or frozenset(s.topics) == first_set
         for s in (subscriptions[m] for m in members)
     )
+    result: list[Sequence[int]]
     if uniform:
         result, transferring = _assign_uniform(layout, owned, multiply_claimed)
         if not cooperative:
             transferring = set()
     else:
-        result = _GeneralBuilder(layout, members, subscriptions, owned, raw, generations).build()
-        transferring = _transferring(raw, result) if cooperative else set()
+        general = _GeneralBuilder(layout, members, subscriptions, owned, raw, generations).build()
+        transferring = _transferring(raw, general) if cooperative else set()
+        for mine in general:
+            mine.sort()
+        result = list(general)
 
-    layout.fill_objects()
+    # The output stays in ids: TopicPartition objects are made only if somebody reads
+    # them, and encode_assignment writes the ids' bytes directly.
     out: dict[str, Assignment] = {}
-    objects = layout.objects
     for member, ids in zip(members, result, strict=True):
         if transferring:
             ids = [gid for gid in ids if gid not in transferring]
-        ids.sort()
-        out[member] = Assignment(tuple(map(objects.__getitem__, ids)))  # type: ignore[arg-type]
+        out[member] = Assignment(_IdPartitions(layout, ids))
     return out
 
 
@@ -241,7 +238,7 @@ def _transferring(claims: list[list[int]], result: list[list[int]]) -> set[int]:
 
 def _assign_uniform(
     layout: _Layout, owned: list[list[int]], multiply_claimed: set[int]
-) -> tuple[list[list[int]], set[int]]:
+) -> tuple[list[Sequence[int]], set[int]]:
     """Java's ``ConstrainedAssignmentBuilder`` (without racks): every member, same topics.
 
     1. Each member keeps what it owns, up to its quota: all if below ``min_quota``;
@@ -252,15 +249,15 @@ def _assign_uniform(
        members at ``min_quota`` that may still take the extra partition.
 
     Returns:
-        Each member's partitions, and those moving away from a member that still owns
-        them (maybe revoked and given to another, or multiply claimed).
+        Each member's partitions in ascending order, and those moving away from a member
+        that still owns them (maybe revoked and given to another, or multiply claimed).
     """
     total = layout.total
     count = len(owned)
     min_quota, extra_members = divmod(total, count)
     max_quota = min_quota + (1 if extra_members else 0)
     over = 0
-    assignment: list[list[int]] = []
+    kept: list[list[int]] = []
     under: list[int] = []
     exact: list[int] = []
     maybe_revoked: dict[int, int] = {}
@@ -280,32 +277,37 @@ def _assign_uniform(
             keep = _trim(layout, ids, min_quota, member, maybe_revoked)
             if over < extra_members:
                 exact.append(member)
-        assignment.append(list(keep))
+        kept.append(keep)
         for gid in keep:
             free[gid] = 0
 
-    kept_sizes = [len(a) for a in assignment]
-    pending = list(compress(range(total), free))
+    sizes = [len(k) for k in kept]
+    # Nothing kept (a fresh assignment): every partition is pending, and a slice of a
+    # range is a range, so dealing a million partitions makes no list at all.
+    pending: Sequence[int] = range(total) if not any(sizes) else list(compress(range(total), free))
+    dealt: list[list[Sequence[int]]] = [[] for _ in range(count)]
     remaining = len(pending)
     at = 0
     # Whole passes over the members below min_quota: member j of the pass gets every
     # len(under)-th partition, which is what dealing one at a time would give it.
     while under and at < remaining:
         width = len(under)
-        deficit = min(min_quota - len(assignment[m]) for m in under)
+        deficit = min(min_quota - sizes[m] for m in under)
         passes = min(deficit, (remaining - at) // width)
         if passes:
             stop = at + passes * width
             for j, member in enumerate(under):
-                assignment[member].extend(pending[at + j : stop : width])
+                dealt[member].append(pending[at + j : stop : width])
+                sizes[member] += passes
             at = stop
         else:
             for member, gid in zip(under, pending[at:], strict=False):
-                assignment[member].append(gid)
+                dealt[member].append((gid,))
+                sizes[member] += 1
             at = remaining
         still: list[int] = []
         for member in under:
-            if len(assignment[member]) == min_quota:
+            if sizes[member] == min_quota:
                 exact.append(member)
             else:
                 still.append(member)
@@ -317,15 +319,25 @@ def _assign_uniform(
                 f"{len(exact)} members can take one more (please report this bug)"
             )
         for member, gid in zip(exact, pending[at:], strict=False):
-            assignment[member].append(gid)
+            dealt[member].append((gid,))
 
     transferring: set[int] = set()
     if maybe_revoked or multiply_claimed:
-        for member, ids in enumerate(assignment):
-            for gid in ids[kept_sizes[member] :]:
+        for member, pieces in enumerate(dealt):
+            for gid in chain.from_iterable(pieces):
                 previous = maybe_revoked.get(gid)
                 if (previous is not None and previous != member) or gid in multiply_claimed:
                     transferring.add(gid)
+
+    assignment: list[Sequence[int]] = []
+    for keep, pieces in zip(kept, dealt, strict=True):
+        if not keep and len(pieces) == 1:
+            # One slice of the ascending pending partitions: ascending already.
+            assignment.append(pieces[0])
+        else:
+            ids = list(chain(keep, *pieces))
+            ids.sort()
+            assignment.append(ids)
     return assignment, transferring
 
 

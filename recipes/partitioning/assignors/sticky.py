@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..protocol import (
     Assignment,
@@ -45,7 +45,7 @@ class StickyAssignor(PartitionAssignor):
     name = "sticky"
 
     def __init__(self) -> None:
-        self._partitions: tuple[TopicPartition, ...] | None = None
+        self._partitions: Sequence[TopicPartition] | None = None
         self._generation = -1
 
     def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
