@@ -194,6 +194,14 @@ class CoordinatorConfig:
                 self.heartbeat_interval_ms,
                 self.session_timeout_ms,
             )
+        if self.heartbeat_interval_ms >= self.rebalance_timeout_ms:
+            log.warning(
+                "heartbeat_interval_ms (%d) is not below rebalance_timeout_ms (%d): a member "
+                "that learns of a rebalance only at its next heartbeat (no wake-up reached it) "
+                "can be dropped from it for not rejoining in time",
+                self.heartbeat_interval_ms,
+                self.rebalance_timeout_ms,
+            )
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ConfigurationError(
                 f"retry_backoff_max_ms ({self.retry_backoff_max_ms}) must not be below "

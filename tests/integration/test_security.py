@@ -161,6 +161,7 @@ def test_with_acls_on_its_wakeup_topic_the_channel_works_over_sasl_ssl(secured: 
         "wakeup_topic": "sec-wakeups",
         "heartbeat_interval_ms": 20_000,
         "session_timeout_ms": 60_000,
+        "rebalance_timeout_ms": 60_000,
     }
     first = Listing(g, **settings)
     second = Listing(g, **settings)

@@ -21,7 +21,11 @@ pytestmark = pytest.mark.integration
 
 # Heartbeats so rare that a rebalance finished within SOON can only have been started by a
 # wake-up: the members' next heartbeat is due SLOW after they last joined.
-SLOW = {"heartbeat_interval_ms": 20_000, "session_timeout_ms": 60_000}
+SLOW = {
+    "heartbeat_interval_ms": 20_000,
+    "session_timeout_ms": 60_000,
+    "rebalance_timeout_ms": 60_000,
+}
 SOON = 8.0
 
 
@@ -113,7 +117,18 @@ def test_with_the_channel_off_nothing_is_published(
 ) -> None:
     group = new_group()
     caplog.set_level(logging.DEBUG, logger="coordination")
-    pair = start(members, kafka, group, 2, wakeup_topic=None)
+    # Heartbeats at their usual pace: without wake-ups, members 20 s apart would learn of
+    # a rebalance only after the broker gave up waiting for them.
+    pair = start(
+        members,
+        kafka,
+        group,
+        2,
+        wakeup_topic=None,
+        heartbeat_interval_ms=300,
+        session_timeout_ms=3000,
+        rebalance_timeout_ms=10_000,
+    )
     wait_until(lambda: settled(pair, 2), 30, "two members")
     assert all(m._engine._wakeups is None for m in pair)
     assert not any("wakeups" in t.name for m in pair for t in m._engine._threads)

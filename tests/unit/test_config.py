@@ -72,6 +72,16 @@ def test_heartbeat_above_a_third_of_the_session_warns(caplog: pytest.LogCaptureF
     assert "above a third of session_timeout_ms" in caplog.text
 
 
+def test_heartbeat_not_below_the_rebalance_timeout_warns(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="coordination.config"):
+        config(session_timeout_ms=60_000, heartbeat_interval_ms=20_000, rebalance_timeout_ms=10_000)
+    assert "is not below rebalance_timeout_ms (10000)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="coordination.config"):
+        config(session_timeout_ms=60_000, heartbeat_interval_ms=20_000, rebalance_timeout_ms=60_000)
+    assert caplog.text == ""
+
+
 def test_tls_and_sasl_settings_pass_through_to_the_connection(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
