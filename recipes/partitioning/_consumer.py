@@ -131,7 +131,11 @@ class Consumer:
             group_id, topics, pattern, assignors: as for :class:`ConsumerPartitioning`.
             listener: told of revoked, assigned and lost partitions.
             auto_offset_reset: where to start in a partition without a committed offset:
-                ``"earliest"`` or ``"latest"`` (Kafka ``auto.offset.reset``).
+                ``"earliest"`` or ``"latest"`` (Kafka ``auto.offset.reset``). The default is
+                ``"earliest"``, NOT ``"latest"`` as in Java, kafka-python and aiokafka: a new
+                group here reads what was written before its first commit instead of
+                silently skipping it (nothing lost is this library's promise). Pass
+                ``"latest"`` to start at the end.
             topic_metadata, transport, clock: the group side's sources of topic metadata,
                 group requests, and time and waits, as for :class:`ConsumerPartitioning`
                 (defaults: the cluster and the system's clock). The clock also makes this
@@ -176,6 +180,8 @@ class Consumer:
         self._fetch_config = {
             **self._group.config.client_settings(),
             **fetch,
+            # The rack also picks the closest replica to fetch from (KIP-392).
+            **({"client_rack": settings["client_rack"]} if settings.get("client_rack") else {}),
             "auto_offset_reset": auto_offset_reset,
             "enable_auto_commit": False,
             "client_id": self._group.config.client_id,
