@@ -6,6 +6,7 @@ whose transactional producer the broker fences once a newer leader exists.
 """
 
 from ._choice import choose_leader as choose_leader
+from ._election import ElectionMetrics as ElectionMetrics
 from ._election import LeaderElection as LeaderElection
 from ._leadership import DuplicateIdentityError as DuplicateIdentityError
 from ._leadership import LeaderInfo as LeaderInfo
@@ -14,6 +15,7 @@ from ._leadership import NotLeaderError as NotLeaderError
 
 __all__ = [
     "DuplicateIdentityError",
+    "ElectionMetrics",
     "LeaderElection",
     "LeaderInfo",
     "Leadership",
