@@ -16,9 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kafka.protocol.admin.groups import DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.metadata.metadata import MetadataRequest
-
 from ._config import CoordinatorConfig
 from ._protocol import messages as m
 from ._protocol.error_codes import ErrorCode
@@ -202,6 +199,9 @@ class _Admin:
             raise e.stop_error(f"{type(request).__name__}") from e
 
     def list_groups(self) -> list[GroupListing]:
+        from kafka.protocol.admin.groups import ListGroupsRequest
+        from kafka.protocol.metadata.metadata import MetadataRequest
+
         brokers = self._send(MetadataRequest(topics=[], max_version=12), None).brokers
         found: dict[str, GroupListing] = {}
         for broker in brokers:
@@ -219,6 +219,8 @@ class _Admin:
         return [found[k] for k in sorted(found)]
 
     def describe(self, group_id: str) -> GroupDescription:
+        from kafka.protocol.admin.groups import DescribeGroupsRequest
+
         try:
             found = self.transport.send(
                 m.FindCoordinatorRequest(key=group_id),
