@@ -101,18 +101,23 @@ class AsyncLeaderElection:
 
     @property
     def is_leader(self) -> bool:
+        """True while this member leads (no waiting: safe on the loop)."""
         return self.election.is_leader
 
     def leadership(self) -> Leadership | None:
+        """This member's current leadership, or None."""
         return self.election.leadership()
 
     def leader(self) -> LeaderInfo | None:
+        """The group's leader as of this member's last rebalance, or None."""
         return self.election.leader()
 
     def members(self) -> Mapping[str, str]:
+        """Every member's identity by member id, as of this member's last rebalance."""
         return self.election.members()
 
     def metrics(self) -> ElectionMetrics:
+        """As :meth:`LeaderElection.metrics`."""
         return self.election.metrics()
 
     async def wait_for_leader(self, timeout: float | None = None) -> LeaderInfo:
