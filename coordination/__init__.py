@@ -10,6 +10,13 @@ from __future__ import annotations
 from . import errors as errors
 from ._config import CoordinatorConfig as CoordinatorConfig
 from ._coordinator import Coordinator as Coordinator
+from ._groups import GroupDecoder as GroupDecoder
+from ._groups import GroupDescription as GroupDescription
+from ._groups import GroupListing as GroupListing
+from ._groups import MemberDescription as MemberDescription
+from ._groups import describe_group as describe_group
+from ._groups import list_groups as list_groups
+from ._groups import register_decoder as register_decoder
 from ._metrics import MemberMetrics as MemberMetrics
 from ._types import NO_GENERATION as NO_GENERATION
 from ._types import Generation as Generation
@@ -25,13 +32,20 @@ __all__ = [
     "Coordinator",
     "CoordinatorConfig",
     "Generation",
+    "GroupDecoder",
+    "GroupDescription",
+    "GroupListing",
     "Member",
+    "MemberDescription",
     "MemberMetrics",
     "MemberState",
     "OffsetAndMetadata",
     "ProtocolMetadata",
     "__version__",
+    "describe_group",
     "errors",
+    "list_groups",
+    "register_decoder",
 ]
 
 # Show the public classes as coordination.X in reprs and tracebacks.

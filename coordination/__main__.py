@@ -35,7 +35,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument("-v", "--verbose", action="store_true", help="log what the engine does")
 
+    groups = commands.add_parser("groups", help="list the cluster's groups")
+    _connection_arguments(groups)
+    describe = commands.add_parser(
+        "describe",
+        help="a group's state and members, decoded (consumer, election, tasks); does not join",
+    )
+    describe.add_argument("group", help="the group id")
+    _connection_arguments(describe)
+
     args = parser.parse_args(argv)
+    if args.command in ("groups", "describe"):
+        return _inspect(args)
     from .testing import NEWEST_KAFKA, KafkaCluster
 
     if args.command == "broker":
@@ -72,6 +83,86 @@ def main(argv: list[str] | None = None) -> int:
         with KafkaCluster(1) as cluster:
             run(cluster.bootstrap_servers)
     return 0
+
+
+def _connection_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
+        help="default: $KAFKA_BOOTSTRAP_SERVERS, else localhost:9092",
+    )
+    command.add_argument("--json", action="store_true", help="print JSON")
+    for flag in (
+        "security-protocol",
+        "sasl-mechanism",
+        "sasl-plain-username",
+        "sasl-plain-password",
+        "ssl-cafile",
+        "ssl-certfile",
+        "ssl-keyfile",
+    ):
+        command.add_argument(f"--{flag}", help="as kafka-python's setting of that name")
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from . import describe_group, list_groups
+    from .errors import CoordinationError
+
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    settings = {
+        name: getattr(args, name)
+        for name in (
+            "bootstrap_servers",
+            "security_protocol",
+            "sasl_mechanism",
+            "sasl_plain_username",
+            "sasl_plain_password",
+            "ssl_cafile",
+            "ssl_certfile",
+            "ssl_keyfile",
+        )
+        if getattr(args, name) is not None
+    }
+    try:
+        if args.command == "groups":
+            listing = list_groups(**settings)
+            if args.json:
+                print(json.dumps([vars_of(g) for g in listing], indent=2))
+            else:
+                print(f"{'GROUP':40s} {'PROTOCOL TYPE':14s} {'STATE':20s} TYPE")
+                for g in listing:
+                    print(f"{g.group_id:40s} {g.protocol_type:14s} {g.state:20s} {g.group_type}")
+            return 0
+        group = describe_group(args.group, **settings)
+    except CoordinationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(group.to_json(), indent=2))
+        return 0
+    print(
+        f"group {group.group_id}: {group.state}, protocol type {group.protocol_type!r}, "
+        f"protocol {group.protocol!r}, {len(group.members)} member(s)"
+    )
+    for key, value in group.summary.items():
+        print(f"  {key}: {value}")
+    for member in group.members:
+        static = f" (static {member.group_instance_id})" if member.group_instance_id else ""
+        print(f"- {member.member_id}{static} {member.client_id}@{member.client_host}")
+        if member.decoded is None:
+            print(f"    metadata {member.metadata.hex()}")
+            print(f"    assignment {member.assignment.hex()}")
+        else:
+            for key, value in member.decoded.items():
+                print(f"    {key}: {value}")
+    return 0
+
+
+def vars_of(listing: object) -> dict[str, object]:
+    return {k: getattr(listing, k) for k in ("group_id", "protocol_type", "state", "group_type")}
 
 
 if __name__ == "__main__":

@@ -132,6 +132,26 @@ class _Counters:
     wakeups: int = 0
 
 
+class _MemberLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The engine's logger: every record carries the member's group, member id and generation
+    as ``extra`` fields (``record.group_id``, ``record.member_id``, ``record.generation``), for
+    log pipelines that index them."""
+
+    def __init__(self, member: GroupMembership) -> None:
+        super().__init__(log, {})
+        self._member = member
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        generation = getattr(self._member, "_generation", NO_GENERATION)  # immutable: no lock
+        kwargs["extra"] = {
+            "group_id": self._member._config.group_id,
+            "member_id": generation.member_id,
+            "generation": generation.generation_id,
+            **kwargs.get("extra", {}),
+        }
+        return msg, kwargs
+
+
 class GroupMembership:
     """One member of one group: Kafka's ``AbstractCoordinator`` without the consumer."""
 
@@ -145,6 +165,7 @@ class GroupMembership:
     ) -> None:
         self._callbacks = callbacks
         self._config = config
+        self._log = _MemberLog(self)
         self._transport = transport
         self._wakeups = wakeups
         self._clock: Clock = clock or SYSTEM_CLOCK
@@ -425,7 +446,7 @@ class GroupMembership:
         with self._lock:
             if self._state is not MemberState.STABLE:
                 return  # joining already, or not a member: nothing to learn
-            log.debug("%s: woken: %s", self._who(), reason)
+            self._log.debug("%s: woken: %s", self._who(), reason)
             self._counters.wakeups += 1
             self._wake_at = [now + delay for delay in _WAKE_HEARTBEATS_S]
             self._changed.notify_all()
@@ -500,7 +521,7 @@ class GroupMembership:
                 # give it to another member at once. The membership thread runs
                 # on_leave_prepare when the callback returns; the broker removes this member
                 # after its session instead.
-                log.warning(
+                self._log.warning(
                     "%s: a callback is still running after %.1fs; not leaving the group while "
                     "the member's work may run (on_leave_prepare runs when the callback "
                     "returns; the broker removes the member after session_timeout_ms)",
@@ -521,7 +542,7 @@ class GroupMembership:
                 self._changed.notify_all()
             alive = [t.name for t in self._threads if t.is_alive()]
             if alive:
-                log.warning("%s: threads still running after close: %s", self._who(), alive)
+                self._log.warning("%s: threads still running after close: %s", self._who(), alive)
 
     def _run_leave_prepare(self) -> None:
         """Run on_leave_prepare once; the caller holds ``_callback_lock``."""
@@ -557,11 +578,11 @@ class GroupMembership:
                 if self._fatal is not None:  # this or another thread stopped the member
                     break
                 self._note_problem(f"unexpected error: {e}")
-                log.exception("%s: error in the membership thread; retrying", self._who())
+                self._log.exception("%s: error in the membership thread; retrying", self._who())
             except Exception:
                 # The member must keep working whatever happens (a leader elector that
                 # died on an escaped exception left its cluster leaderless for good).
-                log.exception(
+                self._log.exception(
                     "%s: unexpected error in the membership thread; retrying", self._who()
                 )
             else:
@@ -580,10 +601,10 @@ class GroupMembership:
             except CoordinationError:
                 if self._fatal is not None:  # this or another thread stopped the member
                     break
-                log.exception("%s: error in the heartbeat thread", self._who())
+                self._log.exception("%s: error in the heartbeat thread", self._who())
                 delay = self._config.retry_backoff_ms / 1000
             except Exception:
-                log.exception("%s: unexpected error in the heartbeat thread", self._who())
+                self._log.exception("%s: unexpected error in the heartbeat thread", self._who())
                 delay = self._config.retry_backoff_ms / 1000
             with self._lock:
                 if self._stop.is_set() or self._fatal is not None:
@@ -624,7 +645,7 @@ class GroupMembership:
         if code == ErrorCode.NONE:
             node = CoordinatorNode(response.node_id, response.host, response.port)
             if self._unreachable_since is not None:
-                log.warning("%s: the cluster answers again", self._who())
+                self._log.warning("%s: the cluster answers again", self._who())
                 self._unreachable_since = self._unreachable_warned_at = None
             with self._lock:
                 self._coordinator = node
@@ -632,14 +653,14 @@ class GroupMembership:
                 self._counters.coordinator_discoveries += 1
                 self._find_backoff.reset()
                 self._changed.notify_all()
-            log.info("%s: coordinator is %s", self._who(), node)
+            self._log.info("%s: coordinator is %s", self._who(), node)
             return True
         reaction = classify.reaction(Api.FIND_COORDINATOR, code)
         error = broker_error(code, group_id=self._config.group_id, api="FindCoordinator")
         if reaction.next is Next.FATAL:
             self._fail(error)
         self._note_problem(str(error))
-        log.info("%s: FindCoordinator returned %s; will retry", self._who(), error_name(code))
+        self._log.info("%s: FindCoordinator returned %s; will retry", self._who(), error_name(code))
         return False
 
     def _log_unreachable(self, e: TransportError) -> None:
@@ -647,12 +668,12 @@ class GroupMembership:
         now = self._clock.monotonic()
         if self._unreachable_since is None:
             self._unreachable_since = now
-            log.info("%s: FindCoordinator failed (%s); will retry", self._who(), e)
+            self._log.info("%s: FindCoordinator failed (%s); will retry", self._who(), e)
             return
         last = self._unreachable_warned_at
         if last is None or now - last >= _UNREACHABLE_WARN_EVERY_S:
             self._unreachable_warned_at = now
-            log.warning(
+            self._log.warning(
                 "%s: the cluster has been unreachable for %.0fs (bootstrap_servers %s): %s; "
                 "still retrying",
                 self._who(),
@@ -669,7 +690,7 @@ class GroupMembership:
             self._coordinator = None
             self._note_problem(reason)
             self._changed.notify_all()
-        log.info("%s: forgetting coordinator %s: %s", self._who(), node, reason)
+        self._log.info("%s: forgetting coordinator %s: %s", self._who(), node, reason)
         self._transport.disconnect(node)
 
     # ------------------------------------------------------------------ phases 2-3: join, sync
@@ -743,7 +764,7 @@ class GroupMembership:
         protocols = self._protocols()
         if isinstance(protocols, _Failed):
             return protocols
-        log.info("%s: joining (%s)", self._who(), reason)
+        self._log.info("%s: joining (%s)", self._who(), reason)
         join = msg.JoinGroupRequest(
             group_id=cfg.group_id,
             session_timeout_ms=cfg.session_timeout_ms,
@@ -809,7 +830,7 @@ class GroupMembership:
                 # A new member id for this instance id: see _await_takeover_fence.
                 fence_s = self._lease_s  # the longest an earlier process's lease can last
                 self._takeover_fence_until = self._clock.monotonic() + fence_s
-                log.info(
+                self._log.info(
                     "%s: static member with a new member id; its assignments take effect in "
                     "%.1fs, once any earlier process with group_instance_id %r has stopped",
                     self._who(),
@@ -828,7 +849,7 @@ class GroupMembership:
                 self._timers.keep_session()
             self._changed.notify_all()
         is_leader = joined.leader != "" and joined.leader == joined.member_id
-        log.info(
+        self._log.info(
             "%s: joined generation %d with protocol %r as %s",
             self._who(),
             generation.generation_id,
@@ -840,7 +861,9 @@ class GroupMembership:
         if is_leader and joined.skip_assignment:
             # KIP-814: a static leader came back to a stable group; the broker keeps the
             # current assignment, so the leader must not compute a new one.
-            log.info("%s: static leader rejoined a stable group; skipping assignment", self._who())
+            self._log.info(
+                "%s: static leader rejoined a stable group; skipping assignment", self._who()
+            )
         elif is_leader:
             planned = self._assign(generation, joined.members)
             if isinstance(planned, _Failed):
@@ -909,7 +932,7 @@ class GroupMembership:
             self._retry_backoff.reset()
             self._last_error = None
             self._changed.notify_all()
-        log.info(
+        self._log.info(
             "%s: stable in generation %d after %.3fs (%d bytes assigned)",
             self._who(),
             generation.generation_id,
@@ -936,7 +959,7 @@ class GroupMembership:
                 problem = "metadata() must return ProtocolMetadata(name, bytes) items"
         if problem is not None:
             self._note_problem(problem)
-            log.error("%s: %s; will retry", self._who(), problem)
+            self._log.error("%s: %s; will retry", self._who(), problem)
             return _Failed(Reaction(Next.RETRY_BACKOFF), problem, self.generation)
         assert protocols is not None
         return cast(Sequence[ProtocolMetadata], protocols)
@@ -950,7 +973,7 @@ class GroupMembership:
         started = self._clock.monotonic()
 
         def overdue() -> None:
-            log.warning(
+            self._log.warning(
                 "%s: perform_assignment has run for more than rebalance_timeout_ms (%d ms); "
                 "the broker is evicting members that cannot sync in time. Make it faster or "
                 "raise rebalance_timeout_ms",
@@ -977,7 +1000,7 @@ class GroupMembership:
             finished.set()
         elapsed = self._clock.monotonic() - started
         if elapsed > budget_s / 2:
-            log.warning(
+            self._log.warning(
                 "%s: perform_assignment took %.1fs of a %.1fs rebalance timeout",
                 self._who(),
                 elapsed,
@@ -999,7 +1022,7 @@ class GroupMembership:
             else:
                 missing = sorted(known - set(plan))
                 if missing:
-                    log.warning(
+                    self._log.warning(
                         "%s: perform_assignment left out members %s; they get an empty assignment",
                         self._who(),
                         missing,
@@ -1007,7 +1030,7 @@ class GroupMembership:
         if problem is not None:
             error = AssignmentError(f"{self._who()}: {problem}")
             self._note_problem(str(error))
-            log.error("%s; rejoining after backoff", error)
+            self._log.error("%s; rejoining after backoff", error)
             return _Failed(Reaction(Next.RETRY_BACKOFF), problem, generation, error)
         assert isinstance(plan, Mapping)
         assignments = tuple(sorted((k, bytes(v)) for k, v in plan.items()))
@@ -1143,10 +1166,10 @@ class GroupMembership:
             self._mark_coordinator_unknown(failed.reason)
         elif reaction.next is Next.RETRY_BACKOFF:
             delay = self._retry_backoff.next_delay()
-            log.warning("%s: %s; retrying in %.2fs", self._who(), failed.reason, delay)
+            self._log.warning("%s: %s; retrying in %.2fs", self._who(), failed.reason, delay)
             self._sleep(delay, deadline)
         else:
-            log.info("%s: %s; rejoining at once", self._who(), failed.reason)
+            self._log.info("%s: %s; rejoining at once", self._who(), failed.reason)
 
     def _reset_locked(self, reset: Reset) -> None:
         if reset is Reset.MEMBER:
@@ -1166,7 +1189,7 @@ class GroupMembership:
             self._state = MemberState.CLOSED
             self._stop.set()
             self._changed.notify_all()
-        log.error("%s: stopping: %s", self._who(), error)
+        self._log.error("%s: stopping: %s", self._who(), error)
         raise error
 
     # ------------------------------------------------------------------ phase 4: heartbeats
@@ -1261,7 +1284,7 @@ class GroupMembership:
                 return self._timers.time_to_next(now)
             self._timers.failed(now, retry_s)
             if self._generation != sent:
-                log.debug(
+                self._log.debug(
                     "%s: ignoring heartbeat %s for stale generation %d",
                     self._who(),
                     error_name(code),
@@ -1277,7 +1300,7 @@ class GroupMembership:
                 return None
             if reaction.next is Next.RETRY_BACKOFF:
                 self._note_problem(str(error))
-                log.warning("%s: %s; retrying", self._who(), error)
+                self._log.warning("%s: %s; retrying", self._who(), error)
                 return retry_s
         if reaction.next is Next.FATAL:
             with self._lock:
@@ -1305,7 +1328,7 @@ class GroupMembership:
                 timeout_s=self._config.request_timeout_ms / 1000,
             )
         except TransportError as e:
-            log.info("%s: LeaveGroup for %r got no answer (%s)", self._who(), member_id, e)
+            self._log.info("%s: LeaveGroup for %r got no answer (%s)", self._who(), member_id, e)
 
     def _maybe_leave_group(self, reason: str, deadline: float) -> None:
         cfg = self._config
@@ -1326,7 +1349,7 @@ class GroupMembership:
                 # A JoinGroup or SyncGroup parked on the broker holds the connection (the broker
                 # answers a connection's requests in order): drop it so LeaveGroup is not queued.
                 self._transport.disconnect(node)
-            log.info("%s: leaving the group (%s)", self._who(), reason)
+            self._log.info("%s: leaving the group (%s)", self._who(), reason)
             request = msg.LeaveGroupRequest(
                 group_id=cfg.group_id,
                 member_id=generation.member_id,
@@ -1342,12 +1365,14 @@ class GroupMembership:
                 )
                 code = response.error_code or response.member_error_code
                 if code != ErrorCode.NONE:
-                    log.info("%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code))
+                    self._log.info(
+                        "%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code)
+                    )
                 elif self._wakeups is not None:
                     # Only now: a wake-up that overtook the LeaveGroup would find no rebalance.
                     self._wakeups.announce(generation.member_id, "leave")
             except TransportError as e:
-                log.info(
+                self._log.info(
                     "%s: LeaveGroup got no response (%s); the session will expire instead",
                     self._who(),
                     e,
@@ -1368,7 +1393,7 @@ class GroupMembership:
             self._rejoin_reason = reason
         self._counters.rejoin_reasons.append(reason)
         del self._counters.rejoin_reasons[:-20]
-        log.info("%s: rejoin requested: %s", self._who(), reason)
+        self._log.info("%s: rejoin requested: %s", self._who(), reason)
         self._changed.notify_all()
 
     def _work_pending_locked(self) -> bool:
@@ -1379,7 +1404,7 @@ class GroupMembership:
         try:
             return True, fn(*args)
         except Exception:
-            log.exception("%s: %s raised; the member carries on", self._who(), name)
+            self._log.exception("%s: %s raised; the member carries on", self._who(), name)
             return False, None
 
     def _invoke_serialized(self, name: str, fn: Any, *args: Any) -> tuple[bool, Any]:
@@ -1392,10 +1417,10 @@ class GroupMembership:
             except (FatalBrokerError, ConnectionFailedError) as e:
                 # A request of the callback's got an answer retrying cannot change (a missing
                 # ACL, a refused login): stop, as when one of the engine's own requests does.
-                log.error("%s: %s raised %s", self._who(), name, type(e).__name__)
+                self._log.error("%s: %s raised %s", self._who(), name, type(e).__name__)
                 self._fail(e)
             except Exception:
-                log.exception("%s: %s raised; the member carries on", self._who(), name)
+                self._log.exception("%s: %s raised; the member carries on", self._who(), name)
                 return False, None
 
     def _sleep(self, seconds: float, deadline: float | None = None) -> bool:

@@ -5,7 +5,9 @@ who leads; the leader gets a :class:`Leadership` whose token grows with every ne
 whose transactional producer the broker fences once a newer leader exists.
 """
 
+from ._aio import AsyncLeaderElection as AsyncLeaderElection
 from ._choice import choose_leader as choose_leader
+from ._election import ElectionMetrics as ElectionMetrics
 from ._election import LeaderElection as LeaderElection
 from ._leadership import DuplicateIdentityError as DuplicateIdentityError
 from ._leadership import LeaderInfo as LeaderInfo
@@ -13,7 +15,9 @@ from ._leadership import Leadership as Leadership
 from ._leadership import NotLeaderError as NotLeaderError
 
 __all__ = [
+    "AsyncLeaderElection",
     "DuplicateIdentityError",
+    "ElectionMetrics",
     "LeaderElection",
     "LeaderInfo",
     "Leadership",

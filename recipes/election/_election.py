@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar
 
+from coordination import MemberMetrics
 from coordination._engine.clock import Clock
 from coordination._transport.base import Transport
 from coordination.errors import ConfigurationError
@@ -26,6 +28,30 @@ _WATCHDOG_S: Final = 0.25
 
 DEFAULT_TOKEN_TOPIC: Final = "__consumer_offsets"
 """Where the group stores its highest fencing token by default (as partition 0's offset)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionMetrics:
+    """A snapshot from :meth:`LeaderElection.metrics`."""
+
+    is_leader: bool
+    """This member leads now (its lease holds)."""
+    token: int | None
+    """Its leadership's fencing token, None if it does not lead."""
+    leader: str | None
+    """The group's leader's identity as of this member's last rebalance."""
+    leader_token: int | None
+    """That leader's token."""
+    highest_token: int
+    """The highest token this member has seen (-1: none)."""
+    times_elected: int
+    """Leaderships this member took up."""
+    times_deposed: int
+    """Leaderships it lost (moved, left, lease ran out, fenced)."""
+    leader_changes: int
+    """Times the group's leader changed, as this member saw it (None counts as a leader)."""
+    member: MemberMetrics
+    """The group member's counters (rebalances, heartbeats, ...)."""
 
 
 class LeaderElection(Recipe):
@@ -240,6 +266,30 @@ class LeaderElection(Recipe):
     def members(self) -> Mapping[str, str]:
         """Every member's identity by member id, as of this member's last rebalance."""
         return self._elector.members()
+
+    def metrics(self) -> ElectionMetrics:
+        """What this member has seen and done: whether it leads, with which token, how often
+        it was elected and deposed, and its group member's counters."""
+        elector = self._elector
+        leadership = elector.leadership()
+        leader = elector.leader()
+        with self._ctx.lock:
+            won, lost, changes = (
+                elector.times_elected,
+                elector.times_deposed,
+                elector.leader_changes,
+            )
+        return ElectionMetrics(
+            is_leader=leadership is not None,
+            token=leadership.token if leadership is not None else None,
+            leader=leader.identity if leader is not None else None,
+            leader_token=leader.token if leader is not None else None,
+            highest_token=elector.highest_token(),
+            times_elected=won,
+            times_deposed=lost,
+            leader_changes=changes,
+            member=self._member.metrics(),
+        )
 
     def wait_for_leader(self, timeout: float | None = None) -> LeaderInfo:
         """Start if needed and block until the group has a leader; return it.

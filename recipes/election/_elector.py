@@ -74,6 +74,9 @@ class Elector(GroupListener):
         self._highest_token = -1
         self._declined_token = -1
         self._problem: DuplicateIdentityError | None = None
+        self.times_elected = 0  # under ctx.lock
+        self.times_deposed = 0
+        self.leader_changes = 0
 
     @property
     def group_id(self) -> str:
@@ -181,6 +184,7 @@ class Elector(GroupListener):
                 self._highest_token = max(self._highest_token, outcome.token)
             self._outcome = outcome
             changed = info != self._leader
+            self.leader_changes += changed
             self._leader = info
             self._problem = (
                 DuplicateIdentityError(
@@ -204,6 +208,7 @@ class Elector(GroupListener):
             elected = Leadership(self, outcome.token, generation)
             with ctx.lock:
                 self._leadership = elected
+                self.times_elected += 1
                 ctx.changed.notify_all()
             self.lease.wake()
             ctx.log.info(
@@ -339,6 +344,7 @@ class Elector(GroupListener):
         with ctx.lock:
             if self._leadership is leadership:
                 self._leadership = None
+            self.times_deposed += 1
             ctx.changed.notify_all()
         ctx.log.warning(
             "election %s: %s deposed (token %d): %s",

@@ -11,6 +11,7 @@ a consumer reads records through a :class:`RecordFetcher` (kafka-python by defau
 """
 
 from ._consumer import Consumer as Consumer
+from ._consumer import ConsumerMetrics as ConsumerMetrics
 from ._consumer import PartitionsNotOwnedError as PartitionsNotOwnedError
 from ._fetcher import RecordFetcher as RecordFetcher
 from ._listener import RebalanceListener as RebalanceListener
@@ -27,6 +28,7 @@ from .protocol import TopicPartition as TopicPartition
 
 __all__ = [
     "Consumer",
+    "ConsumerMetrics",
     "ConsumerPartitioning",
     "CooperativeStickyAssignor",
     "InMemoryTopicMetadata",

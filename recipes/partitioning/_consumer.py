@@ -6,13 +6,14 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import kafka.errors as kafka_errors
 from typing_extensions import Self
 
-from coordination import Generation, OffsetAndMetadata
+from coordination import Generation, MemberMetrics, OffsetAndMetadata
 from coordination._config import check_part
 from coordination._engine.clock import Clock
 from coordination._lease import engine_clock
@@ -54,6 +55,26 @@ FETCH_SETTINGS = frozenset(
     }
 )
 _POLL_SLICE_MS = 100  # the fetch lock is released this often so rebalances are not held up
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMetrics:
+    """A snapshot from :meth:`Consumer.metrics`."""
+
+    member: MemberMetrics
+    """The group member's counters (rebalances, heartbeats, ...)."""
+    positions: dict[TopicPartition, int | None]
+    """Each owned partition's position (None while its start is being established)."""
+    lag: dict[TopicPartition, int | None]
+    """Each owned partition's records behind its end (Kafka ``records-lag``), None if not
+    known yet."""
+    paused: frozenset[TopicPartition]
+    """The partitions paused now."""
+
+    @property
+    def total_lag(self) -> int:
+        """The sum of the known lags (Kafka ``records-lag-max`` is ``max(lag.values())``)."""
+        return sum(v for v in self.lag.values() if v is not None)
 
 
 class PartitionsNotOwnedError(CoordinationError):
@@ -131,7 +152,11 @@ class Consumer:
             group_id, topics, pattern, assignors: as for :class:`ConsumerPartitioning`.
             listener: told of revoked, assigned and lost partitions.
             auto_offset_reset: where to start in a partition without a committed offset:
-                ``"earliest"`` or ``"latest"`` (Kafka ``auto.offset.reset``).
+                ``"earliest"`` or ``"latest"`` (Kafka ``auto.offset.reset``). The default is
+                ``"earliest"``, NOT ``"latest"`` as in Java, kafka-python and aiokafka: a new
+                group here reads what was written before its first commit instead of
+                silently skipping it (nothing lost is this library's promise). Pass
+                ``"latest"`` to start at the end.
             topic_metadata, transport, clock: the group side's sources of topic metadata,
                 group requests, and time and waits, as for :class:`ConsumerPartitioning`
                 (defaults: the cluster and the system's clock). The clock also makes this
@@ -176,6 +201,8 @@ class Consumer:
         self._fetch_config = {
             **self._group.config.client_settings(),
             **fetch,
+            # The rack also picks the closest replica to fetch from (KIP-392).
+            **({"client_rack": settings["client_rack"]} if settings.get("client_rack") else {}),
             "auto_offset_reset": auto_offset_reset,
             "enable_auto_commit": False,
             "client_id": self._group.config.client_id,
@@ -402,6 +429,46 @@ class Consumer:
         """The partitions paused now."""
         with self._lock:
             return frozenset(self._paused)
+
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout: float = 30.0
+    ) -> dict[TopicPartition, int]:
+        """The offset after the last record of each partition (owned or not); asks the brokers.
+
+        Raises:
+            CoordinatorStateError: the consumer is not started, or its fetcher (one of your
+                own) has no ``end_offsets``.
+        """
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        with self._lock:
+            ask = getattr(self._fetcher, "end_offsets", None)
+            if ask is None:
+                raise CoordinatorStateError(
+                    f"consumer of group {self._group.group_id!r}: end_offsets needs a started "
+                    "consumer whose fetcher has end_offsets(partitions, timeout_ms) "
+                    "(the default fetcher has)"
+                )
+            ends: dict[TopicPartition, int] = ask(wanted, int(timeout * 1000))
+            return ends
+
+    def metrics(self) -> ConsumerMetrics:
+        """The member's group metrics, and each owned partition's position and lag.
+
+        The lag is the partition's end as of the last fetch response minus the position
+        (Kafka ``records-lag``); None until a fetch has seen the partition, and with a
+        fetcher that has no ``highwater``. No request is sent.
+        """
+        with self._lock:
+            owned = self._group.owned()
+            positions = {tp: self._positions.get(tp) for tp in sorted(owned)}
+            highwater = getattr(self._fetcher, "highwater", None)
+            lag: dict[TopicPartition, int | None] = {}
+            for tp, position in positions.items():
+                end = highwater(tp) if highwater is not None else None
+                lag[tp] = None if end is None or position is None else max(0, end - position)
+        return ConsumerMetrics(
+            member=self._group.metrics(), positions=positions, lag=lag, paused=self.paused()
+        )
 
     def position(self, partition: TopicPartition) -> int | None:
         """The offset of the next record :meth:`poll` returns for ``partition``.

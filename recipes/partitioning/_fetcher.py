@@ -72,6 +72,18 @@ class KafkaRecordFetcher:
     def close(self) -> None:
         self._consumer.close()
 
+    def end_offsets(
+        self, partitions: Sequence[TopicPartition], timeout_ms: int
+    ) -> dict[TopicPartition, int]:
+        """The offset after each partition's last record (asks the brokers)."""
+        ends = self._consumer.end_offsets([_kafka_tp(tp) for tp in partitions], timeout_ms)
+        return {TopicPartition(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's end as of the last fetch response (no request); None if unknown."""
+        end = self._consumer.highwater(_kafka_tp(partition))
+        return None if end is None else int(end)
+
 
 def _kafka_tp(tp: TopicPartition) -> Any:
     from kafka import TopicPartition as KafkaTopicPartition

@@ -17,7 +17,13 @@ from recipes._recipe import ClockTimer
 
 from ._listener import RebalanceListener
 from ._metadata import KafkaTopicMetadata, TopicMetadata
-from .assignors import CooperativeStickyAssignor, PartitionAssignor, RangeAssignor
+from .assignors import (
+    CooperativeStickyAssignor,
+    PartitionAssignor,
+    RangeAssignor,
+    RoundRobinAssignor,
+    StickyAssignor,
+)
 from .protocol import (
     PROTOCOL_TYPE,
     Assignment,
@@ -102,9 +108,13 @@ class ConsumerPartitioning(Coordinator):
                 ``metadata_max_age_ms``).
             assignors: the assignors this member supports, most preferred first (Kafka
                 ``partition.assignment.strategy``); default ``[CooperativeStickyAssignor(),
-                RangeAssignor()]``.
+                RangeAssignor()]``. Also accepted as ``partition_assignment_strategy``,
+                kafka-python's name, as assignors, their names (``"range"``,
+                ``"roundrobin"``, ``"sticky"``, ``"cooperative-sticky"``) or kafka-python's
+                assignor classes.
             listener: told of revoked, assigned and lost partitions.
-            rack_id: this member's rack (Kafka ``client.rack``), sent in the subscription.
+            rack_id: this member's rack (Kafka ``client.rack``), sent in the subscription;
+                also accepted as ``client_rack``, kafka-python's name.
             metadata_max_age_ms: how often topics and partition counts are checked for
                 changes (Kafka ``metadata.max.age.ms``, default 300000).
             topic_metadata: where topic names and partition counts come from; default: the
@@ -123,6 +133,22 @@ class ConsumerPartitioning(Coordinator):
         """
         if (topics is None) == (pattern is None):
             raise ConfigurationError("give exactly one of topics=[...] or pattern='regex'")
+        # Kafka's and kafka-python's names, accepted as they spell them.
+        strategy = settings.pop("partition_assignment_strategy", None)
+        if strategy is not None:
+            if assignors is not None:
+                raise ConfigurationError(
+                    "give assignors= or partition_assignment_strategy=, not both (the same "
+                    "setting under two names)"
+                )
+            assignors = assignors_named(strategy)
+        client_rack = settings.pop("client_rack", None)
+        if client_rack is not None:
+            if rack_id is not None and rack_id != client_rack:
+                raise ConfigurationError(
+                    f"rack_id={rack_id!r} and client_rack={client_rack!r} disagree; give one"
+                )
+            rack_id = client_rack
         super().__init__(group_id, transport=transport, clock=clock, **settings)
         self._clock = engine_clock(self)
         self._assignors = (
@@ -487,3 +513,40 @@ class ConsumerPartitioning(Coordinator):
             if changed:
                 return f"partition count changed for {changed}"
         return None
+
+
+_BY_NAME: dict[str, type[PartitionAssignor]] = {
+    "range": RangeAssignor,
+    "roundrobin": RoundRobinAssignor,
+    "sticky": StickyAssignor,
+    "cooperative-sticky": CooperativeStickyAssignor,
+}
+
+
+def assignors_named(strategy: Any) -> list[PartitionAssignor]:
+    """``partition_assignment_strategy`` as kafka-python users write it: assignors, assignor
+    names, or kafka-python's assignor classes (matched by their protocol name).
+
+    Raises:
+        ConfigurationError: an entry is none of these, or the list is empty.
+    """
+    entries = [strategy] if isinstance(strategy, str | PartitionAssignor | type) else strategy
+    try:
+        entries = list(entries)
+    except TypeError:
+        entries = [strategy]
+    out: list[PartitionAssignor] = []
+    for entry in entries:
+        if isinstance(entry, PartitionAssignor):
+            out.append(entry)
+            continue
+        name = entry if isinstance(entry, str) else getattr(entry, "name", None)
+        if not isinstance(name, str) or name not in _BY_NAME:
+            raise ConfigurationError(
+                f"partition_assignment_strategy: {entry!r} is not an assignor this consumer "
+                f"knows; give assignors or their names: {', '.join(_BY_NAME)}"
+            )
+        out.append(_BY_NAME[name]())
+    if not out:
+        raise ConfigurationError("partition_assignment_strategy is empty: name an assignor")
+    return out

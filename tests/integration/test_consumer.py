@@ -186,3 +186,30 @@ def test_a_paused_partition_goes_on_after_resume_without_losing_a_record(
         assert [r.value for r in got[tp]] == values
     commit_checked()
     assert c.committed([held, flowing]) == {held: 60, flowing: 60}
+
+
+def test_end_offsets_and_the_lag_of_each_owned_partition(kafka: str, consumers) -> None:
+    topic = f"lag-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, 2)
+    produce(kafka, topic, 2, 30)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    c = consumer(
+        consumers, kafka, f"g-{topic}", topics=[topic], max_poll_records=5, fetch_max_wait_ms=50
+    )
+    assert c.end_offsets(tps) == {tps[0]: 30, tps[1]: 30}
+    returned: dict[TopicPartition, int] = {tp: 0 for tp in tps}
+
+    def some_returned() -> bool:
+        for tp, records in c.poll(timeout_ms=100).items():
+            returned[tp] += len(records)
+        return all(returned[tp] > 0 for tp in tps)
+
+    wait_until(some_returned, 30, "records of both partitions")
+    metrics = c.metrics()
+    assert set(metrics.positions) == set(tps)
+    for tp in tps:
+        assert metrics.positions[tp] == returned[tp]
+        # The end as of the last fetch response is 30: the lag is what poll() has not returned.
+        assert metrics.lag[tp] == 30 - returned[tp]
+    assert metrics.total_lag == 60 - sum(returned.values())
+    assert metrics.member.rebalance_total >= 1

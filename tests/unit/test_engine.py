@@ -743,3 +743,19 @@ def test_fetch_returns_committed_offsets_and_none_where_nothing_is() -> None:
     )
     got = offsets.fetch(h.engine, [("t", 1), ("t", 0)], 5)
     assert got == {("t", 0): OffsetAndMetadata(10, "batch-a"), ("t", 1): None}
+
+
+def test_log_records_carry_the_group_member_and_generation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="coordination.member")
+    h = Harness()
+    h.join_as_leader(member_id="m-1", generation=1)
+    joined_record = next(r for r in caplog.records if "joined generation 1" in r.getMessage())
+    assert (joined_record.group_id, joined_record.member_id, joined_record.generation) == (  # type: ignore[attr-defined]
+        GROUP,
+        "m-1",
+        1,
+    )
+    first = caplog.records[0]
+    assert (first.group_id, first.generation) == (GROUP, -1)  # type: ignore[attr-defined]

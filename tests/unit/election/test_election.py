@@ -280,3 +280,21 @@ def test_a_member_missing_from_the_outcome_rejoins_with_metadata_the_broker_sees
     took_over_with, rejoined_with = a.advertised
     assert took_over_with.member_id == "" and rejoined_with.member_id == ME
     assert encode_candidate(rejoined_with) != encode_candidate(took_over_with)
+
+
+def test_metrics_count_leaderships_and_name_the_token() -> None:
+    a = Member()
+    before = a.election.metrics()
+    assert (before.is_leader, before.token, before.times_elected) == (False, None, 0)
+    a.lead()
+    leadership = a.election.leadership()
+    assert leadership is not None
+    led = a.election.metrics()
+    assert (led.is_leader, led.token, led.times_elected) == (True, leadership.token, 1)
+    assert (led.leader, led.leader_token) == (IDENTITY, leadership.token)
+    assert led.highest_token >= leadership.token and led.leader_changes == 1
+    a.clock.advance(LEASE_LOW_AFTER_S + 0.01)
+    assert not a.election.is_leader
+    lost = a.election.metrics()
+    assert (lost.is_leader, lost.token, lost.times_deposed) == (False, None, 1)
+    assert lost.member.rebalance_total >= 1

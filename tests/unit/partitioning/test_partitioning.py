@@ -259,3 +259,67 @@ def test_fetch_settings_with_a_fetcher_of_ones_own_are_refused() -> None:
             fetcher=Fetcher(),
             max_poll_records=5,
         )
+
+
+# ------------------------------------------------------------------ Kafka's setting names
+
+
+def test_partition_assignment_strategy_is_accepted_as_kafka_python_spells_it() -> None:
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    from recipes.partitioning.assignors import (
+        CooperativeStickyAssignor,
+        RangeAssignor,
+        RoundRobinAssignor,
+    )
+
+    by_class = ConsumerPartitioning(
+        "g",
+        topics=[T],
+        bootstrap_servers="localhost:9092",
+        partition_assignment_strategy=(RoundRobinPartitionAssignor, RangePartitionAssignor),
+    )
+    assert [type(a) for a in by_class._assignors] == [RoundRobinAssignor, RangeAssignor]
+    by_name = ConsumerPartitioning(
+        "g",
+        topics=[T],
+        bootstrap_servers="localhost:9092",
+        partition_assignment_strategy=["cooperative-sticky", "range"],
+    )
+    assert [a.name for a in by_name._assignors] == ["cooperative-sticky", "range"]
+    mine = CooperativeStickyAssignor()
+    given = ConsumerPartitioning(
+        "g", topics=[T], bootstrap_servers="localhost:9092", partition_assignment_strategy=[mine]
+    )
+    assert given._assignors == [mine]
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"partition_assignment_strategy": ["fastest"]}, r"'fastest' is not an assignor"),
+        ({"partition_assignment_strategy": []}, r"is empty"),
+        (
+            {"partition_assignment_strategy": ["range"], "assignors": []},
+            r"assignors= or partition_assignment_strategy=, not both",
+        ),
+        ({"client_rack": "a", "rack_id": "b"}, r"rack_id='b' and client_rack='a' disagree"),
+    ],
+)
+def test_kafka_names_given_wrong_are_refused_clearly(kw: dict[str, object], message: str) -> None:
+    from coordination.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=message):
+        ConsumerPartitioning("g", topics=[T], bootstrap_servers="localhost:9092", **kw)  # type: ignore[arg-type]
+
+
+def test_client_rack_is_the_subscriptions_rack_and_the_fetchers() -> None:
+    from recipes.partitioning import Consumer
+    from recipes.partitioning.protocol import decode_subscription
+
+    consumer = Consumer("g", topics=[T], bootstrap_servers="localhost:9092", client_rack="az-1")
+    (metadata,) = [m for m in consumer.group.metadata() if m.name == "cooperative-sticky"]
+    assert decode_subscription(metadata.metadata).rack_id == "az-1"
+    assert consumer._fetch_config["client_rack"] == "az-1"
+    consumer.close()

@@ -1,0 +1,290 @@
+"""Seeing groups from the outside: list them, describe one, decode what its members sent.
+
+Operators should not need a member's logs to learn who is in a group, who leads and who
+runs what. :func:`describe_group` asks the group's coordinator (DescribeGroups, a read that
+does not join: no rebalance) for every member's metadata and assignment and decodes them by
+the group's protocol type: ``consumer`` (Kafka's consumer protocol, any client), the
+election's and the tasks' (this project's recipes); unknown types keep their raw bytes.
+A protocol type of your own gets decoded once you :func:`register_decoder` for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ._config import CoordinatorConfig
+from ._protocol import messages as m
+from ._protocol.error_codes import ErrorCode
+from ._transport.base import TransportError
+from .errors import CoordinationError, broker_error
+
+log = logging.getLogger("coordination.groups")
+
+__all__ = [
+    "GroupDecoder",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
+    "describe_group",
+    "list_groups",
+    "register_decoder",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One group a broker coordinates (ListGroups)."""
+
+    group_id: str
+    protocol_type: str
+    state: str
+    """"Stable", "PreparingRebalance", "CompletingRebalance", "Empty", "Dead" ("" from
+    brokers too old to say)."""
+    group_type: str
+    """"classic" or "consumer" (KIP-848), "" from brokers too old to say."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """One member as the coordinator stores it, with its bytes decoded where known."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    """What it sent in JoinGroup for the selected protocol."""
+    assignment: bytes
+    """What the leader gave it in SyncGroup."""
+    decoded: dict[str, Any] | None
+    """The decoder's reading of both (JSON-ready), None for an unknown protocol type."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group as its coordinator describes it (DescribeGroups)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    """The selected protocol ("range", "election-v1", ...), "" when the group has none."""
+    members: tuple[MemberDescription, ...]
+    summary: dict[str, Any] = field(default_factory=dict)
+    """The decoder's view of the whole group: the election's leader and token, the tasks
+    each worker runs, the consumer partitions each member owns."""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (bytes as hex)."""
+        return {
+            "group_id": self.group_id,
+            "state": self.state,
+            "protocol_type": self.protocol_type,
+            "protocol": self.protocol,
+            "summary": self.summary,
+            "members": [
+                {
+                    "member_id": x.member_id,
+                    "group_instance_id": x.group_instance_id,
+                    "client_id": x.client_id,
+                    "client_host": x.client_host,
+                    "decoded": x.decoded,
+                    "metadata_hex": x.metadata.hex(),
+                    "assignment_hex": x.assignment.hex(),
+                }
+                for x in self.members
+            ],
+        }
+
+
+class GroupDecoder(Protocol):
+    """Reads the members of one protocol type (see :func:`register_decoder`)."""
+
+    def describe_member(self, protocol: str, metadata: bytes, assignment: bytes) -> dict[str, Any]:
+        """One member's metadata and assignment, JSON-ready. Raise ValueError if unreadable."""
+        ...
+
+    def summarize(self, members: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The group as a whole, from its members' decodings (in member id order)."""
+        ...
+
+
+# Decoders of this project's protocols, imported when first needed.
+_BUILT_IN = {
+    "consumer": "recipes.partitioning._describe",
+    "election": "recipes.election._describe",
+    "tasks": "recipes.tasks._describe",
+}
+_registered: dict[str, GroupDecoder] = {}
+
+
+def register_decoder(protocol_type: str, decoder: GroupDecoder) -> None:
+    """Decode groups of ``protocol_type`` with ``decoder`` in :func:`describe_group`."""
+    _registered[protocol_type] = decoder
+
+
+def _decoder(protocol_type: str) -> GroupDecoder | None:
+    if protocol_type in _registered:
+        return _registered[protocol_type]
+    module = _BUILT_IN.get(protocol_type)
+    if module is None:
+        return None
+    try:
+        decoder: GroupDecoder = importlib.import_module(module)
+    except ImportError as e:  # the recipes are not installed
+        log.debug("no decoder for protocol type %r: %s", protocol_type, e)
+        return None
+    return decoder
+
+
+def list_groups(**settings: Any) -> list[GroupListing]:
+    """Every group of the cluster, sorted by id (ListGroups on every broker).
+
+    Args:
+        **settings: ``bootstrap_servers`` and the connection settings (TLS, SASL), as for
+            :class:`coordination.Coordinator`; also ``request_timeout_ms`` and ``client_id``.
+
+    Raises:
+        ConfigurationError: a setting is wrong.
+        CoordinationError: a broker refused (e.g. no DESCRIBE on the cluster) or could not be
+            reached.
+    """
+    with _Admin(settings) as admin:
+        return admin.list_groups()
+
+
+def describe_group(group_id: str, **settings: Any) -> GroupDescription:
+    """The group's state and members, decoded by its protocol type. Does not join it.
+
+    Args:
+        group_id: the group.
+        **settings: as for :func:`list_groups`.
+
+    Raises:
+        ConfigurationError: a setting is wrong.
+        GroupAuthorizationError: no DESCRIBE on the group.
+        CoordinationError: the coordinator could not be found or reached.
+    """
+    with _Admin(settings, group_id) as admin:
+        return admin.describe(group_id)
+
+
+class _Admin:
+    def __init__(self, settings: Mapping[str, Any], group_id: str = "coordination-admin") -> None:
+        from ._transport.kafka import KafkaTransport
+
+        options = {"client_id": "coordination-admin", "wakeup_topic": None, **settings}
+        self.config = CoordinatorConfig.from_settings(group_id, options)
+        self.timeout_s = self.config.request_timeout_ms / 1000
+        self.transport = KafkaTransport(
+            client_id=self.config.client_id,
+            request_timeout_ms=self.config.request_timeout_ms,
+            connection=dict(self.config.connection),
+        )
+
+    def __enter__(self) -> _Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.transport.close()
+
+    def _send(self, request: Any, node: Any) -> Any:
+        try:
+            return self.transport.send_kafka(request, node_id=node, timeout_s=self.timeout_s)
+        except TransportError as e:
+            raise e.stop_error(f"{type(request).__name__}") from e
+
+    def list_groups(self) -> list[GroupListing]:
+        from kafka.protocol.admin.groups import ListGroupsRequest
+        from kafka.protocol.metadata.metadata import MetadataRequest
+
+        brokers = self._send(MetadataRequest(topics=[], max_version=12), None).brokers
+        found: dict[str, GroupListing] = {}
+        for broker in brokers:
+            node = self.transport.dedicated_node("admin", broker.node_id, broker.host, broker.port)
+            response = self._send(ListGroupsRequest(states_filter=[], types_filter=[]), node)
+            if response.error_code != ErrorCode.NONE:
+                raise broker_error(response.error_code, group_id="(every group)", api="ListGroups")
+            for g in response.groups:
+                found[g.group_id] = GroupListing(
+                    group_id=g.group_id,
+                    protocol_type=g.protocol_type or "",
+                    state=getattr(g, "group_state", "") or "",
+                    group_type=getattr(g, "group_type", "") or "",
+                )
+        return [found[k] for k in sorted(found)]
+
+    def describe(self, group_id: str) -> GroupDescription:
+        from kafka.protocol.admin.groups import DescribeGroupsRequest
+
+        try:
+            found = self.transport.send(
+                m.FindCoordinatorRequest(key=group_id),
+                m.FindCoordinatorResponse,
+                coordinator=None,
+                timeout_s=self.timeout_s,
+            )
+        except TransportError as e:
+            raise e.stop_error(f"group {group_id!r}: FindCoordinator") from e
+        if found.error_code != ErrorCode.NONE:
+            raise broker_error(found.error_code, group_id=group_id, api="FindCoordinator")
+        node = self.transport.dedicated_node("admin", found.node_id, found.host, found.port)
+        response = self._send(DescribeGroupsRequest(groups=[group_id]), node)
+        (group,) = response.groups
+        if group.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return GroupDescription(group_id, "Dead", "", "", ())
+        if group.error_code != ErrorCode.NONE:
+            raise broker_error(group.error_code, group_id=group_id, api="DescribeGroups")
+        decoder = _decoder(group.protocol_type)
+        members = []
+        for x in sorted(group.members, key=lambda x: x.member_id):
+            metadata, assignment = _raw(x.member_metadata), _raw(x.member_assignment)
+            members.append(
+                MemberDescription(
+                    member_id=x.member_id,
+                    group_instance_id=x.group_instance_id,
+                    client_id=x.client_id,
+                    client_host=x.client_host,
+                    metadata=metadata,
+                    assignment=assignment,
+                    decoded=_decode(decoder, group.protocol_data, metadata, assignment),
+                )
+            )
+        summary: dict[str, Any] = {}
+        if decoder is not None:
+            readable = [x.decoded for x in members if x.decoded and "error" not in x.decoded]
+            try:
+                summary = decoder.summarize(readable)
+            except (ValueError, KeyError, TypeError) as e:
+                summary = {"error": f"cannot summarize: {e}"}
+        return GroupDescription(
+            group_id=group_id,
+            state=group.group_state,
+            protocol_type=group.protocol_type,
+            protocol=group.protocol_data,
+            members=tuple(members),
+            summary=summary,
+        )
+
+
+def _raw(value: Any) -> bytes:
+    """kafka-python hands member bytes over as bytes (or decoded, for some versions)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    encode: Callable[[], bytes] | None = getattr(value, "encode", None)
+    return bytes(encode()) if encode is not None else b""
+
+
+def _decode(
+    decoder: GroupDecoder | None, protocol: str, metadata: bytes, assignment: bytes
+) -> dict[str, Any] | None:
+    if decoder is None:
+        return None
+    try:
+        return decoder.describe_member(protocol, metadata, assignment)
+    except (ValueError, KeyError, TypeError, CoordinationError) as e:
+        return {"error": f"unreadable: {e}"}

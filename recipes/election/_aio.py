@@ -1,0 +1,190 @@
+"""The election for asyncio services: awaitable start, close and waits, ``async with``, an
+async iterator of leader changes, and callbacks that may be coroutines.
+
+The threaded election runs underneath unchanged (its safety does not depend on the event
+loop being responsive). Its callbacks hop onto the loop: each one, coroutine or plain
+function, runs on the loop that started the election, and the election's callback thread
+waits for it, so callbacks keep their order and ``on_deposed`` still finishes before the
+next leader can be elected by this member. Waits run on worker threads or resolve from
+callbacks; nothing polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from typing_extensions import Self
+
+from coordination.errors import CoordinatorStateError
+
+from ._election import ElectionMetrics, LeaderElection
+from ._leadership import LeaderInfo, Leadership
+
+AsyncCallback = Callable[[Any], Awaitable[None] | None]
+_CLOSED = object()  # ends the leader_changes iterators
+
+
+class AsyncLeaderElection:
+    """:class:`LeaderElection` with an asyncio face.
+
+    Example:
+        async def main():
+            async def lead(leadership):
+                print("leading with token", leadership.token)
+
+            async with AsyncLeaderElection("orders-leader", identity="http://10.0.0.7:8080",
+                                           on_elected=lead, bootstrap_servers="kafka:9092") as e:
+                async for leader in e.leader_changes():
+                    print("leader is now", leader and leader.identity)
+
+    Args:
+        group_id, identity, and every other keyword: as for :class:`LeaderElection`, except
+        that ``on_elected``, ``on_deposed`` and ``on_leader_change`` may be coroutine
+        functions; every callback runs on the event loop that calls :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        on_elected: AsyncCallback | None = None,
+        on_deposed: AsyncCallback | None = None,
+        on_leader_change: AsyncCallback | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._user = {
+            "on_elected": on_elected,
+            "on_deposed": on_deposed,
+            "on_leader_change": on_leader_change,
+        }
+        self._listeners: set[asyncio.Queue[object]] = set()
+        self._lost: dict[int, asyncio.Future[str | None]] = {}
+        self.election = LeaderElection(
+            group_id,
+            on_elected=lambda leadership: self._hop("on_elected", leadership),
+            on_deposed=self._deposed,
+            on_leader_change=self._leader_changed,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Join the election (connects on a worker thread; the loop stays free)."""
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.election.start)
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Leave the election; a leader is deposed first (its ``on_deposed`` runs)."""
+        await asyncio.to_thread(self.election.close, timeout)
+        for queue in self._listeners:
+            queue.put_nowait(_CLOSED)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ queries and waits
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this member leads (no waiting: safe on the loop)."""
+        return self.election.is_leader
+
+    def leadership(self) -> Leadership | None:
+        """This member's current leadership, or None."""
+        return self.election.leadership()
+
+    def leader(self) -> LeaderInfo | None:
+        """The group's leader as of this member's last rebalance, or None."""
+        return self.election.leader()
+
+    def members(self) -> Mapping[str, str]:
+        """Every member's identity by member id, as of this member's last rebalance."""
+        return self.election.members()
+
+    def metrics(self) -> ElectionMetrics:
+        """As :meth:`LeaderElection.metrics`."""
+        return self.election.metrics()
+
+    async def wait_for_leader(self, timeout: float | None = None) -> LeaderInfo:
+        """Wait until the group has a leader; return it (on a worker thread)."""
+        return await asyncio.to_thread(self.election.wait_for_leader, timeout)
+
+    async def lost_wait(self, leadership: Leadership) -> str | None:
+        """Wait until ``leadership`` is lost; return why."""
+        if leadership.lost.is_set():
+            return leadership.reason
+        future = self._lost.get(leadership.token)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._lost[leadership.token] = future
+            if leadership.lost.is_set():  # lost meanwhile, before the future was there
+                future.set_result(leadership.reason)
+        return await future
+
+    async def leader_changes(self) -> AsyncIterator[LeaderInfo | None]:
+        """The group's leader, now and at every change (None: nobody leads), until closed."""
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        self._listeners.add(queue)
+        try:
+            yield self.election.leader()
+            while True:
+                leader = await queue.get()
+                if leader is _CLOSED:
+                    return
+                assert leader is None or isinstance(leader, LeaderInfo)
+                yield leader
+        finally:
+            self._listeners.discard(queue)
+
+    # ------------------------------------------------------------------ callbacks, on the loop
+
+    def _hop(self, name: str, argument: Any) -> None:
+        """Run the user's callback ``name`` on the loop; wait for it (on the election's
+        callback thread, never on the loop)."""
+        callback = self._user[name]
+        loop = self._loop
+        if callback is None or loop is None or loop.is_closed():
+            return
+
+        async def run() -> None:
+            result = callback(argument)
+            if inspect.isawaitable(result):
+                await result
+
+        try:
+            asyncio.run_coroutine_threadsafe(run(), loop).result()
+        except RuntimeError as e:  # the loop stopped meanwhile
+            raise CoordinatorStateError(f"the event loop is gone: {e}") from e
+
+    def _deposed(self, leadership: Leadership) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._resolve_lost, leadership)
+        self._hop("on_deposed", leadership)
+
+    def _resolve_lost(self, leadership: Leadership) -> None:
+        future = self._lost.pop(leadership.token, None)
+        if future is not None and not future.done():
+            future.set_result(leadership.reason)
+
+    def _leader_changed(self, leader: LeaderInfo | None) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            for queue in list(self._listeners):
+                loop.call_soon_threadsafe(queue.put_nowait, leader)
+        self._hop("on_leader_change", leader)

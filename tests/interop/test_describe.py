@@ -1,0 +1,207 @@
+"""Seeing groups from the outside on a real broker: ``describe_group``, ``list_groups`` and
+the ``coordination groups`` / ``coordination describe`` commands decode a Java consumer
+group and the groups of every recipe, without joining them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordination import MemberDescription, describe_group, list_groups
+from recipes.election import LeaderElection
+from recipes.tasks import TaskDistribution
+
+from ..integration.members import Listing, settled
+from .peers import PeerProcess, create_topic, start_java_peer, topic_partitions, wait_settled
+
+pytestmark = pytest.mark.integration
+FAST: dict[str, Any] = {
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 500,
+    "retry_backoff_ms": 50,
+}
+
+
+def decoded(member: MemberDescription) -> dict[str, Any]:
+    assert member.decoded is not None, member
+    return member.decoded
+
+
+def new_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_for(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_a_java_consumer_group_is_decoded(
+    kafka: str, peers: list[PeerProcess], tmp_path: Path
+) -> None:
+    topic, group = new_name("describe"), new_name("group")
+    create_topic(kafka, topic, 4)
+    for name in ("java-a", "java-b"):
+        peers.append(start_java_peer(kafka, group, [topic], name=name, log_dir=tmp_path))
+    wait_settled(peers, topic_partitions(topic, 4), 60)
+    # The generation settles before the last member's stored assignment: describe until the
+    # assignments cover every partition.
+    described = describe_group(group, bootstrap_servers=kafka)
+    for _ in range(50):
+        assigned = [p for x in described.members for p in decoded(x)["assignment"].get(topic, [])]
+        if sorted(assigned) == [0, 1, 2, 3]:
+            break
+        time.sleep(0.2)
+        described = describe_group(group, bootstrap_servers=kafka)
+    assert (described.state, described.protocol_type) == ("Stable", "consumer")
+    assert described.protocol == "cooperative-sticky"
+    assert sorted(x.client_id for x in described.members) == ["java-a", "java-b"]
+    for member in described.members:
+        assert member.decoded is not None
+        assert member.decoded["topics"] == [topic]
+        assert "claimed_generation" in member.decoded
+    owned = sorted(p for x in described.members for p in decoded(x)["assignment"][topic])
+    assert owned == [0, 1, 2, 3]  # every partition, once
+    assert described.summary == {"topics": [topic], "assigned_partitions": 4}
+
+
+def test_an_election_is_decoded_and_names_its_leader_without_joining(kafka: str) -> None:
+    group = new_name("elect")
+    settings: dict[str, Any] = {"bootstrap_servers": kafka, **FAST}
+    with (
+        LeaderElection(group, identity="http://a", priority=2, **settings) as a,
+        LeaderElection(group, identity="http://b", **settings) as b,
+        LeaderElection(group, identity="http://watch", eligible=False, **settings) as watch,
+    ):
+        leader = a.wait_for_leader(30)
+        wait_for(lambda: b.leader() == leader and watch.leader() == leader, 30, "one view")
+        generation = a.coordinator.generation().generation_id
+        described = describe_group(group, bootstrap_servers=kafka)
+        assert described.protocol_type == "election"
+        assert described.summary["leader"] == leader.identity == "http://a"
+        assert described.summary["token"] == leader.token
+        assert described.summary["candidates"] == ["http://a", "http://b"]
+        assert described.summary["observers"] == ["http://watch"]
+        by_identity = {decoded(x)["identity"]: decoded(x) for x in described.members}
+        # Metadata is what each member sent in its last JoinGroup (a before it led).
+        assert by_identity["http://a"]["priority"] == 2
+        assert by_identity["http://b"]["priority"] == 0
+        assert by_identity["http://watch"]["eligible"] is False
+        # Describing is a read: nobody rebalanced.
+        assert a.coordinator.generation().generation_id == generation
+
+
+def test_a_task_group_is_decoded(kafka: str) -> None:
+    group = new_name("tasks")
+    running: dict[str, set[str]] = {"w1": set(), "w2": set()}
+    lock = threading.Lock()
+
+    def worker(name: str) -> TaskDistribution:
+        def start(task: str, spec: object) -> None:
+            with lock:
+                running[name].add(task)
+
+        def stop(task: str) -> None:
+            with lock:
+                running[name].discard(task)
+
+        return TaskDistribution(
+            group,
+            worker_id=name,
+            start_task=start,
+            stop_task=stop,
+            tasks={f"t{i}": 1.0 for i in range(4)},
+            bootstrap_servers=kafka,
+            **FAST,
+        )
+
+    with worker("w1"), worker("w2"):
+
+        def spread() -> bool:
+            with lock:
+                return len(running["w1"]) == 2 and len(running["w2"]) == 2
+
+        wait_for(spread, 30, "two tasks each")
+        described = describe_group(group, bootstrap_servers=kafka)
+        assert described.protocol_type == "tasks"
+        with lock:
+            expected = {w: sorted(ts) for w, ts in running.items()}
+        assert described.summary == {"workers": expected, "moving": []}
+        assert sorted(decoded(x)["worker_id"] for x in described.members) == ["w1", "w2"]
+
+
+def test_an_unknown_protocol_type_keeps_its_bytes_and_every_group_is_listed(kafka: str) -> None:
+    group = new_name("listing")
+    members = [Listing(group, bootstrap_servers=kafka) for _ in range(2)]
+    try:
+        for member in members:
+            member.start()
+        wait_for(lambda: settled(members, 2), 30, "two members")
+        described = describe_group(group, bootstrap_servers=kafka)
+        assert described.protocol_type == "listing" and described.summary == {}
+        assert all(x.decoded is None for x in described.members)
+        assert sorted(x.metadata for x in described.members) == [b"v1", b"v1"]
+        assert all(json.loads(x.assignment)["members"] for x in described.members)
+        listed = {g.group_id: g for g in list_groups(bootstrap_servers=kafka)}
+        assert listed[group].protocol_type == "listing"
+        assert listed[group].state == "Stable"
+    finally:
+        for member in members:
+            member.close(timeout=10)
+
+
+def test_the_commands_list_and_describe(kafka: str) -> None:
+    group = new_name("cli")
+    members = [Listing(group, bootstrap_servers=kafka) for _ in range(2)]
+    try:
+        for member in members:
+            member.start()
+        wait_for(lambda: settled(members, 2), 30, "two members")
+        command = [sys.executable, "-m", "coordination"]
+        listing = subprocess.run(
+            [*command, "groups", "--bootstrap-servers", kafka, "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        assert group in {g["group_id"] for g in json.loads(listing.stdout)}
+        shown = subprocess.run(
+            [*command, "describe", group, "--bootstrap-servers", kafka, "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        described = json.loads(shown.stdout)
+        assert described["state"] == "Stable" and len(described["members"]) == 2
+        text = subprocess.run(
+            [*command, "describe", group, "--bootstrap-servers", kafka],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        assert f"group {group}: Stable" in text
+        missing = subprocess.run(
+            [*command, "describe", group, "--bootstrap-servers", "127.0.0.1:1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert missing.returncode == 1 and "error:" in missing.stderr
+    finally:
+        for member in members:
+            member.close(timeout=10)
