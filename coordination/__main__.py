@@ -85,6 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# kafka-python's connection settings the inspection commands take as --flags.
+_CONNECTION_FLAGS = (
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+)
+
+
 def _connection_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--bootstrap-servers",
@@ -92,16 +104,10 @@ def _connection_arguments(command: argparse.ArgumentParser) -> None:
         help="default: $KAFKA_BOOTSTRAP_SERVERS, else localhost:9092",
     )
     command.add_argument("--json", action="store_true", help="print JSON")
-    for flag in (
-        "security-protocol",
-        "sasl-mechanism",
-        "sasl-plain-username",
-        "sasl-plain-password",
-        "ssl-cafile",
-        "ssl-certfile",
-        "ssl-keyfile",
-    ):
-        command.add_argument(f"--{flag}", help="as kafka-python's setting of that name")
+    for name in _CONNECTION_FLAGS:
+        command.add_argument(
+            f"--{name.replace('_', '-')}", help="as kafka-python's setting of that name"
+        )
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -114,16 +120,7 @@ def _inspect(args: argparse.Namespace) -> int:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     settings = {
         name: getattr(args, name)
-        for name in (
-            "bootstrap_servers",
-            "security_protocol",
-            "sasl_mechanism",
-            "sasl_plain_username",
-            "sasl_plain_password",
-            "ssl_cafile",
-            "ssl_certfile",
-            "ssl_keyfile",
-        )
+        for name in ("bootstrap_servers", *_CONNECTION_FLAGS)
         if getattr(args, name) is not None
     }
     try:

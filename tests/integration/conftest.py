@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .members import EventProcess
+from .members import EventProcess, Listing
 
 
 @pytest.fixture
@@ -17,3 +17,12 @@ def processes() -> Iterator[list[EventProcess]]:
     yield created
     for p in created:
         p.close()
+
+
+@pytest.fixture
+def members(kafka: str) -> Iterator[list[Listing]]:
+    """Members created by a test (append them); all closed at its end."""
+    created: list[Listing] = []
+    yield created
+    for m in created:
+        m.close(timeout=10)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +15,6 @@ from .members import FAST, EventProcess, Listing, new_group, settled, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def members(kafka: str) -> Iterator[list[Listing]]:
-    """Members created by a test; all closed at its end."""
-    created: list[Listing] = []
-    yield created
-    for m in created:
-        m.close(timeout=10)
 
 
 def start(created: list[Listing], kafka: str, group: str, n: int, **kw: Any) -> list[Listing]:

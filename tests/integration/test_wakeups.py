@@ -7,7 +7,6 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,14 +26,6 @@ SLOW = {
     "rebalance_timeout_ms": 60_000,
 }
 SOON = 8.0
-
-
-@pytest.fixture
-def members(kafka: str) -> Iterator[list[Listing]]:
-    created: list[Listing] = []
-    yield created
-    for m in created:
-        m.close(timeout=10)
 
 
 def start(created: list[Listing], kafka: str, group: str, n: int, **kw: Any) -> list[Listing]:

@@ -19,7 +19,7 @@ from coordination import MemberDescription, describe_group, list_groups
 from recipes.election import LeaderElection
 from recipes.tasks import TaskDistribution
 
-from ..integration.members import Listing, settled
+from ..integration.members import Listing, settled, wait_until
 from .peers import PeerProcess, create_topic, start_java_peer, topic_partitions, wait_settled
 
 pytestmark = pytest.mark.integration
@@ -37,15 +37,6 @@ def decoded(member: MemberDescription) -> dict[str, Any]:
 
 def new_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_a_java_consumer_group_is_decoded(
@@ -86,7 +77,7 @@ def test_an_election_is_decoded_and_names_its_leader_without_joining(kafka: str)
         LeaderElection(group, identity="http://watch", eligible=False, **settings) as watch,
     ):
         leader = a.wait_for_leader(30)
-        wait_for(lambda: b.leader() == leader and watch.leader() == leader, 30, "one view")
+        wait_until(lambda: b.leader() == leader and watch.leader() == leader, 30, "one view")
         generation = a.coordinator.generation().generation_id
         described = describe_group(group, bootstrap_servers=kafka)
         assert described.protocol_type == "election"
@@ -133,7 +124,7 @@ def test_a_task_group_is_decoded(kafka: str) -> None:
             with lock:
                 return len(running["w1"]) == 2 and len(running["w2"]) == 2
 
-        wait_for(spread, 30, "two tasks each")
+        wait_until(spread, 30, "two tasks each")
         described = describe_group(group, bootstrap_servers=kafka)
         assert described.protocol_type == "tasks"
         with lock:
@@ -148,7 +139,7 @@ def test_an_unknown_protocol_type_keeps_its_bytes_and_every_group_is_listed(kafk
     try:
         for member in members:
             member.start()
-        wait_for(lambda: settled(members, 2), 30, "two members")
+        wait_until(lambda: settled(members, 2), 30, "two members")
         described = describe_group(group, bootstrap_servers=kafka)
         assert described.protocol_type == "listing" and described.summary == {}
         assert all(x.decoded is None for x in described.members)
@@ -168,7 +159,7 @@ def test_the_commands_list_and_describe(kafka: str) -> None:
     try:
         for member in members:
             member.start()
-        wait_for(lambda: settled(members, 2), 30, "two members")
+        wait_until(lambda: settled(members, 2), 30, "two members")
         command = [sys.executable, "-m", "coordination"]
         listing = subprocess.run(
             [*command, "groups", "--bootstrap-servers", kafka, "--json"],
