@@ -121,3 +121,12 @@ def test_client_settings_are_what_a_second_client_of_the_cluster_needs(tmp_path:
         "sasl_mechanism": "PLAIN",
         "ssl_cafile": str(ca),
     }
+
+
+@pytest.mark.parametrize("topic", ["", "has space", "x" * 250, "slash/topic"])
+def test_a_wakeup_topic_kafka_would_refuse_is_named_in_the_error(topic: str) -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"wakeup_topic .* is not a valid Kafka topic name"
+    ):
+        config(wakeup_topic=topic)
+    assert config(wakeup_topic=None).wakeup_topic is None
