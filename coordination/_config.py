@@ -13,11 +13,12 @@ import difflib
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 from .errors import ConfigurationError
+from .hooks import CoordinationHooks, check_hooks
 
 log = logging.getLogger("coordination.config")
 
@@ -142,6 +143,11 @@ class CoordinatorConfig:
     one warning and relies on heartbeats. Off with an injected transport (tests,
     simulations). Default "coordination.wakeups"."""
 
+    hooks: Sequence[CoordinationHooks] = ()
+    """Objects told of the member's events as they happen (rebalances, failed heartbeats,
+    leadership, tasks, commits): :mod:`coordination.hooks`, and the Prometheus and
+    OpenTelemetry exporters of :mod:`coordination.exporters`. Default none."""
+
     client_id: str = "coordination"
     """Client id sent with every request (Kafka ``client.id``). Default "coordination"."""
 
@@ -211,6 +217,7 @@ class CoordinatorConfig:
             raise ConfigurationError(
                 f"client_id must be a non-empty string, got {self.client_id!r}"
             )
+        object.__setattr__(self, "hooks", check_hooks(self.hooks))
         if self.wakeup_topic is not None and not _TOPIC_NAME.fullmatch(self.wakeup_topic):
             raise ConfigurationError(
                 f"wakeup_topic {self.wakeup_topic!r} is not a valid Kafka topic name: use 1 to "

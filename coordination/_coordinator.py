@@ -13,9 +13,12 @@ from typing_extensions import Self
 from ._config import CoordinatorConfig, check_part
 from ._engine.clock import Clock
 from ._engine.membership import GroupMembership
+from ._logging import MemberLogAdapter
 from ._metrics import MemberMetrics
 from ._transport.base import Transport
 from ._types import Generation, Member, MemberState, OffsetAndMetadata, ProtocolMetadata
+from .errors import CoordinationError
+from .hooks import CommitFailed
 
 log = logging.getLogger("coordination")
 
@@ -235,6 +238,16 @@ class Coordinator(abc.ABC):
         """The current generation, stable or not (``NO_GENERATION`` if none)."""
         return self._engine.generation
 
+    def member_logger(self, logger: logging.Logger) -> logging.LoggerAdapter[logging.Logger]:
+        """``logger`` with this member's group, member id and generation on every record, as
+        ``extra`` fields (``record.group_id``, ``record.member_id``, ``record.generation``).
+
+        Example:
+            self.log = self.member_logger(logging.getLogger("my_service"))
+            self.log.info("took over %d shards", n)   # the record says who and when
+        """
+        return MemberLogAdapter(logger, self._config.group_id, self._engine.peek_generation)
+
     def generation_if_stable(self) -> Generation | None:
         """The current generation if the member is stable, else None."""
         return self._engine.generation_if_stable()
@@ -322,7 +335,20 @@ class Coordinator(abc.ABC):
         """
         from ._engine import offsets as _offsets
 
-        _offsets.commit(self._engine, offsets, generation, timeout)
+        try:
+            _offsets.commit(self._engine, offsets, generation, timeout)
+        except CoordinationError as e:
+            error = str(e)
+            self._engine.emit(
+                "on_commit_failed",
+                lambda: CommitFailed(
+                    group_id=self._config.group_id,
+                    member_id=self._engine.peek_generation().member_id,
+                    error=error,
+                    partitions=len(offsets),
+                ),
+            )
+            raise
 
     def committed_offsets(
         self, partitions: Iterable[tuple[str, int]], *, timeout: float = 30.0

@@ -40,3 +40,32 @@ class MemberMetrics:
     """The reasons of the last (up to 20) rejoin requests, oldest first."""
     wakeups_received: int = 0
     """Other members' wake-ups that made this stable member heartbeat at once."""
+    recent_rebalances: tuple[RebalanceRecord, ...] = ()
+    """The last (up to 20) completed rebalances, oldest first: the member's timeline."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RebalanceRecord:
+    """One completed rebalance of one member, as its timeline keeps it."""
+
+    started_at: float
+    """When the member sent its first JoinGroup of it (seconds since the epoch)."""
+    reason: str
+    """Why it began (the reason sent with JoinGroup)."""
+    duration_s: float
+    """From the first JoinGroup to the successful SyncGroup."""
+    generation: int
+    """The generation it ended in."""
+    member_id: str
+    is_leader: bool
+    """Whether this member computed the group's assignment."""
+    failed_attempts: int
+    """JoinGroup or SyncGroup attempts that failed on the way."""
+    moved: str = ""
+    """What changed for this member, in the recipe's words (e.g. "+2 -1 partitions"), if the
+    recipe says."""
+
+    @property
+    def finished_at(self) -> float:
+        """When it ended (seconds since the epoch)."""
+        return self.started_at + self.duration_s

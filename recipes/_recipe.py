@@ -28,6 +28,7 @@ from coordination._engine.clock import Clock, Condition, Event, Lock
 from coordination._lease import LeaseGuard, engine_clock
 from coordination._transport.base import Transport
 from coordination.errors import CoordinationTimeoutError, CoordinatorStateError
+from coordination.hooks import HookCaller, LeaseAtRisk
 
 V = TypeVar("V")
 
@@ -158,7 +159,9 @@ class RecipeContext:
         changed: a condition over ``lock``; notify it when something waited for changes.
         stopped: set once the recipe is closed; sleep on it (``clock.sleep(s, stopped)``).
         callback_lock: held while a user callback runs (see :meth:`callback`).
-        log: the recipe's logger.
+        log: the recipe's logger; its records carry the group, member id and generation
+            as ``extra`` fields.
+        hooks: the member's hooks (the ``hooks`` setting); call :meth:`emit`.
     """
 
     name: str
@@ -168,7 +171,8 @@ class RecipeContext:
     changed: Condition
     stopped: Event
     callback_lock: Lock
-    log: logging.Logger
+    log: logging.LoggerAdapter[logging.Logger]
+    hooks: HookCaller
 
     @property
     def closed(self) -> bool:
@@ -185,6 +189,20 @@ class RecipeContext:
                 fn(*args)
             except Exception:
                 self.log.exception("%s: %s raised", self.name, name)
+
+    @property
+    def group_id(self) -> str:
+        return self.member.config.group_id
+
+    @property
+    def member_id(self) -> str:
+        return self.member.member_id
+
+    def emit(self, method: str, event: Callable[[], object]) -> None:
+        """Tell the hooks (if any) of an event; ``event`` makes it, only when someone
+        listens."""
+        if self.hooks:
+            self.hooks.emit(method, event())
 
     def rejoin(self, reason: str) -> None:
         """Ask the member to rejoin, unless the recipe is closed."""
@@ -263,7 +281,8 @@ class Recipe(abc.ABC):
             changed=clock_.condition(lock),
             stopped=clock_.event(),
             callback_lock=clock_.rlock(),
-            log=self._LOG,
+            log=member.member_logger(self._LOG),
+            hooks=HookCaller(member.config.hooks),
         )
         self._lease: LeaseGuard | None = None
         self._started = False
@@ -421,9 +440,20 @@ class Recipe(abc.ABC):
         """Start the lease guard's watchdog thread ``<name>|<group>`` on the clock (see
         ``LeaseGuard.start_watchdog``); :meth:`close` stops it."""
         assert self._lease is not None, "_guard_lease comes first"
+        lease, ctx = self._lease, self._ctx
+
+        def at_risk() -> object:
+            ctx.emit(
+                "on_lease_at_risk",
+                lambda: LeaseAtRisk(
+                    group_id=ctx.group_id, member_id=ctx.member_id, remaining_s=lease.remaining()
+                ),
+            )
+            return on_low()
+
         self._lease.start_watchdog(
             self._ctx.clock,
-            on_low,
+            at_risk,
             poll_s=poll_s,
             name=f"{name}|{self.group_id}",
             active=active,

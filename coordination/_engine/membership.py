@@ -31,12 +31,15 @@ callbacks run under ``_callback_lock`` so they never overlap.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, cast
 
 from .._config import CoordinatorConfig
-from .._metrics import MemberMetrics
+from .._logging import MemberLogAdapter
+from .._metrics import MemberMetrics, RebalanceRecord
 from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
 from .._transport.base import CoordinatorNode, Transport, TransportError, Wakeups
@@ -50,6 +53,13 @@ from ..errors import (
     FatalBrokerError,
     InconsistentGroupProtocolError,
     broker_error,
+)
+from ..hooks import (
+    HeartbeatFailed,
+    HookCaller,
+    RebalanceFailed,
+    RebalanceFinished,
+    RebalanceStarted,
 )
 from . import classify
 from .backoff import ExponentialBackoff
@@ -74,6 +84,8 @@ _FENCE_POLL_S = 0.1
 _WAKE_HEARTBEATS_S = (0.0, 0.01, 0.05, 0.25)
 # How long a leaving member waits for its wake-up to be written before closing.
 _LEAVE_WAKEUP_WAIT_S = 1.0
+# Completed rebalances a member remembers for metrics() and describe's timeline.
+_TIMELINE_LENGTH = 20
 
 
 class Callbacks(Protocol):
@@ -130,26 +142,13 @@ class _Counters:
     last_heartbeat_at: float | None = None
     rejoin_reasons: list[str] = field(default_factory=list)
     wakeups: int = 0
-
-
-class _MemberLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """The engine's logger: every record carries the member's group, member id and generation
-    as ``extra`` fields (``record.group_id``, ``record.member_id``, ``record.generation``), for
-    log pipelines that index them."""
-
-    def __init__(self, member: GroupMembership) -> None:
-        super().__init__(log, {})
-        self._member = member
-
-    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        generation = getattr(self._member, "_generation", NO_GENERATION)  # immutable: no lock
-        kwargs["extra"] = {
-            "group_id": self._member._config.group_id,
-            "member_id": generation.member_id,
-            "generation": generation.generation_id,
-            **kwargs.get("extra", {}),
-        }
-        return msg, kwargs
+    # The rebalance under way: why it began, when (wall clock), and its failed attempts.
+    rebalance_reason: str = ""
+    rebalance_started_wall: float = 0.0
+    rebalance_failures: int = 0
+    recent_rebalances: deque[RebalanceRecord] = field(
+        default_factory=lambda: deque(maxlen=_TIMELINE_LENGTH)
+    )
 
 
 class GroupMembership:
@@ -165,7 +164,9 @@ class GroupMembership:
     ) -> None:
         self._callbacks = callbacks
         self._config = config
-        self._log = _MemberLog(self)
+        self._generation: Generation = NO_GENERATION  # before the logger, which reads it
+        self._log = MemberLogAdapter(log, config.group_id, self.peek_generation)
+        self._hooks = HookCaller(config.hooks)
         self._transport = transport
         self._wakeups = wakeups
         self._clock: Clock = clock or SYSTEM_CLOCK
@@ -176,7 +177,7 @@ class GroupMembership:
         self._stop = self._clock.event()
 
         self._state = MemberState.UNJOINED
-        self._generation: Generation = NO_GENERATION
+        self._generation = NO_GENERATION
         self._leader_id: str | None = None
         self._coordinator: CoordinatorNode | None = None
         # None when no rejoin is needed; otherwise why one is (sent as the KIP-800 reason).
@@ -251,6 +252,16 @@ class GroupMembership:
     def generation(self) -> Generation:
         with self._lock:
             return self._generation
+
+    def emit(self, method: str, event: Callable[[], object]) -> None:
+        """Tell the hooks (if any) of an event; ``event`` makes it, only when someone
+        listens. Call it without holding the member's lock."""
+        if self._hooks:
+            self._hooks.emit(method, event())
+
+    def peek_generation(self) -> Generation:
+        """The current generation, read without the lock (for log records)."""
+        return self._generation
 
     def generation_if_stable(self) -> Generation | None:
         with self._lock:
@@ -415,6 +426,7 @@ class GroupMembership:
                     now - c.last_heartbeat_at if c.last_heartbeat_at is not None else None
                 ),
                 rejoin_reasons=tuple(c.rejoin_reasons),
+                recent_rebalances=tuple(c.recent_rebalances),
                 wakeups_received=c.wakeups,
             )
 
@@ -748,13 +760,23 @@ class GroupMembership:
             if self._generation != prepared or self._needs_join_prepare:
                 self._needs_join_prepare = True
                 return None
-            if self._counters.rebalance_started_at is None:
-                self._counters.rebalance_started_at = now
             self._state = MemberState.PREPARING_REBALANCE
             sent = self._generation
             coordinator = self._coordinator
             reason = self._rejoin_reason or "rejoining the group"
             requests_at_start = self._rejoin_requests
+            c = self._counters
+            starting = c.rebalance_started_at is None
+            if starting:
+                c.rebalance_started_at = now
+                c.rebalance_started_wall = time.time()
+                c.rebalance_reason = reason
+                c.rebalance_failures = 0
+        if starting and self._hooks:
+            self._hooks.emit(
+                "on_rebalance_started",
+                RebalanceStarted(group_id=cfg.group_id, member_id=sent.member_id, reason=reason),
+            )
         if coordinator is None:
             return _Failed(Reaction(Next.FIND_COORDINATOR), "coordinator unknown", sent)
         with self._lock:
@@ -929,6 +951,17 @@ class GroupMembership:
             c.last_rebalance_latency_s = latency
             c.last_rebalance_at = now
             c.rebalance_started_at = None
+            c.recent_rebalances.append(
+                RebalanceRecord(
+                    started_at=c.rebalance_started_wall or time.time() - latency,
+                    reason=c.rebalance_reason,
+                    duration_s=latency,
+                    generation=generation.generation_id,
+                    member_id=generation.member_id,
+                    is_leader=is_leader,
+                    failed_attempts=c.rebalance_failures,
+                )
+            )
             self._retry_backoff.reset()
             self._last_error = None
             self._changed.notify_all()
@@ -939,6 +972,18 @@ class GroupMembership:
             latency,
             len(synced.assignment),
         )
+        if self._hooks:
+            self._hooks.emit(
+                "on_rebalance_finished",
+                RebalanceFinished(
+                    group_id=cfg.group_id,
+                    member_id=generation.member_id,
+                    generation=generation.generation_id,
+                    is_leader=is_leader,
+                    reason=c.rebalance_reason,
+                    duration_s=latency,
+                ),
+            )
         return _Joined(generation, synced.assignment, is_leader)
 
     def _protocols(self) -> Sequence[ProtocolMetadata] | _Failed:
@@ -1152,14 +1197,25 @@ class GroupMembership:
                 self._reset_locked(reaction.reset)
             if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
                 self._state = MemberState.UNJOINED
-            if reaction.next is not Next.RETRY_WITH_MEMBER_ID:
+            counted = reaction.next is not Next.RETRY_WITH_MEMBER_ID
+            if counted:
                 self._counters.failed_rebalance_total += 1
+                self._counters.rebalance_failures += 1
                 self._note_problem(failed.reason)
                 if self._rejoin_reason is None or reaction.next is not Next.RETRY_NOW:
                     self._rejoin_reason = f"rebalance failed: {failed.reason}"
             elif self._rejoin_reason is None:
                 self._rejoin_reason = failed.reason
             self._changed.notify_all()
+        if counted and self._hooks:
+            self._hooks.emit(
+                "on_rebalance_failed",
+                RebalanceFailed(
+                    group_id=self._config.group_id,
+                    member_id=failed.sent.member_id,
+                    error=failed.reason,
+                ),
+            )
         if reaction.next is Next.FATAL:
             self._fail(failed.error or CoordinationError(f"{self._who()}: {failed.reason}"))
         elif reaction.next is Next.FIND_COORDINATOR:
@@ -1242,6 +1298,7 @@ class GroupMembership:
         except TransportError as e:
             with self._lock:
                 self._timers.failed(self._clock.monotonic(), cfg.retry_backoff_ms / 1000)
+            self._heartbeat_failed(sent, f"no response: {e}")
             if e.fatal:
                 self._fail(e.stop_error(f"{self._who()}: heartbeat"))
             with self._lock:
@@ -1258,9 +1315,23 @@ class GroupMembership:
             next_s = min(next_s, max(0.0, self._wake_at[0] - now))
         return next_s
 
+    def _heartbeat_failed(self, sent: Generation, error: str) -> None:
+        if self._hooks:
+            self._hooks.emit(
+                "on_heartbeat_failed",
+                HeartbeatFailed(
+                    group_id=self._config.group_id,
+                    member_id=sent.member_id,
+                    generation=sent.generation_id,
+                    error=error,
+                ),
+            )
+
     def _on_heartbeat_response(
         self, code: int, sent: Generation, node: CoordinatorNode, sent_at: float | None = None
     ) -> float | None:
+        if code not in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS):
+            self._heartbeat_failed(sent, error_name(code))
         now = self._clock.monotonic()
         retry_s = self._config.retry_backoff_ms / 1000
         with self._lock:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from coordination import Member, OffsetAndMetadata
 from coordination._lease import LeaseGuard
 from coordination.errors import CommitFailedError, CoordinationError, ProtocolCodecError
+from coordination.hooks import Deposed, Elected
 
 from .._recipe import GroupListener, RecipeContext
 from ._choice import choose_leader
@@ -217,6 +218,15 @@ class Elector(GroupListener):
                 self.identity,
                 elected.token,
             )
+            ctx.emit(
+                "on_elected",
+                lambda: Elected(
+                    group_id=ctx.group_id,
+                    member_id=member_id,
+                    identity=self.identity,
+                    token=elected.token,
+                ),
+            )
             ctx.callback("on_elected", self.callbacks.on_elected, elected)
         with ctx.lock:
             ctx.changed.notify_all()
@@ -352,6 +362,16 @@ class Elector(GroupListener):
             self.identity,
             leadership.token,
             reason,
+        )
+        ctx.emit(
+            "on_deposed",
+            lambda: Deposed(
+                group_id=ctx.group_id,
+                member_id=ctx.member_id,
+                identity=self.identity,
+                token=leadership.token,
+                reason=reason,
+            ),
         )
         ctx.callback("on_deposed", self.callbacks.on_deposed, leadership)
         if rejoin:

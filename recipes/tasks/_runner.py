@@ -16,6 +16,7 @@ from typing import Final
 from coordination import MemberState
 from coordination._engine.clock import Event
 from coordination._lease import LeaseGuard
+from coordination.hooks import TaskOverran, TaskStarted, TaskStopped
 
 from .._recipe import RecipeContext
 from ._assignor import Balance
@@ -160,6 +161,11 @@ class TaskRunner:
                 self._counts["started"] += 1
                 ctx.changed.notify_all()
             self.lease.wake()
+            if ctx.hooks:
+                ctx.hooks.emit(
+                    "on_task_started",
+                    TaskStarted(group_id=ctx.group_id, member_id=ctx.member_id, task=task),
+                )
 
     # ------------------------------------------------------------------ stopping
 
@@ -213,6 +219,16 @@ class TaskRunner:
                     continue
                 self._counts["stop_timeouts"] += 1
                 self._late.add(task)
+            if ctx.hooks:
+                ctx.hooks.emit(
+                    "on_task_overran",
+                    TaskOverran(
+                        group_id=ctx.group_id,
+                        member_id=ctx.member_id,
+                        task=task,
+                        timeout_s=self.settings.stop_timeout_s,
+                    ),
+                )
             self.report(
                 TaskStopTimeoutError(
                     task,
@@ -227,6 +243,7 @@ class TaskRunner:
 
     def _stop_one(self, task: str, done: Event, restart: bool) -> None:
         ctx = self.ctx
+        began = ctx.clock.monotonic()
         try:
             self.stop_task(task)
             failure: Exception | None = None
@@ -242,6 +259,17 @@ class TaskRunner:
             self._counts["stopped" if failure is None else "stop_failures"] += 1
             done.set()
             ctx.changed.notify_all()
+        took = ctx.clock.monotonic() - began
+        ctx.emit(
+            "on_task_stopped",
+            lambda: TaskStopped(
+                group_id=ctx.group_id,
+                member_id=ctx.member_id,
+                task=task,
+                duration_s=took,
+                error=None if failure is None else repr(failure),
+            ),
+        )
         if failure is not None:
             self.report(TaskStopError(task, f"stop_task({task!r}) raised {failure!r}"), failure)
         if late:

@@ -1,0 +1,147 @@
+"""OpenTelemetry metrics of a member's events (needs ``opentelemetry-api``).
+
+Example:
+    from coordination.exporters.opentelemetry import OpenTelemetryHooks
+
+    # With the OpenTelemetry SDK and an exporter configured (OTLP, Prometheus, ...):
+    tasks = TaskDistribution("workers", tasks=..., hooks=[OpenTelemetryHooks()],
+                             bootstrap_servers="kafka:9092")
+"""
+
+from __future__ import annotations
+
+try:
+    from opentelemetry import metrics
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "coordination.exporters.opentelemetry needs opentelemetry-api: "
+        "pip install 'kafka-coordination[opentelemetry]'"
+    ) from e
+
+from ..hooks import (
+    CommitFailed,
+    CoordinationHooks,
+    Deposed,
+    Elected,
+    HeartbeatFailed,
+    LeaseAtRisk,
+    RebalanceFailed,
+    RebalanceFinished,
+    TaskOverran,
+    TaskStarted,
+    TaskStopped,
+)
+from . import error_label
+
+__all__ = ["GROUP_ATTRIBUTE", "OpenTelemetryHooks"]
+
+GROUP_ATTRIBUTE = "coordination.group"
+"""The attribute that names the group on every measurement."""
+
+
+class OpenTelemetryHooks(CoordinationHooks):
+    """Records a member's events as OpenTelemetry metrics, with the group as an attribute.
+
+    Instruments (meter ``coordination``): ``coordination.rebalances``,
+    ``coordination.rebalance.duration`` (histogram, s), ``coordination.rebalance.failures``,
+    ``coordination.heartbeat.failures`` (attribute ``error``), ``coordination.lease.at_risk``,
+    ``coordination.leaders`` (up-down: leaders in this process), ``coordination.leader.token``
+    (gauge), ``coordination.leadership.changes`` (attribute ``change``: elected / deposed),
+    ``coordination.tasks.running`` (up-down), ``coordination.task.starts``,
+    ``coordination.task.stops``, ``coordination.task.stop_overruns``,
+    ``coordination.commit.failures``.
+
+    Args:
+        meter_provider: where to get the meter; default the global one
+            (``opentelemetry.metrics.get_meter_provider()``).
+    """
+
+    def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
+        provider = metrics.get_meter_provider() if meter_provider is None else meter_provider
+        from .. import __version__
+
+        meter = provider.get_meter("coordination", __version__)
+        self.rebalances = meter.create_counter(
+            "coordination.rebalances", "{rebalance}", "Rebalances completed."
+        )
+        self.rebalance_duration = meter.create_histogram(
+            "coordination.rebalance.duration",
+            "s",
+            "From the first JoinGroup of a rebalance to its successful SyncGroup.",
+        )
+        self.rebalance_failures = meter.create_counter(
+            "coordination.rebalance.failures", "{attempt}", "JoinGroup or SyncGroup failures."
+        )
+        self.heartbeat_failures = meter.create_counter(
+            "coordination.heartbeat.failures", "{heartbeat}", "Heartbeats that failed."
+        )
+        self.lease_at_risk = meter.create_counter(
+            "coordination.lease.at_risk", "{event}", "Leases that ran down to their margin."
+        )
+        self.leaders = meter.create_up_down_counter(
+            "coordination.leaders", "{member}", "Members that lead, in this process."
+        )
+        self.leader_token = meter.create_gauge(
+            "coordination.leader.token", "{token}", "The fencing token of the last leadership."
+        )
+        self.leadership_changes = meter.create_counter(
+            "coordination.leadership.changes", "{change}", "Elections won and leaderships lost."
+        )
+        self.tasks_running = meter.create_up_down_counter(
+            "coordination.tasks.running", "{task}", "Tasks running in this process."
+        )
+        self.task_starts = meter.create_counter(
+            "coordination.task.starts", "{task}", "start_task calls that returned."
+        )
+        self.task_stops = meter.create_counter(
+            "coordination.task.stops", "{task}", "stop_task calls that returned or raised."
+        )
+        self.task_overruns = meter.create_counter(
+            "coordination.task.stop_overruns", "{task}", "stop_task calls past the timeout."
+        )
+        self.commit_failures = meter.create_counter(
+            "coordination.commit.failures", "{commit}", "Offset commits that failed."
+        )
+
+    def on_rebalance_finished(self, event: RebalanceFinished) -> None:
+        at = {GROUP_ATTRIBUTE: event.group_id}
+        self.rebalances.add(1, at)
+        self.rebalance_duration.record(event.duration_s, at)
+
+    def on_rebalance_failed(self, event: RebalanceFailed) -> None:
+        self.rebalance_failures.add(1, {GROUP_ATTRIBUTE: event.group_id})
+
+    def on_heartbeat_failed(self, event: HeartbeatFailed) -> None:
+        self.heartbeat_failures.add(
+            1, {GROUP_ATTRIBUTE: event.group_id, "error": error_label(event.error)}
+        )
+
+    def on_lease_at_risk(self, event: LeaseAtRisk) -> None:
+        self.lease_at_risk.add(1, {GROUP_ATTRIBUTE: event.group_id})
+
+    def on_elected(self, event: Elected) -> None:
+        at = {GROUP_ATTRIBUTE: event.group_id}
+        self.leaders.add(1, at)
+        self.leader_token.set(event.token, at)
+        self.leadership_changes.add(1, {**at, "change": "elected"})
+
+    def on_deposed(self, event: Deposed) -> None:
+        at = {GROUP_ATTRIBUTE: event.group_id}
+        self.leaders.add(-1, at)
+        self.leadership_changes.add(1, {**at, "change": "deposed"})
+
+    def on_task_started(self, event: TaskStarted) -> None:
+        at = {GROUP_ATTRIBUTE: event.group_id}
+        self.tasks_running.add(1, at)
+        self.task_starts.add(1, at)
+
+    def on_task_stopped(self, event: TaskStopped) -> None:
+        at = {GROUP_ATTRIBUTE: event.group_id}
+        self.tasks_running.add(-1, at)
+        self.task_stops.add(1, at)
+
+    def on_task_overran(self, event: TaskOverran) -> None:
+        self.task_overruns.add(1, {GROUP_ATTRIBUTE: event.group_id})
+
+    def on_commit_failed(self, event: CommitFailed) -> None:
+        self.commit_failures.add(1, {GROUP_ATTRIBUTE: event.group_id})

@@ -1,0 +1,262 @@
+"""Hooks: what a member tells monitoring as it happens (rebalances, failed heartbeats,
+leadership, tasks, commits, leases).
+
+Give any recipe or :class:`~coordination.Coordinator` ``hooks=[...]``: objects of a
+:class:`CoordinationHooks` subclass that override the methods they care about. Each
+method gets one frozen event, whose fields may grow in later versions (read them by
+name). The exporters in :mod:`coordination.exporters` are hooks of this kind.
+
+Example:
+    class Alerts(CoordinationHooks):
+        def on_heartbeat_failed(self, event: HeartbeatFailed) -> None:
+            print(f"{event.group_id}: heartbeat failed: {event.error}")
+
+    election = LeaderElection("orders-leader", hooks=[Alerts()], bootstrap_servers="kafka:9092")
+
+Threads and failures:
+    A hook runs on the thread where the event happened (the membership thread, the
+    heartbeat thread, a recipe's callback thread), after the member's locks are released.
+    Keep it short: a slow hook delays what follows it (a heartbeat, the next rebalance).
+    An exception a hook raises is logged (with its traceback the first time for each
+    method of each hook) and the member carries on: monitoring never breaks coordination.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "CommitFailed",
+    "CoordinationHooks",
+    "Deposed",
+    "Elected",
+    "HeartbeatFailed",
+    "LeaseAtRisk",
+    "RebalanceFailed",
+    "RebalanceFinished",
+    "RebalanceStarted",
+    "TaskOverran",
+    "TaskStarted",
+    "TaskStopped",
+]
+
+log = logging.getLogger("coordination.hooks")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RebalanceStarted:
+    """The member began to (re)join its group: its first JoinGroup of a rebalance."""
+
+    group_id: str
+    member_id: str
+    """The member id it joins with ("" on a first join)."""
+    reason: str
+    """Why (the KIP-800 reason it sends): a first join, a metadata change, a failed heartbeat."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RebalanceFinished:
+    """The member is stable in a new generation (its SyncGroup succeeded)."""
+
+    group_id: str
+    member_id: str
+    generation: int
+    is_leader: bool
+    """Whether this member computed the assignment (the group leader, not an elected leader)."""
+    reason: str
+    """Why the rebalance began (as in :class:`RebalanceStarted`)."""
+    duration_s: float
+    """From the first JoinGroup to the successful SyncGroup, failed attempts included."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RebalanceFailed:
+    """A JoinGroup or SyncGroup attempt failed; the member retries (or stops, if fatal)."""
+
+    group_id: str
+    member_id: str
+    error: str
+    """What failed, e.g. "JoinGroup returned COORDINATOR_NOT_AVAILABLE"."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatFailed:
+    """A heartbeat got an error or no answer (a rebalance under way is not a failure)."""
+
+    group_id: str
+    member_id: str
+    generation: int
+    error: str
+    """The broker's error name (e.g. "UNKNOWN_MEMBER_ID") or "no response: ..."."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseAtRisk:
+    """The member's lease (how long the broker surely still counts it) fell to the recipe's
+    margin: the recipe now gives up what it holds (steps down, stops tasks) to stay safe."""
+
+    group_id: str
+    member_id: str
+    remaining_s: float
+    """Seconds left of the lease above the floor (<= 0)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Elected:
+    """This member became the elected leader."""
+
+    group_id: str
+    member_id: str
+    identity: str
+    token: int
+    """The leadership's fencing token."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deposed:
+    """This member stopped being the elected leader."""
+
+    group_id: str
+    member_id: str
+    identity: str
+    token: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStarted:
+    """This worker's ``start_task`` returned for a task."""
+
+    group_id: str
+    member_id: str
+    task: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStopped:
+    """This worker's ``stop_task`` returned (or raised) for a task: it no longer runs here."""
+
+    group_id: str
+    member_id: str
+    task: str
+    duration_s: float
+    """How long ``stop_task`` took."""
+    error: str | None = None
+    """What ``stop_task`` raised, None if it returned."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskOverran:
+    """A ``stop_task`` call passed ``stop_timeout_ms`` and still runs."""
+
+    group_id: str
+    member_id: str
+    task: str
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitFailed:
+    """An offset commit was refused or got no answer."""
+
+    group_id: str
+    member_id: str
+    error: str
+    partitions: int
+    """How many partitions the commit was for."""
+
+
+class CoordinationHooks:
+    """Override the methods for the events you want; the others do nothing.
+
+    See the module's docstring for the threads they run on and what an exception does.
+    """
+
+    def on_rebalance_started(self, event: RebalanceStarted) -> None:
+        """The member began a rebalance."""
+
+    def on_rebalance_finished(self, event: RebalanceFinished) -> None:
+        """The member is stable in a new generation."""
+
+    def on_rebalance_failed(self, event: RebalanceFailed) -> None:
+        """A join or sync attempt failed."""
+
+    def on_heartbeat_failed(self, event: HeartbeatFailed) -> None:
+        """A heartbeat failed."""
+
+    def on_lease_at_risk(self, event: LeaseAtRisk) -> None:
+        """The member's lease ran down to its margin."""
+
+    def on_elected(self, event: Elected) -> None:
+        """This member became the elected leader (leader election)."""
+
+    def on_deposed(self, event: Deposed) -> None:
+        """This member stopped leading (leader election)."""
+
+    def on_task_started(self, event: TaskStarted) -> None:
+        """A task started on this worker (task distribution)."""
+
+    def on_task_stopped(self, event: TaskStopped) -> None:
+        """A task stopped on this worker (task distribution)."""
+
+    def on_task_overran(self, event: TaskOverran) -> None:
+        """A task's stop overran its timeout (task distribution)."""
+
+    def on_commit_failed(self, event: CommitFailed) -> None:
+        """An offset commit failed (consumer partitioning)."""
+
+
+class HookCaller:
+    """Calls every hook's method for an event, and keeps a failing hook from harming the
+    member (internal: the engine and the recipes hold one each)."""
+
+    def __init__(self, hooks: Sequence[CoordinationHooks]) -> None:
+        self._hooks = tuple(hooks)
+        self._lock = threading.Lock()
+        self._failed: set[tuple[int, str]] = set()  # (hook, method) that raised before
+
+    def __bool__(self) -> bool:
+        return bool(self._hooks)
+
+    def emit(self, method: str, event: Any) -> None:
+        for hook in self._hooks:
+            try:
+                getattr(hook, method)(event)
+            except Exception:
+                key = (id(hook), method)
+                with self._lock:
+                    first = key not in self._failed
+                    self._failed.add(key)
+                log.log(
+                    logging.ERROR if first else logging.DEBUG,
+                    "hook %s.%s raised; the member carries on",
+                    type(hook).__name__,
+                    method,
+                    exc_info=first,
+                )
+
+
+def check_hooks(hooks: Any) -> tuple[CoordinationHooks, ...]:
+    """``hooks`` as a tuple, or a ConfigurationError naming what is wrong."""
+
+    if isinstance(hooks, CoordinationHooks):
+        raise ConfigurationError("hooks must be a list of CoordinationHooks, e.g. hooks=[h]")
+    try:
+        given = tuple(hooks)
+    except TypeError:
+        raise ConfigurationError(
+            f"hooks must be a list of CoordinationHooks, got {hooks!r}"
+        ) from None
+    for hook in given:
+        if not isinstance(hook, CoordinationHooks):
+            raise ConfigurationError(
+                f"hooks must be CoordinationHooks (subclass coordination.hooks."
+                f"CoordinationHooks), got {type(hook).__name__}"
+            )
+    return given
