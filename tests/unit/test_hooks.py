@@ -15,7 +15,6 @@ import pytest
 from coordination import CoordinatorConfig, MemberState
 from coordination._engine.membership import GroupMembership
 from coordination._protocol.error_codes import ErrorCode as E
-from coordination.testing import TransportError
 from coordination.errors import ConfigurationError
 from coordination.hooks import (
     CoordinationHooks,
@@ -25,6 +24,7 @@ from coordination.hooks import (
     RebalanceFinished,
     RebalanceStarted,
 )
+from coordination.testing import TransportError
 from coordination.testing import messages as m
 
 from .test_engine import GROUP, NODE, Harness, joined
