@@ -16,8 +16,10 @@ from ._groups import GroupListing as GroupListing
 from ._groups import MemberDescription as MemberDescription
 from ._groups import describe_group as describe_group
 from ._groups import list_groups as list_groups
+from ._groups import rebalance_timeline as rebalance_timeline
 from ._groups import register_decoder as register_decoder
 from ._metrics import MemberMetrics as MemberMetrics
+from ._metrics import RebalanceRecord as RebalanceRecord
 from ._types import NO_GENERATION as NO_GENERATION
 from ._types import Generation as Generation
 from ._types import Member as Member
@@ -41,10 +43,12 @@ __all__ = [
     "MemberState",
     "OffsetAndMetadata",
     "ProtocolMetadata",
+    "RebalanceRecord",
     "__version__",
     "describe_group",
     "errors",
     "list_groups",
+    "rebalance_timeline",
     "register_decoder",
 ]
 

@@ -1,14 +1,16 @@
-"""The ``coordination`` command: start a local Kafka broker, or run the demo."""
+"""The ``coordination`` command: a local Kafka broker, the demo, and groups seen from outside."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +44,17 @@ def main(argv: list[str] | None = None) -> int:
         help="a group's state and members, decoded (consumer, election, tasks); does not join",
     )
     describe.add_argument("group", help="the group id")
+    describe.add_argument(
+        "--timeline",
+        nargs="?",
+        const=60.0,
+        type=float,
+        metavar="MINUTES",
+        help="also show the rebalances the members recorded in the last MINUTES (default 60)",
+    )
+    describe.add_argument(
+        "--wakeup-topic", help="the members' wakeup_topic (default coordination.wakeups)"
+    )
     _connection_arguments(describe)
 
     args = parser.parse_args(argv)
@@ -113,7 +126,7 @@ def _connection_arguments(command: argparse.ArgumentParser) -> None:
 def _inspect(args: argparse.Namespace) -> int:
     import json
 
-    from . import describe_group, list_groups
+    from . import describe_group, list_groups, rebalance_timeline
     from .errors import CoordinationError
 
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
@@ -134,11 +147,22 @@ def _inspect(args: argparse.Namespace) -> int:
                     print(f"{g.group_id:40s} {g.protocol_type:14s} {g.state:20s} {g.group_type}")
             return 0
         group = describe_group(args.group, **settings)
-    except CoordinationError as e:
+        timeline = None
+        if args.timeline is not None:
+            timeline = rebalance_timeline(
+                args.group,
+                since_s=args.timeline * 60,
+                wakeup_topic=args.wakeup_topic,
+                **settings,
+            )
+    except (CoordinationError, LookupError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(group.to_json(), indent=2))
+        out = group.to_json()
+        if timeline is not None:
+            out["timeline"] = [dataclasses.asdict(r) for r in timeline]
+        print(json.dumps(out, indent=2))
         return 0
     print(
         f"group {group.group_id}: {group.state}, protocol type {group.protocol_type!r}, "
@@ -155,6 +179,17 @@ def _inspect(args: argparse.Namespace) -> int:
         else:
             for key, value in member.decoded.items():
                 print(f"    {key}: {value}")
+    if timeline is not None:
+        print(f"rebalances recorded in the last {args.timeline:g} min: {len(timeline)}")
+        for r in timeline:
+            when = time.strftime("%H:%M:%S", time.localtime(r.started_at))
+            role = " leader" if r.is_leader else ""
+            moved = f"; {r.moved}" if r.moved else ""
+            failed = f", {r.failed_attempts} failed attempt(s)" if r.failed_attempts else ""
+            print(
+                f"  {when} gen {r.generation} {r.member_id}{role}: {r.duration_s * 1000:.0f} ms"
+                f"{failed} ({r.reason}){moved}"
+            )
     return 0
 
 

@@ -248,6 +248,12 @@ class Coordinator(abc.ABC):
         """
         return MemberLogAdapter(logger, self._config.group_id, self._engine.peek_generation)
 
+    def note_rebalance_change(self, moved: str) -> None:
+        """Say, from :meth:`on_join_complete`, what the rebalance changed for this member
+        (e.g. ``"+2 -1 shards"``): the ``moved`` of its :class:`RebalanceRecord`, which
+        :meth:`metrics` and ``coordination describe --timeline`` show."""
+        self._engine.note_rebalance_change(moved)
+
     def generation_if_stable(self) -> Generation | None:
         """The current generation if the member is stable, else None."""
         return self._engine.generation_if_stable()

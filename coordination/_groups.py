@@ -10,13 +10,16 @@ A protocol type of your own gets decoded once you :func:`register_decoder` for i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._config import CoordinatorConfig
+from ._metrics import RebalanceRecord
 from ._protocol import messages as m
 from ._protocol.error_codes import ErrorCode
 from ._transport.base import TransportError
@@ -31,6 +34,7 @@ __all__ = [
     "MemberDescription",
     "describe_group",
     "list_groups",
+    "rebalance_timeline",
     "register_decoder",
 ]
 
@@ -155,6 +159,53 @@ def list_groups(**settings: Any) -> list[GroupListing]:
     """
     with _Admin(settings) as admin:
         return admin.list_groups()
+
+
+def rebalance_timeline(
+    group_id: str, *, since_s: float = 3600.0, **settings: Any
+) -> list[RebalanceRecord]:
+    """The group's rebalances as its members recorded them, oldest first. Does not join it.
+
+    Each member publishes every rebalance it completes (start, reason, duration, generation,
+    what moved for it) on the wake-up channel; this reads them back from the group's
+    partition of the wake-up topic. Members with the channel off publish nothing, and the
+    topic keeps records for an hour.
+
+    Args:
+        group_id: the group.
+        since_s: how far back to read, in seconds.
+        **settings: as for :func:`list_groups`; ``wakeup_topic`` if the members use another
+            topic than ``coordination.wakeups``.
+
+    Raises:
+        ConfigurationError: a setting is wrong.
+        LookupError: the wake-up topic is missing or cannot be read (the message says why).
+        CoordinationError: the cluster could not be reached.
+    """
+    from ._transport.wakeups import DEFAULT_TOPIC, KafkaWakeups
+
+    options = dict(settings)
+    topic = options.pop("wakeup_topic", None) or DEFAULT_TOPIC
+    since_ms = int((time.time() - since_s) * 1000)
+    with _Admin(options, group_id) as admin:
+        reader = KafkaWakeups(
+            admin.transport,
+            group_id=group_id,
+            topic=topic,
+            request_timeout_ms=admin.config.request_timeout_ms,
+        )
+        try:
+            entries = reader.read_timeline(since_ms)
+        except TransportError as e:
+            raise e.stop_error(f"group {group_id!r}: reading the timeline") from e
+    known = {f.name for f in dataclasses.fields(RebalanceRecord)}
+    records = []
+    for entry in entries:
+        try:
+            records.append(RebalanceRecord(**{k: v for k, v in entry.items() if k in known}))
+        except TypeError:
+            log.debug("group %r: skipping an unreadable timeline record %r", group_id, entry)
+    return sorted(records, key=lambda r: r.started_at + r.duration_s)
 
 
 def describe_group(group_id: str, **settings: Any) -> GroupDescription:

@@ -64,6 +64,8 @@ class RebalanceRecord:
     moved: str = ""
     """What changed for this member, in the recipe's words (e.g. "+2 -1 partitions"), if the
     recipe says."""
+    group_instance_id: str | None = None
+    client_id: str = ""
 
     @property
     def finished_at(self) -> float:

@@ -30,6 +30,7 @@ callbacks run under ``_callback_lock`` so they never overlap.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -960,6 +961,8 @@ class GroupMembership:
                     member_id=generation.member_id,
                     is_leader=is_leader,
                     failed_attempts=c.rebalance_failures,
+                    group_instance_id=cfg.group_instance_id,
+                    client_id=cfg.client_id,
                 )
             )
             self._retry_backoff.reset()
@@ -1125,6 +1128,8 @@ class GroupMembership:
             gen.protocol,
             joined.assignment,
         )
+        if ok:
+            self._publish_rebalance(gen.generation_id)
         with self._lock:
             if ok or self._rejoin_reason is not None:
                 # Done, or superseded by a new rebalance: on_join_prepare comes next either way.
@@ -1134,6 +1139,24 @@ class GroupMembership:
                 return True
             self._note_problem("on_join_complete raised; retrying with the same assignment")
             return False
+
+    def note_rebalance_change(self, moved: str) -> None:
+        """Say what the last rebalance changed for this member (its timeline's ``moved``)."""
+        with self._lock:
+            timeline = self._counters.recent_rebalances
+            if timeline:
+                timeline[-1] = dataclasses.replace(timeline[-1], moved=moved)
+
+    def _publish_rebalance(self, generation_id: int) -> None:
+        """Put the rebalance just completed on the wake-up channel, for ``describe``."""
+        if self._wakeups is None:
+            return
+        with self._lock:
+            timeline = self._counters.recent_rebalances
+            if not timeline or timeline[-1].generation != generation_id:
+                return
+            record = timeline[-1]
+        self._wakeups.record_rebalance(dataclasses.asdict(record))
 
     def _await_takeover_fence(self) -> bool:
         """Hold a static member's assignment back until an earlier process it may have

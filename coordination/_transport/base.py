@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .._protocol.messages import Request, Response
 from ..errors import ConnectionFailedError
@@ -93,6 +93,11 @@ class Wakeups(Protocol):
 
     def flush(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for the announcements made so far to be sent."""
+        ...
+
+    def record_rebalance(self, entry: Mapping[str, Any]) -> None:
+        """Publish one of this member's completed rebalances (its timeline, which
+        ``describe`` shows); in the background, and it wakes nobody."""
         ...
 
     def close(self, timeout_s: float) -> None:

@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,9 +104,16 @@ class WakeupStats:
 
 
 class _Announcement:
-    def __init__(self, member_id: str, event: str) -> None:
-        self.value = {"member": member_id, "event": event}
+    def __init__(self, key: bytes, value: Mapping[str, Any]) -> None:
+        self.key = key
+        self.value = value
         self.done = threading.Event()
+
+
+def timeline_key(group_id: str) -> bytes:
+    """The key of a group's timeline records: listeners, which compare keys with the group
+    id, skip them without decoding (a group id never holds a NUL)."""
+    return group_id.encode("utf-8") + b"\x00timeline"
 
 
 class KafkaWakeups:
@@ -157,9 +164,16 @@ class KafkaWakeups:
         """Publish a wake-up for the group's other members (on the publisher thread)."""
         if self._off or self._stop.is_set():
             return
-        item = _Announcement(member_id, event)
+        item = _Announcement(self._key, {"member": member_id, "event": event})
         self._last = item
         self._queue.put(item)
+
+    def record_rebalance(self, entry: Mapping[str, Any]) -> None:
+        """Publish one of this member's completed rebalances under the group's timeline key
+        (wakes nobody; ``describe --timeline`` reads them back)."""
+        if self._off or self._stop.is_set():
+            return
+        self._queue.put(_Announcement(timeline_key(self._group_id), entry))
 
     def flush(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` until the announcements made so far are sent (or given up):
@@ -246,11 +260,13 @@ class KafkaWakeups:
         with self._route_lock:
             self._route = None
 
-    def _locate(self) -> _Route:
+    def _locate(self, *, create: bool = True) -> _Route:
         """Find the group's partition and its leader, creating the topic if it is missing."""
         response = self._send(self._metadata_request(), None)
         topic = response.topics[0]
         if topic.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+            if not create:
+                raise _Unusable(f"topic {self._topic!r} does not exist")
             self._create_topic()
             raise _Retry(f"topic {self._topic!r} created, waiting for its leaders")
         self._check(topic.error_code, f"metadata of topic {self._topic!r}")
@@ -301,7 +317,9 @@ class KafkaWakeups:
         if result.error_code == _NONE:
             log.info("created the wake-up topic %r (%d partitions)", self._topic, PARTITIONS)
 
-    def _end_offset(self, route: _Route) -> int:
+    def _end_offset(self, route: _Route, timestamp: int = -1) -> int:
+        """The partition's end offset, or with a ``timestamp`` (ms) the first offset at or
+        after it (the end if none is)."""
         request = ListOffsetsRequest(
             replica_id=-1,
             isolation_level=0,
@@ -310,7 +328,9 @@ class KafkaWakeups:
                     name=self._topic,
                     partitions=[
                         ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                            partition_index=route.partition, current_leader_epoch=-1, timestamp=-1
+                            partition_index=route.partition,
+                            current_leader_epoch=-1,
+                            timestamp=timestamp,
                         )
                     ],
                 )
@@ -318,10 +338,23 @@ class KafkaWakeups:
         )
         answer = self._send(request, route.produce_node).topics[0].partitions[0]
         self._check(answer.error_code, "reading the partition's end", route)
+        if answer.offset < 0:  # no record at or after the timestamp
+            return self._end_offset(route)
         return int(answer.offset)
 
-    def _fetch(self, route: _Route, position: int) -> int:
-        """Wait for records at ``position``; wake the member for each from another member."""
+    def _fetch(
+        self,
+        route: _Route,
+        position: int,
+        *,
+        max_wait_ms: int = LISTEN_WAIT_MS,
+        key: bytes | None = None,
+        received: Callable[[bytes | None], None] | None = None,
+    ) -> int:
+        """Wait for records at ``position``; hand each with ``key`` (default: the group's
+        wake-ups) to ``received`` (default: wake the member if another member sent it)."""
+        key = self._key if key is None else key
+        received = self._received if received is None else received
         fetch_partition = FetchRequest.FetchTopic.FetchPartition(
             partition=route.partition,
             current_leader_epoch=-1,
@@ -332,7 +365,7 @@ class KafkaWakeups:
         )
         request = FetchRequest(
             replica_id=-1,
-            max_wait_ms=LISTEN_WAIT_MS,
+            max_wait_ms=max_wait_ms,
             min_bytes=1,
             max_bytes=1 << 20,
             isolation_level=0,
@@ -343,7 +376,7 @@ class KafkaWakeups:
             rack_id="",
             max_version=12,  # topics by name (v13 names them by id)
         )
-        response = self._send(request, route.fetch_node, LISTEN_WAIT_MS / 1000 + self._timeout_s)
+        response = self._send(request, route.fetch_node, max_wait_ms / 1000 + self._timeout_s)
         answer = response.responses[0].partitions[0]
         self._check(answer.error_code, "fetching", route)
         if not answer.records:
@@ -353,14 +386,52 @@ class KafkaWakeups:
                 if record.offset < position:
                     continue
                 position = record.offset + 1
-                if record.key == self._key:
-                    self._received(record.value)
+                if record.key == key:
+                    received(record.value)
         return position
+
+    # -- the timeline, read from outside the group --------------------------------------
+
+    def read_timeline(self, since_ms: int) -> list[dict[str, Any]]:
+        """The group's rebalances published since ``since_ms`` (epoch ms), oldest first.
+
+        Reads the group's partition from the first record at or after ``since_ms`` to its
+        end, without joining or creating anything.
+
+        Raises:
+            TransportError: the cluster did not answer.
+            LookupError: the topic is missing or cannot be read (the message says why).
+        """
+        try:
+            route = self._locate(create=False)
+            position = self._end_offset(route, since_ms)
+            end = self._end_offset(route)
+            entries: list[dict[str, Any]] = []
+
+            def keep(raw: bytes | None) -> None:
+                try:
+                    entry = json.loads(raw or b"")
+                except ValueError:
+                    return
+                if isinstance(entry, dict):
+                    entry.pop("sender", None)
+                    entries.append(entry)
+
+            while position < end:
+                moved_to = self._fetch(
+                    route, position, max_wait_ms=0, key=timeline_key(self._group_id), received=keep
+                )
+                if moved_to == position:
+                    break  # nothing more readable (aborted or compacted gap at the end)
+                position = moved_to
+            return entries
+        except (_Unusable, _Retry) as e:
+            raise LookupError(f"the wake-up topic {self._topic!r}: {e}") from None
 
     def _produce(self, route: _Route, item: _Announcement) -> None:
         builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 14)
         value = dict(item.value, sender=self._sender)
-        builder.append(int(time.time() * 1000), self._key, json.dumps(value).encode())
+        builder.append(int(time.time() * 1000), item.key, json.dumps(value).encode())
         builder.close()
         request = ProduceRequest(
             transactional_id=None,

@@ -230,6 +230,13 @@ class Elector(GroupListener):
             ctx.callback("on_elected", self.callbacks.on_elected, elected)
         with ctx.lock:
             ctx.changed.notify_all()
+            leading = self._leadership
+        if leading is not None:
+            ctx.member.note_rebalance_change(f"leads with token {leading.token}")
+        else:
+            ctx.member.note_rebalance_change(
+                f"follows {info.identity} (token {info.token})" if info else "no leader"
+            )
         if changed:
             ctx.callback("on_leader_change", self.callbacks.on_leader_change, info)
         if outcome.members and member_id not in outcome.members:

@@ -385,6 +385,9 @@ class ConsumerPartitioning(Coordinator):
             self._owned_generation = generation
         if assignor is not None:
             assignor.on_assignment(decoded, generation)
+        self.note_rebalance_change(
+            f"+{len(added)} -{len(revoked)} partitions, {len(assigned)} owned"
+        )
         self._watch_handover(generation)
         self._listener.on_partitions_assigned(added)
         with self._lock:

@@ -292,6 +292,11 @@ class TaskGroup(GroupListener):
             self._set_assignment(
                 generation, a, proposal.view if leader_round and proposal else None
             )
+            with ctx.lock:
+                starting = len(runner.waiting)
+            ctx.member.note_rebalance_change(
+                f"+{starting} -{len(drop)} tasks, {len(assigned)} assigned"
+            )
             self.start_waiting()
         if a.revoked:
             ctx.member.request_rejoin(

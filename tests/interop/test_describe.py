@@ -15,7 +15,13 @@ from typing import Any
 
 import pytest
 
-from coordination import MemberDescription, describe_group, list_groups
+from coordination import (
+    MemberDescription,
+    RebalanceRecord,
+    describe_group,
+    list_groups,
+    rebalance_timeline,
+)
 from recipes.election import LeaderElection
 from recipes.tasks import TaskDistribution
 
@@ -28,6 +34,9 @@ FAST: dict[str, Any] = {
     "heartbeat_interval_ms": 500,
     "retry_backoff_ms": 50,
 }
+
+
+COMMAND = [sys.executable, "-m", "coordination"]
 
 
 def decoded(member: MemberDescription) -> dict[str, Any]:
@@ -196,3 +205,67 @@ def test_the_commands_list_and_describe(kafka: str) -> None:
     finally:
         for member in members:
             member.close(timeout=10)
+
+
+def test_the_timeline_shows_each_members_rebalances_and_what_moved(kafka: str) -> None:
+    group = new_name("timeline")
+    first = LeaderElection(group, identity="first", priority=1, bootstrap_servers=kafka, **FAST)
+    second = LeaderElection(group, identity="second", bootstrap_servers=kafka, **FAST)
+    try:
+        first.start()
+        assert first.wait_for_leader(timeout=30).identity == "first"
+        second.start()
+        wait_until(lambda: second.leader() is not None, 30, "second sees a leader")
+
+        def recorded() -> list[RebalanceRecord]:
+            return rebalance_timeline(group, bootstrap_servers=kafka)
+
+        # Published in the background once each rebalance completes: the first member's two
+        # (alone, then with the second) and the second member's one.
+        wait_until(lambda: len(recorded()) >= 3, 30, "three rebalances recorded")
+        timeline = recorded()
+        leading = [r for r in timeline if r.moved.startswith("leads with token ")]
+        following = [r for r in timeline if r.moved.startswith("follows first (token ")]
+        assert [r.generation for r in leading] == [1, 2]
+        assert [r.generation for r in following] == [2]
+        first_id, second_id = leading[0].member_id, following[0].member_id
+        assert leading[1].member_id == first_id != second_id
+        assert leading[0].reason == "the member is joining the group for the first time"
+        assert all(0 <= r.duration_s < 30 and r.started_at > time.time() - 120 for r in timeline)
+        # Oldest first, by the time each ended.
+        assert [r.finished_at for r in timeline] == sorted(r.finished_at for r in timeline)
+
+        shown = subprocess.run(
+            [
+                *COMMAND,
+                "describe",
+                group,
+                "--timeline",
+                "5",
+                "--bootstrap-servers",
+                kafka,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        entries = json.loads(shown.stdout)["timeline"]
+        assert {(e["member_id"], e["generation"]) for e in entries} >= {
+            (first_id, 1),
+            (first_id, 2),
+            (second_id, 2),
+        }
+        text = subprocess.run(
+            [*COMMAND, "describe", group, "--timeline", "--bootstrap-servers", kafka],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        assert "rebalances recorded in the last 60 min:" in text
+        assert f"gen 2 {second_id}: " in text and "follows first" in text
+    finally:
+        second.close()
+        first.close()

@@ -6,7 +6,7 @@ channel is a recorder. tests/integration/test_wakeups.py runs the real channel o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -26,6 +26,7 @@ class RecordedWakeups:
     def __init__(self) -> None:
         self.announced: list[tuple[str, str]] = []
         self.flushed: list[float] = []
+        self.rebalances: list[Mapping[str, Any]] = []
         self.wake: Callable[[str], None] | None = None
         self.closed = False
 
@@ -37,6 +38,9 @@ class RecordedWakeups:
 
     def flush(self, timeout_s: float) -> None:
         self.flushed.append(timeout_s)
+
+    def record_rebalance(self, entry: Mapping[str, Any]) -> None:
+        self.rebalances.append(entry)
 
     def close(self, timeout_s: float) -> None:
         self.closed = True
@@ -202,3 +206,42 @@ def test_a_wakeup_during_a_heartbeat_in_flight_waits_for_its_answer() -> None:
     before = heartbeats(h)
     delay = h.engine.heartbeat_once()
     assert heartbeats(h) == before and delay is not None
+
+
+# ------------------------------------------------------------------------- the timeline
+
+
+def test_a_completed_rebalance_is_published_after_on_join_complete_with_what_moved() -> None:
+    h = WakeupHarness(heartbeat_interval_ms=3000, client_id="svc-1")
+
+    def note(*args: object) -> None:  # the subclass says what changed, in its own words
+        h.engine.note_rebalance_change("+3 partitions")
+
+    h.member.on_join_complete = note  # type: ignore[method-assign,assignment]
+    h.join_as_leader()
+    (entry,) = h.wakeups.rebalances
+    assert entry["generation"] == 1
+    assert entry["member_id"] == "m-1"
+    assert entry["is_leader"] is True
+    assert entry["reason"] == "the member is joining the group for the first time"
+    assert entry["moved"] == "+3 partitions"
+    assert entry["client_id"] == "svc-1"
+    assert entry["group_instance_id"] is None
+    assert h.engine.metrics().recent_rebalances[-1].moved == "+3 partitions"
+
+
+def test_no_rebalance_is_published_when_on_join_complete_fails() -> None:
+    h = WakeupHarness(heartbeat_interval_ms=3000)
+
+    def fail(*args: object) -> None:
+        raise RuntimeError("not ready")
+
+    h.member.on_join_complete = fail  # type: ignore[method-assign,assignment]
+    h.prepare(
+        NODE,
+        m.JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id="m-1"),
+        joined("m-1", 1, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert not h.engine.join_group_if_needed(deadline=h.clock.monotonic() + 0.01)
+    assert h.wakeups.rebalances == []
