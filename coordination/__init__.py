@@ -12,6 +12,7 @@ from ._config import CoordinatorConfig as CoordinatorConfig
 from ._coordinator import Coordinator as Coordinator
 from ._groups import GroupDecoder as GroupDecoder
 from ._groups import GroupDescription as GroupDescription
+from ._groups import GroupInspector as GroupInspector
 from ._groups import GroupListing as GroupListing
 from ._groups import MemberDescription as MemberDescription
 from ._groups import describe_group as describe_group
@@ -36,6 +37,7 @@ __all__ = [
     "Generation",
     "GroupDecoder",
     "GroupDescription",
+    "GroupInspector",
     "GroupListing",
     "Member",
     "MemberDescription",

@@ -30,6 +30,7 @@ log = logging.getLogger("coordination.groups")
 __all__ = [
     "GroupDecoder",
     "GroupDescription",
+    "GroupInspector",
     "GroupListing",
     "MemberDescription",
     "describe_group",
@@ -222,6 +223,47 @@ def describe_group(group_id: str, **settings: Any) -> GroupDescription:
     """
     with _Admin(settings, group_id) as admin:
         return admin.describe(group_id)
+
+
+class GroupInspector:
+    """A reusable client for looking at groups from outside: one bootstrap and one set of
+    connections for many calls (:func:`describe_group` and friends make a new one each time).
+
+    Example:
+        with GroupInspector(bootstrap_servers="kafka-1:9092") as inspector:
+            while serving:
+                leader = inspector.describe("scheduler-leader").summary.get("leader")
+                ...
+
+    Thread-safe: calls from several threads share the connections.
+
+    Args:
+        **settings: as for :func:`list_groups`.
+
+    Raises:
+        ConfigurationError: a setting is wrong.
+    """
+
+    def __init__(self, **settings: Any) -> None:
+        self._admin = _Admin(settings)
+
+    def describe(self, group_id: str) -> GroupDescription:
+        """As :func:`describe_group`."""
+        return self._admin.describe(group_id)
+
+    def list_groups(self) -> list[GroupListing]:
+        """As :func:`list_groups`."""
+        return self._admin.list_groups()
+
+    def close(self) -> None:
+        """Close the connections (idempotent)."""
+        self._admin.transport.close()
+
+    def __enter__(self) -> GroupInspector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _Admin:

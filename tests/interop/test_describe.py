@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from coordination import (
+    GroupInspector,
     MemberDescription,
     RebalanceRecord,
     describe_group,
@@ -101,6 +102,25 @@ def test_an_election_is_decoded_and_names_its_leader_without_joining(kafka: str)
         assert by_identity["http://watch"]["eligible"] is False
         # Describing is a read: nobody rebalanced.
         assert a.coordinator.generation().generation_id == generation
+
+
+def test_a_gateway_follows_the_leader_through_one_inspector(kafka: str) -> None:
+    group = new_name("gateway")
+    settings: dict[str, Any] = {"bootstrap_servers": kafka, **FAST}
+    b = LeaderElection(group, identity="http://b", **settings)
+    with (
+        GroupInspector(bootstrap_servers=kafka) as inspector,
+        LeaderElection(group, identity="http://a", priority=2, **settings) as a,
+    ):
+        b.start()
+        a.wait_for_leader(30)
+        wait_until(lambda: inspector.describe(group).summary["leader"] == "http://a", 30, "a")
+        assert group in {g.group_id for g in inspector.list_groups()}
+        a.close()
+        # The same inspector (its connections) sees the new leader.
+        wait_until(lambda: inspector.describe(group).summary["leader"] == "http://b", 30, "b")
+        assert inspector.describe(group).summary["token"] == b.leadership().token  # type: ignore[union-attr]
+    b.close()
 
 
 def test_a_task_group_is_decoded(kafka: str) -> None:
