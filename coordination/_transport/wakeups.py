@@ -49,6 +49,8 @@ TOPIC_CONFIGS = {
     "segment.ms": "600000",
     "segment.bytes": "1048576",
 }
+# A member's timeline records go out this long after the first of them (see _publish).
+TIMELINE_DELAY_S = 2.0
 # The broker holds an idle fetch this long: an idle member sends one request per interval.
 LISTEN_WAIT_MS = 10_000
 # A channel still failing after this long is reported (once) as not working.
@@ -98,16 +100,25 @@ class WakeupStats:
     """What one member's channel did (for metrics and the benchmarks)."""
 
     sent: int = 0
+    """Wake-ups published."""
+    timeline_sent: int = 0
+    """Timeline records published."""
     received: int = 0
     requests: int = 0
     working: bool = False
 
 
 class _Announcement:
-    def __init__(self, key: bytes, value: Mapping[str, Any]) -> None:
+    def __init__(self, key: bytes, value: Mapping[str, Any], *, timeline: bool = False) -> None:
         self.key = key
         self.value = value
+        self.timeline = timeline
+        self.queued_at = time.monotonic()
         self.done = threading.Event()
+
+
+# Tells the publisher that the timeline's delay is over.
+_SEND_TIMELINE = _Announcement(b"", {})
 
 
 def timeline_key(group_id: str) -> bytes:
@@ -137,6 +148,7 @@ class KafkaWakeups:
         # Tells this member's own records apart (its member id changes; this does not).
         self._sender = uuid.uuid4().hex
         self._route: _Route | None = None
+        self._timeline_route: _Route | None = None
         self._route_lock = threading.Lock()
         self._stop = threading.Event()
         self._off = False
@@ -173,7 +185,7 @@ class KafkaWakeups:
         (wakes nobody; ``describe --timeline`` reads them back)."""
         if self._off or self._stop.is_set():
             return
-        self._queue.put(_Announcement(timeline_key(self._group_id), entry))
+        self._queue.put(_Announcement(timeline_key(self._group_id), entry, timeline=True))
 
     def flush(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` until the announcements made so far are sent (or given up):
@@ -220,27 +232,54 @@ class KafkaWakeups:
                 self._stop.wait(_BACKOFF_S[1])
 
     def _publish(self) -> None:
+        # Timeline records wait until TIMELINE_DELAY_S after the first of them, then go out
+        # together: a rebalance's requests need the CPU more (and a burst of rebalances
+        # sends one batch).
+        timeline: list[_Announcement] = []
         while True:
-            item = self._queue.get()
+            wait_s = None
+            if timeline:
+                wait_s = max(0.0, timeline[0].queued_at + TIMELINE_DELAY_S - time.monotonic())
+            try:
+                item = self._queue.get(timeout=wait_s)
+            except queue.Empty:
+                item = _SEND_TIMELINE
             if item is None or self._stop.is_set():
                 return
-            try:
-                for attempt in range(3):
-                    try:
-                        self._produce(self._located(), item)
-                        self.stats.sent += 1
-                        break
-                    except (_Retry, TransportError) as e:
-                        log.debug("group %r: wake-up not sent (%s)", self._group_id, e)
-                        self._failing(str(e))
-                        if self._stop.wait(0.05 * 2**attempt):
-                            return
-            except _Unusable as e:
-                self._turn_off(str(e))
-            except Exception:
-                log.exception("group %r: wake-up publisher failed", self._group_id)
-            finally:
+            if item.timeline:
+                timeline.append(item)
+                continue
+            leaving = item.value.get("event") == "leave"  # its timeline goes out first
+            if item is _SEND_TIMELINE or leaving:
+                batch, timeline = timeline, []
+                if batch and not self._produce_retried(batch):
+                    return
+                self.stats.timeline_sent += len(batch)
+            if item is not _SEND_TIMELINE:
+                if not self._produce_retried([item]):
+                    return
+                self.stats.sent += 1
+
+    def _produce_retried(self, items: list[_Announcement]) -> bool:
+        """Send ``items`` (to one partition), with a few retries; False once stopping."""
+        try:
+            for attempt in range(3):
+                try:
+                    self._produce(self._located(timeline=items[0].timeline), items)
+                    return True
+                except (_Retry, TransportError) as e:
+                    log.debug("group %r: wake-up not sent (%s)", self._group_id, e)
+                    self._failing(str(e))
+                    if self._stop.wait(0.05 * 2**attempt):
+                        return False
+        except _Unusable as e:
+            self._turn_off(str(e))
+        except Exception:
+            log.exception("group %r: wake-up publisher failed", self._group_id)
+        finally:
+            for item in items:
                 item.done.set()
+        return True
 
     # -- requests --------------------------------------------------------------------
 
@@ -250,8 +289,12 @@ class KafkaWakeups:
             request, node_id=node, timeout_s=timeout_s or self._timeout_s
         )
 
-    def _located(self) -> _Route:
+    def _located(self, *, timeline: bool = False) -> _Route:
         with self._route_lock:
+            if timeline:
+                if self._timeline_route is None:
+                    self._timeline_route = self._locate(timeline=True)
+                return self._timeline_route
             if self._route is None:
                 self._route = self._locate()
             return self._route
@@ -259,9 +302,16 @@ class KafkaWakeups:
     def _forget_route(self) -> None:
         with self._route_lock:
             self._route = None
+            self._timeline_route = None
 
-    def _locate(self, *, create: bool = True) -> _Route:
-        """Find the group's partition and its leader, creating the topic if it is missing."""
+    def _locate(self, *, create: bool = True, timeline: bool = False) -> _Route:
+        """Find the group's partition (or its timeline's) and its leader, creating the topic
+        if it is missing.
+
+        The timeline goes to the partition half the topic away from the group's wake-ups:
+        a rebalance of N members publishes N timeline records, and on the wake-up partition
+        each would end every member's long poll (N * N fetches, a tenth of a second of CPU
+        per rebalance of 50 members in one process)."""
         response = self._send(self._metadata_request(), None)
         topic = response.topics[0]
         if topic.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
@@ -272,7 +322,8 @@ class KafkaWakeups:
         self._check(topic.error_code, f"metadata of topic {self._topic!r}")
         if not topic.partitions:
             raise _Retry(f"topic {self._topic!r} has no partitions yet")
-        partition = zlib.crc32(self._key) % len(topic.partitions)
+        count = len(topic.partitions)
+        partition = (zlib.crc32(self._key) + (count // 2 if timeline else 0)) % count
         leader = next((p.leader_id for p in topic.partitions if p.partition_index == partition), -1)
         broker = next((b for b in response.brokers if b.node_id == leader), None)
         if broker is None:
@@ -403,7 +454,7 @@ class KafkaWakeups:
             LookupError: the topic is missing or cannot be read (the message says why).
         """
         try:
-            route = self._locate(create=False)
+            route = self._locate(create=False, timeline=True)
             position = self._end_offset(route, since_ms)
             end = self._end_offset(route)
             entries: list[dict[str, Any]] = []
@@ -428,10 +479,11 @@ class KafkaWakeups:
         except (_Unusable, _Retry) as e:
             raise LookupError(f"the wake-up topic {self._topic!r}: {e}") from None
 
-    def _produce(self, route: _Route, item: _Announcement) -> None:
-        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 14)
-        value = dict(item.value, sender=self._sender)
-        builder.append(int(time.time() * 1000), item.key, json.dumps(value).encode())
+    def _produce(self, route: _Route, items: list[_Announcement]) -> None:
+        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
+        for item in items:
+            value = dict(item.value, sender=self._sender)
+            builder.append(int(time.time() * 1000), item.key, json.dumps(value).encode())
         builder.close()
         request = ProduceRequest(
             transactional_id=None,

@@ -10,9 +10,14 @@ import zlib
 from typing import Any
 
 import pytest
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from coordination._transport.wakeups import DEFAULT_TOPIC, PARTITIONS
+from coordination._transport.wakeups import (
+    DEFAULT_TOPIC,
+    PARTITIONS,
+    TIMELINE_DELAY_S,
+    timeline_key,
+)
 
 from .members import Listing, new_group, settled, wait_until
 
@@ -124,3 +129,40 @@ def test_with_the_channel_off_nothing_is_published(
     assert all(m._engine._wakeups is None for m in pair)
     assert not any("wakeups" in t.name for m in pair for t in m._engine._threads)
     assert not [r for r in caplog.records if r.name == "coordination.wakeups"]
+
+
+def test_the_timeline_goes_half_the_topic_away_from_the_groups_wake_ups(
+    kafka: str, members: list[Listing]
+) -> None:
+    # A rebalance of N members publishes N timeline records: on the wake-up partition each
+    # would end every member's long poll. describe reads them where they are.
+    group = new_group()
+    pair = start(members, kafka, group, 2)
+    wait_until(lambda: settled(pair, 2) and listening(pair), 30, "two members")
+    wake = zlib.crc32(group.encode()) % PARTITIONS
+    far = (wake + PARTITIONS // 2) % PARTITIONS
+    key = timeline_key(group)
+
+    def timeline_records(partition: int) -> list[dict[str, Any]]:
+        consumer = KafkaConsumer(bootstrap_servers=kafka, enable_auto_commit=False)
+        try:
+            tp = TopicPartition(DEFAULT_TOPIC, partition)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            end = consumer.end_offsets([tp])[tp]
+            found = []
+            while consumer.position(tp) < end:
+                for records in consumer.poll(timeout_ms=1000).values():
+                    found += [json.loads(r.value) for r in records if r.key == key]
+            return found
+        finally:
+            consumer.close()
+
+    # Sent together, TIMELINE_DELAY_S after each member's first.
+    wait_until(lambda: len(timeline_records(far)) >= 2, TIMELINE_DELAY_S + 10, "the timeline")
+    assert timeline_records(wake) == []
+    # Every member's rebalance, each published once.
+    recorded = [(r["member_id"], r["generation"]) for r in timeline_records(far)]
+    assert len(recorded) == len(set(recorded))
+    assert set(recorded) >= {(m.member_id, m.generation().generation_id) for m in pair}
+    assert all(m._engine._wakeups.stats.timeline_sent >= 1 for m in pair)  # type: ignore[union-attr]
