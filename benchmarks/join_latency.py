@@ -24,6 +24,10 @@ every implementation. Implementations take turns within each run. The report
 gives median [min .. max] and the mean, which for runs spread this way estimates
 the latency of a member arriving at a random moment.
 
+``ours-procs`` is ours again, with the members spread over four worker processes started
+beforehand (``benchmarks/_join_worker.py``), as production runs one member per process; the
+new member starts in one of them, so Python's start-up is not measured.
+
 Run (JDK 17+ and Maven needed; a Kafka 4.3.1 broker is started on loopback unless
 ``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS`` names one)::
 
@@ -86,8 +90,12 @@ SETTLE_S = 3 * HEARTBEAT_INTERVAL_MS / 1000
 CONVERGE_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 60.0
 
-IMPLEMENTATIONS = ("ours", "kafka-python", "java")
-SHORT = {"ours": "ours", "kafka-python": "kp", "java": "java"}
+IMPLEMENTATIONS = ("ours", "ours-procs", "kafka-python", "java")
+SHORT = {"ours": "ours", "ours-procs": "ourp", "kafka-python": "kp", "java": "java"}
+# Ours, measured two ways: every member in this process (as Java's run in one JVM), and
+# members spread over worker processes (as production runs them: one GIL per process).
+OURS = ("ours", "ours-procs")
+WORKER_PROCESSES = 4
 
 
 class BenchmarkError(Exception):
@@ -292,6 +300,107 @@ class OursGroup(InProcessGroup):
         for t in threads:
             t.join(CLOSE_TIMEOUT_S + 5)
         self._members.clear()
+
+
+class ProcessesGroup(Group):
+    """Our members spread round-robin over worker processes started beforehand
+    (``benchmarks/_join_worker.py``); the new member starts in one of them, so its time does
+    not include starting Python."""
+
+    def __init__(
+        self, group_id: str, tracker: Tracker, bootstrap_servers: str, workers: list[_Worker]
+    ) -> None:
+        super().__init__(group_id, tracker)
+        self._bootstrap = bootstrap_servers
+        self._workers = workers
+        self._count = 0
+        for w in workers:
+            w.use(tracker)
+
+    def start_members(self, count: int) -> None:
+        shares: list[list[int]] = [[] for _ in self._workers]
+        for index in range(count):
+            shares[index % len(self._workers)].append(index)
+        self._count = count
+        for worker, share in zip(self._workers, shares, strict=True):
+            if share:
+                worker.command(
+                    f"start {self.group_id} {self._bootstrap} {' '.join(map(str, share))}"
+                )
+        for worker, share in zip(self._workers, shares, strict=True):
+            if share:
+                worker.expect("started", CONVERGE_TIMEOUT_S)
+
+    def add_member(self) -> float:
+        worker = self._workers[self._count % len(self._workers)]
+        worker.command(f"join {self.group_id} {self._bootstrap} {self._count}")
+        self._count += 1
+        return float(worker.expect("t0", CONVERGE_TIMEOUT_S)[1])
+
+    def close(self) -> None:
+        try:
+            for w in self._workers:
+                w.command("stop")
+            for w in self._workers:
+                w.expect("stopped", CLOSE_TIMEOUT_S + 30)
+        finally:
+            for w in self._workers:
+                w.use(None)
+
+
+class _Worker:
+    """One ``_join_worker.py`` process: commands in, lines out; ``assigned`` lines go to the
+    tracker in use, the others to whoever waits with :meth:`expect`."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve().parent / "_join_worker.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self._lines: queue.Queue[list[str]] = queue.Queue()
+        self._tracker: Tracker | None = None
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def use(self, tracker: Tracker | None) -> None:
+        self._tracker = tracker
+
+    def command(self, line: str) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.write(line + "\n")
+        self._process.stdin.flush()
+
+    def expect(self, word: str, timeout_s: float) -> list[str]:
+        try:
+            words = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise BenchmarkError(f"a worker process did not answer {word!r}") from None
+        if words[0] != word:
+            raise BenchmarkError(f"a worker process answered {words}, expected {word!r}")
+        return words
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            words = line.split()
+            if not words:
+                continue
+            if words[0] == "assigned":
+                tracker = self._tracker
+                if tracker is not None:
+                    tracker.record(int(words[1]), int(words[2]), float(words[3]))
+            else:
+                self._lines.put(words)
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        try:
+            self._process.wait(30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
 
 
 # -- kafka-python: KafkaConsumer ------------------------------------------------------------
@@ -609,18 +718,19 @@ def report(
 ) -> None:
     columns = [*implementations]
     ratios = [
-        other
+        (ours, other)
+        for ours in OURS
         for other in ("java", "kafka-python")
-        if "ours" in implementations and other in implementations
+        if ours in implementations and other in implementations
     ]
     medians = {key: statistics.median(v) for key, v in results.items() if v}
     means = {key: statistics.fmean(v) for key, v in results.items() if v}
 
     def ratio_cells(stat: Mapping[tuple[str, int], float], n: int) -> str:
         cells = ""
-        for other in ratios:
-            if ("ours", n) in stat and (other, n) in stat:
-                cells += f" | {stat['ours', n] / stat[other, n]:9.2f}"
+        for ours, other in ratios:
+            if (ours, n) in stat and (other, n) in stat:
+                cells += f" | {stat[ours, n] / stat[other, n]:9.2f}"
             else:
                 cells += f" | {'-':>9}"
         return cells
@@ -637,7 +747,7 @@ def report(
     )
     width = 26 if not failures else 36
     header = f"{'N':>4} | " + " | ".join(f"{c:^{width}}" for c in columns)
-    header += "".join(f" | {'ours/' + SHORT[r]:>9}" for r in ratios)
+    header += "".join(f" | {SHORT[o] + '/' + SHORT[r]:>9}" for o, r in ratios)
     print("\nmedian [min .. max]")
     print(header)
     print("-" * len(header))
@@ -662,7 +772,7 @@ def report(
     print(
         f"{'N':>4} | "
         + " | ".join(f"{c:^12}" for c in columns)
-        + "".join(f" | {'ours/' + SHORT[r]:>9}" for r in ratios)
+        + "".join(f" | {SHORT[o] + '/' + SHORT[r]:>9}" for o, r in ratios)
     )
     for n in sizes:
         cells = [
@@ -675,10 +785,12 @@ def report(
         for impl in columns:
             if (impl, n) in medians:
                 headline.append(f"{SHORT[impl]}_n{n}_ms={medians[impl, n]:.1f}")
-        for other in ratios:
-            if ("ours", n) in medians and (other, n) in medians:
+        for ours, other in ratios:
+            if (ours, n) in medians and (other, n) in medians:
+                prefix = "" if ours == "ours" else f"{SHORT[ours]}_"
                 headline.append(
-                    f"ratio_vs_{SHORT[other]}_n{n}={medians['ours', n] / medians[other, n]:.3f}"
+                    f"{prefix}ratio_vs_{SHORT[other]}_n{n}="
+                    f"{medians[ours, n] / medians[other, n]:.3f}"
                 )
     print(" ".join(headline))
 
@@ -703,6 +815,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         openers: dict[str, Callable[[str, Tracker], Group]] = {}
         if "ours" in args.implementations:
             openers["ours"] = lambda g, t: OursGroup(g, t, bootstrap)
+        if "ours-procs" in args.implementations:
+            processes = [_Worker() for _ in range(WORKER_PROCESSES)]
+            for process in processes:
+                stack.callback(process.close)
+            openers["ours-procs"] = lambda g, t: ProcessesGroup(g, t, bootstrap, processes)
         if "kafka-python" in args.implementations:
             openers["kafka-python"] = lambda g, t: KafkaPythonGroup(g, t, bootstrap)
         if "java" in args.implementations:
@@ -745,7 +862,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report(results, failures, args.implementations, args.sizes, args.repeats)
     # Only a failure of this library fails the benchmark: the other clients are the
     # yardstick, and their failures are reported in the table.
-    return 1 if any(impl == "ours" for impl, _ in failures) else 0
+    return 1 if any(impl in OURS for impl, _ in failures) else 0
 
 
 if __name__ == "__main__":
