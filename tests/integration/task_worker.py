@@ -67,6 +67,33 @@ class TaskRecorder:
             self.emit(event="tick", task=task, worker=self.worker_id, checked_at=checked_at)
 
 
+class RunningTasks:
+    """Which tasks each in-process worker runs now: its start_task / stop_task, recorded
+    under one lock."""
+
+    def __init__(self, *workers: str) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, set[str]] = {w: set() for w in workers}
+
+    def start_task(self, worker: str) -> Callable[[str, TaskSpec], None]:
+        def start(task: str, spec: TaskSpec) -> None:
+            with self._lock:
+                self._running[worker].add(task)
+
+        return start
+
+    def stop_task(self, worker: str) -> Callable[[str], None]:
+        def stop(task: str) -> None:
+            with self._lock:
+                self._running[worker].discard(task)
+
+        return stop
+
+    def snapshot(self) -> dict[str, set[str]]:
+        with self._lock:
+            return {w: set(tasks) for w, tasks in self._running.items()}
+
+
 def make_worker(
     bootstrap: str,
     group: str,

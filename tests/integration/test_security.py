@@ -18,7 +18,6 @@ cannot start.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -45,6 +44,7 @@ from recipes.partitioning import Consumer, TopicPartition
 from recipes.tasks import TaskDistribution
 
 from .members import Listing, settled, wait_until
+from .task_worker import RunningTasks
 
 pytestmark = pytest.mark.integration
 
@@ -216,25 +216,15 @@ def test_election_over_sasl_ssl_elects_and_its_fenced_producer_writes(secured: S
 
 def test_tasks_over_sasl_ssl_run_every_task_once(secured: Secured) -> None:
     g = group()
-    running: dict[str, set[str]] = {"w1": set(), "w2": set()}
-    lock = threading.Lock()
+    running = RunningTasks("w1", "w2")
 
     def worker(name: str) -> TaskDistribution:
-        def start(task: str, spec: object) -> None:
-            with lock:
-                running[name].add(task)
-
-        def stop(task: str) -> None:
-            with lock:
-                running[name].discard(task)
-
-        tasks = {f"t{i}": 1.0 for i in range(6)}
         return TaskDistribution(
             g,
             worker_id=name,
-            start_task=start,
-            stop_task=stop,
-            tasks=tasks,
+            start_task=running.start_task(name),
+            stop_task=running.stop_task(name),
+            tasks={f"t{i}": 1.0 for i in range(6)},
             **{**FAST, **secured.login("alice")},
         )
 
@@ -243,8 +233,8 @@ def test_tasks_over_sasl_ssl_run_every_task_once(secured: Secured) -> None:
         w2.wait_stable(WAIT_S)
 
         def spread() -> bool:
-            with lock:
-                a, b = set(running["w1"]), set(running["w2"])
+            now = running.snapshot()
+            a, b = now["w1"], now["w2"]
             return a | b == {f"t{i}" for i in range(6)} and not a & b and bool(a) and bool(b)
 
         wait_until(spread, WAIT_S, "every task running on exactly one worker")

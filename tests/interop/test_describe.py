@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +26,7 @@ from recipes.election import LeaderElection
 from recipes.tasks import TaskDistribution
 
 from ..integration.members import Listing, settled, wait_until
+from ..integration.task_worker import RunningTasks
 from .peers import PeerProcess, create_topic, start_java_peer, topic_partitions, wait_settled
 
 pytestmark = pytest.mark.integration
@@ -125,39 +125,26 @@ def test_a_gateway_follows_the_leader_through_one_inspector(kafka: str) -> None:
 
 def test_a_task_group_is_decoded(kafka: str) -> None:
     group = new_name("tasks")
-    running: dict[str, set[str]] = {"w1": set(), "w2": set()}
-    lock = threading.Lock()
+    running = RunningTasks("w1", "w2")
 
     def worker(name: str) -> TaskDistribution:
-        def start(task: str, spec: object) -> None:
-            with lock:
-                running[name].add(task)
-
-        def stop(task: str) -> None:
-            with lock:
-                running[name].discard(task)
-
         return TaskDistribution(
             group,
             worker_id=name,
-            start_task=start,
-            stop_task=stop,
+            start_task=running.start_task(name),
+            stop_task=running.stop_task(name),
             tasks={f"t{i}": 1.0 for i in range(4)},
             bootstrap_servers=kafka,
             **FAST,
         )
 
     with worker("w1"), worker("w2"):
-
-        def spread() -> bool:
-            with lock:
-                return len(running["w1"]) == 2 and len(running["w2"]) == 2
-
-        wait_until(spread, 30, "two tasks each")
+        wait_until(
+            lambda: [len(t) for t in running.snapshot().values()] == [2, 2], 30, "two tasks each"
+        )
         described = describe_group(group, bootstrap_servers=kafka)
         assert described.protocol_type == "tasks"
-        with lock:
-            expected = {w: sorted(ts) for w, ts in running.items()}
+        expected = {w: sorted(ts) for w, ts in running.snapshot().items()}
         assert described.summary == {"workers": expected, "moving": []}
         assert sorted(decoded(x)["worker_id"] for x in described.members) == ["w1", "w2"]
 
