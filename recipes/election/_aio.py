@@ -12,15 +12,13 @@ callbacks; nothing polls.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 from typing_extensions import Self
 
-from coordination.errors import CoordinatorStateError
-
+from .._aio import LoopBridge
 from ._election import ElectionMetrics, LeaderElection
 from ._leadership import LeaderInfo, Leadership
 
@@ -56,7 +54,7 @@ class AsyncLeaderElection:
         on_leader_change: AsyncCallback | None = None,
         **kwargs: Any,
     ) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bridge = LoopBridge()
         self._user = {
             "on_elected": on_elected,
             "on_deposed": on_deposed,
@@ -76,7 +74,7 @@ class AsyncLeaderElection:
 
     async def start(self) -> None:
         """Join the election (connects on a worker thread; the loop stays free)."""
-        self._loop = asyncio.get_running_loop()
+        self._bridge.bind()
         await asyncio.to_thread(self.election.start)
 
     async def close(self, timeout: float = 30.0) -> None:
@@ -157,22 +155,13 @@ class AsyncLeaderElection:
         """Run the user's callback ``name`` on the loop; wait for it (on the election's
         callback thread, never on the loop)."""
         callback = self._user[name]
-        loop = self._loop
+        loop = self._bridge.loop
         if callback is None or loop is None or loop.is_closed():
             return
-
-        async def run() -> None:
-            result = callback(argument)
-            if inspect.isawaitable(result):
-                await result
-
-        try:
-            asyncio.run_coroutine_threadsafe(run(), loop).result()
-        except RuntimeError as e:  # the loop stopped meanwhile
-            raise CoordinatorStateError(f"the event loop is gone: {e}") from e
+        self._bridge.run(callback, argument)
 
     def _deposed(self, leadership: Leadership) -> None:
-        loop = self._loop
+        loop = self._bridge.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._resolve_lost, leadership)
         self._hop("on_deposed", leadership)
@@ -183,7 +172,7 @@ class AsyncLeaderElection:
             future.set_result(leadership.reason)
 
     def _leader_changed(self, leader: LeaderInfo | None) -> None:
-        loop = self._loop
+        loop = self._bridge.loop
         if loop is not None and not loop.is_closed():
             for queue in list(self._listeners):
                 loop.call_soon_threadsafe(queue.put_nowait, leader)

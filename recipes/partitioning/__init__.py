@@ -10,6 +10,8 @@ assignors are in :mod:`recipes.partitioning.assignors`, the wire formats in
 a consumer reads records through a :class:`RecordFetcher` (kafka-python by default).
 """
 
+from ._aio import AsyncConsumer as AsyncConsumer
+from ._aio import AsyncRebalanceListener as AsyncRebalanceListener
 from ._consumer import Consumer as Consumer
 from ._consumer import ConsumerMetrics as ConsumerMetrics
 from ._consumer import PartitionsNotOwnedError as PartitionsNotOwnedError
@@ -27,6 +29,8 @@ from .protocol import RebalanceProtocol as RebalanceProtocol
 from .protocol import TopicPartition as TopicPartition
 
 __all__ = [
+    "AsyncConsumer",
+    "AsyncRebalanceListener",
     "Consumer",
     "ConsumerMetrics",
     "ConsumerPartitioning",

@@ -10,6 +10,7 @@ topic (:class:`TopicTasks`) that every worker reads.
 
 from __future__ import annotations
 
+from ._aio import AsyncTaskDistribution as AsyncTaskDistribution
 from ._assignor import Balance as Balance
 from ._distribution import TaskDistribution as TaskDistribution
 from ._errors import TaskError as TaskError
@@ -25,6 +26,7 @@ from ._sources import TaskSpec as TaskSpec
 from ._sources import TopicTasks as TopicTasks
 
 __all__ = [
+    "AsyncTaskDistribution",
     "Balance",
     "CallableTasks",
     "GroupView",

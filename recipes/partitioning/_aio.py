@@ -1,0 +1,222 @@
+"""The consumer for asyncio services, in the spirit of aiokafka's ``AIOKafkaConsumer``:
+awaitable start, close, ``getmany``, ``getone`` and ``commit``, ``async for``, and a
+rebalance listener whose callbacks may be coroutines (see ``recipes/_aio.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+from collections.abc import AsyncIterator, Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+from typing_extensions import Self
+
+from coordination import OffsetAndMetadata
+from coordination.errors import CoordinatorStateError
+
+from .._aio import LoopBridge
+from ._consumer import Consumer, ConsumerMetrics
+from ._listener import RebalanceListener
+from .protocol import TopicPartition
+
+
+class AsyncRebalanceListener:
+    """:class:`RebalanceListener` for :class:`AsyncConsumer`: the same callbacks and the same
+    guarantees, and each may be a coroutine. Override what you need.
+
+    Example:
+        class CommitOnRevoke(AsyncRebalanceListener):
+            def __init__(self, consumer):
+                self.consumer = consumer
+
+            async def on_partitions_revoked(self, partitions):
+                await self.consumer.commit()   # the partitions are still owned meanwhile
+    """
+
+    async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        """These partitions are about to be taken away; commit what was processed."""
+
+    async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        """These partitions are now this member's (may be empty)."""
+
+    async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        """These partitions were lost with the membership; do not commit them."""
+        await self.on_partitions_revoked(partitions)
+
+
+class AsyncConsumer:
+    """:class:`Consumer` with an asyncio face.
+
+    Example:
+        async with AsyncConsumer("orders-workers", topics=["orders"],
+                                 bootstrap_servers="kafka:9092") as consumer:
+            async for record in consumer:
+                await handle(record)
+                await consumer.commit()
+
+    Args:
+        group_id, topics and every other keyword: as for :class:`Consumer`, except that
+        ``listener`` is an :class:`AsyncRebalanceListener` (or a plain
+        :class:`RebalanceListener`); its callbacks run on the event loop that calls
+        :meth:`start`, while the group's membership thread waits for them, so the
+        partitions are still owned (and committable, with ``await commit()``) during
+        ``on_partitions_revoked`` and no record of an added partition is returned before
+        ``on_partitions_assigned`` has finished.
+
+    Threads:
+        Fetching runs on one thread of its own (one :meth:`getmany` at a time, in order);
+        :meth:`commit`, :meth:`seek` and the other calls that ask the brokers run on worker
+        threads, between the fetcher's short slices. The loop never blocks.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        listener: AsyncRebalanceListener | RebalanceListener | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._bridge = LoopBridge()
+        # One thread fetches, so that getmany calls never overlap (the consumer's rule:
+        # one thread polls).
+        self._fetching = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"async-consumer-fetch|{group_id}"
+        )
+        # Fetched, not handed out yet by getone (getmany returns whole batches).
+        self._pending: collections.deque[Any] = collections.deque()
+        self.consumer = Consumer(group_id, listener=_OnTheLoop(self._bridge, listener), **kwargs)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Join the group and start the fetcher (on a worker thread; the loop stays free)."""
+        self._bridge.bind()
+        await asyncio.to_thread(self.consumer.start)
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Leave the group (the listener's ``on_partitions_revoked`` runs on the loop) and
+        stop fetching."""
+        await asyncio.to_thread(self.consumer.close, timeout)
+        self._fetching.shutdown(wait=False, cancel_futures=True)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ records
+
+    async def getmany(self, timeout_ms: int = 1000) -> dict[TopicPartition, list[Any]]:
+        """Records of owned, unpaused partitions, waited for up to ``timeout_ms`` (as
+        :meth:`Consumer.poll`)."""
+        if self._pending:  # what getone fetched and has not handed out yet comes first
+            held: dict[TopicPartition, list[Any]] = {}
+            while self._pending:
+                record = self._pending.popleft()
+                held.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+            return held
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._fetching, self.consumer.poll, timeout_ms)
+
+    async def getone(self) -> Any:
+        """The next record (waits as long as it takes).
+
+        Raises:
+            CoordinatorStateError: the consumer was closed.
+        """
+        while not self._pending:
+            for records in (await self.getmany()).values():
+                self._pending.extend(records)
+        return self._pending.popleft()
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        """Records one by one, until :meth:`close`."""
+        while True:
+            try:
+                record = await self.getone()
+            except CoordinatorStateError:
+                return  # closed
+            yield record
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        """As :meth:`Consumer.commit`: fenced by this member's generation."""
+        await asyncio.to_thread(self.consumer.commit, offsets, timeout=timeout)
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        """As :meth:`Consumer.committed`."""
+        return await asyncio.to_thread(self.consumer.committed, list(partitions))
+
+    async def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout: float = 30.0
+    ) -> dict[TopicPartition, int]:
+        """As :meth:`Consumer.end_offsets`."""
+        return await asyncio.to_thread(self.consumer.end_offsets, list(partitions), timeout)
+
+    async def seek(self, partition: TopicPartition, offset: int) -> None:
+        """As :meth:`Consumer.seek`."""
+        await asyncio.to_thread(self.consumer.seek, partition, offset)
+
+    # ------------------------------------------------------------------ no waiting: on the loop
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions this consumer owns now."""
+        return self.consumer.assignment()
+
+    def position(self, partition: TopicPartition) -> int | None:
+        """As :meth:`Consumer.position`."""
+        return self.consumer.position(partition)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """As :meth:`Consumer.pause`."""
+        self.consumer.pause(*partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """As :meth:`Consumer.resume`."""
+        self.consumer.resume(*partitions)
+
+    def paused(self) -> frozenset[TopicPartition]:
+        """As :meth:`Consumer.paused`."""
+        return self.consumer.paused()
+
+    def metrics(self) -> ConsumerMetrics:
+        """As :meth:`Consumer.metrics` (no request is sent)."""
+        return self.consumer.metrics()
+
+
+class _OnTheLoop(RebalanceListener):
+    """The threaded consumer's listener: runs the user's callbacks on the loop and waits."""
+
+    def __init__(
+        self, bridge: LoopBridge, user: AsyncRebalanceListener | RebalanceListener | None
+    ) -> None:
+        self._bridge = bridge
+        self._user = user
+
+    def _run(self, name: str, partitions: frozenset[TopicPartition]) -> None:
+        if self._user is not None:
+            self._bridge.run(getattr(self._user, name), partitions)
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        self._run("on_partitions_revoked", partitions)
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        self._run("on_partitions_assigned", partitions)
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        self._run("on_partitions_lost", partitions)
