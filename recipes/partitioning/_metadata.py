@@ -10,7 +10,7 @@ come from the cluster (:class:`KafkaTopicMetadata`); a test or a simulation give
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, Protocol
 
 from coordination._engine.clock import Clock
@@ -35,6 +35,9 @@ class TopicMetadata(Protocol):
         """Every topic that exists, Kafka's internal ones (``__``-prefixed) excluded."""
         ...
 
+    # Optional: ``partition_racks(topics) -> Mapping[str, Sequence[frozenset[str]]]``, the
+    # racks of each partition's replicas (KIP-881). A source without it means no racks.
+
 
 class InMemoryTopicMetadata:
     """Topic metadata from a table the caller keeps: for tests and simulations.
@@ -52,8 +55,18 @@ class InMemoryTopicMetadata:
     def __init__(self, partitions: Mapping[str, int] | None = None) -> None:
         """Start with ``partitions``: the partition count of each topic (default none)."""
         self._counts: dict[str, int] = {}
+        self._racks: dict[str, tuple[frozenset[str], ...]] = {}
         for topic, count in (partitions or {}).items():
             self.set_partitions(topic, count)
+
+    def set_racks(self, topic: str, racks: Sequence[Iterable[str]]) -> None:
+        """Say on which racks each partition of ``topic`` has replicas (KIP-881), by
+        partition number; racks of partitions beyond the list are unknown."""
+        self._racks = {**self._racks, topic: tuple(frozenset(r) for r in racks)}
+
+    def partition_racks(self, topics: Iterable[str]) -> dict[str, tuple[frozenset[str], ...]]:
+        racks = self._racks
+        return {t: racks[t] for t in set(topics) if t in racks}
 
     def set_partitions(self, topic: str, count: int) -> None:
         """Create ``topic`` with ``count`` partitions, or change its count.
@@ -111,6 +124,32 @@ class KafkaTopicMetadata:
             if t.get("error_code", 0) == 0 and name and t.get("partitions"):
                 counts[name] = len(t["partitions"])
         return counts
+
+    def partition_racks(self, topics: Iterable[str]) -> dict[str, list[frozenset[str]]]:
+        """The racks of each partition's replicas (brokers' ``broker.rack``), per topic;
+        topics whose brokers have no rack are left out."""
+        wanted = sorted(set(topics))
+        if not wanted:
+            return {}
+        with self._lock:
+            brokers = self._client().describe_cluster()["brokers"]
+            rack_of = {b["broker_id"]: b["rack"] for b in brokers if b.get("rack")}
+            if not rack_of:
+                return {}
+            described = self._client().describe_topics(wanted)
+        racks: dict[str, list[frozenset[str]]] = {}
+        for t in described:
+            name = t.get("topic") or t.get("name")
+            if t.get("error_code", 0) or not name:
+                continue
+            by_partition = {
+                p["partition_index"]: frozenset(
+                    rack_of[n] for n in p.get("replica_nodes", ()) if n in rack_of
+                )
+                for p in t.get("partitions", ())
+            }
+            racks[name] = [by_partition.get(i, frozenset()) for i in range(len(by_partition))]
+        return racks
 
     def topic_names(self) -> set[str]:
         with self._lock:

@@ -308,7 +308,16 @@ class ConsumerPartitioning(Coordinator):
             )
         all_topics = {t for s in subscriptions.values() for t in s.topics}
         counts = dict(self._metadata.partition_counts(all_topics))
-        plan = assignor.assign(counts, subscriptions)
+        racks = getattr(self._metadata, "partition_racks", None)
+        if (
+            assignor.rack_aware
+            and racks is not None
+            and any(s.rack_id for s in subscriptions.values())
+        ):
+            # KIP-881: only when a member has a rack, and only for assignors that use racks.
+            plan = assignor.assign(counts, subscriptions, partition_racks=racks(all_topics))  # type: ignore[call-arg]
+        else:
+            plan = assignor.assign(counts, subscriptions)
         claimed = {tp for sub in subscriptions.values() for tp in sub.owned_partitions}
         # Nothing claimed (eager members, a new group): nothing withheld, and no reason to
         # make the plan's TopicPartition objects (sticky plans hold ids until read).

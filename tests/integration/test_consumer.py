@@ -11,6 +11,8 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from coordination import OffsetAndMetadata, errors
+from coordination._engine.clock import SYSTEM_CLOCK
+from coordination.testing import NEWEST_KAFKA, KafkaCluster
 from recipes.partitioning import (
     Consumer,
     CooperativeStickyAssignor,
@@ -18,6 +20,7 @@ from recipes.partitioning import (
     RangeAssignor,
     TopicPartition,
 )
+from recipes.partitioning._metadata import KafkaTopicMetadata
 
 from .members import FAST, wait_until
 
@@ -213,3 +216,26 @@ def test_end_offsets_and_the_lag_of_each_owned_partition(kafka: str, consumers) 
         assert metrics.lag[tp] == 30 - returned[tp]
     assert metrics.total_lag == 60 - sum(returned.values())
     assert metrics.member.rebalance_total >= 1
+
+
+def test_partition_racks_come_from_the_brokers_and_reach_a_rack_aware_consumer() -> None:
+    # A broker of its own, with broker.rack set (every broker of a KafkaCluster shares it).
+    with KafkaCluster(brokers=1, version=NEWEST_KAFKA, config={"broker.rack": "r0"}) as kafka:
+        bootstrap = kafka.bootstrap_servers
+        create(bootstrap, "racked", 3)
+        metadata = KafkaTopicMetadata({"bootstrap_servers": bootstrap}, SYSTEM_CLOCK)
+        try:
+            wait_until(lambda: "racked" in metadata.partition_racks(["racked"]), 30, "racks")
+            assert metadata.partition_racks(["racked"]) == {"racked": [frozenset({"r0"})] * 3}
+        finally:
+            metadata.close()
+        created: list[Consumer] = []
+        try:
+            near = consumer(created, bootstrap, "racks", topics=["racked"], client_rack="r0")
+            far = consumer(created, bootstrap, "racks", topics=["racked"], client_rack="r1")
+            wait_until(lambda: settled([near, far], 3), 30, "both consumers")
+            # Every partition is on r0 alone: the same racks everywhere, so plain ranges.
+            assert sorted(len(c.assignment()) for c in (near, far)) == [1, 2]
+        finally:
+            for c in created:
+                c.close()

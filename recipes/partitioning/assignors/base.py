@@ -11,7 +11,10 @@ from coordination.errors import ConfigurationError
 
 from ..protocol import Assignment, RebalanceProtocol, Subscription
 
-__all__ = ["PartitionAssignor"]
+__all__ = ["PartitionAssignor", "PartitionRacks"]
+
+PartitionRacks = Mapping[str, Sequence[frozenset[str]]]
+"""For each topic, the racks of each partition's replicas, by partition number (KIP-881)."""
 
 
 class PartitionAssignor(abc.ABC):
@@ -58,6 +61,11 @@ class PartitionAssignor(abc.ABC):
 
     name: str
     """The protocol name in JoinGroup, e.g. ``"range"``; all members must agree on it."""
+
+    rack_aware: bool = False
+    """Whether :meth:`assign` takes ``partition_racks=`` (KIP-881). The group leader passes
+    the racks of every partition's replicas only to assignors that say so, and only when
+    some member has a rack: an assignor of your own keeps the two-argument ``assign``."""
 
     def supported_protocols(self) -> Sequence[RebalanceProtocol]:
         """The rebalance protocols this assignor can follow, most preferred first.
