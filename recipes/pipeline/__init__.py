@@ -1,37 +1,59 @@
 """The data pipeline this framework coordinates, on Apache Spark through PySpark.
 
-Pipeline workers share the partitions of an input topic through a consumer
-group (:class:`PipelineWorker`), aggregate each partition's events per key and
-tumbling window in Spark micro-batches, and publish each batch's results only
-after committing its offsets with their generation, so results are exact
-although delivery is at-least-once (see ``docs/pipeline.md``). Importing this
-package does not import PySpark; starting a worker or a Spark job does.
+A :class:`Pipeline` is the user's part: its topics, how records become rows
+(a schema or a parse function), a transform ``DataFrame -> DataFrame`` and a
+sink (:class:`ParquetSink`, or :class:`DeltaSink` for a Delta Lake table).
+Pipeline workers share the topics' partitions through a consumer group
+(:class:`PipelineWorker`); Spark reads each batch's offset range from Kafka
+itself, and each batch's results become visible only after its offsets were
+committed with the owner's generation, once, so results are exact although
+delivery is at-least-once (see ``docs/pipeline.md``). :func:`windowed_sum` is
+the demo's pipeline. Importing this package does not import PySpark; starting
+a worker or a Spark job does.
 """
 
+from ._definition import Pipeline as Pipeline
+from ._definition import windowed_sum as windowed_sum
 from ._output import OffsetRange as OffsetRange
 from ._output import PipelineOutput as PipelineOutput
 from ._output import PipelineOutputError as PipelineOutputError
 from ._output import PublishedRangeError as PublishedRangeError
 from ._output import StagedBatch as StagedBatch
 from ._output import StagedFilesError as StagedFilesError
+from ._sinks import DeltaSink as DeltaSink
+from ._sinks import ParquetSink as ParquetSink
+from ._sinks import Sink as Sink
 from ._spark import Batch as Batch
+from ._spark import aggregate_events as aggregate_events
+from ._spark import kafka_rows as kafka_rows
+from ._spark import parse_events as parse_events
 from ._spark import read_results as read_results
 from ._spark import spark_session as spark_session
 from ._spark import stage_batch as stage_batch
+from ._spark import stage_rows as stage_rows
 from ._worker import PipelineWorker as PipelineWorker
 from ._worker import WorkerEvent as WorkerEvent
 
 __all__ = [
     "Batch",
+    "DeltaSink",
     "OffsetRange",
+    "ParquetSink",
+    "Pipeline",
     "PipelineOutput",
     "PipelineOutputError",
     "PipelineWorker",
     "PublishedRangeError",
+    "Sink",
     "StagedBatch",
     "StagedFilesError",
     "WorkerEvent",
+    "aggregate_events",
+    "kafka_rows",
+    "parse_events",
     "read_results",
     "spark_session",
     "stage_batch",
+    "stage_rows",
+    "windowed_sum",
 ]

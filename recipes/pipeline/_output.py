@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -171,7 +171,8 @@ class StagedBatch:
         records: Records in the batch.
         rejected: Records that were not a valid event (see ``docs/pipeline.md``).
         rejected_offsets: Offsets of rejected records, ascending, at most 100.
-        window_ms: The tumbling window size the results were computed with.
+        window_ms: The tumbling window size the results were computed with (None:
+            the results are not per time window).
     """
 
     range: OffsetRange
@@ -180,7 +181,7 @@ class StagedBatch:
     records: int
     rejected: int
     rejected_offsets: tuple[int, ...] = field(default=())
-    window_ms: int
+    window_ms: int | None
 
     @property
     def commit_metadata(self) -> str:
@@ -224,11 +225,23 @@ class PipelineOutput:
         no commit can name any more (see its docstring).
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        before_publish: Callable[[Path, OffsetRange, Sequence[str]], None] | None = None,
+    ) -> None:
         """Use ``root`` as the output directory, creating its two subdirectories.
 
         Args:
             root: The output directory: a local path or a POSIX mount, not a URI.
+            before_publish: Called by :meth:`publish` with the staging directory,
+                its range and its data files, before the directory is renamed
+                into ``published/``; if it raises, nothing is published. It must
+                be idempotent: a crash after it returned and before the rename
+                makes the next :meth:`recover` call it again for the same batch
+                (:class:`~recipes.pipeline.DeltaSink` applies the batch to a
+                table here, once).
 
         Raises:
             ConfigurationError: ``root`` is a URI (an object store or any other
@@ -244,6 +257,7 @@ class PipelineOutput:
                 "offer; mount the storage and give its local path"
             )
         self.root = Path(root)
+        self._before_publish = before_publish
         self.staging_dir = self.root / _STAGING
         self.published_dir = self.root / _PUBLISHED
         self.staging_dir.mkdir(parents=True, exist_ok=True)
@@ -275,7 +289,7 @@ class PipelineOutput:
         *,
         records: int,
         rejected_offsets: list[int],
-        window_ms: int,
+        window_ms: int | None,
         files: Mapping[str, int] | None = None,
     ) -> StagedBatch:
         """Mark a staging directory complete by writing its manifest.
@@ -365,6 +379,15 @@ class PipelineOutput:
                 log.debug("%s was already published", offsets.name)
                 return dst
             raise PipelineOutputError(f"{src} has no {MANIFEST_NAME}: its write did not finish")
+        if self._before_publish is not None and src.is_dir():
+            files = self.read_manifest(src).get("files")
+            self._before_publish(
+                src,
+                offsets,
+                sorted(files)
+                if isinstance(files, dict)
+                else [n for n in _listdir(src) if not n.startswith(("_", "."))],
+            )
         try:
             os.rename(src, dst)
         except FileNotFoundError:

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from ._definition import Pipeline
+
 __all__ = [
     "DEFAULT_WINDOW_MS",
     "MAX_ABS_VALUE",
@@ -37,12 +39,15 @@ __all__ = [
     "VALUE_SCALE",
     "Batch",
     "aggregate_events",
+    "kafka_rows",
     "parse_events",
     "published_dataframe",
     "read_results",
     "records_dataframe",
+    "spark_packages",
     "spark_session",
     "stage_batch",
+    "stage_rows",
 ]
 
 DEFAULT_WINDOW_MS: Final = 60_000
@@ -86,6 +91,9 @@ _DEFAULT_CONF: Final[Mapping[str, str]] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
+    # Delta rebuilds a table's state with 50 tasks by default: seconds per
+    # batch for a table a micro-batch pipeline commits to every second.
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 
 
@@ -155,6 +163,10 @@ def spark_session(
     Create it once per worker process and reuse it for every batch: starting
     the JVM takes seconds, a batch takes a fraction of one.
 
+    The session gets Spark's Kafka source and, when ``delta-spark`` is
+    installed, Delta Lake (:func:`spark_packages`, added to any
+    ``spark.jars.packages`` in ``conf``).
+
     Defaults: ``spark.driver.memory`` and ``spark.executor.memory`` 512m,
     ``spark.sql.shuffle.partitions`` 4, the web UI and the console progress bar
     off, session time zone UTC, Hadoop's file output committer version 1, log
@@ -186,6 +198,14 @@ def spark_session(
         )
     from pyspark.sql import SparkSession
 
+    packages = spark_packages()
+    extra = str(settings.get("spark.jars.packages", "")).strip()
+    settings["spark.jars.packages"] = ",".join(packages + ([extra] if extra else []))
+    if any(p.startswith("io.delta:") for p in packages):
+        settings.setdefault("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        settings.setdefault(
+            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+        )
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -195,23 +215,103 @@ def spark_session(
 
 
 def records_dataframe(
-    spark: SparkSession, records: Sequence[tuple[int, bytes | None]]
+    spark: SparkSession,
+    records: Sequence[tuple[int, bytes | None]],
+    *,
+    topic: str = "",
+    partition: int = 0,
 ) -> DataFrame:
-    """A DataFrame ``(offset BIGINT, raw BINARY)`` of the polled records.
+    """Records already in the driver as a DataFrame with Kafka's columns (:func:`kafka_rows`).
 
-    The value bytes go to the JVM undecoded and unparsed: JSON parsing runs in
-    Spark (:func:`parse_events`), and row verification is skipped because
-    :class:`Batch` already checked the offsets, which keeps building the
+    ``key``, ``timestamp`` and ``timestampType`` are null. Row verification is
+    skipped (:class:`Batch` checked the offsets), which keeps building the
     DataFrame at about 1 microsecond per record.
 
     Args:
         spark: The session.
         records: ``(offset, value)`` pairs.
+        topic: The topic of every row.
+        partition: The partition of every row.
 
     Returns:
         The DataFrame, one row per record.
     """
-    return spark.createDataFrame(list(records), _raw_schema(), verifySchema=False)
+    rows = [(None, value, topic, partition, offset, None, None) for offset, value in records]
+    return spark.createDataFrame(rows, _kafka_schema(), verifySchema=False)
+
+
+def kafka_rows(
+    spark: SparkSession,
+    offsets: OffsetRange | Sequence[OffsetRange],
+    kafka_options: Mapping[str, str],
+    *,
+    topic: str | None = None,
+) -> DataFrame:
+    """The records of ``offsets``, read by Spark's Kafka batch source on the executors.
+
+    ``spark.read.format("kafka")`` with ``assign`` and exact ``startingOffsets``
+    / ``endingOffsets``, reading ``read_committed`` (aborted transactions are
+    skipped): the records never pass through the Python driver. A range whose
+    records were deleted by retention fails the read (``failOnDataLoss``)
+    rather than silently producing a partial batch.
+
+    Args:
+        spark: The session; it needs the ``spark-sql-kafka-0-10`` package
+            (:func:`spark_session` adds it).
+        offsets: One range, or several (of different partitions).
+        kafka_options: At least ``kafka.bootstrap.servers``; any ``kafka.*``
+            setting of Kafka's Java consumer (security, ...) passes through.
+        topic: The real topic name, when ``offsets`` holds a shortened one
+            (:func:`~recipes.pipeline._output.dir_topic` of a very long name).
+
+    Returns:
+        ``(key, value, topic, partition, offset, timestamp, timestampType)``.
+    """
+    import json
+
+    ranges = [offsets] if isinstance(offsets, OffsetRange) else list(offsets)
+    assign: dict[str, list[int]] = {}
+    start: dict[str, dict[str, int]] = {}
+    end: dict[str, dict[str, int]] = {}
+    for r in ranges:
+        name = topic or r.topic
+        assign.setdefault(name, []).append(r.partition)
+        start.setdefault(name, {})[str(r.partition)] = r.start_offset
+        end.setdefault(name, {})[str(r.partition)] = r.end_offset
+    options = {
+        "kafka.isolation.level": "read_committed",
+        **kafka_options,
+        "assign": json.dumps(assign),
+        "startingOffsets": json.dumps(start),
+        "endingOffsets": json.dumps(end),
+        "failOnDataLoss": "true",
+    }
+    if "kafka.bootstrap.servers" not in options:
+        raise ConfigurationError("kafka_rows needs kafka_options['kafka.bootstrap.servers']")
+    return spark.read.format("kafka").options(**options).load()
+
+
+def spark_packages() -> list[str]:
+    """The Maven packages a pipeline's session needs, matching the installed PySpark.
+
+    Spark's Kafka source (``spark-sql-kafka-0-10``) always, and Delta Lake
+    (``delta-spark``) when the ``delta-spark`` Python package is installed.
+    Spark resolves them from Maven Central on the first start and caches them
+    (``~/.ivy2.5.2``); on a cluster the driver ships them to the executors.
+    """
+    import importlib.metadata
+
+    import pyspark
+
+    version = pyspark.__version__
+    packages = [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"]
+    try:
+        delta = importlib.metadata.version("delta-spark")
+    except importlib.metadata.PackageNotFoundError:
+        return packages
+    major_minor = ".".join(version.split(".")[:2])
+    packages.append(f"io.delta:delta-spark_{major_minor}_2.13:{delta}")
+    return packages
 
 
 def parse_events(raw: DataFrame) -> DataFrame:
@@ -226,14 +326,14 @@ def parse_events(raw: DataFrame) -> DataFrame:
     alone, so every owner rejects the same records.
 
     Args:
-        raw: ``(offset, raw)`` as built by :func:`records_dataframe`.
+        raw: Kafka's rows (:func:`kafka_rows`, :func:`records_dataframe`).
 
     Returns:
         ``(offset, key, ts_ms, value DECIMAL(38, 9), valid BOOLEAN)``.
     """
     from pyspark.sql import functions as F
 
-    event = F.from_json(F.col("raw").cast("string"), _event_schema())
+    event = F.from_json(F.col("value").cast("string"), _event_schema())
     parsed = raw.select(
         "offset",
         event["key"].alias("key"),
@@ -291,36 +391,73 @@ def stage_batch(
     batch: Batch,
     *,
     window_ms: int = DEFAULT_WINDOW_MS,
+    pipeline: Pipeline | None = None,
 ) -> StagedBatch:
-    """Process one batch and write its results to a new staging directory.
+    """Process the records of ``batch`` (already in the driver) into a new staging directory.
 
-    One Spark job: parse, aggregate, write one Parquet file with Hadoop's
-    version 1 committer. The count of rejected records and of result rows are
-    gathered by the same job (DataFrame observations), not by a second pass.
-    Then the written files are checked: their rows, read back, must add up to
-    the rows the job produced, so a duplicate part file left by a lost or
-    speculative task fails the stage instead of counting a batch twice. The
-    manifest, written last, lists the files and their rows; readers read only
-    those (:meth:`~recipes.pipeline._output.PipelineOutput.published_files`).
+    :func:`stage_rows` on :func:`records_dataframe` of the batch; the worker reads
+    its ranges from Kafka in Spark instead (:func:`kafka_rows`). For tests and
+    for records that come from elsewhere.
 
-    Next, commit ``batch.end_offset`` with ``staged.commit_metadata`` and call
+    Args:
+        spark: The session (see :func:`spark_session`).
+        output: Where to stage.
+        batch: The records.
+        window_ms: The window of the default pipeline (:func:`windowed_sum`).
+        pipeline: What to compute; default :func:`windowed_sum` with ``window_ms``.
+
+    Returns:
+        The staged batch.
+    """
+    if pipeline is None:
+        from ._definition import windowed_sum
+        from ._sinks import ParquetSink
+
+        pipeline = windowed_sum(batch.topic, ParquetSink(output.root), window_ms=window_ms)
+    rows = records_dataframe(spark, batch.records, topic=batch.topic, partition=batch.partition)
+    return stage_rows(spark, output, batch.range, rows, pipeline, observe=bool(batch.records))
+
+
+def stage_rows(
+    spark: SparkSession,
+    output: PipelineOutput,
+    offsets: OffsetRange,
+    kafka_rows: DataFrame,
+    pipeline: Pipeline,
+    *,
+    observe: bool = True,
+) -> StagedBatch:
+    """Run ``pipeline`` on the Kafka rows of one offset range, into a new staging directory.
+
+    One Spark job: read (or take) the rows, parse, transform, write one Parquet
+    file with Hadoop's version 1 committer. The count of records, of rejected
+    records and of result rows are gathered by the same job (DataFrame
+    observations), not by a second pass. Then the written files are checked:
+    their rows, read back, must add up to the rows the job produced, so a
+    duplicate part file left by a lost or speculative task fails the stage
+    instead of counting a batch twice. The manifest, written last, lists the
+    files and their rows; readers read only those
+    (:meth:`~recipes.pipeline._output.PipelineOutput.published_files`).
+
+    Next, commit ``offsets.end_offset`` with ``staged.commit_metadata`` and call
     ``output.publish(staged)`` once the commit succeeded. If it failed or its
     outcome is unknown, leave the staging directory: the commit may have
     landed (``recover`` then publishes it), and ``cleanup_orphans`` removes it
     once no commit can name it.
 
     Args:
-        spark: The session (see :func:`spark_session`).
+        spark: The session.
         output: Where to stage.
-        batch: The records.
-        window_ms: The tumbling window size in milliseconds; keep it fixed for
-            the life of an output, since results of different sizes do not combine.
+        offsets: The range the rows are.
+        kafka_rows: Its records, with Kafka's columns (:func:`kafka_rows`).
+        pipeline: What to compute.
+        observe: Gather counts (False only for rows known to be empty: Spark
+            optimises an empty local relation away and never reports them).
 
     Returns:
         The staged batch.
 
     Raises:
-        PipelineOutputError: ``window_ms`` is not positive.
         StagedFilesError: The written files do not hold the rows the job
             produced; the staging directory is removed before the error propagates.
         pyspark.errors.PySparkException: Spark failed; the staging directory
@@ -329,20 +466,21 @@ def stage_batch(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    offsets = batch.range
-    events = parse_events(records_dataframe(spark, batch.records))
-    observation: Observation | None = None
+    read: Observation | None = None
     written: Observation | None = None
-    if batch.records:
-        # Not for an empty batch: Spark optimises its plan to an empty relation,
-        # the metrics are never reported, and Observation.get waits, then fails.
-        observation = Observation("batch")
-        events = events.observe(
-            observation,
+    if observe:
+        read = Observation("read")
+        kafka_rows = kafka_rows.observe(read, F.count(F.lit(1)).alias("records"))
+    parsed = pipeline.rows(kafka_rows)
+    checked: Observation | None = None
+    if observe and "valid" in parsed.columns and "offset" in parsed.columns:
+        checked = Observation("checked")
+        parsed = parsed.observe(
+            checked,
             F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
         )
-    results = aggregate_events(events, window_ms)
-    if batch.records:
+    results = pipeline.transform(parsed)
+    if observe:
         # Counted in the write's own (result) stage, whose metrics Spark takes
         # from one successful attempt per task.
         written = Observation("written")
@@ -358,17 +496,17 @@ def stage_batch(
             .parquet(str(path))
         )
         rows = int(written.get["rows"]) if written is not None else 0
-        files = _checked_files(spark, path, rows)
+        files = _checked_files(spark, path, rows, results.schema)
         rejected: list[int] = []
-        if observation is not None:
+        if checked is not None:
             # A set: a re-run map task must not list (and count) an offset twice.
-            rejected = sorted({int(o) for o in observation.get["rejected_offsets"]})
+            rejected = sorted({int(o) for o in checked.get["rejected_offsets"]})
         return output.finish_stage(
             path,
             offsets,
-            records=len(batch.records),
+            records=int(read.get["records"]) if read is not None else 0,
             rejected_offsets=rejected,
-            window_ms=window_ms,
+            window_ms=pipeline.window_ms,
             files=files,
         )
     except BaseException:
@@ -378,7 +516,9 @@ def stage_batch(
         raise
 
 
-def _checked_files(spark: SparkSession, path: Path, rows: int) -> dict[str, int]:
+def _checked_files(
+    spark: SparkSession, path: Path, rows: int, schema: StructType
+) -> dict[str, int]:
     """The data files Spark wrote to ``path`` and their rows, checked against ``rows``.
 
     One small Spark job reads the files back (a batch's results are a few
@@ -397,7 +537,7 @@ def _checked_files(spark: SparkSession, path: Path, rows: int) -> dict[str, int]
     )
     counts: dict[str, int] = {}
     if names:
-        read = spark.read.schema(_result_schema()).parquet(*(str(path / n) for n in names))
+        read = spark.read.schema(schema).parquet(*(str(path / n) for n in names))
         per_file = read.groupBy(F.col("_metadata.file_name").alias("file")).count()
         counts = {str(r["file"]): int(r["count"]) for r in per_file.collect()}
     files = {name: counts.get(name, 0) for name in names}
@@ -458,11 +598,27 @@ def read_results(
     }
 
 
-def _raw_schema() -> StructType:
-    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+def _kafka_schema() -> StructType:
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
     return StructType(
-        [StructField("offset", LongType(), False), StructField("raw", BinaryType(), True)]
+        [
+            StructField("key", BinaryType(), True),
+            StructField("value", BinaryType(), True),
+            StructField("topic", StringType(), False),
+            StructField("partition", IntegerType(), False),
+            StructField("offset", LongType(), False),
+            StructField("timestamp", TimestampType(), True),
+            StructField("timestampType", IntegerType(), True),
+        ]
     )
 
 

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,14 +28,15 @@ from recipes.partitioning import (
     Consumer,
     ConsumerPartitioning,
     CooperativeStickyAssignor,
-    PartitionsNotOwnedError,
     RebalanceListener,
     TopicPartition,
 )
 from recipes.partitioning._consumer import FETCH_SETTINGS
 
-from ._output import PipelineOutput, PipelineOutputError, StagedFilesError
-from ._spark import DEFAULT_WINDOW_MS, Batch, spark_session, stage_batch
+from ._definition import Pipeline, windowed_sum
+from ._output import OffsetRange, PipelineOutput, PipelineOutputError, StagedBatch, StagedFilesError
+from ._sinks import ParquetSink
+from ._spark import DEFAULT_WINDOW_MS, Batch, kafka_rows, spark_session, stage_batch, stage_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,42 +53,28 @@ Every event has ``event`` (its kind), ``worker`` (the worker's name) and ``t``
 machine can be merged into one timeline).
 """
 
-# kafka-python fetch settings the worker passes through to its consumer's fetcher (the
-# others would change what the worker reads: deserializers, isolation, where to start).
-_FETCH_SETTINGS: Final = frozenset(
-    {
-        "fetch_max_wait_ms",
-        "fetch_max_bytes",
-        "max_partition_fetch_bytes",
-        "max_poll_records",
-        "receive_buffer_bytes",
-    }
-)
 _REBALANCE_IN_PROGRESS: Final = 27  # Kafka error code
-_POLLS_PER_STEP: Final = 20
-# A partition stops fetching while this many batches' worth of records wait in memory.
-_BUFFERED_BATCHES: Final = 2
+# kafka-python connection settings that Spark's Kafka source needs in its own spelling.
+_SECURITY_SETTINGS: Final = ("security_protocol", "sasl_mechanism", "ssl_cafile")
 
 
 @dataclass(eq=False)
 class _Partition:
     """An owned partition, from its assignment until it is revoked or lost.
 
-    A new object is made at every assignment: the fetch loop compares identities
-    to tell records fetched for this ownership from records of an earlier one.
+    A new object is made at every assignment, so a batch cut for an ownership
+    that ended is recognised.
     """
 
     tp: TopicPartition
     assigned_at: float
-    ready: bool = False  # recovered, cleaned up and the consumer positioned at ``start``
+    ready: bool = False  # recovered and cleaned up, ``start`` known
     start: int = 0  # the committed offset: where the next batch starts
-    records: list[tuple[int, bytes | None]] = field(default_factory=list)
-    # Kafka timestamps (ms) of the buffered records, to serve the oldest data first.
-    timestamps: list[int] = field(default_factory=list)
-    first_buffered_at: float = 0.0
-    # Paused in the consumer: until ready (nothing of it is returned before its start is
-    # known), and while enough records wait in memory.
-    paused: bool = False
+    end: int = 0  # the partition's last known end (its last stable offset)
+    # When records past ``start`` were first seen (None: none waiting): the oldest
+    # waiting data is served first, and a batch is cut at the latest when this is
+    # max_batch_delay_ms old.
+    pending_since: float | None = None
 
 
 class _Membership(ConsumerPartitioning):
@@ -128,10 +115,11 @@ class _Listener(RebalanceListener):
 
 
 class PipelineWorker:
-    """One worker of the pipeline: a consumer that processes its partitions with Spark.
+    """One worker of a pipeline: a group member that has Spark process its partitions' ranges.
 
     Example:
-        worker = PipelineWorker("agg-workers", topic="events", output="/data/agg",
+        pipeline = windowed_sum("events", ParquetSink("/data/agg"), window_ms=60_000)
+        worker = PipelineWorker("agg-workers", pipeline,
                                 bootstrap_servers="localhost:9092", name="w1")
         worker.start()                  # starts Spark, joins the group
         try:
@@ -139,17 +127,21 @@ class PipelineWorker:
         finally:
             worker.close()              # hands its partitions over cleanly
 
-    Each owned partition is processed in micro-batches: records are buffered
-    until ``max_batch_records`` are waiting or the oldest has waited
-    ``max_batch_delay_ms``; a batch starts at the partition's committed offset
-    and ends one past its last record. Per batch: stage with Spark, commit the
-    end offset with the staged name as metadata (fenced by the generation),
-    publish. A commit that fails or whose outcome is unknown (refused, timed
+    The group decides which worker owns which partitions; the worker decides
+    each batch's offset range; Spark reads the range from Kafka on its
+    executors (:func:`~recipes.pipeline.kafka_rows`): no record passes through
+    the worker's Python process. A partition's batch starts at its committed
+    offset and ends at its last stable offset (the end ``read_committed``
+    consumers see), at most ``max_batch_records`` further, once that many are
+    waiting or the oldest has waited ``max_batch_delay_ms``. Per batch: stage
+    with Spark (the pipeline's parse and transform), commit the end offset with
+    the staged name as metadata (fenced by the generation), publish through
+    the sink. A commit that fails or whose outcome is unknown (refused, timed
     out, any error) never deletes the staged batch, since a commit whose
     response was lost may have landed: the worker asks the broker
     (OffsetFetch) whether the committed metadata names the batch and then
     publishes it; otherwise it leaves it (for a later, fenced orphan cleanup)
-    and reads the partition again from its committed offset if it still owns it.
+    and processes the partition again from its committed offset if it still owns it.
 
     File deletions are fenced: orphaned staging directories are removed only
     while the worker's membership lease (``Coordinator.membership_lease()``)
@@ -159,11 +151,10 @@ class PipelineWorker:
     from a pause past its session cannot delete its successor's batches.
 
     Built on Consumer:
-        :attr:`consumer` (a :class:`~recipes.partitioning.Consumer`) fetches the
-        records, keeps each partition's position, pauses and resumes, and commits
-        fenced by ownership and generation; :attr:`group` is its group member. A
-        newly assigned partition stays paused in the consumer until it is
-        prepared, so nothing of it is returned before its start is known.
+        :attr:`consumer` (a :class:`~recipes.partitioning.Consumer`) holds the
+        group membership, answers each partition's committed offset and end,
+        and commits fenced by ownership and generation; :attr:`group` is its
+        group member. Its partitions stay paused: it never fetches records.
 
     Ownership changes (on the group's membership thread):
         assigned: the partition is recovered (the previous owner's committed but
@@ -171,17 +162,17 @@ class PipelineWorker:
             first batch, on the worker's thread.
         revoked / lost: the callback waits for the batch in flight on those
             partitions to finish (commit and publish, or leave the staged batch
-            if the commit fails) and drops their buffered records, so the next
-            owner starts from a committed offset whose results are published.
-            Other partitions keep going: with cooperative rebalancing a worker
-            whose partitions do not move is never interrupted.
+            if the commit fails), so the next owner starts from a committed
+            offset whose results are published. Other partitions keep going:
+            with cooperative rebalancing a worker whose partitions do not move
+            is never interrupted.
 
     Threads:
-        :meth:`run` is the only thread that touches Spark and polls the consumer.
-        The rebalance callbacks run on the membership thread and wait at most one
-        batch for :meth:`run`; :meth:`close` must not be called from them. Every
-        lock, wait and reading of the time that guards the group's work comes
-        from the group member's clock (``clock=``).
+        :meth:`run` is the only thread that touches Spark. The rebalance
+        callbacks run on the membership thread and wait at most one batch for
+        :meth:`run`; :meth:`close` must not be called from them. Every lock,
+        wait and reading of the time that guards the group's work comes from
+        the group member's clock (``clock=``).
 
     Events:
         ``on_event`` receives a :data:`WorkerEvent` for: ``started`` (Spark up),
@@ -189,23 +180,27 @@ class PipelineWorker:
         (with ``partitions``, ``generation``, and ``rebalance_ms`` since the
         rebalance began), ``recovered`` (a partition is ready: its committed
         offset, what recover published, the orphans removed), ``batch``
-        (partition, offsets, records, rejected, milliseconds), ``abandoned``
-        (a commit failed and did not land; the staged batch is left),
-        ``closed``. It runs on the worker's threads and must be fast.
+        (topic, partition, offsets, records, rejected, milliseconds),
+        ``abandoned`` (a commit failed and did not land; the staged batch is
+        left), ``failed`` (Spark or the sink failed; the range is processed
+        again), ``closed``. It runs on the worker's threads and must be fast.
     """
 
     def __init__(
         self,
         group_id: str,
+        pipeline: Pipeline | None = None,
         *,
-        topic: str,
-        output: PipelineOutput | str | Path,
+        topic: str | None = None,
+        output: PipelineOutput | str | Path | None = None,
+        window_ms: int = DEFAULT_WINDOW_MS,
         name: str = "worker",
         master: str = "local[1]",
         spark_conf: Mapping[str, str] | None = None,
-        window_ms: int = DEFAULT_WINDOW_MS,
-        max_batch_records: int = 20_000,
+        kafka_options: Mapping[str, str] | None = None,
+        max_batch_records: int = 100_000,
         max_batch_delay_ms: int = 1000,
+        poll_interval_ms: int = 100,
         lease_margin_ms: int | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
         **settings: Any,
@@ -214,14 +209,21 @@ class PipelineWorker:
 
         Args:
             group_id: The consumer group of the workers (Kafka ``group.id``).
-            topic: The input topic.
-            output: The output directory (a :class:`PipelineOutput` or its root).
+            pipeline: What to compute (topics, parse, transform, sink).
+            topic: Without ``pipeline``: the input topic of the default
+                pipeline, :func:`~recipes.pipeline.windowed_sum` into a
+                :class:`~recipes.pipeline.ParquetSink` at ``output``.
+            output: Without ``pipeline``: the default pipeline's output directory.
+            window_ms: Without ``pipeline``: the default pipeline's window.
             name: This worker's name in logs and events.
             master: ``spark.master``; default ``local[1]``, one core per worker.
             spark_conf: Further Spark settings (see :func:`spark_session`).
-            window_ms: The tumbling window size; fixed for the life of ``output``.
-            max_batch_records: Most records in one batch.
-            max_batch_delay_ms: Longest time a fetched record waits for its batch.
+            kafka_options: Settings of Spark's Kafka source (``kafka.*``, e.g.
+                ``kafka.security.protocol``); ``kafka.bootstrap.servers`` defaults
+                to ``bootstrap_servers``.
+            max_batch_records: Most offsets in one batch.
+            max_batch_delay_ms: Longest time a record waits before its batch is cut.
+            poll_interval_ms: How often an idle worker asks the partitions' ends.
             lease_margin_ms: Orphaned staging directories are deleted only while
                 the membership lease exceeds this; default ``heartbeat_interval_ms``.
                 Must be below ``min(session_timeout_ms, rebalance_timeout_ms)``.
@@ -229,48 +231,53 @@ class PipelineWorker:
             **settings: Group and connection settings of
                 :class:`~recipes.partitioning.ConsumerPartitioning`
                 (``bootstrap_servers`` (required), ``session_timeout_ms``, ...,
-                ``transport`` and ``clock``), and the kafka-python fetch settings
-                ``fetch_max_wait_ms`` (default 200), ``fetch_max_bytes``,
-                ``max_partition_fetch_bytes``, ``max_poll_records`` (default 10 000),
-                ``receive_buffer_bytes``.
+                ``transport`` and ``clock``).
 
         Raises:
             ConfigurationError: A setting is invalid.
         """
-        if max_batch_records <= 0 or max_batch_delay_ms < 0:
+        if max_batch_records <= 0 or max_batch_delay_ms < 0 or poll_interval_ms <= 0:
             raise ConfigurationError(
-                "max_batch_records must be > 0 and max_batch_delay_ms >= 0, got "
-                f"{max_batch_records} and {max_batch_delay_ms}"
+                "max_batch_records and poll_interval_ms must be > 0 and max_batch_delay_ms "
+                f">= 0, got {max_batch_records}, {poll_interval_ms} and {max_batch_delay_ms}"
             )
-        if window_ms <= 0:
-            raise ConfigurationError(f"window_ms must be > 0, got {window_ms}")
+        if pipeline is None:
+            if topic is None or output is None:
+                raise ConfigurationError(
+                    "PipelineWorker needs a pipeline, or topic and output for the default one "
+                    "(windowed_sum into a ParquetSink)"
+                )
+            if isinstance(output, PipelineOutput):
+                output = output.root
+            pipeline = windowed_sum(topic, ParquetSink(output), window_ms=window_ms)
+        elif topic is not None or output is not None:
+            raise ConfigurationError(
+                "PipelineWorker: topic and output describe the default pipeline; with a "
+                "pipeline, set them in it"
+            )
+        self.pipeline = pipeline
         self.name = name
-        self.topic = topic
-        self.output = output if isinstance(output, PipelineOutput) else PipelineOutput(output)
-        self.window_ms = window_ms
         self.max_batch_records = max_batch_records
         self.max_batch_delay_s = max_batch_delay_ms / 1000
+        self.poll_interval_s = poll_interval_ms / 1000
         self._master = master
         self._spark_conf = dict(spark_conf or {})
         self._on_event = on_event
-        refused = sorted(k for k in settings if k in FETCH_SETTINGS - _FETCH_SETTINGS)
+        refused = sorted(k for k in settings if k in FETCH_SETTINGS)
         if refused:
             raise ConfigurationError(
-                f"PipelineWorker reads raw, committed records from the committed offsets: "
-                f"{', '.join(refused)} cannot be set"
+                f"PipelineWorker: Spark reads the records (kafka_options configure its Kafka "
+                f"source), so the consumer settings {', '.join(refused)} cannot be set"
             )
-        fetch = {k: settings.pop(k) for k in list(settings) if k in _FETCH_SETTINGS}
+        self.kafka_options = _kafka_options(settings, kafka_options)
         self.consumer: Consumer = _WorkerConsumer(
             self,
             group_id,
-            topics=[topic],
+            topics=list(pipeline.topics),
             assignors=[CooperativeStickyAssignor()],
             listener=_Listener(self),
             auto_offset_reset="earliest",
-            fetch_max_wait_ms=200,
-            max_poll_records=10_000,
-            **fetch,
-            # Aborted records of transactional producers are never aggregated.
+            # Batches end at the last stable offset: aborted records are never read.
             isolation_level="read_committed",
             **settings,
         )
@@ -283,6 +290,7 @@ class PipelineWorker:
             why=": no deletion could ever be fenced",
         )
         self._spark: SparkSession | None = None
+        self._output: PipelineOutput | None = None
         self._started = False
         # Set when partitions are assigned, to end an idle wait of the worker's thread.
         self._assigned = self._clock.event()
@@ -304,6 +312,13 @@ class PipelineWorker:
         """The group member underneath (generation, membership lease, metrics, ...): the
         consumer's, :attr:`Consumer.group <recipes.partitioning.Consumer.group>`."""
         return self.consumer.group
+
+    @property
+    def output(self) -> PipelineOutput:
+        """Where batches are staged and published: the pipeline's sink's staging area."""
+        if self._output is None:
+            self._output = self.pipeline.sink.output(self._spark)  # type: ignore[arg-type]
+        return self._output
 
     def start(self) -> None:
         """Start Spark (seconds: a JVM starts), then the consumer: it joins the group in
@@ -334,6 +349,8 @@ class PipelineWorker:
         over 20 s on a busy 2-core machine (later ones: about 1 s). Paying that
         before joining keeps it out of the partitions' processing: a worker that
         takes over a killed worker's partitions is ready to process them at once.
+        The batches run the pipeline on records in memory, then Spark's Kafka
+        source reads an empty range of an input partition (loading its classes).
         """
         assert self._spark is not None
         with tempfile.TemporaryDirectory(prefix="pipeline-warm-up-") as scratch:
@@ -355,7 +372,12 @@ class PipelineWorker:
                     end_offset=n * 100 + 100,
                     records=records,
                 )
-                output.publish(stage_batch(self._spark, output, batch, window_ms=self.window_ms))
+                output.publish(stage_batch(self._spark, output, batch, pipeline=self.pipeline))
+        empty = OffsetRange(
+            topic=self.pipeline.topics[0], partition=0, start_offset=0, end_offset=0
+        )
+        with contextlib.suppress(Exception):  # a warm-up only: the real reads report errors
+            kafka_rows(self._spark, empty, self.kafka_options).count()
 
     def run(self, stop: threading.Event) -> None:
         """Fetch and process batches until ``stop`` is set (call :meth:`start` first).
@@ -404,88 +426,65 @@ class PipelineWorker:
         for part in parts.values():
             if not part.ready:
                 self._prepare(part)
-        with self._lock:
-            self._flow_control()  # a partition not prepared stays paused
-        polled = self._fetch() if parts else []
         if not parts:
-            self._clock.sleep(0.1, self._assigned)
+            self._clock.sleep(self.poll_interval_s, self._assigned)
             self._assigned.clear()
+            return
+        ready = [tp for tp, part in parts.items() if part.ready]
+        ends = self._ends(ready) if ready else {}
         now = self._clock.monotonic()
         with self._lock:
-            for tp, records in polled:
+            for tp, end in ends.items():
                 current = self._parts.get(tp)
-                # Polled for an ownership that ended, or that began since the snapshot (or
-                # that must be read again): dropped. Every new ownership and every reread
-                # seeks to the committed offset when it is prepared, so nothing is skipped.
+                # Asked for an ownership that ended, or that began since the snapshot.
                 if current is None or current is not parts.get(tp) or not current.ready:
                     continue
-                if not current.records:
-                    current.first_buffered_at = now
-                last = current.records[-1][0] if current.records else current.start - 1
-                fresh = [r for r in records if r.offset > last]
-                current.records.extend((r.offset, r.value) for r in fresh)
-                current.timestamps.extend(r.timestamp for r in fresh)
-            self._flow_control()
+                current.end = end
+                if end > current.start and current.pending_since is None:
+                    current.pending_since = now
             batch = self._next_batch(now)
         if batch is not None:
             self._process(*batch)
+        else:
+            self._clock.sleep(self.poll_interval_s, self._assigned)
 
-    def _fetch(self) -> list[tuple[TopicPartition, list[Any]]]:
-        """Everything the consumer has now, waiting up to 100 ms for the first records.
+    def _ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's last stable offset (one ListOffsets per leader); {} on failure."""
+        try:
+            return self.consumer.end_offsets(
+                partitions, timeout=self.group.config.request_timeout_ms / 1000
+            )
+        except Exception as e:
+            # Asked again at the next step: a leader moving, a broker restarting.
+            log.warning("%s: cannot fetch the partitions' ends: %s", self.name, e)
+            return {}
 
-        One poll per batch would cap the intake at one poll's worth per Spark job
-        (a second or so), so polls repeat while they return records.
-        """
-        polled: list[tuple[TopicPartition, list[Any]]] = []
-        for n in range(_POLLS_PER_STEP):
-            got = self.consumer.poll(timeout_ms=100 if n == 0 else 0)
-            if not got:
-                break
-            polled.extend(got.items())
-        return polled
-
-    def _flow_control(self) -> None:
-        """Pause the partitions not prepared yet, and those with enough records waiting (so
-        memory stays bounded); resume the others. Holds the lock."""
-        limit = _BUFFERED_BATCHES * self.max_batch_records
-        for part in self._parts.values():
-            hold = not part.ready or len(part.records) >= limit
-            if hold != part.paused:
-                (self.consumer.pause if hold else self.consumer.resume)(part.tp)
-                part.paused = hold
-
-    def _next_batch(self, now: float) -> tuple[_Partition, Batch] | None:
+    def _next_batch(self, now: float) -> tuple[_Partition, OffsetRange] | None:
         """Cut the next batch (holding the lock) and mark its partition in flight."""
         due = [
             p
             for p in self._parts.values()
             if p.ready
-            and p.records
+            and p.pending_since is not None
             and p.tp not in self._revoking
             and (
-                len(p.records) >= self.max_batch_records
-                or now - p.first_buffered_at >= self.max_batch_delay_s
+                p.end - p.start >= self.max_batch_records
+                or now - p.pending_since >= self.max_batch_delay_s
             )
         ]
         if not due:
             return None
-        # The partition with the oldest unprocessed record first: this bounds every
+        # The partition whose data has waited longest first: this bounds every
         # partition's lag, and serves a backlog taken over from a failed worker
         # before partitions that were processed a moment ago.
-        part = min(due, key=lambda p: (p.timestamps[0], p.first_buffered_at))
-        records = part.records[: self.max_batch_records]
-        del part.records[: self.max_batch_records]
-        del part.timestamps[: self.max_batch_records]
-        part.first_buffered_at = now
+        part = min(due, key=lambda p: (p.pending_since or 0.0, p.tp))
         self._in_flight = part.tp
-        batch = Batch(
+        return part, OffsetRange(
             topic=part.tp.topic,
             partition=part.tp.partition,
             start_offset=part.start,
-            end_offset=records[-1][0] + 1,
-            records=records,
+            end_offset=min(part.end, part.start + self.max_batch_records),
         )
-        return part, batch
 
     def _prepare(self, part: _Partition) -> None:
         """Recover a newly assigned partition and position the consumer at its committed offset.
@@ -517,17 +516,14 @@ class PipelineWorker:
             )
             if offset is None:
                 # Nothing committed: where the consumer started it (the log's start, as
-                # auto_offset_reset says), or where a reread put it back. Nothing of it was
-                # returned since: a partition not prepared is paused.
+                # auto_offset_reset says).
                 offset = self.consumer.position(tp)
                 if offset is None:
                     log.warning("%s: %s: no start position yet", self.name, tp)
                     return
-            self.consumer.seek(tp, offset)
             with self._lock:
                 part.start = offset
-                part.records.clear()
-                part.timestamps.clear()
+                part.pending_since = None
                 part.ready = True
             self._emit(
                 "recovered",
@@ -539,13 +535,12 @@ class PipelineWorker:
         finally:
             self._done()
 
-    def _process(self, part: _Partition, batch: Batch) -> None:
+    def _process(self, part: _Partition, batch: OffsetRange) -> None:
         """Stage, commit, publish (or leave in staging) one batch; the partition is in flight."""
-        assert self._spark is not None
         tp = part.tp
         t0 = self._clock.monotonic()
         try:
-            staged = stage_batch(self._spark, self.output, batch, window_ms=self.window_ms)
+            staged = self._stage(batch)
             staged_ms = self._ms_since(t0)
             commit = {
                 (tp.topic, tp.partition): OffsetAndMetadata(
@@ -561,6 +556,7 @@ class PipelineWorker:
                 if not self._landed(tp, commit[(tp.topic, tp.partition)]):
                     self._emit(
                         "abandoned",
+                        topic=tp.topic,
                         partition=tp.partition,
                         start=batch.start_offset,
                         end=batch.end_offset,
@@ -568,10 +564,11 @@ class PipelineWorker:
                     )
                     log.warning(
                         "%s: %s: commit of [%d, %d) failed or unknown (%s); batch left in "
-                        "staging, partition read again from its committed offset",
+                        "staging, partition processed again from its committed offset",
                         self.name,
                         tp,
-                        *_bounds(batch),
+                        batch.start_offset,
+                        batch.end_offset,
                         e,
                     )
                     self._reread(part)
@@ -587,14 +584,16 @@ class PipelineWorker:
             )
             with self._lock:
                 part.start = batch.end_offset
-            self.records_processed += len(batch.records)
+                part.pending_since = self._clock.monotonic() if part.end > part.start else None
+            self.records_processed += staged.records
             self.batches += 1
             self._emit(
                 "batch",
+                topic=tp.topic,
                 partition=tp.partition,
                 start=batch.start_offset,
                 end=batch.end_offset,
-                records=len(batch.records),
+                records=staged.records,
                 rejected=staged.rejected,
                 stage_ms=staged_ms,
                 ms=self._ms_since(t0),
@@ -603,16 +602,24 @@ class PipelineWorker:
             if not isinstance(e, StagedFilesError):
                 raise
             log.warning("%s: %s: %s", self.name, tp, e)
-            self._emit("failed", partition=tp.partition, error=repr(e))
+            self._emit("failed", topic=tp.topic, partition=tp.partition, error=repr(e))
             self._reread(part)
         except Exception as e:
             # Spark failed (or the output could not be written): nothing was
-            # committed, so read the partition again from its committed offset.
-            log.exception("%s: %s: batch [%d, %d) failed", self.name, tp, *_bounds(batch))
-            self._emit("failed", partition=tp.partition, error=repr(e))
+            # committed, so process the partition again from its committed offset.
+            log.exception(
+                "%s: %s: batch [%d, %d) failed", self.name, tp, batch.start_offset, batch.end_offset
+            )
+            self._emit("failed", topic=tp.topic, partition=tp.partition, error=repr(e))
             self._reread(part)
         finally:
             self._done()
+
+    def _stage(self, batch: OffsetRange) -> StagedBatch:
+        """Spark reads ``batch`` from Kafka and runs the pipeline on it, into staging."""
+        assert self._spark is not None
+        rows = kafka_rows(self._spark, batch, self.kafka_options)
+        return stage_rows(self._spark, self.output, batch, rows, self.pipeline)
 
     def _commit(self, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
         """Commit in the current generation, retrying while the group completes a rebalance.
@@ -653,15 +660,10 @@ class PipelineWorker:
         return committed.get((tp.topic, tp.partition)) == sent
 
     def _reread(self, part: _Partition) -> None:
-        """Read ``part`` again from the start of the batch that failed (its committed
+        """Process ``part`` again from the start of the batch that failed (its committed
         offset, unless the commit landed after all: preparing it again asks the group)."""
         with self._lock:
             part.ready = False
-            part.records.clear()
-            part.timestamps.clear()
-            # Gone meanwhile (lost): the next owner starts at the committed offset.
-            with contextlib.suppress(PartitionsNotOwnedError):
-                self.consumer.seek(part.tp, part.start)
 
     def _done(self) -> None:
         with self._changed:
@@ -728,7 +730,8 @@ class PipelineWorker:
         now = self._clock.monotonic()
         with self._lock:
             for tp in partitions:
-                self._parts[tp] = _Partition(tp=tp, assigned_at=now, paused=True)
+                self._parts[tp] = _Partition(tp=tp, assigned_at=now)
+            # Spark reads the records; the consumer never fetches any.
             self.consumer.pause(*partitions)
             owned = frozenset(self._parts)
         self._assigned.set()
@@ -752,5 +755,33 @@ def _numbers(partitions: frozenset[TopicPartition]) -> list[int]:
     return sorted(tp.partition for tp in partitions)
 
 
-def _bounds(batch: Batch) -> tuple[int, int]:
-    return batch.start_offset, batch.end_offset
+def _kafka_options(settings: Mapping[str, Any], given: Mapping[str, str] | None) -> dict[str, str]:
+    """Spark's Kafka source options: ``given``, with the group's bootstrap servers by default.
+
+    Raises:
+        ConfigurationError: The group connects with security settings that Spark's
+            source would not know of, and ``given`` does not configure it.
+    """
+    options = dict(given or {})
+    bad = sorted(k for k in options if not k.startswith("kafka."))
+    if bad:
+        raise ConfigurationError(
+            f"kafka_options are settings of Spark's Kafka source's consumer, each starting "
+            f"with 'kafka.' (e.g. kafka.security.protocol): {', '.join(bad)}"
+        )
+    servers = settings.get("bootstrap_servers")
+    if "kafka.bootstrap.servers" not in options and servers is not None:
+        options["kafka.bootstrap.servers"] = (
+            servers if isinstance(servers, str) else ",".join(servers)
+        )
+    secured = [k for k in _SECURITY_SETTINGS if k in settings]
+    if (
+        settings.get("security_protocol", "PLAINTEXT") != "PLAINTEXT"
+        and "kafka.security.protocol" not in options
+    ):
+        raise ConfigurationError(
+            f"PipelineWorker: the group connects with {', '.join(secured)}; give Spark's "
+            "Kafka source the same in kafka_options (kafka.security.protocol, "
+            "kafka.sasl.jaas.config, kafka.ssl.truststore.location, ...)"
+        )
+    return options

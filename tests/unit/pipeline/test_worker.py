@@ -19,9 +19,7 @@ from coordination import Generation, OffsetAndMetadata
 from coordination.errors import CommitFailedError, CoordinationTimeoutError
 from coordination.testing import ManualClock, ScriptedTransport
 from recipes.partitioning import TopicPartition
-from recipes.pipeline import _worker
 from recipes.pipeline._output import OffsetRange, PipelineOutput, StagedBatch
-from recipes.pipeline._spark import Batch
 from recipes.pipeline._worker import PipelineWorker, WorkerEvent, _Partition
 
 ILLEGAL_GENERATION = 22
@@ -78,20 +76,23 @@ class Group:
         return result
 
 
-def fake_stage(
-    spark: object, output: PipelineOutput, batch: Batch, *, window_ms: int
-) -> StagedBatch:
-    path = output.new_staging_path(batch.range)
+def fake_stage(output: PipelineOutput, batch: OffsetRange) -> StagedBatch:
+    path = output.new_staging_path(batch)
     path.mkdir()
     (path / "part-00000.parquet").write_bytes(b"PAR1 stand-in")
     return output.finish_stage(
-        path, batch.range, records=len(batch.records), rejected_offsets=[], window_ms=window_ms
+        path,
+        batch,
+        records=batch.end_offset - batch.start_offset,
+        rejected_offsets=[],
+        window_ms=60_000,
     )
 
 
 def stage_at(output: PipelineOutput, start: int, end: int) -> StagedBatch:
-    batch = Batch(topic="t", partition=0, start_offset=start, end_offset=end, records=[])
-    return fake_stage(None, output, batch, window_ms=60_000)
+    return fake_stage(
+        output, OffsetRange(topic="t", partition=0, start_offset=start, end_offset=end)
+    )
 
 
 @pytest.fixture
@@ -116,7 +117,7 @@ def worker(
     monkeypatch.setattr(w.consumer, "_group", Group(membership.config))
     monkeypatch.setattr(w, "_spark", object())
     w.consumer._fetcher = MagicMock()
-    monkeypatch.setattr(_worker, "stage_batch", fake_stage)
+    monkeypatch.setattr(w, "_stage", lambda batch: fake_stage(w.output, batch))
     yield w
     membership.close()
 
@@ -135,11 +136,8 @@ def owned(worker: PipelineWorker, start: int) -> _Partition:
 
 
 def process(worker: PipelineWorker, part: _Partition, start: int, end: int) -> None:
-    records = [(o, b"{}") for o in range(start, end)]
     worker._in_flight = TP
-    worker._process(
-        part, Batch(topic="t", partition=0, start_offset=start, end_offset=end, records=records)
-    )
+    worker._process(part, OffsetRange(topic="t", partition=0, start_offset=start, end_offset=end))
 
 
 class TestFailedCommit:
@@ -177,11 +175,8 @@ class TestFailedCommit:
         assert ("t", 0) not in g.committed
         assert len(worker.output.staged("t", 0)) == 1
         assert worker.output.published() == []
-        assert not part.ready  # read again from the committed offset
-        assert worker.consumer.position(TP) == 0
-        with worker._lock:
-            worker._flow_control()
-        assert worker.consumer.paused() == {TP}  # until prepared again
+        assert not part.ready  # prepared again, then processed from the committed offset
+        assert part.start == 0
         assert [e["event"] for e in events] == ["abandoned"]
 
     def test_a_commit_whose_outcome_cannot_be_fetched_leaves_the_batch(self, worker):
@@ -270,23 +265,18 @@ class TestFencedCleanup:
 
 
 class TestOnTheConsumer:
-    def test_a_new_partition_is_paused_until_prepared_then_read_from_its_committed_offset(
-        self, worker
-    ):
+    def test_a_new_partition_starts_at_its_committed_offset_and_is_never_fetched(self, worker):
         g = group(worker)
         committed = stage_at(worker.output, 0, 10)
         worker.output.publish(committed)
         g.committed[("t", 0)] = OffsetAndMetadata(10, committed.commit_metadata)
         worker.consumer.seek(TP, 0)  # where the consumer started it (here: wrong)
         worker._take(frozenset({TP}))
-        assert worker.consumer.paused() == {TP}
         part = worker._parts[TP]
         worker._prepare(part)
         assert part.ready and part.start == 10
-        assert worker.consumer.position(TP) == 10
-        with worker._lock:
-            worker._flow_control()
-        assert worker.consumer.paused() == frozenset()
+        # Spark reads the records: the consumer keeps every partition paused.
+        assert worker.consumer.paused() == {TP}
 
     def test_a_commit_during_a_rebalance_is_retried_once_the_group_is_synced(self, worker):
         g = group(worker)
@@ -321,3 +311,103 @@ class TestOnTheConsumer:
                 bootstrap_servers="localhost:1",
                 value_deserializer=bytes.decode,
             )
+
+
+class TestBatches:
+    """How the worker cuts a partition's next offset range."""
+
+    def test_a_batch_runs_from_the_committed_offset_to_the_end_at_most_max_records(self, worker):
+        part = owned(worker, 100)
+        worker.max_batch_records = 50
+        part.end, part.pending_since = 180, worker._clock.monotonic()
+        with worker._lock:
+            cut = worker._next_batch(worker._clock.monotonic())
+        assert cut is not None and cut[0] is part
+        assert (cut[1].start_offset, cut[1].end_offset) == (100, 150)
+        assert worker._in_flight == TP
+
+    def test_a_short_range_waits_for_the_delay(self, worker):
+        part = owned(worker, 0)
+        part.end, part.pending_since = 5, worker._clock.monotonic()
+        with worker._lock:
+            assert worker._next_batch(worker._clock.monotonic()) is None
+        worker._clock.advance(worker.max_batch_delay_s)
+        with worker._lock:
+            cut = worker._next_batch(worker._clock.monotonic())
+        assert cut is not None and (cut[1].start_offset, cut[1].end_offset) == (0, 5)
+
+    def test_the_partition_waiting_longest_goes_first(self, worker):
+        other = TopicPartition("t", 1)
+        g = group(worker)
+        g.owns = {TP, other}
+        first = owned(worker, 0)
+        second = _Partition(tp=other, assigned_at=0.0, ready=True, start=0)
+        worker._parts[other] = second
+        now = worker._clock.monotonic()
+        second.end, second.pending_since = 10, now - 5
+        first.end, first.pending_since = 10, now - 2
+        with worker._lock:
+            cut = worker._next_batch(now)
+        assert cut is not None and cut[0] is second
+
+    def test_a_partition_being_revoked_gets_no_new_batch(self, worker):
+        part = owned(worker, 0)
+        part.end, part.pending_since = 10**6, 0.0
+        worker._revoking.add(TP)
+        with worker._lock:
+            assert worker._next_batch(worker._clock.monotonic()) is None
+
+    def test_after_a_batch_the_rest_of_the_range_is_still_pending(self, worker):
+        part = owned(worker, 0)
+        part.end = 30
+        process(worker, part, 0, 10)
+        assert part.start == 10 and part.pending_since is not None
+        process(worker, part, 10, 30)
+        assert part.start == 30 and part.pending_since is None
+
+    def test_kafka_options_come_from_the_group_and_must_be_kafka_settings(self, tmp_path):
+        from coordination.errors import ConfigurationError
+
+        w = PipelineWorker(
+            "g",
+            topic="t",
+            output=tmp_path,
+            bootstrap_servers=["a:9092", "b:9092"],
+            kafka_options={"kafka.fetch.max.bytes": "1048576"},
+            transport=ScriptedTransport(),
+        )
+        assert w.kafka_options == {
+            "kafka.fetch.max.bytes": "1048576",
+            "kafka.bootstrap.servers": "a:9092,b:9092",
+        }
+        w.group.close()
+        with pytest.raises(ConfigurationError, match=r"fetch\.max\.bytes"):
+            PipelineWorker(
+                "g",
+                topic="t",
+                output=tmp_path,
+                bootstrap_servers="a:9092",
+                kafka_options={"fetch.max.bytes": "1"},
+            )
+        with pytest.raises(ConfigurationError, match="security_protocol"):
+            PipelineWorker(
+                "g",
+                topic="t",
+                output=tmp_path,
+                bootstrap_servers="a:9092",
+                security_protocol="SASL_SSL",
+            )
+
+    def test_a_pipeline_excludes_the_default_pipelines_settings(self, tmp_path):
+        from coordination.errors import ConfigurationError
+        from recipes.pipeline import ParquetSink, windowed_sum
+
+        with pytest.raises(ConfigurationError, match="set them in it"):
+            PipelineWorker(
+                "g",
+                windowed_sum("t", ParquetSink(tmp_path)),
+                topic="t",
+                bootstrap_servers="a:9092",
+            )
+        with pytest.raises(ConfigurationError, match="needs a pipeline"):
+            PipelineWorker("g", bootstrap_servers="a:9092")

@@ -1,0 +1,160 @@
+"""What a pipeline computes: its topics, how records become rows, the transform, the sink.
+
+A :class:`Pipeline` is the user's part; the workers decide who processes which
+offset range (:class:`~recipes.pipeline.PipelineWorker`), Spark reads each range
+from Kafka and runs the pipeline's parse and transform on it, and the sink
+makes a batch's results visible once, after its offsets are committed.
+:func:`windowed_sum` (count and sum per key and tumbling window) is one
+pipeline, the demo's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from coordination.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+    from ._sinks import Sink
+
+__all__ = ["KAFKA_COLUMNS", "Pipeline", "windowed_sum"]
+
+KAFKA_COLUMNS: tuple[str, ...] = (
+    "key",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "timestampType",
+)
+"""The columns of the rows Spark reads from Kafka, as Spark's Kafka source names them."""
+
+
+def _unchanged(frame: DataFrame) -> DataFrame:
+    return frame
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline:
+    """A pipeline: which topics, how each record becomes a row, the transform, the sink.
+
+    Example:
+        Pipeline(
+            topics=["clicks", "views"],
+            schema="user STRING, page STRING, ts_ms BIGINT",
+            transform=lambda rows: rows.groupBy("page").count(),
+            sink=ParquetSink("/data/page-counts"),
+        )
+
+    Each batch is one offset range of one partition. Spark reads it from Kafka
+    (columns :data:`KAFKA_COLUMNS`); ``schema`` or ``parse`` turns those rows
+    into the rows ``transform`` receives, and what ``transform`` returns is the
+    batch's result, written by ``sink``. The transform runs once per batch, on
+    that batch's rows only: an aggregation yields partial results per batch,
+    which a sink that merges (:class:`~recipes.pipeline.DeltaSink` with
+    ``key_columns``) combines into final ones.
+
+    Rejected records: if the parsed rows have a boolean column ``valid``, the
+    offsets of rows where it is false are counted and listed in the batch's
+    manifest (the transform decides what to do with them; :func:`windowed_sum`
+    drops them). Validity must depend on the record alone, so every owner of a
+    partition rejects the same records.
+
+    Attributes:
+        topics: The input topics.
+        sink: Where results go (:class:`~recipes.pipeline.ParquetSink` or
+            :class:`~recipes.pipeline.DeltaSink`).
+        transform: ``DataFrame -> DataFrame`` applied to each batch's parsed rows;
+            default: the parsed rows unchanged.
+        schema: The records' values are JSON of this schema (a ``StructType`` or
+            a DDL string): its fields become columns, beside ``topic``,
+            ``partition``, ``offset`` and ``timestamp``. A value that is not such
+            JSON gives nulls. Exclusive with ``parse``.
+        parse: ``DataFrame -> DataFrame`` from Kafka's rows to the transform's
+            input; exclusive with ``schema``. Neither: the transform gets Kafka's rows.
+        name: A name for logs and the batches' manifests.
+        window_ms: Recorded in each batch's manifest when the results are
+            per time window (results of different sizes do not combine); None otherwise.
+
+    Raises:
+        ConfigurationError: No topic, or both ``schema`` and ``parse``.
+    """
+
+    topics: Sequence[str]
+    sink: Sink
+    transform: Callable[[DataFrame], DataFrame] = _unchanged
+    schema: StructType | str | None = None
+    parse: Callable[[DataFrame], DataFrame] | None = None
+    name: str = "pipeline"
+    window_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.topics, str):
+            object.__setattr__(self, "topics", (self.topics,))
+        object.__setattr__(self, "topics", tuple(self.topics))
+        if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
+            raise ConfigurationError(
+                f"pipeline {self.name!r}: topics must be one or more topic names, got "
+                f"{self.topics!r}"
+            )
+        if self.schema is not None and self.parse is not None:
+            raise ConfigurationError(
+                f"pipeline {self.name!r}: give schema (the values are JSON of it) or parse "
+                "(your own function of Kafka's rows), not both"
+            )
+        if self.window_ms is not None and self.window_ms <= 0:
+            raise ConfigurationError(
+                f"pipeline {self.name!r}: window_ms must be > 0, got {self.window_ms}"
+            )
+
+    def rows(self, kafka_rows: DataFrame) -> DataFrame:
+        """The transform's input: Kafka's rows parsed by ``schema`` or ``parse``."""
+        if self.parse is not None:
+            return self.parse(kafka_rows)
+        if self.schema is None:
+            return kafka_rows
+        from pyspark.sql import functions as F
+
+        value = F.from_json(F.col("value").cast("string"), self.schema)
+        return kafka_rows.select(
+            "topic", "partition", "offset", "timestamp", value.alias("_value")
+        ).select("topic", "partition", "offset", "timestamp", "_value.*")
+
+
+def windowed_sum(topics: str | Sequence[str], sink: Sink, *, window_ms: int = 60_000) -> Pipeline:
+    """Count and sum JSON events ``{"key", "ts_ms", "value"}`` per key and tumbling window.
+
+    The demo's pipeline. Valid events, rejected ones, the exact decimal sums
+    and the window arithmetic are described at :func:`~recipes.pipeline.parse_events`
+    and :func:`~recipes.pipeline.aggregate_events`. With a
+    :class:`~recipes.pipeline.DeltaSink` the results are merged on
+    ``(key, window_start_ms)``, adding ``event_count`` and ``value_sum``, so the
+    table holds final totals.
+
+    Example:
+        windowed_sum("events", DeltaSink("/data/totals", staging="/data/staging",
+                                         key_columns=WINDOWED_SUM_KEYS), window_ms=10_000)
+
+    Args:
+        topics: The input topic or topics.
+        sink: Where results go.
+        window_ms: The tumbling window in milliseconds; fixed for the life of the sink.
+    """
+    from ._spark import aggregate_events, parse_events
+
+    if window_ms <= 0:
+        raise ConfigurationError(f"window_ms must be > 0, got {window_ms}")
+    return Pipeline(
+        topics=(topics,) if isinstance(topics, str) else tuple(topics),
+        sink=sink,
+        parse=parse_events,
+        transform=lambda events: aggregate_events(events, window_ms),
+        name=f"windowed-sum-{window_ms}ms",
+        window_ms=window_ms,
+    )

@@ -1,0 +1,219 @@
+"""Where a pipeline's results go: Parquet directories, or a Delta Lake table written once per batch.
+
+Both sinks stage each batch in a :class:`~recipes.pipeline.PipelineOutput`
+(Parquet files in a staging directory named by the offset commit) and publish
+it only after the commit succeeded. :class:`ParquetSink` publishes by renaming
+the directory; :class:`DeltaSink` also applies the batch to a Delta table, as
+an idempotent Delta transaction keyed by topic, partition and end offset, so a
+batch published twice (a retry, a new owner's recovery, a paused former owner)
+changes the table once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol
+
+from coordination.errors import ConfigurationError
+
+from ._output import OffsetRange, PipelineOutput, PipelineOutputError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = ["DeltaSink", "ParquetSink", "Sink", "delta_app_id"]
+
+log = logging.getLogger("recipes.pipeline")
+
+# Delta's session settings that make the next write (MERGE included) idempotent.
+_TXN_APP_ID: Final = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION: Final = "spark.databricks.delta.write.txnVersion"
+
+
+class Sink(Protocol):
+    """A pipeline's sink: where batches are staged and how a committed one is published."""
+
+    def output(self, spark: SparkSession) -> PipelineOutput:
+        """The staging area of this sink, publishing through ``spark`` where needed."""
+        ...
+
+    def read(self, spark: SparkSession) -> DataFrame:
+        """Everything published so far, as readers see it."""
+        ...
+
+
+@dataclass(frozen=True)
+class ParquetSink:
+    """Each batch's results as a Parquet directory, published by an atomic rename.
+
+    Example:
+        ParquetSink("/data/agg")
+
+    The directory layout and its protocol are :class:`~recipes.pipeline.PipelineOutput`'s.
+    Each published directory holds one batch's results: for an aggregation,
+    partial aggregates that readers combine (``read_results`` does for
+    :func:`~recipes.pipeline.windowed_sum`).
+
+    Attributes:
+        root: A local directory or POSIX mount shared by the Spark driver and executors.
+    """
+
+    root: str | os.PathLike[str]
+
+    def output(self, spark: SparkSession) -> PipelineOutput:
+        return PipelineOutput(self.root)
+
+    def read(self, spark: SparkSession) -> DataFrame:
+        """The rows of every published batch (only the files each manifest lists)."""
+        files = [str(p) for p in PipelineOutput(self.root).published_files()]
+        if not files:
+            raise PipelineOutputError(f"{self.root}: nothing is published yet")
+        return spark.read.parquet(*files)
+
+
+def delta_app_id(topic: str, partition: int) -> str:
+    """The Delta transaction id of a partition's batches (their version is the end offset)."""
+    return f"coordination-pipeline:{topic}:{partition}"
+
+
+@dataclass(frozen=True)
+class DeltaSink:
+    """A Delta Lake table that receives each committed batch exactly once.
+
+    Example:
+        DeltaSink("/data/totals", staging="/data/staging",
+                  key_columns=["key", "window_start_ms"],
+                  add_columns=["event_count", "value_sum"])
+
+    A batch is staged as Parquet in ``staging`` (a POSIX directory, as for
+    :class:`ParquetSink`), its offsets committed, then applied to the table in
+    one Delta transaction carrying Delta's idempotent-write id
+    (``txnAppId`` = :func:`delta_app_id` of its partition, ``txnVersion`` = its
+    end offset): Delta skips a transaction whose version is not above the last
+    one recorded for its id, so a batch published again (by the same worker
+    after an unknown outcome, by a new owner recovering it, by a former owner
+    resuming from a pause) is applied once. Batches of a partition are
+    published in offset order (a new owner publishes its predecessor's
+    committed batch before its own first one), so no batch is skipped wrongly.
+
+    Without ``key_columns`` each batch's rows are appended. With them the
+    batch is merged: a row whose keys match a table row adds its
+    ``add_columns`` to that row's, other rows are inserted; the table then
+    holds final totals, never partial aggregates. Concurrent workers' Delta
+    transactions that conflict are retried (Delta's optimistic concurrency);
+    a retry of an applied batch is skipped as above.
+
+    Requires the ``delta-spark`` package (the ``spark`` extra); the session is
+    configured for it by :func:`~recipes.pipeline.spark_session`. The table may
+    be on an object store (Delta commits atomically there); the staging
+    directory may not.
+
+    Attributes:
+        table: The table's path or URI.
+        staging: The staging directory (a :class:`~recipes.pipeline.PipelineOutput` root).
+        key_columns: Merge on these columns; None appends.
+        add_columns: With ``key_columns``: the numeric columns added on a match.
+        max_conflict_retries: Conflicting Delta transactions retried this many times.
+    """
+
+    table: str
+    _: KW_ONLY
+    staging: str | os.PathLike[str]
+    key_columns: Sequence[str] | None = None
+    add_columns: Sequence[str] = ()
+    max_conflict_retries: int = 50
+
+    def __post_init__(self) -> None:
+        if self.key_columns is not None:
+            object.__setattr__(self, "key_columns", tuple(self.key_columns))
+            if not self.key_columns:
+                raise ConfigurationError("DeltaSink: key_columns is empty; give None to append")
+        object.__setattr__(self, "add_columns", tuple(self.add_columns))
+        if self.add_columns and self.key_columns is None:
+            raise ConfigurationError(
+                "DeltaSink: add_columns needs key_columns (what a row is merged on)"
+            )
+        if self.max_conflict_retries < 0:
+            raise ConfigurationError("DeltaSink: max_conflict_retries must be >= 0")
+
+    def output(self, spark: SparkSession) -> PipelineOutput:
+        def apply(path: Path, offsets: OffsetRange, files: Sequence[str]) -> None:
+            self._apply(spark, path, offsets, files)
+
+        return PipelineOutput(self.staging, before_publish=apply)
+
+    def read(self, spark: SparkSession) -> DataFrame:
+        return spark.read.format("delta").load(self.table)
+
+    def _apply(
+        self, spark: SparkSession, path: Path, offsets: OffsetRange, files: Sequence[str]
+    ) -> None:
+        """Apply one staged batch to the table, once whatever the number of calls."""
+        if not files:
+            return  # no rows: nothing to apply (and nothing for a later call to repeat)
+        rows = spark.read.parquet(*(str(path / f) for f in files))
+        app_id = delta_app_id(offsets.topic, offsets.partition)
+        for attempt in range(self.max_conflict_retries + 1):
+            try:
+                self._write(spark, rows, app_id, offsets.end_offset)
+                return
+            except Exception as e:
+                if not _conflict(e) or attempt == self.max_conflict_retries:
+                    raise
+                log.info("%s: Delta transaction conflict, retrying: %s", offsets.name, e)
+                time.sleep(min(0.05 * (attempt + 1), 1.0))
+
+    def _write(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int) -> None:
+        from delta.tables import DeltaTable
+
+        if self.key_columns is None:
+            (
+                rows.write.format("delta")
+                .mode("append")
+                .option("txnAppId", app_id)
+                .option("txnVersion", version)
+                .save(self.table)
+            )
+            return
+        if not DeltaTable.isDeltaTable(spark, self.table):
+            # An empty append creates the table; two workers doing it at once
+            # conflict, and the retry finds the table.
+            rows.limit(0).write.format("delta").mode("append").save(self.table)
+        keys = " AND ".join(f"t.`{c}` <=> b.`{c}`" for c in self.key_columns)
+        added: dict[str, str | Column] = {f"`{c}`": f"t.`{c}` + b.`{c}`" for c in self.add_columns}
+        spark.conf.set(_TXN_APP_ID, app_id)
+        spark.conf.set(_TXN_VERSION, str(version))
+        try:
+            merge = DeltaTable.forPath(spark, self.table).alias("t").merge(rows.alias("b"), keys)
+            if added:
+                merge = merge.whenMatchedUpdate(set=added)
+            merge.whenNotMatchedInsertAll().execute()
+        finally:
+            spark.conf.unset(_TXN_APP_ID)
+            spark.conf.unset(_TXN_VERSION)
+
+
+def _conflict(error: BaseException) -> bool:
+    """Whether ``error`` is a Delta optimistic-concurrency conflict (worth a retry)."""
+    from delta import exceptions as delta_errors
+
+    kinds = (
+        delta_errors.DeltaConcurrentModificationException,
+        delta_errors.ConcurrentWriteException,
+        delta_errors.MetadataChangedException,
+        delta_errors.ProtocolChangedException,
+        delta_errors.ConcurrentAppendException,
+        delta_errors.ConcurrentDeleteReadException,
+        delta_errors.ConcurrentDeleteDeleteException,
+        delta_errors.ConcurrentTransactionException,
+    )
+    if isinstance(error, kinds):
+        return True
+    # Creating the table at the same time as another worker.
+    text = str(error)
+    return "DELTA_CONCURRENT" in text or "FileAlreadyExistsException" in text
