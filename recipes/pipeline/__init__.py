@@ -12,6 +12,8 @@ the demo's pipeline. Importing this package does not import PySpark; starting
 a worker or a Spark job does.
 """
 
+from ._definition import WINDOWED_SUM_KEYS as WINDOWED_SUM_KEYS
+from ._definition import WINDOWED_SUM_TOTALS as WINDOWED_SUM_TOTALS
 from ._definition import Pipeline as Pipeline
 from ._definition import windowed_sum as windowed_sum
 from ._output import OffsetRange as OffsetRange
@@ -35,6 +37,8 @@ from ._worker import PipelineWorker as PipelineWorker
 from ._worker import WorkerEvent as WorkerEvent
 
 __all__ = [
+    "WINDOWED_SUM_KEYS",
+    "WINDOWED_SUM_TOTALS",
     "Batch",
     "DeltaSink",
     "OffsetRange",

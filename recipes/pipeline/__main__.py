@@ -9,15 +9,19 @@ the demo's events into a topic.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ._definition import WINDOWED_SUM_KEYS, WINDOWED_SUM_TOTALS, Pipeline, windowed_sum
+from ._sinks import DeltaSink, ParquetSink, Sink
 from ._spark import DEFAULT_WINDOW_MS
 
 
@@ -36,12 +40,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--window-ms", type=int, default=10_000)
     demo.add_argument("--master", default="local[1]", help="spark.master of each worker")
     demo.add_argument("--output", help="output directory (default: a temporary one)")
+    demo.add_argument(
+        "--sink",
+        choices=("parquet", "delta"),
+        default="parquet",
+        help="where results go: Parquet directories, or a Delta table of final totals",
+    )
 
     worker = sub.add_parser("worker", help="run one pipeline worker")
     worker.add_argument("--bootstrap-servers", required=True)
     worker.add_argument("--group", required=True, help="the workers' consumer group")
-    worker.add_argument("--topic", required=True, help="the input topic")
-    worker.add_argument("--output", required=True, help="the output directory")
+    worker.add_argument(
+        "--topic", action="append", help="an input topic of the default pipeline (repeatable)"
+    )
+    worker.add_argument("--output", help="the default pipeline's output directory")
+    worker.add_argument(
+        "--sink",
+        choices=("parquet", "delta"),
+        default="parquet",
+        help="the default pipeline's sink: Parquet directories in OUTPUT/published, or a "
+        "Delta table at OUTPUT/table (staging in OUTPUT)",
+    )
+    worker.add_argument(
+        "--pipeline",
+        metavar="MODULE:FUNCTION",
+        help="your pipeline instead of the default: FUNCTION() returns a Pipeline",
+    )
+    worker.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
+    )
     worker.add_argument("--name", default="worker")
     worker.add_argument("--master", default="local[1]", help="spark.master")
     worker.add_argument("--window-ms", type=int, default=DEFAULT_WINDOW_MS)
@@ -91,6 +118,7 @@ def _demo(args: argparse.Namespace) -> int:
             window_ms=args.window_ms,
             master=args.master,
             output_dir=Path(args.output) if args.output else None,
+            sink=args.sink,
         )
         print_report(report)
     return 0 if report.ok else 1
@@ -132,11 +160,10 @@ def _worker(args: argparse.Namespace) -> int:
     threading.Thread(target=commands, name="commands", daemon=True).start()
     worker = PipelineWorker(
         args.group,
-        topic=args.topic,
-        output=args.output,
+        _pipeline(args),
         name=args.name,
         master=args.master,
-        window_ms=args.window_ms,
+        spark_conf=dict(_setting(kv) for kv in args.spark_conf),
         max_batch_records=args.max_batch_records,
         max_batch_delay_ms=args.max_batch_delay_ms,
         on_event=emit,
@@ -152,6 +179,36 @@ def _worker(args: argparse.Namespace) -> int:
     finally:
         worker.close()
     return 0
+
+
+def _pipeline(args: argparse.Namespace) -> Pipeline:
+    """The worker's pipeline: ``--pipeline``'s, or the default from ``--topic`` and ``--output``."""
+    if args.pipeline:
+        module, _, function = args.pipeline.partition(":")
+        if not module or not function:
+            raise SystemExit(f"--pipeline {args.pipeline!r}: expected MODULE:FUNCTION")
+        pipeline = getattr(importlib.import_module(module), function)()
+        if not isinstance(pipeline, Pipeline):
+            raise SystemExit(f"--pipeline {args.pipeline}: returned {pipeline!r}, not a Pipeline")
+        return pipeline
+    if not args.topic or not args.output:
+        raise SystemExit("worker: give --topic and --output, or --pipeline MODULE:FUNCTION")
+    sink: Sink = ParquetSink(args.output)
+    if args.sink == "delta":
+        sink = DeltaSink(
+            str(Path(args.output) / "table"),
+            staging=args.output,
+            key_columns=WINDOWED_SUM_KEYS,
+            add_columns=WINDOWED_SUM_TOTALS,
+        )
+    return windowed_sum(args.topic, sink, window_ms=args.window_ms)
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--spark-conf {text!r}: expected KEY=VALUE")
+    return key, value
 
 
 def _generate(args: argparse.Namespace) -> int:

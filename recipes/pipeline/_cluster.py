@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,10 +46,13 @@ class WorkerProcess:
         *,
         bootstrap_servers: str,
         group_id: str,
-        topic: str,
+        topic: str | Sequence[str],
         output: str | Path,
         log_dir: Path,
         window_ms: int,
+        sink: str = "parquet",
+        pipeline: str | None = None,
+        spark_conf: Mapping[str, str] | None = None,
         master: str = "local[1]",
         session_timeout_ms: int = 6000,
         max_batch_records: int = 20_000,
@@ -66,8 +69,11 @@ class WorkerProcess:
             "worker",
             f"--bootstrap-servers={bootstrap_servers}",
             f"--group={group_id}",
-            f"--topic={topic}",
+            *(f"--topic={t}" for t in ([topic] if isinstance(topic, str) else topic)),
             f"--output={output}",
+            f"--sink={sink}",
+            *([f"--pipeline={pipeline}"] if pipeline else []),
+            *(f"--spark-conf={k}={v}" for k, v in (spark_conf or {}).items()),
             f"--name={name}",
             f"--master={master}",
             f"--window-ms={window_ms}",

@@ -22,7 +22,13 @@ if TYPE_CHECKING:
 
     from ._sinks import Sink
 
-__all__ = ["KAFKA_COLUMNS", "Pipeline", "windowed_sum"]
+__all__ = ["KAFKA_COLUMNS", "WINDOWED_SUM_KEYS", "WINDOWED_SUM_TOTALS", "Pipeline", "windowed_sum"]
+
+WINDOWED_SUM_KEYS: tuple[str, ...] = ("key", "window_start_ms")
+"""The columns that identify a row of :func:`windowed_sum`'s results (merged on by a DeltaSink)."""
+
+WINDOWED_SUM_TOTALS: tuple[str, ...] = ("event_count", "value_sum")
+"""The columns of :func:`windowed_sum`'s results that add up (a DeltaSink adds them)."""
 
 KAFKA_COLUMNS: tuple[str, ...] = (
     "key",
@@ -139,7 +145,9 @@ def windowed_sum(topics: str | Sequence[str], sink: Sink, *, window_ms: int = 60
 
     Example:
         windowed_sum("events", DeltaSink("/data/totals", staging="/data/staging",
-                                         key_columns=WINDOWED_SUM_KEYS), window_ms=10_000)
+                                         key_columns=WINDOWED_SUM_KEYS,
+                                         add_columns=WINDOWED_SUM_TOTALS),
+                     window_ms=10_000)
 
     Args:
         topics: The input topic or topics.

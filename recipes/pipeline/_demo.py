@@ -14,14 +14,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
 from ._cluster import Kill, Timeline, WorkerProcess
 from ._generator import EventSpec, Tally, produce
-from ._output import PipelineOutput, PublishedRangeError
+from ._output import PipelineOutput, PipelineOutputError, PublishedRangeError
 
 __all__ = ["DemoReport", "run_demo"]
 
@@ -64,6 +64,8 @@ def run_demo(
     output_dir: Path | None = None,
     master: str = "local[1]",
     session_timeout_ms: int = 6000,
+    sink: str = "parquet",
+    spark_conf: Mapping[str, str] | None = None,
     say: Callable[[str], None] = print,
 ) -> DemoReport:
     """Run the demo and verify it; see the module docstring.
@@ -79,6 +81,9 @@ def run_demo(
         window_ms: The tumbling window.
         output_dir: Where results go; default: a new temporary directory.
         master: ``spark.master`` of each worker.
+        sink: ``delta``: a Delta table of final totals (``<output>/table``);
+            ``parquet``: published Parquet directories of each batch's partial totals.
+        spark_conf: Further Spark settings of each worker.
         session_timeout_ms: The workers' session timeout: how soon a killed
             worker's partitions move.
         say: Where progress lines go.
@@ -118,6 +123,8 @@ def run_demo(
             output=output.root,
             log_dir=root / "logs",
             window_ms=window_ms,
+            sink=sink,
+            spark_conf=spark_conf,
             master=master,
             session_timeout_ms=session_timeout_ms,
         )
@@ -225,7 +232,7 @@ def run_demo(
         output.check_published(ends)
     except PublishedRangeError as e:
         problems.extend(e.problems)
-    results = _read(output, root / "logs" / "verify.log")
+    results = _read(output, sink, root / "logs" / "verify.log")
     mismatches = [
         f"{key} @ {window}: published {results.get((key, window))}, "
         f"fed {tally.results.get((key, window))}"
@@ -298,7 +305,9 @@ def print_report(report: DemoReport, say: Callable[[str], None] = print) -> None
     say(f"{verdict} ({report.seconds:.1f} s)")
 
 
-def _read(output: PipelineOutput, log: Path) -> dict[tuple[str, int], tuple[int, Decimal]]:
+def _read(
+    output: PipelineOutput, sink: str, log: Path
+) -> dict[tuple[str, int], tuple[int, Decimal]]:
     from ._spark import read_results, spark_session
 
     # The JVM writes its start-up chatter to file descriptor 2 itself: point it at a log.
@@ -311,7 +320,15 @@ def _read(output: PipelineOutput, log: Path) -> dict[tuple[str, int], tuple[int,
         os.dup2(saved, 2)
         os.close(saved)
     try:
-        return read_results(spark, output)
+        if sink == "parquet":
+            return read_results(spark, output)
+        rows = spark.read.format("delta").load(str(output.root / "table")).collect()
+        results = {
+            (r["key"], r["window_start_ms"]): (r["event_count"], r["value_sum"]) for r in rows
+        }
+        if len(results) != len(rows):
+            raise PipelineOutputError("the Delta table holds a key and window twice")
+        return results
     finally:
         spark.stop()
 

@@ -1,0 +1,166 @@
+"""Spark reads the owned ranges from a real broker; a user's pipeline over two topics.
+
+The records never pass through the worker: Spark's Kafka batch source reads each
+batch's exact offset range, read_committed. A user's pipeline (a schema, a transform,
+a Delta sink), loaded by worker processes with ``--pipeline``, counts two topics'
+records exactly, across a worker leaving mid-way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from recipes.pipeline import OffsetRange, PipelineOutput, kafka_rows
+from recipes.pipeline._cluster import WorkerProcess
+
+from . import pipeline_jobs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    from recipes.pipeline import spark_session
+
+    session = spark_session("local[1]", app_name="pipeline-kafka-tests")
+    yield session
+    session.stop()
+
+
+def create(bootstrap: str, *topics: str, partitions: int = 1) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(t, partitions, 1) for t in topics])
+    finally:
+        admin.close()
+
+
+def ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's last stable offset, as a read_committed consumer sees it."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    try:
+        tps = [KafkaTopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: int(o) for tp, o in consumer.end_offsets(tps).items()}
+    finally:
+        consumer.close()
+
+
+def test_spark_reads_exactly_the_range_and_skips_aborted_transactions(
+    kafka: str, spark: SparkSession
+) -> None:
+    topic = f"ranges-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic)
+    producer = KafkaProducer(bootstrap_servers=kafka, transactional_id=f"tx-{topic}")
+    producer.init_transactions()
+    for first, commit in ((0, True), (10, False), (20, True)):
+        producer.begin_transaction()
+        for n in range(first, first + 10):
+            producer.send(topic, str(n).encode(), partition=0)
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    producer.close()
+    end = ends(kafka, topic, 1)[0]
+    # Three transactions of ten records and a marker each: offsets 0..32, end 33.
+    assert end == 33
+
+    def read(start: int, stop: int) -> list[tuple[int, int]]:
+        r = OffsetRange(topic=topic, partition=0, start_offset=start, end_offset=stop)
+        rows = kafka_rows(spark, r, {"kafka.bootstrap.servers": kafka}).collect()
+        return [(row["offset"], int(row["value"])) for row in rows]
+
+    everything = read(0, end)
+    # The aborted transaction (offsets 11..20) and the markers are not read.
+    assert [v for _, v in everything] == [*range(10), *range(20, 30)]
+    assert [o for o, _ in everything] == [*range(10), *range(22, 32)]
+    # A range is read exactly: no record before its start or at or after its end.
+    assert read(5, 25) == [(o, v) for o, v in everything if 5 <= o < 25]
+    assert read(11, 22) == []  # only aborted records and markers
+
+
+def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
+    kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    topics = [f"views-a-{run}", f"views-b-{run}"]
+    create(kafka, *topics, partitions=3)
+    monkeypatch.setenv(pipeline_jobs.TOPICS_VARIABLE, ",".join(topics))
+    monkeypatch.setenv(pipeline_jobs.ROOT_VARIABLE, str(tmp_path / "out"))
+    expected: Counter[str] = Counter()
+    total_ms: Counter[str] = Counter()
+    producer = KafkaProducer(bootstrap_servers=kafka)
+
+    def feed(n: int, first: int) -> None:
+        for i in range(first, first + n):
+            page = f"/p{i % 7}"
+            value = {"user": f"u{i % 11}", "page": page, "ms": i}
+            producer.send(topics[i % 2], json.dumps(value).encode())
+            expected[page] += 1
+            total_ms[page] += i
+        producer.send(topics[0], b"not json")  # a null page: dropped by the transform
+        producer.flush()
+
+    workers = [
+        WorkerProcess(
+            f"w{n}",
+            bootstrap_servers=kafka,
+            group_id=f"views-{run}",
+            topic=topics,
+            output=tmp_path / "out",
+            pipeline="tests.integration.pipeline_jobs:views_per_page",
+            log_dir=tmp_path / "logs",
+            window_ms=1,
+            session_timeout_ms=6000,
+        )
+        for n in (1, 2)
+    ]
+    try:
+        for w in workers:
+            w.wait_for("started", timeout=240)
+        feed(3000, 0)
+        # w2 leaves while data is processed: its partitions are handed over to w1.
+        workers[1].wait_for("batch", timeout=120)
+        workers[1].close()
+        feed(3000, 3000)
+        output = PipelineOutput(tmp_path / "out")
+        wanted = {(t, p): (0, end) for t in topics for p, end in ends(kafka, t, 3).items()}
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                output.check_published(wanted)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        for w in workers:
+            w.close()
+    producer.close()
+    # Every batch's records were counted by Spark, not by the worker.
+    batches = [e for w in workers for e in w.of("batch")]
+    assert {e["topic"] for e in batches} == set(topics)
+    assert sum(e["records"] for e in batches) == 6002
+
+    from recipes.pipeline import spark_session
+
+    spark = spark_session("local[1]", app_name="pipeline-kafka-verify")
+    rows = spark.read.format("delta").load(str(tmp_path / "out" / "table")).collect()
+    got = {r["page"]: (r["views"], r["total_ms"]) for r in rows}
+    assert len(rows) == len(got)
+    assert got == {page: (expected[page], total_ms[page]) for page in expected}
