@@ -1,15 +1,26 @@
-"""Throughput of the Spark pipeline with 1, 2 and 3 workers, and recovery after a kill.
+"""The pipeline against Spark Structured Streaming: throughput, latency, a killed driver.
 
-For each worker count the same number of events is written to a fresh 12-partition topic
-first; then the workers (one process and one Spark JVM each, ``local[1]``) are started,
-warmed up and joined to the group, and only then told to go, so JVM start-up is not
-measured. Throughput is events / (time from "go" until every offset of every partition is
-published). Then, with 3 workers and events fed at a steady rate, the worker owning the
-most partitions is SIGKILLed; the benchmark reports when the group noticed (the session
-timeout dominates) and when each of its partitions had a batch published by another
-worker.
+Both run the same parse and per-batch windowed sum on the same events, broker and
+cores, in the same run, and both read from Kafka in Spark's executors:
 
-    python -m benchmarks.pipeline_throughput [--quick] [--bootstrap HOST:PORT]
+* ours: ``WORKERS`` pipeline workers (one Spark driver each, ``local[1]``), sharing the
+  partitions through the group, Parquet (or ``--sink delta``) output;
+* the peer: one Structured Streaming driver (``local[WORKERS]``) with the Kafka source, a
+  checkpoint and an idempotent ``foreachBatch`` sink of the same kind
+  (``benchmarks/_structured_streaming.py``).
+
+Measured:
+
+1. throughput: events already in a fresh topic; time from "go" (JVMs started) until every
+   offset is in the output (ours) or the ``availableNow`` query has finished (the peer);
+2. end-to-end latency at a steady rate: from an event's acknowledgement by the broker to
+   the completion of the batch that publishes it (median and p99 over all events);
+3. a killed driver at a steady rate: ours SIGKILLs one worker (the others keep going, the
+   group moves its partitions); the peer's driver is SIGKILLed and restarted at once from
+   its checkpoint, as a supervisor would. Reported: the longest time any partition went
+   without output after the kill, and that both outputs are exact.
+
+    python -m benchmarks.pipeline_throughput [--quick] [--bootstrap HOST:PORT] [--sink delta]
 
 The last line prints the figures as name=value pairs.
 """
@@ -17,34 +28,47 @@ The last line prints the figures as name=value pairs.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
+import json
 import logging
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from coordination.testing import running_kafka
 from recipes.pipeline._cluster import Timeline, WorkerProcess
-from recipes.pipeline._generator import produce
+from recipes.pipeline._generator import Tally, produce
 from recipes.pipeline._output import PipelineOutput, PublishedRangeError
 
 PARTITIONS = 12
+WORKERS = 2
 WINDOW_MS = 10_000
 SESSION_TIMEOUT_MS = 6000
+_ROOT = Path(__file__).resolve().parents[1]
+
+Results = dict[tuple[str, int], tuple[int, Decimal]]
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
+def create_topic(bootstrap: str) -> str:
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
     finally:
         admin.close()
+    return topic
 
 
 def wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -55,7 +79,70 @@ def wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def start_workers(bootstrap: str, topic: str, root: Path, n: int) -> list[WorkerProcess]:
+class Feed:
+    """Events produced at a rate in the background; when each was acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, events: int, rate: float) -> None:
+        self.acked: list[tuple[int, float]] = []  # (events acknowledged so far, when)
+        self.tally: Tally | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(bootstrap, topic, events, rate), daemon=True
+        )
+
+    def start(self) -> Feed:
+        self._thread.start()
+        return self
+
+    def join(self) -> Tally:
+        self._thread.join()
+        assert self.tally is not None
+        return self.tally
+
+    def _run(self, bootstrap: str, topic: str, events: int, rate: float) -> None:
+        self.tally = produce(
+            bootstrap,
+            topic,
+            partitions=PARTITIONS,
+            events=events,
+            rate=rate,
+            window_ms=WINDOW_MS,
+            on_progress=lambda n: self.acked.append((n, time.time())),
+        )
+
+    def acked_at(self) -> Callable[[int], float]:
+        """When event ``i`` (0-based) was acknowledged, as a function of ``i``."""
+        counts = [n for n, _ in self.acked]
+        return lambda event: self.acked[bisect.bisect_right(counts, event)][1]
+
+
+def latencies(feed: Feed, events: int, visible: list[tuple[float, int, int]]) -> list[float]:
+    """Seconds from each event's acknowledgement to the batch that made it visible.
+
+    ``visible``: ``(time, partition, end offset)`` per published batch. Event ``i`` is
+    offset ``i // PARTITIONS`` of partition ``i % PARTITIONS`` (a fresh topic, one producer).
+    """
+    per_partition: dict[int, list[tuple[int, float]]] = {}
+    for t, p, end in sorted(visible):
+        seen = per_partition.setdefault(p, [])
+        if not seen or end > seen[-1][0]:
+            seen.append((end, t))
+    acked_at = feed.acked_at()
+    out = []
+    for i in range(events):
+        p, offset = i % PARTITIONS, i // PARTITIONS
+        ends = per_partition.get(p, [])
+        k = bisect.bisect_right(ends, (offset, float("inf")))
+        if k < len(ends):
+            out.append(ends[k][1] - acked_at(i))
+    return out
+
+
+# ---------------------------------------------------------------------------- ours
+
+
+def start_workers(
+    bootstrap: str, topic: str, root: Path, sink: str, n: int = WORKERS
+) -> list[WorkerProcess]:
     group = f"bench-{uuid.uuid4().hex[:8]}"
     workers = [
         WorkerProcess(
@@ -66,7 +153,9 @@ def start_workers(bootstrap: str, topic: str, root: Path, n: int) -> list[Worker
             output=root / "output",
             log_dir=root / "logs",
             window_ms=WINDOW_MS,
+            sink=sink,
             session_timeout_ms=SESSION_TIMEOUT_MS,
+            max_batch_records=100_000,
             wait_for_go=True,
         )
         for i in range(n)
@@ -83,116 +172,295 @@ def start_workers(bootstrap: str, topic: str, root: Path, n: int) -> list[Worker
     return workers
 
 
-def published_all(output: PipelineOutput, topic: str, per_partition: int) -> bool:
+def published_all(output: PipelineOutput, topic: str, ends: dict[int, int]) -> bool:
     try:
-        output.check_published({(topic, p): (0, per_partition) for p in range(PARTITIONS)})
+        output.check_published({(topic, p): (0, end) for p, end in ends.items()})
     except PublishedRangeError:
         return False
     return True
 
 
-def throughput(bootstrap: str, events: int, n: int) -> tuple[float, list[int]]:
-    """Events per second with ``n`` workers, and each batch's milliseconds."""
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic)
+def ours_visible(workers: list[WorkerProcess]) -> list[tuple[float, int, int]]:
+    return [(e["t"], e["partition"], e["end"]) for w in workers for e in w.of("batch")]
+
+
+def ours_throughput(bootstrap: str, events: int, sink: str) -> float:
+    topic = create_topic(bootstrap)
     produce(bootstrap, topic, partitions=PARTITIONS, events=events, rate=0, window_ms=WINDOW_MS)
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
         root = Path(tmp)
         output = PipelineOutput(root / "output")
-        workers = start_workers(bootstrap, topic, root, n)
+        workers = start_workers(bootstrap, topic, root, sink)
         try:
             t0 = time.monotonic()
             for w in workers:
                 w.send("go")
-            wait(
-                lambda: published_all(output, topic, events // PARTITIONS),
-                timeout=600,
-                what="every offset published",
-            )
-            elapsed = time.monotonic() - t0
+            ends = {p: events // PARTITIONS for p in range(PARTITIONS)}
+            wait(lambda: published_all(output, topic, ends), 900, "every offset published")
+            return events / (time.monotonic() - t0)
         finally:
             for w in workers:
                 w.close()
-        batches = [int(e["ms"]) for w in workers for e in w.of("batch")]
-    return events / elapsed, batches
 
 
-def kill_recovery(bootstrap: str, rate: float, seconds: float) -> tuple[float, list[float]]:
-    """Seconds from a SIGKILL to the group noticing, and to each partition's next batch."""
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic)
+def ours_streaming(
+    bootstrap: str, events: int, rate: float, sink: str, *, kill: bool
+) -> tuple[list[float], float | None, bool]:
+    """Latencies, the longest stall of a killed worker's partitions, whether exact."""
+    topic = create_topic(bootstrap)
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
         root = Path(tmp)
-        workers = start_workers(bootstrap, topic, root, 3)
+        output = PipelineOutput(root / "output")
+        workers = start_workers(bootstrap, topic, root, sink)
         t0 = time.time()
+        stall = None
         try:
             for w in workers:
                 w.send("go")
-            stop = threading.Event()
-            feeder = threading.Thread(
-                target=produce,
-                args=(bootstrap, topic),
-                kwargs={
-                    "partitions": PARTITIONS,
-                    "events": int(rate * seconds),
-                    "rate": rate,
-                    "window_ms": WINDOW_MS,
-                    "stop": stop,
-                },
-                daemon=True,
-            )
-            feeder.start()
-            time.sleep(seconds / 3)
-            victim = max(workers, key=lambda w: len(w.owned()))
-            owned = sorted(victim.owned())
-            victim.kill()
-            feeder.join()
-            time.sleep(5)
+            feed = Feed(bootstrap, topic, events, rate).start()
+            victim, owned = None, []
+            if kill:
+                wait(lambda: len(feed.acked) > 0 and feed.acked[-1][0] >= events // 2, 600, "half")
+                victim = max(workers, key=lambda w: len(w.owned()))
+                owned = sorted(victim.owned())
+                victim.kill()
+            tally = feed.join()
+            ends = {p: events // PARTITIONS for p in range(PARTITIONS)}
+            wait(lambda: published_all(output, topic, ends), 600, "every offset published")
         finally:
             for w in workers:
                 w.close()
-        report = Timeline(workers, t0).kill_report(victim.name, owned)
-    resumed = [s for s in report.resumed_after_s.values() if s is not None]
-    if len(resumed) != len(owned) or report.detected_after_s is None:
-        raise RuntimeError(f"not every partition of {victim.name} was processed again: {report}")
-    return report.detected_after_s, resumed
+        if victim is not None:
+            report = Timeline(workers, t0).kill_report(victim.name, owned)
+            resumed = [s for s in report.resumed_after_s.values() if s is not None]
+            stall = max(resumed) if len(resumed) == len(owned) else None
+        exact = read_ours(root / "output", sink) == tally.results
+        return latencies(feed, events, ours_visible(workers)), stall, exact
+
+
+def read_ours(output: Path, sink: str) -> Results:
+    from recipes.pipeline._spark import read_results, spark_session
+
+    spark = spark_session("local[1]", app_name="bench-verify")
+    if sink == "parquet":
+        return read_results(spark, PipelineOutput(output))
+    return table_results(spark.read.format("delta").load(str(output / "table")).collect())
+
+
+def table_results(rows: list[Any]) -> Results:
+    return {(r["key"], r["window_start_ms"]): (r["event_count"], r["value_sum"]) for r in rows}
+
+
+# ---------------------------------------------------------------------------- the peer
+
+
+class StreamingDriver:
+    """``benchmarks/_structured_streaming.py`` in a child process, its events collected."""
+
+    def __init__(self, bootstrap: str, topic: str, root: Path, sink: str, *, once: bool) -> None:
+        args = [
+            sys.executable,
+            "-m",
+            "benchmarks._structured_streaming",
+            f"--bootstrap-servers={bootstrap}",
+            f"--topic={topic}",
+            f"--checkpoint={root / 'checkpoint'}",
+            f"--output={root / 'output'}",
+            f"--sink={sink}",
+            f"--master=local[{WORKERS}]",
+            f"--window-ms={WINDOW_MS}",
+            "--wait-for-go",
+            *(["--available-now"] if once else []),
+        ]
+        (root / "logs").mkdir(parents=True, exist_ok=True)
+        self._log = open(root / "logs" / "streaming.log", "ab")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            args,
+            cwd=_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(_ROOT)},
+        )
+        self.events: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with contextlib.suppress(ValueError):
+                self.events.append(json.loads(line))
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e["event"] == kind]
+
+    def go(self) -> None:
+        wait(lambda: bool(self.of("started")), 300, "the streaming driver's start")
+        assert self.process.stdin is not None
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+
+def streaming_visible(drivers: list[StreamingDriver]) -> list[tuple[float, int, int]]:
+    return [
+        (e["t"], int(p), end)
+        for d in drivers
+        for e in d.of("batch")
+        for p, end in e["ends"].items()
+    ]
+
+
+def streaming_throughput(bootstrap: str, events: int, sink: str) -> float:
+    topic = create_topic(bootstrap)
+    produce(bootstrap, topic, partitions=PARTITIONS, events=events, rate=0, window_ms=WINDOW_MS)
+    with tempfile.TemporaryDirectory(prefix="streaming-bench-") as tmp:
+        driver = StreamingDriver(bootstrap, topic, Path(tmp), sink, once=True)
+        try:
+            driver.go()
+            t0 = time.monotonic()
+            wait(lambda: bool(driver.of("done")), 900, "the available-now query")
+            return events / (time.monotonic() - t0)
+        finally:
+            driver.close()
+
+
+def streaming_streaming(
+    bootstrap: str, events: int, rate: float, sink: str, *, kill: bool
+) -> tuple[list[float], float | None, bool]:
+    topic = create_topic(bootstrap)
+    with tempfile.TemporaryDirectory(prefix="streaming-bench-") as tmp:
+        root = Path(tmp)
+        drivers = [StreamingDriver(bootstrap, topic, root, sink, once=False)]
+        stall = None
+        try:
+            drivers[0].go()
+            feed = Feed(bootstrap, topic, events, rate).start()
+            if kill:
+                wait(lambda: len(feed.acked) > 0 and feed.acked[-1][0] >= events // 2, 600, "half")
+                killed_at = time.time()
+                drivers[0].kill()
+                drivers.append(StreamingDriver(bootstrap, topic, root, sink, once=False))
+                drivers[1].go()
+            tally = feed.join()
+            last = {p: events // PARTITIONS for p in range(PARTITIONS)}
+
+            def caught_up() -> bool:
+                seen: dict[int, int] = {}
+                for _, p, end in streaming_visible(drivers):
+                    seen[p] = max(seen.get(p, 0), end)
+                return all(seen.get(p, 0) >= end for p, end in last.items())
+
+            wait(caught_up, 600, "the streaming query to catch up")
+            if kill:
+                resumed = [t for t, _, _ in streaming_visible(drivers[1:])]
+                stall = min(resumed) - killed_at if resumed else None
+        finally:
+            for d in drivers:
+                d.close()
+        exact = read_streaming(root / "output", sink) == tally.results
+        return latencies(feed, events, streaming_visible(drivers)), stall, exact
+
+
+def read_streaming(output: Path, sink: str) -> Results:
+    from pyspark.sql import functions as F
+
+    from recipes.pipeline._spark import spark_session
+
+    spark = spark_session("local[1]", app_name="bench-verify")
+    if sink == "delta":
+        return table_results(spark.read.format("delta").load(str(output / "table")).collect())
+    parts = spark.read.parquet(*(str(p) for p in output.glob("batch=*")))
+    rows = (
+        parts.groupBy("key", "window_start_ms")
+        .agg(
+            F.sum("event_count").alias("event_count"),
+            F.sum("value_sum").cast("decimal(38,9)").alias("value_sum"),
+        )
+        .collect()
+    )
+    return table_results(rows)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a small run (a couple of minutes)")
+    parser.add_argument("--quick", action="store_true", help="a small run (several minutes)")
     parser.add_argument("--bootstrap", help="an existing cluster (default: start one)")
+    parser.add_argument("--sink", choices=("parquet", "delta"), default="parquet")
     parser.add_argument("--events", type=int, help="events per throughput run")
     args = parser.parse_args()
     logging.getLogger("kafka").setLevel(logging.ERROR)
-    events = args.events or (24_000 if args.quick else 240_000)
+    events = args.events or (60_000 if args.quick else 600_000)
     events -= events % PARTITIONS
+    rate = 1000.0 if args.quick else 2000.0
+    streamed = int(rate * (30 if args.quick else 60))
+    streamed -= streamed % PARTITIONS
     with contextlib.ExitStack() as stack:
         bootstrap = stack.enter_context(running_kafka(args.bootstrap, full_jit=True))
-        rates: dict[int, float] = {}
-        for n in (1, 2, 3):
-            rate, batches = throughput(bootstrap, events, n)
-            rates[n] = rate
-            print(
-                f"{n} worker(s): {events} events in {events / rate:6.1f} s = {rate:8.0f} events/s "
-                f"({len(batches)} batches, median {statistics.median(batches):.0f} ms, "
-                f"longest {max(batches)} ms)",
-                flush=True,
-            )
-        detected, resumed = kill_recovery(bootstrap, rate=2000, seconds=15 if args.quick else 30)
-    print(f"speed-up: 2 workers x{rates[2] / rates[1]:.2f}, 3 workers x{rates[3] / rates[1]:.2f}")
+        print(f"{WORKERS} cores of Spark each side; sink {args.sink}; {PARTITIONS} partitions")
+        ours_eps = ours_throughput(bootstrap, events, args.sink)
+        peer_eps = streaming_throughput(bootstrap, events, args.sink)
+        print(
+            f"throughput, {events} events: ours {ours_eps:.0f}/s, Structured Streaming "
+            f"{peer_eps:.0f}/s: ratio {ours_eps / peer_eps:.2f}",
+            flush=True,
+        )
+        ours_lat, _, ours_ok = ours_streaming(bootstrap, streamed, rate, args.sink, kill=False)
+        peer_lat, _, peer_ok = streaming_streaming(bootstrap, streamed, rate, args.sink, kill=False)
+        print(
+            f"latency at {rate:.0f}/s: ours median {statistics.median(ours_lat):.2f} s, "
+            f"p99 {pct(ours_lat, 0.99):.2f} s; Structured Streaming median "
+            f"{statistics.median(peer_lat):.2f} s, p99 {pct(peer_lat, 0.99):.2f} s; "
+            f"exact {ours_ok}/{peer_ok}",
+            flush=True,
+        )
+        _, ours_stall, ours_kill_ok = ours_streaming(
+            bootstrap, streamed, rate, args.sink, kill=True
+        )
+        _, peer_stall, peer_kill_ok = streaming_streaming(
+            bootstrap, streamed, rate, args.sink, kill=True
+        )
+        print(
+            f"killed driver: ours output resumed after {_s(ours_stall)} (other workers never "
+            f"stopped), Structured Streaming after {_s(peer_stall)} (restart from checkpoint); "
+            f"exact {ours_kill_ok}/{peer_kill_ok}",
+            flush=True,
+        )
     print(
-        f"kill: noticed after {detected:.1f} s "
-        f"(session timeout {SESSION_TIMEOUT_MS / 1000:.0f} s); "
-        f"its {len(resumed)} partitions processed again after {min(resumed):.1f} s to "
-        f"{max(resumed):.1f} s (median {statistics.median(resumed):.1f} s)"
+        f"sink={args.sink} events={events} ours_eps={ours_eps:.0f} ss_eps={peer_eps:.0f} "
+        f"eps_ratio={ours_eps / peer_eps:.2f} "
+        f"ours_latency_p50_s={statistics.median(ours_lat):.2f} "
+        f"ss_latency_p50_s={statistics.median(peer_lat):.2f} "
+        f"ours_latency_p99_s={pct(ours_lat, 0.99):.2f} ss_latency_p99_s={pct(peer_lat, 0.99):.2f} "
+        f"ours_kill_resume_s={_s(ours_stall, unit='')} ss_kill_resume_s={_s(peer_stall, unit='')} "
+        f"exact={ours_ok and peer_ok and ours_kill_ok and peer_kill_ok}"
     )
-    print(
-        f"events={events} eps_1={rates[1]:.0f} eps_2={rates[2]:.0f} eps_3={rates[3]:.0f} "
-        f"speedup_2={rates[2] / rates[1]:.2f} speedup_3={rates[3] / rates[1]:.2f} "
-        f"kill_detect_s={detected:.1f} kill_resume_max_s={max(resumed):.1f} "
-        f"kill_resume_median_s={statistics.median(resumed):.1f}"
-    )
+
+
+def _s(seconds: float | None, unit: str = " s") -> str:
+    return "none" if seconds is None else f"{seconds:.1f}{unit}"
 
 
 if __name__ == "__main__":

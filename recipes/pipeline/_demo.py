@@ -66,6 +66,7 @@ def run_demo(
     session_timeout_ms: int = 6000,
     sink: str = "parquet",
     spark_conf: Mapping[str, str] | None = None,
+    on_progress: Callable[[int], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> DemoReport:
     """Run the demo and verify it; see the module docstring.
@@ -84,6 +85,8 @@ def run_demo(
         sink: ``delta``: a Delta table of final totals (``<output>/table``);
             ``parquet``: published Parquet directories of each batch's partial totals.
         spark_conf: Further Spark settings of each worker.
+        on_progress: Called with the number of events fed so far, as they are fed
+            (a test injects faults from it).
         session_timeout_ms: The workers' session timeout: how soon a killed
             worker's partitions move.
         say: Where progress lines go.
@@ -153,10 +156,12 @@ def run_demo(
         produced = [0]
         progress = threading.Condition()
 
-        def on_progress(n: int) -> None:
+        def fed(n: int) -> None:
             with progress:
                 produced[0] = n
                 progress.notify_all()
+            if on_progress is not None:
+                on_progress(n)
 
         tallies: list[Tally] = []
         failures: list[BaseException] = []
@@ -172,12 +177,12 @@ def run_demo(
                         rate=rate,
                         window_ms=window_ms,
                         spec=EventSpec(),
-                        on_progress=on_progress,
+                        on_progress=fed,
                     )
                 )
             except BaseException as e:
                 failures.append(e)
-                on_progress(events)
+                fed(events)
 
         feeder = threading.Thread(target=feed, name="generator", daemon=True)
         feeder.start()

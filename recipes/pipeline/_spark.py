@@ -415,7 +415,7 @@ def stage_batch(
 
         pipeline = windowed_sum(batch.topic, ParquetSink(output.root), window_ms=window_ms)
     rows = records_dataframe(spark, batch.records, topic=batch.topic, partition=batch.partition)
-    return stage_rows(spark, output, batch.range, rows, pipeline, observe=bool(batch.records))
+    return stage_rows(spark, output, batch.range, rows, pipeline, records=len(batch.records))
 
 
 def stage_rows(
@@ -425,7 +425,7 @@ def stage_rows(
     kafka_rows: DataFrame,
     pipeline: Pipeline,
     *,
-    observe: bool = True,
+    records: int | None = None,
 ) -> StagedBatch:
     """Run ``pipeline`` on the Kafka rows of one offset range, into a new staging directory.
 
@@ -451,8 +451,9 @@ def stage_rows(
         offsets: The range the rows are.
         kafka_rows: Its records, with Kafka's columns (:func:`kafka_rows`).
         pipeline: What to compute.
-        observe: Gather counts (False only for rows known to be empty: Spark
-            optimises an empty local relation away and never reports them).
+        records: How many rows ``kafka_rows`` has, if known (rows in memory); None:
+            counted by the job. Spark folds a plan over rows in memory into a
+            constant and would not report the job's counts.
 
     Returns:
         The staged batch.
@@ -466,9 +467,10 @@ def stage_rows(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
+    observe = records is None or records > 0
     read: Observation | None = None
     written: Observation | None = None
-    if observe:
+    if records is None:
         read = Observation("read")
         kafka_rows = kafka_rows.observe(read, F.count(F.lit(1)).alias("records"))
     parsed = pipeline.rows(kafka_rows)
@@ -504,7 +506,7 @@ def stage_rows(
         return output.finish_stage(
             path,
             offsets,
-            records=int(read.get["records"]) if read is not None else 0,
+            records=int(read.get["records"]) if read is not None else records or 0,
             rejected_offsets=rejected,
             window_ms=pipeline.window_ms,
             files=files,

@@ -73,10 +73,14 @@ def test_spark_reads_exactly_the_range_and_skips_aborted_transactions(
         if commit:
             producer.commit_transaction()
         else:
+            producer.flush()  # on the log, then aborted (unsent records would just be dropped)
             producer.abort_transaction()
     producer.close()
-    end = ends(kafka, topic, 1)[0]
-    # Three transactions of ten records and a marker each: offsets 0..32, end 33.
+    # Three transactions of ten records and a marker each: offsets 0..32, end 33. The
+    # broker writes a transaction's markers after the commit returned: wait for them.
+    deadline = time.monotonic() + 30
+    while (end := ends(kafka, topic, 1)[0]) != 33 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert end == 33
 
     def read(start: int, stop: int) -> list[tuple[int, int]]:
