@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
@@ -33,6 +34,15 @@ log = logging.getLogger("recipes.pipeline")
 # Delta's session settings that make the next write (MERGE included) idempotent.
 _TXN_APP_ID: Final = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION: Final = "spark.databricks.delta.write.txnVersion"
+# One lock per session, held while a MERGE runs with them set: a worker's batch threads
+# share its session (and its settings); separate sessions have their own settings.
+_SESSION_LOCKS: dict[int, threading.Lock] = {}
+_SESSION_LOCKS_GUARD = threading.Lock()
+
+
+def _session_lock(spark: SparkSession) -> threading.Lock:
+    with _SESSION_LOCKS_GUARD:
+        return _SESSION_LOCKS.setdefault(id(spark), threading.Lock())
 
 
 class Sink(Protocol):
@@ -184,6 +194,13 @@ class DeltaSink:
             # An empty append creates the table; two workers doing it at once
             # conflict, and the retry finds the table.
             rows.limit(0).write.format("delta").mode("append").save(self.table)
+        with _session_lock(spark):  # the idempotency settings are the session's
+            self._merge(spark, rows, app_id, version)
+
+    def _merge(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int) -> None:
+        from delta.tables import DeltaTable
+
+        assert self.key_columns is not None
         keys = " AND ".join(f"t.`{c}` <=> b.`{c}`" for c in self.key_columns)
         added: dict[str, str | Column] = {f"`{c}`": f"t.`{c}` + b.`{c}`" for c in self.add_columns}
         spark.conf.set(_TXN_APP_ID, app_id)

@@ -9,6 +9,7 @@ lazily, so the rest of the package works without it.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -211,6 +212,15 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # The worker gives Spark's Kafka source a fixed group id (so its consumers are reused);
+    # the source warns about that on every read, which would be a line per batch.
+    jvm = spark.sparkContext._jvm
+    with contextlib.suppress(Exception):
+        assert jvm is not None
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+            jvm.org.apache.logging.log4j.Level.ERROR,
+        )
     return spark
 
 

@@ -75,6 +75,10 @@ class _Partition:
     # waiting data is served first, and a batch is cut at the latest when this is
     # max_batch_delay_ms old.
     pending_since: float | None = None
+    # After a failed batch: no new batch before this time (backing off), and how many
+    # batches in a row failed.
+    retry_at: float = 0.0
+    failures: int = 0
 
 
 class _Membership(ConsumerPartitioning):
@@ -168,9 +172,12 @@ class PipelineWorker:
             is never interrupted.
 
     Threads:
-        :meth:`run` is the only thread that touches Spark. The rebalance
-        callbacks run on the membership thread and wait at most one batch for
-        :meth:`run`; :meth:`close` must not be called from them. Every lock,
+        :meth:`run`'s thread cuts batches and prepares partitions; up to
+        ``parallel_batches`` batches of different partitions run at once on
+        threads of their own (Spark runs their jobs concurrently), one per
+        partition at most. The rebalance callbacks run on the membership
+        thread and wait for the batches of the partitions they hand over;
+        :meth:`close` must not be called from them. Every lock,
         wait and reading of the time that guards the group's work comes from
         the group member's clock (``clock=``).
 
@@ -201,6 +208,7 @@ class PipelineWorker:
         max_batch_records: int = 100_000,
         max_batch_delay_ms: int = 1000,
         poll_interval_ms: int = 100,
+        parallel_batches: int = 2,
         lease_margin_ms: int | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
         **settings: Any,
@@ -224,6 +232,8 @@ class PipelineWorker:
             max_batch_records: Most offsets in one batch.
             max_batch_delay_ms: Longest time a record waits before its batch is cut.
             poll_interval_ms: How often an idle worker asks the partitions' ends.
+            parallel_batches: Batches (of different partitions) run at once; 1 runs
+                them one after another on :meth:`run`'s thread.
             lease_margin_ms: Orphaned staging directories are deleted only while
                 the membership lease exceeds this; default ``heartbeat_interval_ms``.
                 Must be below ``min(session_timeout_ms, rebalance_timeout_ms)``.
@@ -236,10 +246,16 @@ class PipelineWorker:
         Raises:
             ConfigurationError: A setting is invalid.
         """
-        if max_batch_records <= 0 or max_batch_delay_ms < 0 or poll_interval_ms <= 0:
+        if (
+            max_batch_records <= 0
+            or max_batch_delay_ms < 0
+            or poll_interval_ms <= 0
+            or parallel_batches <= 0
+        ):
             raise ConfigurationError(
-                "max_batch_records and poll_interval_ms must be > 0 and max_batch_delay_ms "
-                f">= 0, got {max_batch_records}, {poll_interval_ms} and {max_batch_delay_ms}"
+                "max_batch_records, poll_interval_ms and parallel_batches must be > 0 and "
+                f"max_batch_delay_ms >= 0, got {max_batch_records}, {poll_interval_ms}, "
+                f"{parallel_batches} and {max_batch_delay_ms}"
             )
         if pipeline is None:
             if topic is None or output is None:
@@ -260,6 +276,7 @@ class PipelineWorker:
         self.max_batch_records = max_batch_records
         self.max_batch_delay_s = max_batch_delay_ms / 1000
         self.poll_interval_s = poll_interval_ms / 1000
+        self.parallel = parallel_batches
         self._master = master
         self._spark_conf = dict(spark_conf or {})
         self._on_event = on_event
@@ -270,6 +287,10 @@ class PipelineWorker:
                 f"source), so the consumer settings {', '.join(refused)} cannot be set"
             )
         self.kafka_options = _kafka_options(settings, kafka_options)
+        # A fixed group id for Spark's Kafka consumers (which only read, assigned, and never
+        # join it): Spark caches a consumer per group id and partition, so every batch of a
+        # partition reuses one instead of each batch creating (and caching) its own.
+        self.kafka_options.setdefault("kafka.group.id", f"{group_id}.spark-reader")
         self.consumer: Consumer = _WorkerConsumer(
             self,
             group_id,
@@ -294,12 +315,18 @@ class PipelineWorker:
         self._started = False
         # Set when partitions are assigned, to end an idle wait of the worker's thread.
         self._assigned = self._clock.event()
-        # Guards the fields below; _changed is notified whenever _in_flight clears.
+        # Guards the fields below; _changed is notified whenever _in_flight shrinks.
         self._lock = self._clock.lock()
+        # One offset commit or fetch at a time from the batch threads.
+        self._commit_lock = self._clock.lock()
         self._changed = self._clock.condition(self._lock)
         self._parts: dict[TopicPartition, _Partition] = {}
         self._revoking: set[TopicPartition] = set()
-        self._in_flight: TopicPartition | None = None
+        # Partitions with a batch (or a preparation) under way: at most one each.
+        self._in_flight: set[TopicPartition] = set()
+        self._batch_threads: list[threading.Thread] = []
+        # Set when no batch can run any more (Spark gone, the output broken): run() raises it.
+        self._fatal: BaseException | None = None
         self._rebalance_t0: float | None = None
         self._closed = False
         self.records_processed = 0
@@ -333,7 +360,9 @@ class PipelineWorker:
             self._spark = spark_session(
                 self._master,
                 app_name=f"coordination-pipeline-{self.name}",
-                conf={"spark.driver.memory": "512m", **self._spark_conf},
+                # The driver holds the local executor, Spark's Kafka consumers and Delta's
+                # table state: 512 MB ran out of heap under a steady stream of small batches.
+                conf={"spark.driver.memory": "1g", **self._spark_conf},
             )
             started_ms = self._ms_since(t0)
             t0 = self._clock.monotonic()
@@ -393,8 +422,18 @@ class PipelineWorker:
         """
         if self._spark is None or not self._started:
             raise CoordinationError("PipelineWorker.run: call start() first")
-        while not stop.is_set():
-            self._step()
+        try:
+            while not stop.is_set():
+                if self._fatal is not None:
+                    raise CoordinationError(
+                        f"PipelineWorker {self.name!r} stops: {self._fatal!r}"
+                    ) from self._fatal
+                self._step()
+        finally:
+            # Batches under way finish (commit and publish) before Spark may be stopped.
+            for thread in self._batch_threads:
+                thread.join()
+            self._batch_threads.clear()
 
     def close(self, timeout: float = 30.0) -> None:
         """Leave the group (revoking its partitions cleanly), close the consumer, stop Spark.
@@ -442,11 +481,21 @@ class PipelineWorker:
                 current.end = end
                 if end > current.start and current.pending_since is None:
                     current.pending_since = now
-            batch = self._next_batch(now)
-        if batch is not None:
+            batch = self._next_batch(now) if len(self._in_flight) < self.parallel else None
+        if batch is None:
+            with self._changed:
+                # Until a batch finishes (room for the next) or the poll interval passed.
+                self._changed.wait(self.poll_interval_s)
+        elif self.parallel == 1:
             self._process(*batch)
         else:
-            self._clock.sleep(self.poll_interval_s, self._assigned)
+            # Spark runs the jobs of several threads at once: one batch's driver-side work
+            # (planning, committing files, the offset commit) overlaps another's tasks.
+            thread = threading.Thread(
+                target=self._process, args=batch, name=f"{self.name}-batch", daemon=True
+            )
+            self._batch_threads = [t for t in self._batch_threads if t.is_alive()] + [thread]
+            thread.start()
 
     def _ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Each partition's last stable offset (one ListOffsets per leader); {} on failure."""
@@ -467,6 +516,8 @@ class PipelineWorker:
             if p.ready
             and p.pending_since is not None
             and p.tp not in self._revoking
+            and p.tp not in self._in_flight
+            and p.retry_at <= now
             and (
                 p.end - p.start >= self.max_batch_records
                 or now - p.pending_since >= self.max_batch_delay_s
@@ -478,7 +529,7 @@ class PipelineWorker:
         # partition's lag, and serves a backlog taken over from a failed worker
         # before partitions that were processed a moment ago.
         part = min(due, key=lambda p: (p.pending_since or 0.0, p.tp))
-        self._in_flight = part.tp
+        self._in_flight.add(part.tp)
         return part, OffsetRange(
             topic=part.tp.topic,
             partition=part.tp.partition,
@@ -497,7 +548,7 @@ class PipelineWorker:
         with self._lock:
             if self._parts.get(tp) is not part or tp in self._revoking:
                 return
-            self._in_flight = tp
+            self._in_flight.add(tp)
         try:
             try:
                 committed = self.group.committed_offsets([(tp.topic, tp.partition)])[
@@ -533,7 +584,7 @@ class PipelineWorker:
                 orphans=len(orphans),
             )
         finally:
-            self._done()
+            self._done(tp)
 
     def _process(self, part: _Partition, batch: OffsetRange) -> None:
         """Stage, commit, publish (or leave in staging) one batch; the partition is in flight."""
@@ -585,8 +636,10 @@ class PipelineWorker:
             with self._lock:
                 part.start = batch.end_offset
                 part.pending_since = self._clock.monotonic() if part.end > part.start else None
-            self.records_processed += staged.records
-            self.batches += 1
+                part.failures = 0
+            with self._lock:
+                self.records_processed += staged.records
+                self.batches += 1
             self._emit(
                 "batch",
                 topic=tp.topic,
@@ -600,20 +653,27 @@ class PipelineWorker:
             )
         except PipelineOutputError as e:
             if not isinstance(e, StagedFilesError):
+                self._fatal = e
                 raise
             log.warning("%s: %s: %s", self.name, tp, e)
             self._emit("failed", topic=tp.topic, partition=tp.partition, error=repr(e))
-            self._reread(part)
+            self._reread(part, failed=True)
         except Exception as e:
+            if _spark_gone(e):
+                # The JVM is gone (killed, out of memory): no batch can run here any
+                # more. The worker stops; the group moves its partitions.
+                self._fatal = e
+                log.error("%s: Spark is gone: %s", self.name, e)
+                return
             # Spark failed (or the output could not be written): nothing was
             # committed, so process the partition again from its committed offset.
             log.exception(
                 "%s: %s: batch [%d, %d) failed", self.name, tp, batch.start_offset, batch.end_offset
             )
             self._emit("failed", topic=tp.topic, partition=tp.partition, error=repr(e))
-            self._reread(part)
+            self._reread(part, failed=True)
         finally:
-            self._done()
+            self._done(tp)
 
     def _stage(self, batch: OffsetRange) -> StagedBatch:
         """Spark reads ``batch`` from Kafka and runs the pipeline on it, into staging."""
@@ -638,7 +698,10 @@ class PipelineWorker:
             try:
                 # The consumer commits in the current generation, and only partitions it
                 # owns (PartitionsNotOwnedError otherwise, nothing sent).
-                self.consumer.commit({TopicPartition(t, p): om for (t, p), om in offsets.items()})
+                with self._commit_lock:
+                    self.consumer.commit(
+                        {TopicPartition(t, p): om for (t, p), om in offsets.items()}
+                    )
                 return
             except CommitFailedError as e:
                 if e.code != _REBALANCE_IN_PROGRESS or clock.monotonic() >= deadline:
@@ -653,21 +716,31 @@ class PipelineWorker:
         staging, where the next owner's recover publishes it if it was committed.
         """
         try:
-            committed = self.group.committed_offsets([(tp.topic, tp.partition)])
+            with self._commit_lock:
+                committed = self.group.committed_offsets([(tp.topic, tp.partition)])
         except Exception as e:
             log.warning("%s: %s: cannot fetch the committed offset: %s", self.name, tp, e)
             return False
         return committed.get((tp.topic, tp.partition)) == sent
 
-    def _reread(self, part: _Partition) -> None:
+    def _reread(self, part: _Partition, *, failed: bool = False) -> None:
         """Process ``part`` again from the start of the batch that failed (its committed
-        offset, unless the commit landed after all: preparing it again asks the group)."""
+        offset, unless the commit landed after all: preparing it again asks the group).
+
+        After a batch that failed in Spark or the sink, the partition waits before its
+        next batch, 0.5 s doubling to 30 s, so a failure that repeats (a broker down, a
+        full disk) does not spin.
+        """
         with self._lock:
             part.ready = False
+            if failed:
+                part.failures += 1
+                delay = min(30.0, 0.5 * 2 ** (part.failures - 1))
+                part.retry_at = self._clock.monotonic() + delay
 
-    def _done(self) -> None:
+    def _done(self, tp: TopicPartition) -> None:
         with self._changed:
-            self._in_flight = None
+            self._in_flight.discard(tp)
             self._changed.notify_all()
 
     # ------------------------------------------------------------------ membership thread
@@ -702,12 +775,12 @@ class PipelineWorker:
         t0 = self._clock.monotonic()
         with self._changed:
             self._revoking |= partitions
-            while self._in_flight is not None and self._in_flight in partitions:
+            while self._in_flight & partitions:
                 if not self._changed.wait(10.0):
                     log.warning(
-                        "%s: still waiting for the batch of %s before handing it over",
+                        "%s: still waiting for the batches of %s before handing them over",
                         self.name,
-                        self._in_flight,
+                        sorted(self._in_flight & partitions),
                     )
             for tp in partitions:
                 self._parts.pop(tp, None)
@@ -753,6 +826,18 @@ class PipelineWorker:
 
 def _numbers(partitions: frozenset[TopicPartition]) -> list[int]:
     return sorted(tp.partition for tp in partitions)
+
+
+def _spark_gone(error: BaseException) -> bool:
+    """Whether ``error`` says this process's Spark JVM is gone (py4j lost its connection)."""
+    from py4j.protocol import Py4JNetworkError
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, Py4JNetworkError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _kafka_options(settings: Mapping[str, Any], given: Mapping[str, str] | None) -> dict[str, str]:

@@ -136,7 +136,7 @@ def owned(worker: PipelineWorker, start: int) -> _Partition:
 
 
 def process(worker: PipelineWorker, part: _Partition, start: int, end: int) -> None:
-    worker._in_flight = TP
+    worker._in_flight = {TP}
     worker._process(part, OffsetRange(topic="t", partition=0, start_offset=start, end_offset=end))
 
 
@@ -324,7 +324,7 @@ class TestBatches:
             cut = worker._next_batch(worker._clock.monotonic())
         assert cut is not None and cut[0] is part
         assert (cut[1].start_offset, cut[1].end_offset) == (100, 150)
-        assert worker._in_flight == TP
+        assert TP in worker._in_flight
 
     def test_a_short_range_waits_for_the_delay(self, worker):
         part = owned(worker, 0)
@@ -379,6 +379,7 @@ class TestBatches:
         assert w.kafka_options == {
             "kafka.fetch.max.bytes": "1048576",
             "kafka.bootstrap.servers": "a:9092,b:9092",
+            "kafka.group.id": "g.spark-reader",
         }
         w.group.close()
         with pytest.raises(ConfigurationError, match=r"fetch\.max\.bytes"):
@@ -411,3 +412,50 @@ class TestBatches:
             )
         with pytest.raises(ConfigurationError, match="needs a pipeline"):
             PipelineWorker("g", bootstrap_servers="a:9092")
+
+
+class TestFailures:
+    def test_a_failing_batch_backs_off_before_its_partition_runs_again(
+        self, worker, events, monkeypatch
+    ):
+        def broken(batch: OffsetRange) -> StagedBatch:
+            raise RuntimeError("Spark failed")
+
+        monkeypatch.setattr(worker, "_stage", broken)
+        part = owned(worker, 0)
+        part.end, part.pending_since = 10, 0.0
+        for failures, delay in ((1, 0.5), (2, 1.0), (3, 2.0)):
+            process(worker, part, 0, 10)
+            assert [e["event"] for e in events][-1] == "failed"
+            assert part.failures == failures and not part.ready
+            worker._prepare(part)  # ready again, at the committed offset
+            part.end, part.pending_since = 10, 0.0  # as the next step finds it
+            now = worker._clock.monotonic()
+            with worker._lock:
+                assert worker._next_batch(now) is None  # backing off
+            worker._clock.advance(delay)
+            with worker._lock:
+                cut = worker._next_batch(worker._clock.monotonic())
+            assert cut is not None
+            worker._done(TP)
+        monkeypatch.setattr(worker, "_stage", lambda batch: fake_stage(worker.output, batch))
+        process(worker, part, 0, 10)
+        assert part.failures == 0 and part.start == 10
+
+    def test_a_lost_spark_jvm_stops_the_worker(self, worker, events, monkeypatch):
+        import threading
+
+        from py4j.protocol import Py4JNetworkError
+
+        from coordination.errors import CoordinationError
+
+        def gone(batch: OffsetRange) -> StagedBatch:
+            raise Py4JNetworkError("Answer from Java side is empty")
+
+        monkeypatch.setattr(worker, "_stage", gone)
+        part = owned(worker, 0)
+        process(worker, part, 0, 10)
+        assert group(worker).commits == 0
+        worker._started = True
+        with pytest.raises(CoordinationError, match="stops"):
+            worker.run(threading.Event())
