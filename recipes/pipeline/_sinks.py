@@ -34,7 +34,7 @@ log = logging.getLogger("recipes.pipeline")
 # Delta's session settings that make the next write (MERGE included) idempotent.
 _TXN_APP_ID: Final = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION: Final = "spark.databricks.delta.write.txnVersion"
-# One lock per session, held while a MERGE runs with them set: a worker's batch threads
+# One lock per session, held by each Delta write of the sink: a worker's batch threads
 # share its session (and its settings); separate sessions have their own settings.
 _SESSION_LOCKS: dict[int, threading.Lock] = {}
 _SESSION_LOCKS_GUARD = threading.Lock()
@@ -181,20 +181,23 @@ class DeltaSink:
     def _write(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int) -> None:
         from delta.tables import DeltaTable
 
-        if self.key_columns is None:
-            (
-                rows.write.format("delta")
-                .mode("append")
-                .option("txnAppId", app_id)
-                .option("txnVersion", version)
-                .save(self.table)
-            )
-            return
-        if not DeltaTable.isDeltaTable(spark, self.table):
-            # An empty append creates the table; two workers doing it at once
-            # conflict, and the retry finds the table.
-            rows.limit(0).write.format("delta").mode("append").save(self.table)
-        with _session_lock(spark):  # the idempotency settings are the session's
+        # The idempotency settings of a merge are the session's: while one batch
+        # thread merges with its batch's id set, no other Delta write of this session
+        # may run, or it would commit under that id and Delta would then skip the batch.
+        with _session_lock(spark):
+            if self.key_columns is None:
+                (
+                    rows.write.format("delta")
+                    .mode("append")
+                    .option("txnAppId", app_id)
+                    .option("txnVersion", version)
+                    .save(self.table)
+                )
+                return
+            if not DeltaTable.isDeltaTable(spark, self.table):
+                # An empty append creates the table; two workers doing it at once
+                # conflict, and the retry finds the table.
+                rows.limit(0).write.format("delta").mode("append").save(self.table)
             self._merge(spark, rows, app_id, version)
 
     def _merge(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int) -> None:

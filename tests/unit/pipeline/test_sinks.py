@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ from recipes.pipeline import (
     stage_batch,
     windowed_sum,
 )
-from recipes.pipeline._sinks import delta_app_id
+from recipes.pipeline._sinks import _TXN_APP_ID, _TXN_VERSION, _session_lock, delta_app_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -157,6 +158,32 @@ class TestDeltaSink:
             t.join(300)
         assert errors == []
         assert totals(spark, sink) == _add(expected((0, 60)), expected((0, 60)))
+
+    def test_a_batch_thread_never_writes_under_another_batchs_transaction_id(
+        self, spark, tmp_path
+    ):
+        # A worker's batch threads share one session. While one merges (its batch's
+        # transaction id set in the session), another that finds no table yet must
+        # not create it: that commit would carry the first batch's id, and Delta
+        # would then skip the first batch as already applied.
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        first = stage(spark, output, 0, 30, partition=0)
+        second = stage(spark, output, 0, 20, partition=1)
+        created = tmp_path / "table" / "_delta_log" / f"{0:020d}.json"
+        with _session_lock(spark):  # the first batch's merge is under way
+            spark.conf.set(_TXN_APP_ID, delta_app_id("t", 0))
+            spark.conf.set(_TXN_VERSION, "30")
+            thread = threading.Thread(target=output.publish, args=(second,))
+            thread.start()
+            deadline = time.monotonic() + 8
+            while not created.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            spark.conf.unset(_TXN_APP_ID)
+            spark.conf.unset(_TXN_VERSION)
+        thread.join(120)
+        output.publish(first)
+        assert totals(spark, sink) == _add(expected((0, 30)), expected((0, 20)))
 
     def test_without_key_columns_batches_are_appended_once(self, spark, tmp_path):
         sink = DeltaSink(str(tmp_path / "table"), staging=tmp_path / "staging")
