@@ -159,9 +159,7 @@ class TestDeltaSink:
         assert errors == []
         assert totals(spark, sink) == _add(expected((0, 60)), expected((0, 60)))
 
-    def test_a_batch_thread_never_writes_under_another_batchs_transaction_id(
-        self, spark, tmp_path
-    ):
+    def test_a_batch_thread_never_writes_under_another_batchs_transaction_id(self, spark, tmp_path):
         # A worker's batch threads share one session. While one merges (its batch's
         # transaction id set in the session), another that finds no table yet must
         # not create it: that commit would carry the first batch's id, and Delta
