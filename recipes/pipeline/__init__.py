@@ -32,6 +32,7 @@ from ._spark import parse_events as parse_events
 from ._spark import read_results as read_results
 from ._spark import spark_session as spark_session
 from ._spark import stage_batch as stage_batch
+from ._spark import stage_many as stage_many
 from ._spark import stage_rows as stage_rows
 from ._worker import PipelineWorker as PipelineWorker
 from ._worker import WorkerEvent as WorkerEvent
@@ -58,6 +59,7 @@ __all__ = [
     "read_results",
     "spark_session",
     "stage_batch",
+    "stage_many",
     "stage_rows",
     "windowed_sum",
 ]

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import shutil
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ Parquet reader skip it.
 _MANIFEST_FORMAT: Final = 2
 _STAGING: Final = "staging"
 _PUBLISHED: Final = "published"
+_JOBS: Final = "jobs"
 
 # Parsed from the right: Kafka topic names may contain "-" (and "." and "_"),
 # partitions and offsets are digits, and the uuid is hex without dashes, so the
@@ -281,6 +283,40 @@ class PipelineOutput:
             ``<root>/staging/<offsets.name>-<uuid4 hex>``.
         """
         return self.staging_dir / f"{offsets.name}-{uuid.uuid4().hex}"
+
+    def new_job_path(self, owner: str) -> Path:
+        """A fresh directory path (not created) for one Spark job that stages several ranges.
+
+        The job writes every range's results under it, then each range's
+        directory is renamed into ``staging/`` (same filesystem). A crash in
+        between leaves the job directory; :meth:`remove_jobs` of the same
+        owner (a restarted worker) deletes it.
+
+        Args:
+            owner: The process staging (a worker's name).
+
+        Returns:
+            ``<root>/jobs/<owner, quoted>/<uuid4 hex>``.
+        """
+        return self._jobs_of(owner) / uuid.uuid4().hex
+
+    def remove_jobs(self, owner: str) -> int:
+        """Delete the job directories ``owner`` left (it crashed mid-job); how many there were.
+
+        Call before ``owner`` stages anything: a job directory holds nothing
+        committed (ranges are committed only from ``staging/``), so deleting it
+        loses nothing.
+        """
+        jobs = self._jobs_of(owner)
+        left = _listdir(jobs)
+        shutil.rmtree(jobs, ignore_errors=True)
+        return len(left)
+
+    def _jobs_of(self, owner: str) -> Path:
+        name = urllib.parse.quote(owner, safe="")
+        if name in ("", ".", ".."):
+            raise PipelineOutputError(f"{owner!r} cannot name a job directory")
+        return self.root / _JOBS / name
 
     def finish_stage(
         self,

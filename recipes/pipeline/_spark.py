@@ -10,8 +10,10 @@ lazily, so the rest of the package works without it.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
-from collections.abc import Mapping, Sequence
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -48,6 +50,7 @@ __all__ = [
     "spark_packages",
     "spark_session",
     "stage_batch",
+    "stage_many",
     "stage_rows",
 ]
 
@@ -95,6 +98,13 @@ _DEFAULT_CONF: Final[Mapping[str, str]] = {
     # Delta rebuilds a table's state with 50 tasks by default: seconds per
     # batch for a table a micro-batch pipeline commits to every second.
     "spark.databricks.delta.snapshotPartitions": "2",
+    # A batch's counts come from DataFrame observations, which Spark reads off the
+    # executed plan. Adaptive execution replaces a part of the plan whose shuffle
+    # came out empty (a range with only rejected records) by an empty relation,
+    # observations included: the stage would then fail on every retry.
+    "spark.sql.adaptive.optimizer.excludedRules": (
+        "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
+    ),
 }
 
 
@@ -526,6 +536,182 @@ def stage_rows(
         # leaves one; a later cleanup_orphans removes it).
         shutil.rmtree(path, ignore_errors=True)
         raise
+
+
+_RANGE_COLUMN: Final = "_coordination_range"
+
+
+def stage_many(
+    spark: SparkSession,
+    output: PipelineOutput,
+    ranges: Sequence[OffsetRange],
+    kafka_options: Mapping[str, str],
+    pipeline: Pipeline,
+    *,
+    owner: str,
+    read: Callable[[OffsetRange], DataFrame] | None = None,
+) -> list[StagedBatch]:
+    """Run ``pipeline`` on several offset ranges (of different partitions) in one Spark job.
+
+    Each range is read by its own Kafka scan and parsed and transformed on its
+    own (the transform never mixes two ranges' records: each range is
+    committed and published on its own), and the results of all ranges are
+    written by one job, each range's into its own directory of a job
+    directory (:meth:`~recipes.pipeline.PipelineOutput.new_job_path`). One
+    small job reads the files back and checks every range's rows, as
+    :func:`stage_rows` does; then each range's directory is renamed into
+    ``staging/`` and gets its manifest. One job instead of one per range:
+    Spark's fixed cost per job (planning, scheduling, committing files) is
+    paid once for all the partitions a worker has data for.
+
+    Next, as for :func:`stage_rows`: commit each range's end offset with its
+    ``commit_metadata`` (one OffsetCommit for all), and publish each range
+    whose commit succeeded.
+
+    Args:
+        spark: The session.
+        output: Where to stage.
+        ranges: Ranges of distinct partitions.
+        kafka_options: As for :func:`kafka_rows`.
+        pipeline: What to compute.
+        owner: The staging process's name (its job directories are its own).
+        read: A range's Kafka rows; default :func:`kafka_rows` with ``kafka_options``
+            (tests give rows from elsewhere).
+
+    Returns:
+        The staged batches, in the order of ``ranges``.
+
+    Raises:
+        StagedFilesError: A range's written files do not hold the rows the job
+            produced for it; nothing is staged.
+        pyspark.errors.PySparkException: Spark failed; nothing is staged.
+    """
+    import functools
+
+    from pyspark.sql import DataFrame, Observation
+    from pyspark.sql import functions as F
+
+    if len({(r.topic, r.partition) for r in ranges}) != len(ranges):
+        raise PipelineOutputError(f"ranges of one partition in one job: {list(ranges)}")
+    if not ranges:
+        return []
+    reads: list[Observation] = []
+    checks: list[Observation | None] = []
+    writes: list[Observation] = []
+    branches: list[DataFrame] = []
+    for i, offsets in enumerate(ranges):
+        counted = Observation(f"read-{i}")
+        source = kafka_rows(spark, offsets, kafka_options) if read is None else read(offsets)
+        rows = source.observe(counted, F.count(F.lit(1)).alias("records"))
+        parsed = pipeline.rows(rows)
+        checked: Observation | None = None
+        if "valid" in parsed.columns and "offset" in parsed.columns:
+            checked = Observation(f"checked-{i}")
+            parsed = parsed.observe(
+                checked,
+                F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
+            )
+        written = Observation(f"written-{i}")
+        results = pipeline.transform(parsed).observe(written, F.count(F.lit(1)).alias("rows"))
+        reads.append(counted)
+        checks.append(checked)
+        writes.append(written)
+        branches.append(results.withColumn(_RANGE_COLUMN, F.lit(i)))
+    schema = branches[0].drop(_RANGE_COLUMN).schema
+    job = output.new_job_path(owner)
+    staged_paths: list[Path] = []
+    try:
+        # One task writes every range's (small) results: one file per range.
+        (
+            functools.reduce(DataFrame.unionByName, branches)
+            .coalesce(1)
+            .write.mode("errorifexists")
+            .option(_COMMITTER_KEY.removeprefix("spark.hadoop."), _COMMITTER_VERSION)
+            .partitionBy(_RANGE_COLUMN)
+            .parquet(str(job))
+        )
+        dirs = [job / f"{_RANGE_COLUMN}={i}" for i in range(len(ranges))]
+        files = _checked_job_files(spark, dirs, [int(w.get["rows"]) for w in writes], schema)
+        staged: list[StagedBatch] = []
+        for offsets, written_dir, counted, checked, range_files in zip(
+            ranges, dirs, reads, checks, files, strict=True
+        ):
+            path = output.new_staging_path(offsets)
+            if written_dir.is_dir():
+                os.rename(written_dir, path)
+            else:
+                path.mkdir()  # no result rows
+            staged_paths.append(path)
+            rejected: list[int] = []
+            if checked is not None:
+                rejected = sorted({int(o) for o in checked.get["rejected_offsets"]})
+            staged.append(
+                output.finish_stage(
+                    path,
+                    offsets,
+                    records=int(counted.get["records"]),
+                    rejected_offsets=rejected,
+                    window_ms=pipeline.window_ms,
+                    files=range_files,
+                )
+            )
+        return staged
+    except BaseException:
+        for path in staged_paths:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(job, ignore_errors=True)
+
+
+def _checked_job_files(
+    spark: SparkSession, dirs: Sequence[Path], rows: Sequence[int], schema: StructType
+) -> list[dict[str, int]]:
+    """Each range directory's data files and their rows, checked against the rows written.
+
+    One Spark job reads every file back and counts rows per file.
+
+    Raises:
+        StagedFilesError: A range's files hold another number of rows than the
+            write produced for it (a duplicate or missing part file).
+    """
+    from pyspark.sql import functions as F
+
+    names = [
+        sorted(e.name for e in _entries(d) if e.is_file() and not e.name.startswith(("_", ".")))
+        for d in dirs
+    ]
+    paths = [str(d / n) for d, ns in zip(dirs, names, strict=True) for n in ns]
+    counts: dict[tuple[str, str], int] = {}
+    if paths:
+        read = spark.read.schema(schema).parquet(*paths)
+        path = F.col("_metadata.file_path")
+        per_file = read.groupBy(path.alias("path")).count()
+        for r in per_file.collect():
+            # A file URI: the range directory's name and the file's, URL-quoted.
+            parent, name = (urllib.parse.unquote(p) for p in str(r["path"]).rsplit("/", 2)[-2:])
+            counts[(parent, name)] = int(r["count"])
+    out: list[dict[str, int]] = []
+    for d, ns, expected in zip(dirs, names, rows, strict=True):
+        files = {n: counts.pop((d.name, n), 0) for n in ns}
+        if sum(files.values()) != expected:
+            raise StagedFilesError(
+                f"{d}: the write produced {expected} rows but its data files hold "
+                f"{sum(files.values())} ({files}): a task's output is duplicated or missing; "
+                "the batch is staged again"
+            )
+        out.append(files)
+    if counts:
+        raise StagedFilesError(f"rows read back from files no range lists: {counts}")
+    return out
+
+
+def _entries(path: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as entries:
+            return list(entries)
+    except FileNotFoundError:
+        return []
 
 
 def _checked_files(

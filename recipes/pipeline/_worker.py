@@ -36,7 +36,7 @@ from recipes.partitioning._consumer import FETCH_SETTINGS
 from ._definition import Pipeline, windowed_sum
 from ._output import OffsetRange, PipelineOutput, PipelineOutputError, StagedBatch, StagedFilesError
 from ._sinks import ParquetSink
-from ._spark import DEFAULT_WINDOW_MS, Batch, kafka_rows, spark_session, stage_batch, stage_rows
+from ._spark import DEFAULT_WINDOW_MS, Batch, spark_session, stage_batch, stage_many
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -172,10 +172,11 @@ class PipelineWorker:
             is never interrupted.
 
     Threads:
-        :meth:`run`'s thread cuts batches and prepares partitions; up to
-        ``parallel_batches`` batches of different partitions run at once on
-        threads of their own (Spark runs their jobs concurrently), one per
-        partition at most. The rebalance callbacks run on the membership
+        :meth:`run`'s thread cuts batches and prepares partitions. The batches
+        of all the partitions with records waiting are staged by one Spark job
+        and committed by one request; up to ``parallel_batches`` such jobs run
+        at once on threads of their own (Spark runs them concurrently), with
+        one batch per partition at most. The rebalance callbacks run on the membership
         thread and wait for the batches of the partitions they hand over;
         :meth:`close` must not be called from them. Every lock,
         wait and reading of the time that guards the group's work comes from
@@ -209,6 +210,7 @@ class PipelineWorker:
         max_batch_delay_ms: int = 1000,
         poll_interval_ms: int = 100,
         parallel_batches: int = 2,
+        max_partitions_per_batch: int = 64,
         lease_margin_ms: int | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
         **settings: Any,
@@ -223,7 +225,10 @@ class PipelineWorker:
                 :class:`~recipes.pipeline.ParquetSink` at ``output``.
             output: Without ``pipeline``: the default pipeline's output directory.
             window_ms: Without ``pipeline``: the default pipeline's window.
-            name: This worker's name in logs and events.
+            name: This worker's name in logs, events and its job directories
+                (:meth:`~recipes.pipeline.PipelineOutput.new_job_path`): unique
+                among the workers sharing an output, and kept across restarts
+                so that a restarted worker removes what its crash left.
             master: ``spark.master``; default ``local[1]``, one core per worker.
             spark_conf: Further Spark settings (see :func:`spark_session`).
             kafka_options: Settings of Spark's Kafka source (``kafka.*``, e.g.
@@ -232,8 +237,10 @@ class PipelineWorker:
             max_batch_records: Most offsets in one batch.
             max_batch_delay_ms: Longest time a record waits before its batch is cut.
             poll_interval_ms: How often an idle worker asks the partitions' ends.
-            parallel_batches: Batches (of different partitions) run at once; 1 runs
-                them one after another on :meth:`run`'s thread.
+            parallel_batches: Spark jobs (each staging batches of several
+                partitions) run at once; 1 runs them one after another on
+                :meth:`run`'s thread.
+            max_partitions_per_batch: Most partitions staged by one Spark job.
             lease_margin_ms: Orphaned staging directories are deleted only while
                 the membership lease exceeds this; default ``heartbeat_interval_ms``.
                 Must be below ``min(session_timeout_ms, rebalance_timeout_ms)``.
@@ -251,11 +258,13 @@ class PipelineWorker:
             or max_batch_delay_ms < 0
             or poll_interval_ms <= 0
             or parallel_batches <= 0
+            or max_partitions_per_batch <= 0
         ):
             raise ConfigurationError(
-                "max_batch_records, poll_interval_ms and parallel_batches must be > 0 and "
-                f"max_batch_delay_ms >= 0, got {max_batch_records}, {poll_interval_ms}, "
-                f"{parallel_batches} and {max_batch_delay_ms}"
+                "max_batch_records, poll_interval_ms, parallel_batches and "
+                "max_partitions_per_batch must be > 0 and max_batch_delay_ms >= 0, got "
+                f"{max_batch_records}, {poll_interval_ms}, {parallel_batches}, "
+                f"{max_partitions_per_batch} and {max_batch_delay_ms}"
             )
         if pipeline is None:
             if topic is None or output is None:
@@ -277,6 +286,8 @@ class PipelineWorker:
         self.max_batch_delay_s = max_batch_delay_ms / 1000
         self.poll_interval_s = poll_interval_ms / 1000
         self.parallel = parallel_batches
+        self.max_partitions_per_batch = max_partitions_per_batch
+        self._jobs = 0  # Spark jobs under way (guarded by _lock and _changed)
         self._master = master
         self._spark_conf = dict(spark_conf or {})
         self._on_event = on_event
@@ -368,6 +379,8 @@ class PipelineWorker:
             t0 = self._clock.monotonic()
             self._warm_up()
             self._emit("started", spark_start_ms=started_ms, warm_up_ms=self._ms_since(t0))
+            # What a crash of this worker left mid-job (nothing there was committed).
+            self.output.remove_jobs(self.name)
         self.consumer.start()
         self._started = True
 
@@ -378,8 +391,8 @@ class PipelineWorker:
         over 20 s on a busy 2-core machine (later ones: about 1 s). Paying that
         before joining keeps it out of the partitions' processing: a worker that
         takes over a killed worker's partitions is ready to process them at once.
-        The batches run the pipeline on records in memory, then Spark's Kafka
-        source reads an empty range of an input partition (loading its classes).
+        The batches run the pipeline on records in memory, then on an empty
+        range of an input partition read by Spark's Kafka source (loading its classes).
         """
         assert self._spark is not None
         with tempfile.TemporaryDirectory(prefix="pipeline-warm-up-") as scratch:
@@ -402,11 +415,13 @@ class PipelineWorker:
                     records=records,
                 )
                 output.publish(stage_batch(self._spark, output, batch, pipeline=self.pipeline))
-        empty = OffsetRange(
-            topic=self.pipeline.topics[0], partition=0, start_offset=0, end_offset=0
-        )
-        with contextlib.suppress(Exception):  # a warm-up only: the real reads report errors
-            kafka_rows(self._spark, empty, self.kafka_options).count()
+            empty = OffsetRange(
+                topic=self.pipeline.topics[0], partition=0, start_offset=0, end_offset=0
+            )
+            with contextlib.suppress(Exception):  # a warm-up only: real reads report errors
+                stage_many(
+                    self._spark, output, [empty], self.kafka_options, self.pipeline, owner="warm-up"
+                )
 
     def run(self, stop: threading.Event) -> None:
         """Fetch and process batches until ``stop`` is set (call :meth:`start` first).
@@ -481,18 +496,20 @@ class PipelineWorker:
                 current.end = end
                 if end > current.start and current.pending_since is None:
                     current.pending_since = now
-            batch = self._next_batch(now) if len(self._in_flight) < self.parallel else None
-        if batch is None:
+            batches = self._next_batches(now) if self._jobs < self.parallel else []
+            if batches:
+                self._jobs += 1
+        if not batches:
             with self._changed:
                 # Until a batch finishes (room for the next) or the poll interval passed.
                 self._changed.wait(self.poll_interval_s)
         elif self.parallel == 1:
-            self._process(*batch)
+            self._process(batches)
         else:
-            # Spark runs the jobs of several threads at once: one batch's driver-side work
+            # Spark runs the jobs of several threads at once: one job's driver-side work
             # (planning, committing files, the offset commit) overlaps another's tasks.
             thread = threading.Thread(
-                target=self._process, args=batch, name=f"{self.name}-batch", daemon=True
+                target=self._process, args=(batches,), name=f"{self.name}-batch", daemon=True
             )
             self._batch_threads = [t for t in self._batch_threads if t.is_alive()] + [thread]
             thread.start()
@@ -508,9 +525,14 @@ class PipelineWorker:
             log.warning("%s: cannot fetch the partitions' ends: %s", self.name, e)
             return {}
 
-    def _next_batch(self, now: float) -> tuple[_Partition, OffsetRange] | None:
-        """Cut the next batch (holding the lock) and mark its partition in flight."""
-        due = [
+    def _next_batches(self, now: float) -> list[tuple[_Partition, OffsetRange]]:
+        """Cut the next job's batches (holding the lock); their partitions are then in flight.
+
+        Once one partition is due (``max_batch_records`` waiting, or its oldest
+        record ``max_batch_delay_ms`` old), every partition with records waiting
+        gets a batch in the same job: Spark's cost per job is paid once.
+        """
+        waiting = [
             p
             for p in self._parts.values()
             if p.ready
@@ -518,24 +540,32 @@ class PipelineWorker:
             and p.tp not in self._revoking
             and p.tp not in self._in_flight
             and p.retry_at <= now
-            and (
-                p.end - p.start >= self.max_batch_records
-                or now - p.pending_since >= self.max_batch_delay_s
-            )
         ]
-        if not due:
-            return None
-        # The partition whose data has waited longest first: this bounds every
+        if not any(
+            p.end - p.start >= self.max_batch_records
+            or (p.pending_since is not None and now - p.pending_since >= self.max_batch_delay_s)
+            for p in waiting
+        ):
+            return []
+        # The partitions whose data has waited longest first: this bounds every
         # partition's lag, and serves a backlog taken over from a failed worker
         # before partitions that were processed a moment ago.
-        part = min(due, key=lambda p: (p.pending_since or 0.0, p.tp))
-        self._in_flight.add(part.tp)
-        return part, OffsetRange(
-            topic=part.tp.topic,
-            partition=part.tp.partition,
-            start_offset=part.start,
-            end_offset=min(part.end, part.start + self.max_batch_records),
-        )
+        waiting.sort(key=lambda p: (p.pending_since or 0.0, p.tp))
+        batches = []
+        for part in waiting[: self.max_partitions_per_batch]:
+            self._in_flight.add(part.tp)
+            batches.append(
+                (
+                    part,
+                    OffsetRange(
+                        topic=part.tp.topic,
+                        partition=part.tp.partition,
+                        start_offset=part.start,
+                        end_offset=min(part.end, part.start + self.max_batch_records),
+                    ),
+                )
+            )
+        return batches
 
     def _prepare(self, part: _Partition) -> None:
         """Recover a newly assigned partition and position the consumer at its committed offset.
@@ -586,100 +616,141 @@ class PipelineWorker:
         finally:
             self._done(tp)
 
-    def _process(self, part: _Partition, batch: OffsetRange) -> None:
-        """Stage, commit, publish (or leave in staging) one batch; the partition is in flight."""
-        tp = part.tp
+    def _process(self, batches: list[tuple[_Partition, OffsetRange]]) -> None:
+        """Stage the batches in one Spark job, commit them in one request, publish each
+        whose commit landed (the others stay in staging); their partitions are in flight.
+        """
         t0 = self._clock.monotonic()
         try:
-            staged = self._stage(batch)
+            try:
+                staged = self._stage([batch for _, batch in batches])
+            except PipelineOutputError as e:
+                if not isinstance(e, StagedFilesError):
+                    self._fatal = e
+                    raise
+                log.warning("%s: %s", self.name, e)
+                for part, _ in batches:
+                    self._failed(part, e)
+                return
+            except Exception as e:
+                if _spark_gone(e):
+                    # The JVM is gone (killed, out of memory): no batch can run here any
+                    # more. The worker stops; the group moves its partitions.
+                    self._fatal = e
+                    log.error("%s: Spark is gone: %s", self.name, e)
+                    return
+                # Spark failed (or the output could not be written): nothing was
+                # committed, so process the partitions again from their committed offsets.
+                log.exception(
+                    "%s: batches %s failed", self.name, ", ".join(b.name for _, b in batches)
+                )
+                for part, _ in batches:
+                    self._failed(part, e)
+                return
             staged_ms = self._ms_since(t0)
             commit = {
-                (tp.topic, tp.partition): OffsetAndMetadata(
-                    batch.end_offset, staged.commit_metadata
-                )
+                (b.topic, b.partition): OffsetAndMetadata(b.end_offset, s.commit_metadata)
+                for (_, b), s in zip(batches, staged, strict=True)
             }
             try:
                 self._commit(commit)
+                landed = set(commit)
             except Exception as e:
                 # Refused, timed out, or anything else: the request may have landed
                 # (a response lost, then a retry refused for a generation that moved
-                # on). Never delete the staged batch here; ask the broker.
-                if not self._landed(tp, commit[(tp.topic, tp.partition)]):
-                    self._emit(
-                        "abandoned",
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        start=batch.start_offset,
-                        end=batch.end_offset,
-                        reason=str(e),
-                    )
-                    log.warning(
-                        "%s: %s: commit of [%d, %d) failed or unknown (%s); batch left in "
-                        "staging, partition processed again from its committed offset",
-                        self.name,
-                        tp,
-                        batch.start_offset,
-                        batch.end_offset,
-                        e,
-                    )
-                    self._reread(part)
-                    return
-                log.info("%s: %s: the commit that reported %r had landed", self.name, tp, e)
+                # on). Never delete a staged batch here; ask the broker.
+                landed = self._landed(commit)
+                if landed:
+                    log.info("%s: the commit that reported %r had landed", self.name, e)
+                for part, batch in batches:
+                    if (batch.topic, batch.partition) not in landed:
+                        self._abandon(part, batch, e)
+            for (part, batch), one in zip(batches, staged, strict=True):
+                if (batch.topic, batch.partition) in landed:
+                    self._publish(part, batch, one, staged_ms, t0)
+        finally:
+            with self._changed:
+                for part, _ in batches:
+                    self._in_flight.discard(part.tp)
+                self._jobs -= 1
+                self._changed.notify_all()
+
+    def _abandon(self, part: _Partition, batch: OffsetRange, error: BaseException) -> None:
+        """A batch whose commit failed and did not land: left in staging, its partition
+        processed again from its committed offset."""
+        self._emit(
+            "abandoned",
+            topic=batch.topic,
+            partition=batch.partition,
+            start=batch.start_offset,
+            end=batch.end_offset,
+            reason=str(error),
+        )
+        log.warning(
+            "%s: %s: commit of [%d, %d) failed or unknown (%s); batch left in "
+            "staging, partition processed again from its committed offset",
+            self.name,
+            part.tp,
+            batch.start_offset,
+            batch.end_offset,
+            error,
+        )
+        self._reread(part)
+
+    def _publish(
+        self, part: _Partition, batch: OffsetRange, staged: StagedBatch, staged_ms: int, t0: float
+    ) -> None:
+        """Publish a committed batch and move its partition on."""
+        try:
             self.output.publish(staged)
             self.output.cleanup_orphans(
-                tp.topic,
-                tp.partition,
+                batch.topic,
+                batch.partition,
                 batch.end_offset,
                 staged.commit_metadata,
                 still_owner=self._lease.holds,
             )
-            with self._lock:
-                part.start = batch.end_offset
-                part.pending_since = self._clock.monotonic() if part.end > part.start else None
-                part.failures = 0
-            with self._lock:
-                self.records_processed += staged.records
-                self.batches += 1
-            self._emit(
-                "batch",
-                topic=tp.topic,
-                partition=tp.partition,
-                start=batch.start_offset,
-                end=batch.end_offset,
-                records=staged.records,
-                rejected=staged.rejected,
-                stage_ms=staged_ms,
-                ms=self._ms_since(t0),
-            )
         except PipelineOutputError as e:
-            if not isinstance(e, StagedFilesError):
-                self._fatal = e
-                raise
-            log.warning("%s: %s: %s", self.name, tp, e)
-            self._emit("failed", topic=tp.topic, partition=tp.partition, error=repr(e))
-            self._reread(part, failed=True)
+            self._fatal = e
+            raise
         except Exception as e:
             if _spark_gone(e):
-                # The JVM is gone (killed, out of memory): no batch can run here any
-                # more. The worker stops; the group moves its partitions.
                 self._fatal = e
                 log.error("%s: Spark is gone: %s", self.name, e)
                 return
-            # Spark failed (or the output could not be written): nothing was
-            # committed, so process the partition again from its committed offset.
-            log.exception(
-                "%s: %s: batch [%d, %d) failed", self.name, tp, batch.start_offset, batch.end_offset
-            )
-            self._emit("failed", topic=tp.topic, partition=tp.partition, error=repr(e))
-            self._reread(part, failed=True)
-        finally:
-            self._done(tp)
+            # The sink failed: the batch is committed, so preparing the partition
+            # again publishes it (recover) before the next batch.
+            log.exception("%s: %s: publishing %s failed", self.name, part.tp, staged.name)
+            self._failed(part, e)
+            return
+        with self._lock:
+            part.start = batch.end_offset
+            part.pending_since = self._clock.monotonic() if part.end > part.start else None
+            part.failures = 0
+            self.records_processed += staged.records
+            self.batches += 1
+        self._emit(
+            "batch",
+            topic=batch.topic,
+            partition=batch.partition,
+            start=batch.start_offset,
+            end=batch.end_offset,
+            records=staged.records,
+            rejected=staged.rejected,
+            stage_ms=staged_ms,
+            ms=self._ms_since(t0),
+        )
 
-    def _stage(self, batch: OffsetRange) -> StagedBatch:
-        """Spark reads ``batch`` from Kafka and runs the pipeline on it, into staging."""
+    def _failed(self, part: _Partition, error: BaseException) -> None:
+        self._emit("failed", topic=part.tp.topic, partition=part.tp.partition, error=repr(error))
+        self._reread(part, failed=True)
+
+    def _stage(self, batches: list[OffsetRange]) -> list[StagedBatch]:
+        """Spark reads the batches from Kafka and runs the pipeline on them, into staging."""
         assert self._spark is not None
-        rows = kafka_rows(self._spark, batch, self.kafka_options)
-        return stage_rows(self._spark, self.output, batch, rows, self.pipeline)
+        return stage_many(
+            self._spark, self.output, batches, self.kafka_options, self.pipeline, owner=self.name
+        )
 
     def _commit(self, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
         """Commit in the current generation, retrying while the group completes a rebalance.
@@ -709,19 +780,19 @@ class PipelineWorker:
                 log.info("%s: commit met a rebalance in progress; retrying", self.name)
                 clock.sleep(0.2, clock.event())
 
-    def _landed(self, tp: TopicPartition, sent: OffsetAndMetadata) -> bool:
-        """Whether the group's committed offset and metadata of ``tp`` are ``sent``.
+    def _landed(self, sent: Mapping[tuple[str, int], OffsetAndMetadata]) -> set[tuple[str, int]]:
+        """The partitions of ``sent`` whose committed offset and metadata are what was sent.
 
-        False also when the broker cannot tell now: the batch then stays in
-        staging, where the next owner's recover publishes it if it was committed.
+        None of them when the broker cannot tell now: the batches then stay in
+        staging, where the next owner's recover publishes those that were committed.
         """
         try:
             with self._commit_lock:
-                committed = self.group.committed_offsets([(tp.topic, tp.partition)])
+                committed = self.group.committed_offsets(list(sent))
         except Exception as e:
-            log.warning("%s: %s: cannot fetch the committed offset: %s", self.name, tp, e)
-            return False
-        return committed.get((tp.topic, tp.partition)) == sent
+            log.warning("%s: cannot fetch the committed offsets: %s", self.name, e)
+            return set()
+        return {tp for tp, om in sent.items() if committed.get(tp) == om}
 
     def _reread(self, part: _Partition, *, failed: bool = False) -> None:
         """Process ``part`` again from the start of the batch that failed (its committed

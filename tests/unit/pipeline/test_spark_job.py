@@ -20,6 +20,7 @@ import pytest
 
 from coordination.errors import ConfigurationError
 from recipes.pipeline._output import (
+    OffsetRange,
     PipelineOutput,
     PipelineOutputError,
     StagedBatch,
@@ -35,10 +36,11 @@ from recipes.pipeline._spark import (
     records_dataframe,
     spark_session,
     stage_batch,
+    stage_many,
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = pytest.mark.spark
 
@@ -403,6 +405,108 @@ class TestCommitter:
         manifest = output.read_manifest(published)
         assert list(manifest["files"]) == [part.name]
         assert manifest["files"][part.name] == manifest["rows"] > 0
+
+
+class TestSeveralPartitionsInOneJob:
+    """stage_many: the ranges of several partitions staged by one Spark job."""
+
+    def stage(
+        self, spark: SparkSession, output: PipelineOutput, batches: Sequence[Batch]
+    ) -> list[StagedBatch]:
+        from recipes.pipeline import ParquetSink, windowed_sum
+
+        by_range = {b.range: b for b in batches}
+
+        def read(offsets: OffsetRange) -> DataFrame:
+            # Read from files, as from Kafka: Spark folds a plan over rows in memory
+            # into constants and would drop the job's observations.
+            b = by_range[offsets]
+            rows = records_dataframe(spark, b.records, topic=b.topic, partition=b.partition)
+            path = output.root.parent / "kafka" / offsets.name
+            rows.write.mode("overwrite").parquet(str(path))
+            return spark.read.parquet(str(path))
+
+        pipeline = windowed_sum("events", ParquetSink(output.root), window_ms=DEFAULT_WINDOW_MS)
+        return stage_many(spark, output, list(by_range), {}, pipeline, owner="w1", read=read)
+
+    def test_each_range_gets_exactly_its_own_results(self, spark: SparkSession, output):
+        records = [generate(300, seed=20 + p, invalid_every=7) for p in range(3)]
+        batches = [batch_of(records[p], 0, 300, partition=p) for p in range(3)]
+        staged = self.stage(spark, output, batches)
+        assert [s.range for s in staged] == [b.range for b in batches]
+        for p, one in enumerate(staged):
+            assert one.records == len(records[p])
+            assert one.rejected == sum(1 for o, _ in records[p] if o % 7 == 0)
+            # Each partition's directory alone holds its records' results.
+            alone = PipelineOutput(output.root / f"alone-{p}")
+            alone.publish(stage_batch(spark, alone, batches[p]))
+            published = PipelineOutput(output.root / f"many-{p}")
+            output.publish(one)
+            shutil.move(str(output.published_paths()[-1]), published.published_dir)
+            assert normalized(read_results(spark, published)) == normalized(
+                read_results(spark, alone)
+            )
+            assert normalized(read_results(spark, published)) == normalized(
+                expected_results(records[p])
+            )
+        assert not (output.root / "jobs" / "w1").exists() or not any(
+            (output.root / "jobs" / "w1").iterdir()
+        )
+
+    def test_a_range_without_results_is_staged_empty(self, spark: SparkSession, output):
+        valid = generate(50, seed=30)
+        invalid: list[Record] = [(o, b"not json") for o in range(20)]
+        staged = self.stage(
+            spark,
+            output,
+            [batch_of(valid, 0, 50, partition=0), batch_of(invalid, 0, 20, partition=1)],
+        )
+        empty = staged[1]
+        assert (empty.records, empty.rejected) == (20, 20)
+        assert output.read_manifest(empty.path)["files"] == {}
+        output.publish(staged[0])
+        output.publish(empty)
+        assert normalized(read_results(spark, output)) == normalized(expected_results(valid))
+
+    def test_two_ranges_of_one_partition_are_refused(self, spark: SparkSession, output):
+        records = generate(20, seed=31)
+        with pytest.raises(PipelineOutputError, match="one partition"):
+            self.stage(spark, output, [batch_of(records, 0, 10), batch_of(records, 10, 20)])
+
+    def test_a_duplicate_part_file_fails_every_range(
+        self, spark: SparkSession, output, monkeypatch
+    ):
+        from pyspark.sql.readwriter import DataFrameWriter
+
+        write = DataFrameWriter.parquet
+
+        def write_twice(self: DataFrameWriter, path: str, *args: object, **kwargs: object) -> None:
+            write(self, path, *args, **kwargs)  # type: ignore[arg-type]
+            if "jobs" not in Path(path).parts:
+                return  # the test's own input files
+            part = next(Path(path).glob("*=1/part-*"))
+            shutil.copy(part, part.with_name("part-00000-retry" + part.name[10:]))
+
+        monkeypatch.setattr(DataFrameWriter, "parquet", write_twice)
+        records = generate(40, seed=32)
+        with pytest.raises(StagedFilesError, match="duplicated or missing"):
+            self.stage(
+                spark,
+                output,
+                [batch_of(records, 0, 40, partition=0), batch_of(records, 0, 40, partition=1)],
+            )
+        assert output.staged() == []
+        assert not any((output.root / "jobs" / "w1").glob("*"))
+
+    def test_a_restarted_worker_removes_the_job_directories_its_crash_left(self, output):
+        left = output.new_job_path("w 1/x")
+        (left / "_coordination_range=0").mkdir(parents=True)
+        other = output.new_job_path("w2")
+        other.mkdir(parents=True)
+        assert output.remove_jobs("w 1/x") == 1
+        assert not left.exists() and other.exists()
+        with pytest.raises(PipelineOutputError, match="job directory"):
+            output.new_job_path("..")
 
 
 def test_session_is_configured_for_small_batches(spark: SparkSession):

@@ -42,6 +42,8 @@ class Group:
         # or, with ``lands`` False, instead of committing.
         self.commit_error: BaseException | None = None
         self.lands = True
+        # With ``commit_error``: the partitions that land (None: as ``lands`` says).
+        self.lands_only: set[tuple[str, int]] | None = None
         # Raised by the next commits (one each), before anything lands.
         self.refusals: list[BaseException] = []
         self.commits = 0
@@ -62,7 +64,9 @@ class Group:
         self.commits += 1
         if self.refusals:
             raise self.refusals.pop(0)
-        if self.lands:
+        if self.lands_only is not None:
+            self.committed.update((tp, om) for tp, om in offsets.items() if tp in self.lands_only)
+        elif self.lands:
             self.committed.update(offsets)
         if self.commit_error is not None:
             raise self.commit_error
@@ -117,7 +121,7 @@ def worker(
     monkeypatch.setattr(w.consumer, "_group", Group(membership.config))
     monkeypatch.setattr(w, "_spark", object())
     w.consumer._fetcher = MagicMock()
-    monkeypatch.setattr(w, "_stage", lambda batch: fake_stage(w.output, batch))
+    monkeypatch.setattr(w, "_stage", lambda batches: [fake_stage(w.output, b) for b in batches])
     yield w
     membership.close()
 
@@ -137,7 +141,10 @@ def owned(worker: PipelineWorker, start: int) -> _Partition:
 
 def process(worker: PipelineWorker, part: _Partition, start: int, end: int) -> None:
     worker._in_flight = {TP}
-    worker._process(part, OffsetRange(topic="t", partition=0, start_offset=start, end_offset=end))
+    worker._jobs = 1
+    worker._process(
+        [(part, OffsetRange(topic="t", partition=0, start_offset=start, end_offset=end))]
+    )
 
 
 class TestFailedCommit:
@@ -321,41 +328,100 @@ class TestBatches:
         worker.max_batch_records = 50
         part.end, part.pending_since = 180, worker._clock.monotonic()
         with worker._lock:
-            cut = worker._next_batch(worker._clock.monotonic())
-        assert cut is not None and cut[0] is part
-        assert (cut[1].start_offset, cut[1].end_offset) == (100, 150)
+            ((cut_part, cut),) = worker._next_batches(worker._clock.monotonic())
+        assert cut_part is part
+        assert (cut.start_offset, cut.end_offset) == (100, 150)
         assert TP in worker._in_flight
 
     def test_a_short_range_waits_for_the_delay(self, worker):
         part = owned(worker, 0)
         part.end, part.pending_since = 5, worker._clock.monotonic()
         with worker._lock:
-            assert worker._next_batch(worker._clock.monotonic()) is None
+            assert worker._next_batches(worker._clock.monotonic()) == []
         worker._clock.advance(worker.max_batch_delay_s)
         with worker._lock:
-            cut = worker._next_batch(worker._clock.monotonic())
-        assert cut is not None and (cut[1].start_offset, cut[1].end_offset) == (0, 5)
+            ((_, cut),) = worker._next_batches(worker._clock.monotonic())
+        assert (cut.start_offset, cut.end_offset) == (0, 5)
 
-    def test_the_partition_waiting_longest_goes_first(self, worker):
+    def two_partitions(self, worker: PipelineWorker) -> tuple[_Partition, _Partition]:
         other = TopicPartition("t", 1)
-        g = group(worker)
-        g.owns = {TP, other}
+        group(worker).owns = {TP, other}
         first = owned(worker, 0)
         second = _Partition(tp=other, assigned_at=0.0, ready=True, start=0)
         worker._parts[other] = second
+        return first, second
+
+    def test_the_partitions_waiting_longest_go_first(self, worker):
+        first, second = self.two_partitions(worker)
+        worker.max_partitions_per_batch = 1
         now = worker._clock.monotonic()
         second.end, second.pending_since = 10, now - 5
         first.end, first.pending_since = 10, now - 2
         with worker._lock:
-            cut = worker._next_batch(now)
-        assert cut is not None and cut[0] is second
+            ((cut, _),) = worker._next_batches(now)
+        assert cut is second
+
+    def test_once_one_partition_is_due_every_waiting_partition_joins_the_job(self, worker):
+        first, second = self.two_partitions(worker)
+        now = worker._clock.monotonic()
+        first.end, first.pending_since = 10, now - worker.max_batch_delay_s  # due
+        second.end, second.pending_since = 3, now  # waiting, not yet due
+        with worker._lock:
+            cut = worker._next_batches(now)
+        assert [(p, b.start_offset, b.end_offset) for p, b in cut] == [
+            (first, 0, 10),
+            (second, 0, 3),
+        ]
+        assert worker._in_flight == {first.tp, second.tp}
+
+    def test_one_job_commits_all_its_batches_in_one_request_and_publishes_each(self, worker):
+        first, second = self.two_partitions(worker)
+        first.end, second.end = 10, 4
+        worker._in_flight = {first.tp, second.tp}
+        worker._jobs = 1
+        worker._process(
+            [
+                (first, OffsetRange(topic="t", partition=0, start_offset=0, end_offset=10)),
+                (second, OffsetRange(topic="t", partition=1, start_offset=0, end_offset=4)),
+            ]
+        )
+        g = group(worker)
+        assert g.commits == 1
+        assert {tp: om.offset for tp, om in g.committed.items()} == {("t", 0): 10, ("t", 1): 4}
+        assert [(r.partition, r.end_offset) for r in worker.output.published()] == [(0, 10), (1, 4)]
+        assert (first.start, second.start) == (10, 4)
+        assert worker._in_flight == set() and worker._jobs == 0
+
+    def test_a_commit_that_landed_for_some_partitions_publishes_only_theirs(self, worker, events):
+        # The broker answers per partition: one partition's commit can land while
+        # another's is refused (e.g. its ownership moved on).
+        first, second = self.two_partitions(worker)
+        g = group(worker)
+        g.commit_error = CoordinationTimeoutError("OffsetCommit did not complete in time")
+        g.lands_only = {("t", 0)}
+        worker._in_flight = {first.tp, second.tp}
+        worker._jobs = 1
+        worker._process(
+            [
+                (first, OffsetRange(topic="t", partition=0, start_offset=0, end_offset=10)),
+                (second, OffsetRange(topic="t", partition=1, start_offset=0, end_offset=4)),
+            ]
+        )
+        assert [(r.partition, r.end_offset) for r in worker.output.published()] == [(0, 10)]
+        assert len(worker.output.staged("t", 1)) == 1  # left for a later recover
+        assert first.start == 10 and first.ready
+        assert not second.ready and second.start == 0
+        assert sorted((e["event"], e["partition"]) for e in events) == [
+            ("abandoned", 1),
+            ("batch", 0),
+        ]
 
     def test_a_partition_being_revoked_gets_no_new_batch(self, worker):
         part = owned(worker, 0)
         part.end, part.pending_since = 10**6, 0.0
         worker._revoking.add(TP)
         with worker._lock:
-            assert worker._next_batch(worker._clock.monotonic()) is None
+            assert worker._next_batches(worker._clock.monotonic()) == []
 
     def test_after_a_batch_the_rest_of_the_range_is_still_pending(self, worker):
         part = owned(worker, 0)
@@ -418,7 +484,7 @@ class TestFailures:
     def test_a_failing_batch_backs_off_before_its_partition_runs_again(
         self, worker, events, monkeypatch
     ):
-        def broken(batch: OffsetRange) -> StagedBatch:
+        def broken(batches: list[OffsetRange]) -> list[StagedBatch]:
             raise RuntimeError("Spark failed")
 
         monkeypatch.setattr(worker, "_stage", broken)
@@ -432,13 +498,15 @@ class TestFailures:
             part.end, part.pending_since = 10, 0.0  # as the next step finds it
             now = worker._clock.monotonic()
             with worker._lock:
-                assert worker._next_batch(now) is None  # backing off
+                assert worker._next_batches(now) == []  # backing off
             worker._clock.advance(delay)
             with worker._lock:
-                cut = worker._next_batch(worker._clock.monotonic())
-            assert cut is not None
+                cut = worker._next_batches(worker._clock.monotonic())
+            assert cut != []
             worker._done(TP)
-        monkeypatch.setattr(worker, "_stage", lambda batch: fake_stage(worker.output, batch))
+        monkeypatch.setattr(
+            worker, "_stage", lambda batches: [fake_stage(worker.output, b) for b in batches]
+        )
         process(worker, part, 0, 10)
         assert part.failures == 0 and part.start == 10
 
@@ -449,7 +517,7 @@ class TestFailures:
 
         from coordination.errors import CoordinationError
 
-        def gone(batch: OffsetRange) -> StagedBatch:
+        def gone(batches: list[OffsetRange]) -> list[StagedBatch]:
             raise Py4JNetworkError("Answer from Java side is empty")
 
         monkeypatch.setattr(worker, "_stage", gone)
