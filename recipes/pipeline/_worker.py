@@ -551,8 +551,11 @@ class PipelineWorker:
         # partition's lag, and serves a backlog taken over from a failed worker
         # before partitions that were processed a moment ago.
         waiting.sort(key=lambda p: (p.pending_since or 0.0, p.tp))
+        # The waiting partitions are shared among the jobs that may start now, so
+        # that up to parallel_batches jobs overlap (one's driver work, another's tasks).
+        share = -(-len(waiting) // max(1, self.parallel - self._jobs))
         batches = []
-        for part in waiting[: self.max_partitions_per_batch]:
+        for part in waiting[: min(share, self.max_partitions_per_batch)]:
             self._in_flight.add(part.tp)
             batches.append(
                 (

@@ -363,6 +363,7 @@ class TestBatches:
 
     def test_once_one_partition_is_due_every_waiting_partition_joins_the_job(self, worker):
         first, second = self.two_partitions(worker)
+        worker.parallel = 1
         now = worker._clock.monotonic()
         first.end, first.pending_since = 10, now - worker.max_batch_delay_s  # due
         second.end, second.pending_since = 3, now  # waiting, not yet due
@@ -373,6 +374,17 @@ class TestBatches:
             (second, 0, 3),
         ]
         assert worker._in_flight == {first.tp, second.tp}
+
+    def test_the_waiting_partitions_are_shared_among_the_jobs_that_may_start(self, worker):
+        first, second = self.two_partitions(worker)
+        assert worker.parallel == 2
+        now = worker._clock.monotonic()
+        first.end, first.pending_since = 10, now - worker.max_batch_delay_s - 1
+        second.end, second.pending_since = 3, now - worker.max_batch_delay_s
+        with worker._lock:
+            assert [p for p, _ in worker._next_batches(now)] == [first]
+            worker._jobs += 1  # as _step counts the job it starts
+            assert [p for p, _ in worker._next_batches(now)] == [second]
 
     def test_one_job_commits_all_its_batches_in_one_request_and_publishes_each(self, worker):
         first, second = self.two_partitions(worker)
