@@ -1,6 +1,7 @@
-"""Rack-aware range assignment (KIP-881) against Kafka's own: the same generated cases run
-through our RangeAssignor and through Java's (kafka-clients 4.3.1, tests/interop/java/
-RackAssign.java), and the assignments must be equal."""
+"""Rack-aware assignment (KIP-881) against Kafka's own: the same generated cases run
+through our range, sticky and cooperative-sticky assignors and through Java's
+(kafka-clients 4.3.1, tests/interop/java/RackAssign.java), and the assignments must be
+equal."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from coordination.testing import resolve_classpath
-from recipes.partitioning import RangeAssignor
-from recipes.partitioning.protocol import Subscription
+from recipes.partitioning import CooperativeStickyAssignor, RangeAssignor, StickyAssignor
+from recipes.partitioning.assignors.base import PartitionAssignor
+from recipes.partitioning.protocol import Subscription, TopicPartition, encode_sticky_user_data
 
 JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "RackAssign.java"
 ARTIFACTS = ["org.apache.kafka:kafka-clients:4.3.1", "org.slf4j:slf4j-nop:1.7.36"]
@@ -50,15 +52,24 @@ def java(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[
     process.stdout.close()
 
 
-def java_assign(java: subprocess.Popen[str], case: Case) -> dict[str, list[tuple[str, int]]]:
+def java_assign(
+    java: subprocess.Popen[str], case: Case, assignor: str = "range"
+) -> dict[str, list[tuple[str, int]]]:
     racks, subscriptions = case
-    lines = []
+    lines = [f"A {assignor}"]
+    # As a leader does: only topics some member subscribes to are the assignor's.
+    subscribed = {t for sub in subscriptions.values() for t in sub.topics}
     for topic, partitions in racks.items():
+        if topic not in subscribed:
+            continue
         described = ";".join(",".join(sorted(r)) or "-" for r in partitions)
         lines.append(f"T {topic} {described}")
     for member, sub in subscriptions.items():
+        owned = ",".join(f"{tp.topic}-{tp.partition}" for tp in sub.owned_partitions) or "-"
+        user_data = sub.user_data.hex() if sub.user_data else "-"
         lines.append(
             f"M {member} {sub.rack_id or '-'} {sub.group_instance_id or '-'} {','.join(sub.topics)}"
+            f" {owned} {sub.generation_id} {user_data}"
         )
     assert java.stdin is not None and java.stdout is not None
     java.stdin.write("\n".join([*lines, "END"]) + "\n")
@@ -73,10 +84,12 @@ def java_assign(java: subprocess.Popen[str], case: Case) -> dict[str, list[tuple
     return result
 
 
-def ours(case: Case) -> dict[str, list[tuple[str, int]]]:
+def ours(case: Case, assignor: PartitionAssignor | None = None) -> dict[str, list[tuple[str, int]]]:
     racks, subscriptions = case
     counts = {t: len(p) for t, p in racks.items()}
-    plan = RangeAssignor().assign(counts, subscriptions, partition_racks=racks)
+    plan = (assignor or RangeAssignor()).assign(  # type: ignore[call-arg]
+        counts, subscriptions, partition_racks=racks
+    )
     return {m: sorted((tp.topic, tp.partition) for tp in a.partitions) for m, a in plan.items()}
 
 
@@ -125,3 +138,57 @@ def test_without_member_racks_the_racks_change_nothing(java: subprocess.Popen[st
         m: sorted((tp.topic, tp.partition) for tp in a.partitions) for m, a in without.items()
     }
     assert with_racks == java_assign(java, (racks, plain))
+
+
+def with_claims(case: Case, seed: int, *, eager: bool) -> Case:
+    """The case's members as after an earlier generation: each claims the partitions an
+    assignment without racks gave it (some members new, one stale claim set)."""
+    racks, subscriptions = case
+    rng = random.Random(seed)
+    counts = {t: len(p) for t, p in racks.items()}
+    plain = {m: Subscription(s.topics) for m, s in subscriptions.items()}
+    earlier = StickyAssignor().assign(counts, plain)
+    claimed: dict[str, Subscription] = {}
+    for member, sub in subscriptions.items():
+        owned: tuple[TopicPartition, ...] = ()
+        generation = -1
+        if rng.random() < 0.8:
+            owned = tuple(earlier[member].partitions)
+            generation = 5 if rng.random() < 0.9 else 4
+        if eager:
+            user_data = encode_sticky_user_data(owned, generation) if generation >= 0 else None
+            claimed[member] = Subscription(sub.topics, user_data=user_data, rack_id=sub.rack_id)
+        else:
+            claimed[member] = Subscription(
+                sub.topics, owned_partitions=owned, generation_id=generation, rack_id=sub.rack_id
+            )
+    return racks, claimed
+
+
+STICKY = {"sticky": StickyAssignor, "cooperative-sticky": CooperativeStickyAssignor}
+
+
+@pytest.mark.parametrize("name", sorted(STICKY))
+@pytest.mark.parametrize("seed", range(100))
+def test_sticky_with_racks_gives_javas_assignment(
+    java: subprocess.Popen[str], name: str, seed: int
+) -> None:
+    case = generated(seed)
+    # A fresh assignment (no claims), then one where members claim what they had.
+    assert ours(case, STICKY[name]()) == java_assign(java, case, name)
+    claimed = with_claims(case, seed, eager=name == "sticky")
+    assert ours(claimed, STICKY[name]()) == java_assign(java, claimed, name)
+
+
+@pytest.mark.parametrize("name", sorted(STICKY))
+def test_sticky_without_member_racks_ignores_the_partitions_racks(
+    java: subprocess.Popen[str], name: str
+) -> None:
+    racks, subscriptions = generated(35)
+    plain = {m: Subscription(s.topics) for m, s in subscriptions.items()}
+    counts = {t: len(p) for t, p in racks.items()}
+    without = STICKY[name]().assign(counts, plain)
+    assert ours((racks, plain), STICKY[name]()) == {
+        m: sorted((tp.topic, tp.partition) for tp in a.partitions) for m, a in without.items()
+    }
+    assert ours((racks, plain), STICKY[name]()) == java_assign(java, (racks, plain), name)

@@ -18,6 +18,12 @@ million partitions in pure Python:
 
 Where Java's result depends on ``HashMap`` iteration order (which of several members that
 own too many partitions may keep the extra one), members are taken in member id order.
+
+Racks (KIP-881) are Java's too: when members have racks and the partitions' replicas are
+on some of them but not all partitions on the same racks, a member keeps only claimed
+partitions with a replica on its rack, and unassigned partitions go first to members on
+one of their racks, within the same balance. That path (``_assign_uniform_racks``, and
+the rack pass of the general builder) is written plainly, one partition at a time.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from ..protocol import (
     _IdPartitions,
     _PartitionSpace,
 )
-from .base import gc_paused, subscribed_partition_counts
+from .base import PartitionRacks, gc_paused, subscribed_partition_counts
 
 __all__ = ["MemberClaim", "sticky_assign"]
 
@@ -153,6 +159,7 @@ def sticky_assign(
     claims: Mapping[str, MemberClaim],
     *,
     cooperative: bool,
+    partition_racks: PartitionRacks | None = None,
 ) -> dict[str, Assignment]:
     """Balanced, sticky assignment; with ``cooperative``, no partition changes hands directly.
 
@@ -162,6 +169,8 @@ def sticky_assign(
         claims: each member id's previously owned partitions and their generation.
         cooperative: withhold partitions that would move from a member that still owns
             them (or that several members claim); they are assigned in the next round.
+        partition_racks: the racks of each partition's replicas, per topic (KIP-881);
+            used with the members' ``rack_id`` as Java does (module docstring).
 
     Returns:
         Each member id's assignment, partitions sorted.
@@ -171,7 +180,9 @@ def sticky_assign(
         AssignmentError: the algorithm ran out of members to fill (a bug).
     """
     with gc_paused():
-        return _sticky_assign(partitions_per_topic, subscriptions, claims, cooperative)
+        return _sticky_assign(
+            partitions_per_topic, subscriptions, claims, cooperative, partition_racks
+        )
 
 
 def _sticky_assign(
@@ -179,6 +190,7 @@ def _sticky_assign(
     subscriptions: Mapping[str, Subscription],
     claims: Mapping[str, MemberClaim],
     cooperative: bool,
+    partition_racks: PartitionRacks | None = None,
 ) -> dict[str, Assignment]:
     members = sorted(subscriptions)
     if not members:
@@ -194,13 +206,20 @@ def _sticky_assign(
         s.topics == first or frozenset(s.topics) == first_set
         for s in (subscriptions[m] for m in members)
     )
+    member_racks = [subscriptions[m].rack_id or None for m in members]
+    racks = _Racks.build(layout, member_racks, partition_racks)
     result: list[Sequence[int]]
     if uniform:
-        result, transferring = _assign_uniform(layout, owned, multiply_claimed)
+        if racks is None:
+            result, transferring = _assign_uniform(layout, owned, multiply_claimed)
+        else:
+            result, transferring = _assign_uniform_racks(layout, owned, multiply_claimed, racks)
         if not cooperative:
             transferring = set()
     else:
-        general = _GeneralBuilder(layout, members, subscriptions, owned, raw, generations).build()
+        general = _GeneralBuilder(
+            layout, members, subscriptions, owned, raw, generations, racks
+        ).build()
         transferring = _transferring(raw, general) if cooperative else set()
         for mine in general:
             mine.sort()
@@ -239,7 +258,7 @@ def _transferring(claims: list[list[int]], result: list[list[int]]) -> set[int]:
 def _assign_uniform(
     layout: _Layout, owned: list[list[int]], multiply_claimed: set[int]
 ) -> tuple[list[Sequence[int]], set[int]]:
-    """Java's ``ConstrainedAssignmentBuilder`` (without racks): every member, same topics.
+    """Java's ``ConstrainedAssignmentBuilder`` without racks: every member, same topics.
 
     1. Each member keeps what it owns, up to its quota: all if below ``min_quota``;
        ``max_quota`` while fewer than ``P % M`` members have been given the extra one;
@@ -341,6 +360,188 @@ def _assign_uniform(
     return assignment, transferring
 
 
+class _Racks:
+    """Java's ``RackInfo``, by member number and global id: who is on which rack."""
+
+    __slots__ = ("member", "members_on", "partition")
+
+    def __init__(
+        self, member: list[str | None], partition: list[frozenset[str]], members_on: list[int]
+    ) -> None:
+        self.member = member  # each member's rack, None without one
+        self.partition = partition  # each partition's replica racks
+        self.members_on = members_on  # each partition: members on one of its racks
+
+    @staticmethod
+    def build(
+        layout: _Layout, member_racks: list[str | None], partition_racks: PartitionRacks | None
+    ) -> _Racks | None:
+        """The racks, or None where Java assigns without them.
+
+        Java uses racks when some member has one, some partition has a replica on a
+        member's rack, and not every partition is on the same set of racks (then every
+        member is as close as any other).
+        """
+        members_per_rack: dict[str, int] = {}
+        for rack in member_racks:
+            if rack:
+                members_per_rack[rack] = members_per_rack.get(rack, 0) + 1
+        if not members_per_rack or not partition_racks:
+            return None
+        per_partition: list[frozenset[str]] = []
+        for topic, count in zip(layout.topics, layout.counts, strict=True):
+            known = partition_racks.get(topic, ())
+            per_partition.extend(
+                frozenset(known[p]) if p < len(known) else frozenset() for p in range(count)
+            )
+        every_rack = frozenset().union(*per_partition)
+        if members_per_rack.keys().isdisjoint(every_rack):
+            return None
+        if all(r == every_rack for r in per_partition):
+            return None
+        members_on = [sum(members_per_rack.get(r, 0) for r in racks) for racks in per_partition]
+        return _Racks(list(member_racks), per_partition, members_on)
+
+    def mismatch(self, member: int, gid: int) -> bool:
+        """Whether ``member`` has a rack and ``gid`` no replica on it."""
+        rack = self.member[member]
+        return rack is not None and rack not in self.partition[gid]
+
+    def next_member(self, gid: int, members: Sequence[int], first: int) -> int:
+        """The index in ``members``, from ``first`` round, of the first one on a rack of ``gid``."""
+        racks = self.partition[gid]
+        if not racks:
+            return -1
+        n = len(members)
+        for i in range(n):
+            index = (first + i) % n
+            rack = self.member[members[index]]
+            if rack is not None and rack in racks:
+                return index
+        return -1
+
+
+def _assign_uniform_racks(
+    layout: _Layout, owned: list[list[int]], multiply_claimed: set[int], racks: _Racks
+) -> tuple[list[Sequence[int]], set[int]]:
+    """Java's ``ConstrainedAssignmentBuilder`` with racks.
+
+    As :func:`_assign_uniform`, except that a member keeps only claimed partitions with a
+    replica on its rack; the unassigned partitions, those on the fewest members' racks
+    first, are dealt round-robin to members on one of their racks (below ``min_quota``,
+    then at ``min_quota`` while the extra partition is available); what no member on its
+    racks can take within the quotas is dealt as without racks.
+    """
+    total = layout.total
+    count = len(owned)
+    min_quota, extra_members = divmod(total, count)
+    max_quota = min_quota + (1 if extra_members else 0)
+    over = 0
+    assignment: list[list[int]] = [[] for _ in range(count)]
+    under: list[int] = []
+    exact: list[int] = []
+    maybe_revoked: dict[int, int] = {}
+    free = bytearray(b"\x01") * total
+
+    for member, ids in enumerate(owned):
+        matching: list[int] = []
+        for gid in ids:
+            if racks.mismatch(member, gid):
+                maybe_revoked[gid] = member
+            else:
+                matching.append(gid)
+        size = len(matching)
+        if size < min_quota:
+            keep = matching
+            under.append(member)
+        elif size >= max_quota and over < extra_members:
+            over += 1
+            if over == extra_members:
+                exact.clear()
+            keep = _trim(layout, matching, max_quota, member, maybe_revoked)
+        else:
+            keep = _trim(layout, matching, min_quota, member, maybe_revoked)
+            if over < extra_members:
+                exact.append(member)
+        assignment[member].extend(keep)
+        for gid in keep:
+            free[gid] = 0
+
+    transferring: set[int] = set()
+
+    def give(gid: int, member: int) -> int:
+        assignment[member].append(gid)
+        previous = maybe_revoked.get(gid)
+        if (previous is not None and previous != member) or gid in multiply_claimed:
+            transferring.add(gid)
+        return len(assignment[member])
+
+    under.sort()  # member numbers are in member id order, as Java sorts the ids
+    exact.sort()
+    pending = list(compress(range(total), free))
+    pending.sort(key=racks.members_on.__getitem__)  # stable: by topic and partition within
+
+    # Within racks.
+    rest: list[int] = []
+    next_index = 0
+    for gid in pending:
+        member = -1
+        index = racks.next_member(gid, under, next_index)
+        if index >= 0:
+            member = under[index]
+            assigned = len(assignment[member]) + 1
+            if assigned >= min_quota:
+                under.remove(member)
+                if assigned < max_quota and over < extra_members:
+                    exact.append(member)
+            else:
+                index += 1
+            next_index = index % len(under) if under else 0
+        elif exact:
+            index = racks.next_member(gid, exact, 0)
+            if index >= 0:
+                member = exact[index]
+                if len(assignment[member]) + 1 == max_quota:
+                    del exact[index]
+                    over += 1
+                    if over == extra_members:
+                        exact.clear()
+        if member >= 0:
+            give(gid, member)
+        else:
+            rest.append(gid)
+
+    # The rest round-robin, as Java's iterator over the members below min_quota walks.
+    at = 0
+    for gid in rest:
+        from_under = True
+        if at < len(under):
+            member = under[at]
+            at += 1
+        elif not under and not exact:
+            raise AssignmentError(
+                "sticky assignment: partitions left but no member can take one "
+                "(please report this bug)"
+            )
+        elif not under:
+            member = exact.pop(0)
+            from_under = False
+        else:
+            member = under[0]
+            at = 1
+        assigned = give(gid, member)
+        if assigned == min_quota and from_under:
+            del under[at - 1]
+            at -= 1
+            exact.append(member)
+        elif assigned == max_quota:
+            over += 1
+
+    for ids in assignment:
+        ids.sort()
+    return list(assignment), transferring
+
+
 def _trim(
     layout: _Layout, ids: list[int], quota: int, member: int, maybe_revoked: dict[int, int]
 ) -> list[int]:
@@ -359,21 +560,28 @@ class _Movements:
     """Java's ``PartitionMovements``: where each moved partition came from, per topic.
 
     Used to move a partition back along the way another partition of the same topic came,
-    rather than shuffle two partitions between the same pair of members.
+    rather than shuffle two partitions between the same pair of members. Java takes the
+    first partition of such a way in its ``HashSet``'s iteration order; this class keeps
+    each set's insertion order and table size to take the same one (``_java_first``).
     """
 
     def __init__(self, layout: _Layout) -> None:
         self.layout = layout
         self.moves: dict[int, tuple[int, int]] = {}
-        self.by_topic: dict[int, dict[tuple[int, int], set[int]]] = {}
+        # topic -> (from, to) -> {partition: insertion number}
+        self.by_topic: dict[int, dict[tuple[int, int], dict[int, int]]] = {}
+        self.capacity: dict[tuple[int, tuple[int, int]], int] = {}
+        self.added = 0
+        self.topic_hashes = [_java_string_hash(t) for t in layout.topics]
 
     def _remove(self, gid: int) -> tuple[int, int]:
         pair = self.moves.pop(gid)
         topic = self.layout.topic_of(gid)
         pairs = self.by_topic[topic]
-        pairs[pair].discard(gid)
+        del pairs[pair][gid]
         if not pairs[pair]:
             del pairs[pair]
+            del self.capacity[(topic, pair)]
         if not pairs:
             del self.by_topic[topic]
         return pair
@@ -381,7 +589,14 @@ class _Movements:
     def _add(self, gid: int, pair: tuple[int, int]) -> None:
         self.moves[gid] = pair
         topic = self.layout.topic_of(gid)
-        self.by_topic.setdefault(topic, {}).setdefault(pair, set()).add(gid)
+        entries = self.by_topic.setdefault(topic, {}).setdefault(pair, {})
+        key = (topic, pair)
+        capacity = self.capacity.setdefault(key, _JAVA_HASH_CAPACITY)
+        entries[gid] = self.added
+        self.added += 1
+        while len(entries) > capacity * 3 // 4:  # Java's load factor 0.75: the table doubles
+            capacity *= 2
+        self.capacity[key] = capacity
 
     def move(self, gid: int, old: int, new: int) -> None:
         if gid in self.moves:
@@ -392,7 +607,8 @@ class _Movements:
             self._add(gid, (old, new))
 
     def partition_to_move(self, gid: int, old: int, new: int) -> int:
-        pairs = self.by_topic.get(self.layout.topic_of(gid))
+        topic = self.layout.topic_of(gid)
+        pairs = self.by_topic.get(topic)
         if pairs is None:
             return gid
         if gid in self.moves:
@@ -400,12 +616,37 @@ class _Movements:
         reverse = pairs.get((new, old))
         if not reverse:
             return gid
-        # Java takes any; the smallest keeps the result deterministic.
-        return min(reverse)
+        return self._java_first(topic, reverse, self.capacity[(topic, (new, old))])
+
+    def _java_first(self, topic: int, entries: dict[int, int], capacity: int) -> int:
+        """The partition a ``java.util.HashSet<TopicPartition>`` of ``entries`` lists first:
+        the lowest bucket, and in a bucket the first inserted."""
+        base = self.layout.offsets[topic]
+        topic_hash = self.topic_hashes[topic]
+        mask = capacity - 1
+
+        def position(gid: int) -> tuple[int, int]:
+            # TopicPartition.hashCode(), then HashMap's spread of the high bits.
+            h = (31 * (31 + gid - base) + topic_hash) & 0xFFFFFFFF
+            return ((h ^ (h >> 16)) & mask, entries[gid])
+
+        return min(entries, key=position)
+
+
+_JAVA_HASH_CAPACITY = 16  # a new java.util.HashSet's table size
+
+
+def _java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` as an unsigned 32-bit value (over UTF-16 code units)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h
 
 
 class _GeneralBuilder:
-    """Java's ``GeneralAssignmentBuilder`` (without racks): members subscribe differently.
+    """Java's ``GeneralAssignmentBuilder``: members subscribe differently.
 
     1. Keep every valid claim whose topic the member still subscribes to.
     2. Give each unassigned partition (topics with the fewest possible members first) to
@@ -423,8 +664,10 @@ class _GeneralBuilder:
         owned: list[list[int]],
         claims: list[list[int]],
         generations: list[int],
+        racks: _Racks | None = None,
     ) -> None:
         self.layout = layout
+        self.racks = racks
         self.size = len(members)
         topics_count = len(layout.topics)
         # Members with the same subscription form a class; per-topic and per-member facts
@@ -501,12 +744,17 @@ class _GeneralBuilder:
         assigned_flags = bytearray(layout.total)
         set_owner = owner.__setitem__
         set_flag = assigned_flags.__setitem__
+        racks = self.racks
         for member, ids in enumerate(self.owned):
             mine = self.member_topics[member]
             if not set(map(topic_ids.__getitem__, ids)) <= mine:
                 # The member left some of these topics: those partitions must be revoked
                 # before anyone else can have them.
                 ids = [gid for gid in ids if topic_ids[gid] in mine]
+                self.revocation_required = True
+            if racks is not None and any(racks.mismatch(member, gid) for gid in ids):
+                # Partitions with no replica on the member's rack move to a member on one.
+                ids = [gid for gid in ids if not racks.mismatch(member, gid)]
                 self.revocation_required = True
             deque(map(set_owner, ids, repeat(member)), maxlen=0)
             deque(map(set_flag, ids, repeat(1)), maxlen=0)
@@ -523,15 +771,23 @@ class _GeneralBuilder:
         # Only topics with two or more possible members can move.
         movable: list[int] = []
         movable_unassigned: list[int] = []
+        free_by_topic: list[tuple[int, list[int]]] = []
         for t in topic_order:
             start = layout.offsets[t]
             span = range(start, start + layout.counts[t])
             free = list(compress(span, map((1).__xor__, assigned_flags[span.start : span.stop])))
             if free and self.topic_members[t]:
-                self._assign_least_loaded(t, free)
+                free_by_topic.append((t, free))
             if self.topic_members[t] >= 2:
                 movable.extend(span)
                 movable_unassigned.extend(free)
+        if racks is not None:
+            # First every unassigned partition to the least loaded member on one of its
+            # racks, then the rest as without racks.
+            free_by_topic = [(t, self._assign_within_racks(t, free)) for t, free in free_by_topic]
+        for t, free in free_by_topic:
+            if free:
+                self._assign_least_loaded(t, free)
 
         movable_topics = {t for t, n in enumerate(self.topic_members) if n >= 2}
         self.active = [self._can_participate(m, movable_topics) for m in range(size)]
@@ -578,6 +834,29 @@ class _GeneralBuilder:
                     prev[gid] = (member, generation)
         return {gid: member for gid, (member, _) in prev.items()}
 
+    def _assign_within_racks(self, topic: int, partitions: list[int]) -> list[int]:
+        """Give each partition to the least loaded member on one of its racks (members
+        without a rack match any); returns those no such member takes."""
+        racks = self.racks
+        assert racks is not None
+        candidates = [m for c in self.topic_classes[topic] for m in self.class_members[c]]
+        counts = self.counts
+        rest: list[int] = []
+        for gid in partitions:
+            best = -1
+            for member in candidates:
+                if racks.mismatch(member, gid):
+                    continue
+                if best < 0 or (counts[member], member) < (counts[best], best):
+                    best = member
+            if best < 0:
+                rest.append(gid)
+                continue
+            self.current[best].append(gid)
+            self.owner[gid] = best
+            self._set_count(best, counts[best] + 1)
+        return rest
+
     def _assign_least_loaded(self, topic: int, partitions: list[int]) -> None:
         size = self.size
         keys = self.keys
@@ -585,9 +864,10 @@ class _GeneralBuilder:
         current = self.current
         owner = self.owner
         classes = self.topic_classes[topic]
-        if len(classes) == 1:
+        if len(classes) == 1 and self.racks is None:
             # One kind of member takes this topic: no stale keys exist yet (counts only
-            # grew through this heap), so its top is the least loaded member.
+            # grew through this heap, and no rack pass pushed keys), so its top is the
+            # least loaded member.
             heap = self.heaps[classes[0]]
             replace = heapq.heapreplace
             for gid in partitions:

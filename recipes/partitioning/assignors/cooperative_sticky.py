@@ -13,7 +13,7 @@ from ..protocol import (
     encode_cooperative_sticky_user_data,
 )
 from ._sticky_core import MemberClaim, sticky_assign
-from .base import PartitionAssignor, gc_paused
+from .base import PartitionAssignor, PartitionRacks, gc_paused
 
 __all__ = ["CooperativeStickyAssignor"]
 
@@ -46,6 +46,7 @@ class CooperativeStickyAssignor(PartitionAssignor):
     """
 
     name = "cooperative-sticky"
+    rack_aware = True
 
     def __init__(self) -> None:
         self._generation = -1
@@ -84,12 +85,17 @@ class CooperativeStickyAssignor(PartitionAssignor):
         self,
         partitions_per_topic: Mapping[str, int],
         subscriptions: Mapping[str, Subscription],
+        *,
+        partition_racks: PartitionRacks | None = None,
     ) -> dict[str, Assignment]:
         """Balanced, sticky assignment that withholds partitions still owned elsewhere.
 
         Args:
             partitions_per_topic: partition count of each known topic.
             subscriptions: each member id's subscription.
+            partition_racks: the racks of each partition's replicas, per topic
+                (KIP-881); with members' ``rack_id``, partitions go to members on one
+                of their racks where balance allows, as Java's assignor does.
 
         Returns:
             Each member id's assignment, partitions sorted. Withheld partitions are in
@@ -100,7 +106,13 @@ class CooperativeStickyAssignor(PartitionAssignor):
         """
         with gc_paused():
             claims = {member: _claim(sub) for member, sub in subscriptions.items()}
-            return sticky_assign(partitions_per_topic, subscriptions, claims, cooperative=True)
+            return sticky_assign(
+                partitions_per_topic,
+                subscriptions,
+                claims,
+                cooperative=True,
+                partition_racks=partition_racks,
+            )
 
 
 def _claim(subscription: Subscription) -> MemberClaim:

@@ -13,7 +13,7 @@ from ..protocol import (
     encode_sticky_user_data,
 )
 from ._sticky_core import MemberClaim, sticky_assign
-from .base import PartitionAssignor, gc_paused
+from .base import PartitionAssignor, PartitionRacks, gc_paused
 
 __all__ = ["StickyAssignor"]
 
@@ -43,6 +43,7 @@ class StickyAssignor(PartitionAssignor):
     """
 
     name = "sticky"
+    rack_aware = True
 
     def __init__(self) -> None:
         self._partitions: Sequence[TopicPartition] | None = None
@@ -75,12 +76,17 @@ class StickyAssignor(PartitionAssignor):
         self,
         partitions_per_topic: Mapping[str, int],
         subscriptions: Mapping[str, Subscription],
+        *,
+        partition_racks: PartitionRacks | None = None,
     ) -> dict[str, Assignment]:
         """Balanced, sticky assignment from the members' user data.
 
         Args:
             partitions_per_topic: partition count of each known topic.
             subscriptions: each member id's subscription.
+            partition_racks: the racks of each partition's replicas, per topic
+                (KIP-881); with members' ``rack_id``, partitions go to members on one
+                of their racks where balance allows, as Java's assignor does.
 
         Returns:
             Each member id's assignment, partitions sorted.
@@ -90,7 +96,13 @@ class StickyAssignor(PartitionAssignor):
         """
         with gc_paused():
             claims = {member: _claim(sub) for member, sub in subscriptions.items()}
-            return sticky_assign(partitions_per_topic, subscriptions, claims, cooperative=False)
+            return sticky_assign(
+                partitions_per_topic,
+                subscriptions,
+                claims,
+                cooperative=False,
+                partition_racks=partition_racks,
+            )
 
 
 def _claim(subscription: Subscription) -> MemberClaim:
