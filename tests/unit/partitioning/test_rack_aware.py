@@ -1,13 +1,19 @@
-"""Rack-aware range assignment (KIP-881): what it does, when it applies, and that the group
-leader hands the assignor the partitions' racks. Java's own results for generated cases:
-tests/interop/test_rack_aware_java.py."""
+"""Rack-aware assignment (KIP-881), range and sticky: what it does, when it applies, and that
+the group leader hands the assignor the partitions' racks. Java's own results for generated
+cases: tests/interop/test_rack_aware_java.py."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from coordination import Member
-from recipes.partitioning import ConsumerPartitioning, InMemoryTopicMetadata, RangeAssignor
+from recipes.partitioning import (
+    ConsumerPartitioning,
+    CooperativeStickyAssignor,
+    InMemoryTopicMetadata,
+    RangeAssignor,
+    StickyAssignor,
+)
 from recipes.partitioning.protocol import (
     Assignment,
     Subscription,
@@ -76,3 +82,27 @@ def test_the_leader_hands_the_racks_of_its_topic_metadata_to_the_assignor() -> N
         "a": (TopicPartition(T, 0), TopicPartition(T, 2)),
         "b": (TopicPartition(T, 1), TopicPartition(T, 3)),
     }
+
+
+def test_sticky_deals_each_partition_to_a_member_on_its_rack() -> None:
+    subs = {"a": Subscription((T,), rack_id="r1"), "b": Subscription((T,), rack_id="r0")}
+    for assignor in (StickyAssignor(), CooperativeStickyAssignor()):
+        plan = assignor.assign({T: 4}, subs, partition_racks={T: ALTERNATING})
+        assert owned(plan) == {"a": [1, 3], "b": [0, 2]}
+        # Without racks: round-robin in partition order.
+        assert owned(assignor.assign({T: 4}, subs)) == {"a": [0, 2], "b": [1, 3]}
+
+
+def test_a_claimed_partition_off_the_members_rack_moves_to_a_member_on_it() -> None:
+    # a (on r0) owned 0 and 1 before b (on r1) joined; partition 1 is on r1 only.
+    claimed = (TopicPartition(T, 0), TopicPartition(T, 1))
+    subs = {
+        "a": Subscription((T,), owned_partitions=claimed, generation_id=3, rack_id="r0"),
+        "b": Subscription((T,), rack_id="r1"),
+    }
+    plan = CooperativeStickyAssignor().assign({T: 4}, subs, partition_racks={T: ALTERNATING})
+    # a keeps 0 and takes 2 (on r0); 1 must first be revoked by a (cooperative: nobody
+    # gets it this round), b takes 3.
+    assert owned(plan) == {"a": [0, 2], "b": [3]}
+    # Without racks a keeps both of its partitions.
+    assert owned(CooperativeStickyAssignor().assign({T: 4}, subs)) == {"a": [0, 1], "b": [2, 3]}
