@@ -109,6 +109,22 @@ class LeaseGuard:
                 f"lease_margin_ms ({margin}) + {reserve[0]} ({reserve_ms}) must be below "
                 f"min(session_timeout_ms, rebalance_timeout_ms) ({guaranteed_ms}){why}"
             )
+        floor_ms = margin + reserve_ms
+        if guaranteed_ms <= floor_ms + config.heartbeat_interval_ms:
+            # Between two renewals (heartbeats, an interval apart) the lease runs down by an
+            # interval and a round trip: a floor that close is crossed before heartbeats,
+            # and the recipe stops its work each time.
+            log.warning(
+                "lease_margin_ms (%d)%s + heartbeat_interval_ms (%d) is not below "
+                "min(session_timeout_ms, rebalance_timeout_ms) (%d): the lease runs down by "
+                "a heartbeat interval between renewals, so it will run out between "
+                "heartbeats%s; lower them or raise session_timeout_ms",
+                margin,
+                f" + {reserve[0]} ({reserve_ms})" if reserve is not None else "",
+                config.heartbeat_interval_ms,
+                guaranteed_ms,
+                why,
+            )
         self._lease = lease
         self.margin_ms = margin
         # In one division, as the recipes always computed it.

@@ -364,7 +364,9 @@ class Consumer:
 
         Args:
             offsets: next offset to read by partition; default: the position after the last
-                record :meth:`poll` returned, for every owned partition.
+                record :meth:`poll` returned, for every owned partition. With nothing to
+                commit (none given, or no owned partition with a position yet, as before
+                the first assignment) nothing is sent and the call returns.
 
         Raises:
             PartitionsNotOwnedError: some partitions are not owned (nothing was committed).
@@ -392,6 +394,10 @@ class Consumer:
                         f"not own {', '.join(f'{t}-{p}' for t, p in foreign)} (revoked or lost "
                         "in a rebalance)"
                     )
+            if not wanted:
+                # Nothing to commit (nothing consumed yet, or not yet in a group): as
+                # Java's consumer, nothing is sent and nothing can fail.
+                return
             # Committed under the lock, so ownership cannot change between check and commit.
             self._group.commit_offsets(
                 {(tp.topic, tp.partition): om for tp, om in wanted.items()},

@@ -64,6 +64,9 @@ def test_tasks_run_through_coroutines_on_the_loop_and_move_when_a_worker_closes(
                 start_task=start,
                 stop_task=stop,
                 max_delay_ms=0,  # a departed worker's tasks move at once
+                # With 6 s sessions and 500 ms heartbeats, the default 5 s would leave the
+                # lease less than a heartbeat interval above its floor.
+                stop_timeout_ms=1000,
                 bootstrap_servers=kafka,
                 **FAST,
             )

@@ -114,6 +114,22 @@ def test_a_margin_must_stay_below_the_guaranteed_lease(
     )
 
 
+def test_a_floor_within_a_heartbeat_interval_of_the_lease_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Session 10 s, heartbeats every 3 s: a floor of 7.5 s would be crossed before the
+    # heartbeats that renew the lease (it runs down to 10 - 3 s and a round trip).
+    member = Member(ManualClock())
+    with caplog.at_level("WARNING", logger="coordination.lease"):
+        LeaseGuard(member.lease, config(), 3_000, why="", reserve=("stop_timeout_ms", 4_500))
+    assert "run out between heartbeats" in caplog.text
+    assert "stop_timeout_ms (4500)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="coordination.lease"):
+        LeaseGuard(member.lease, config(), 3_000, why="", reserve=("stop_timeout_ms", 3_000))
+    assert caplog.text == ""
+
+
 def test_a_reserve_counts_with_the_margin_and_is_named() -> None:
     member = Member(ManualClock())
     g = LeaseGuard(member.lease, config(), 3_000, why="!", reserve=("stop_timeout_ms", 5_000))

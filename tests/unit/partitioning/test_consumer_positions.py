@@ -380,6 +380,18 @@ def test_commits_are_fenced_by_ownership_then_by_generation() -> None:
     assert sent.offsets == ((T, 0, 10, ""),)
 
 
+def test_committing_nothing_sends_nothing_even_before_the_first_assignment() -> None:
+    # A consume loop commits after every poll; its first polls come before the member
+    # has joined (no generation yet): as Java's consumer, that commit is a no-op.
+    h = Harness(assignors=[CooperativeStickyAssignor()])
+    h.consumer.commit()
+    h.consumer.commit({})
+    assert h.transport.requests(m.OffsetCommitRequest) == []
+    # Offsets named explicitly are still checked: this member owns nothing yet.
+    with pytest.raises(PartitionsNotOwnedError, match="orders-0"):
+        h.consumer.commit({tp(0): 1})
+
+
 def test_poll_waits_its_timeout_on_the_clock_in_slices() -> None:
     h = Harness()
     h.join(0)
