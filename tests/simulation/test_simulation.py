@@ -186,8 +186,8 @@ def test_the_checker_finds_a_cooperative_leader_that_does_not_withhold_owned_par
 
     real = _sticky_core.sticky_assign
 
-    def eager(*args: Any, cooperative: bool) -> Any:
-        return real(*args, cooperative=False)
+    def eager(*args: Any, cooperative: bool, **kwargs: Any) -> Any:
+        return real(*args, cooperative=False, **kwargs)
 
     monkeypatch.setattr(cooperative_sticky, "sticky_assign", eager)
     summary = run_seeds("consumer", range(60), stop_at_first=True)
