@@ -273,30 +273,11 @@ def _assign_uniform(
     """
     total = layout.total
     count = len(owned)
-    min_quota, extra_members = divmod(total, count)
-    max_quota = min_quota + (1 if extra_members else 0)
-    over = 0
-    kept: list[list[int]] = []
-    under: list[int] = []
-    exact: list[int] = []
+    min_quota = total // count
     maybe_revoked: dict[int, int] = {}
     free = bytearray(b"\x01") * total
-
-    for member, ids in enumerate(owned):
-        size = len(ids)
-        if size < min_quota:
-            keep = ids
-            under.append(member)
-        elif size >= max_quota and over < extra_members:
-            over += 1
-            if over == extra_members:
-                exact.clear()
-            keep = _trim(layout, ids, max_quota, member, maybe_revoked)
-        else:
-            keep = _trim(layout, ids, min_quota, member, maybe_revoked)
-            if over < extra_members:
-                exact.append(member)
-        kept.append(keep)
+    kept, under, exact, _ = _keep_claims(layout, owned, min_quota, maybe_revoked)
+    for keep in kept:
         for gid in keep:
             free[gid] = 0
 
@@ -436,34 +417,19 @@ def _assign_uniform_racks(
     count = len(owned)
     min_quota, extra_members = divmod(total, count)
     max_quota = min_quota + (1 if extra_members else 0)
-    over = 0
-    assignment: list[list[int]] = [[] for _ in range(count)]
-    under: list[int] = []
-    exact: list[int] = []
     maybe_revoked: dict[int, int] = {}
     free = bytearray(b"\x01") * total
-
+    matching: list[list[int]] = []
     for member, ids in enumerate(owned):
-        matching: list[int] = []
+        mine: list[int] = []
         for gid in ids:
             if racks.mismatch(member, gid):
                 maybe_revoked[gid] = member
             else:
-                matching.append(gid)
-        size = len(matching)
-        if size < min_quota:
-            keep = matching
-            under.append(member)
-        elif size >= max_quota and over < extra_members:
-            over += 1
-            if over == extra_members:
-                exact.clear()
-            keep = _trim(layout, matching, max_quota, member, maybe_revoked)
-        else:
-            keep = _trim(layout, matching, min_quota, member, maybe_revoked)
-            if over < extra_members:
-                exact.append(member)
-        assignment[member].extend(keep)
+                mine.append(gid)
+        matching.append(mine)
+    assignment, under, exact, over = _keep_claims(layout, matching, min_quota, maybe_revoked)
+    for keep in assignment:
         for gid in keep:
             free[gid] = 0
 
@@ -540,6 +506,44 @@ def _assign_uniform_racks(
     for ids in assignment:
         ids.sort()
     return list(assignment), transferring
+
+
+def _keep_claims(
+    layout: _Layout, owned: list[list[int]], min_quota: int, maybe_revoked: dict[int, int]
+) -> tuple[list[list[int]], list[int], list[int], int]:
+    """Step 1 of Java's ``ConstrainedAssignmentBuilder``: what each member keeps of its claims.
+
+    All if below ``min_quota`` (the member is then "under"); ``max_quota`` while fewer
+    than ``P % M`` members have been given the extra one; else ``min_quota`` (the member
+    may still take the extra one: "exact"). What a member must give up goes into
+    ``maybe_revoked``.
+
+    Returns:
+        Each member's kept partitions (new lists), the members under ``min_quota``, those
+        at it that may take one more, and how many members already have the extra one.
+    """
+    extra_members = layout.total % len(owned)
+    max_quota = min_quota + (1 if extra_members else 0)
+    over = 0
+    kept: list[list[int]] = []
+    under: list[int] = []
+    exact: list[int] = []
+    for member, ids in enumerate(owned):
+        size = len(ids)
+        if size < min_quota:
+            keep = list(ids)
+            under.append(member)
+        elif size >= max_quota and over < extra_members:
+            over += 1
+            if over == extra_members:
+                exact.clear()
+            keep = _trim(layout, ids, max_quota, member, maybe_revoked)
+        else:
+            keep = _trim(layout, ids, min_quota, member, maybe_revoked)
+            if over < extra_members:
+                exact.append(member)
+        kept.append(keep)
+    return kept, under, exact, over
 
 
 def _trim(
