@@ -636,11 +636,7 @@ class PipelineWorker:
                     self._failed(part, e)
                 return
             except Exception as e:
-                if _spark_gone(e):
-                    # The JVM is gone (killed, out of memory): no batch can run here any
-                    # more. The worker stops; the group moves its partitions.
-                    self._fatal = e
-                    log.error("%s: Spark is gone: %s", self.name, e)
+                if self._stopped_by(e):
                     return
                 # Spark failed (or the output could not be written): nothing was
                 # committed, so process the partitions again from their committed offsets.
@@ -717,9 +713,7 @@ class PipelineWorker:
             self._fatal = e
             raise
         except Exception as e:
-            if _spark_gone(e):
-                self._fatal = e
-                log.error("%s: Spark is gone: %s", self.name, e)
+            if self._stopped_by(e):
                 return
             # The sink failed: the batch is committed, so preparing the partition
             # again publishes it (recover) before the next batch.
@@ -743,6 +737,15 @@ class PipelineWorker:
             stage_ms=staged_ms,
             ms=self._ms_since(t0),
         )
+
+    def _stopped_by(self, error: BaseException) -> bool:
+        """Whether ``error`` says the Spark JVM is gone (killed, out of memory); then no
+        batch can run here any more: the worker stops and the group moves its partitions."""
+        if not _spark_gone(error):
+            return False
+        self._fatal = error
+        log.error("%s: Spark is gone: %s", self.name, error)
+        return True
 
     def _failed(self, part: _Partition, error: BaseException) -> None:
         self._emit("failed", topic=part.tp.topic, partition=part.tp.partition, error=repr(error))
