@@ -451,16 +451,26 @@ class GroupMembership:
             if self._wakeups is not None:
                 self._wakeups.start(self.wake)
 
-    def wake(self, reason: str) -> None:
+    def wake(self, reason: str, left_generation: int | None = None) -> None:
         """Another member announced a change of the group: heartbeat now to learn whether a
         rebalance began. The announcement may overtake the change itself (it travels on
-        another connection), so three more follow within 250 ms unless one finds it."""
+        another connection), so three more follow within 250 ms unless one finds it.
+
+        ``left_generation``: the announcement is a departure from that generation, made
+        after the broker accepted the member's LeaveGroup. The broker rebalances whenever a
+        member leaves, so a member still in that generation rejoins at once: asking by a
+        heartbeat would only cost a round trip. Any other generation proves nothing.
+        """
         now = self._clock.monotonic()
         with self._lock:
             if self._state is not MemberState.STABLE:
                 return  # joining already, or not a member: nothing to learn
             self._log.debug("%s: woken: %s", self._who(), reason)
             self._counters.wakeups += 1
+            if left_generation is not None and left_generation == self._generation.generation_id:
+                self._rebalance_told = True
+                self._request_rejoin_locked(f"{reason}; the group is rebalancing")
+                return
             self._wake_at = [now + delay for delay in _WAKE_HEARTBEATS_S]
             self._changed.notify_all()
 
@@ -1464,7 +1474,7 @@ class GroupMembership:
                     )
                 elif self._wakeups is not None:
                     # Only now: a wake-up that overtook the LeaveGroup would find no rebalance.
-                    self._wakeups.announce(generation.member_id, "leave")
+                    self._wakeups.announce(generation.member_id, "leave", generation.generation_id)
             except TransportError as e:
                 self._log.info(
                     "%s: LeaveGroup got no response (%s); the session will expire instead",

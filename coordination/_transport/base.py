@@ -83,12 +83,15 @@ class Wakeups(Protocol):
     so that they heartbeat at once instead of at their next interval (``coordination
     ._transport.wakeups`` is Kafka's). It only hastens what heartbeats find out anyway."""
 
-    def start(self, wake: Callable[[str], None]) -> None:
-        """Start listening; call ``wake(reason)`` for each other member's announcement."""
+    def start(self, wake: Callable[[str, int | None], None]) -> None:
+        """Start listening; call ``wake(reason, left_generation)`` for each other member's
+        announcement (``left_generation``: the generation a departing member left, else
+        None)."""
         ...
 
-    def announce(self, member_id: str, event: str) -> None:
-        """Tell the group's other members (in the background)."""
+    def announce(self, member_id: str, event: str, generation: int | None = None) -> None:
+        """Tell the group's other members (in the background); ``generation``: the one a
+        departing member left, announced only once the broker accepted its LeaveGroup."""
         ...
 
     def flush(self, timeout_s: float) -> None:

@@ -6,7 +6,9 @@ heartbeat, so every rebalance waits up to one heartbeat interval for each member
 Here a member that joins, rejoins of its own accord, or leaves also appends a small record to
 one partition of a shared topic; the members of its group long-poll that partition, and one
 that reads another member's record sends a heartbeat at once. A heartbeat only asks the
-broker whether a rebalance is under way, so a stray or late wake-up never causes one.
+broker whether a rebalance is under way, so a stray or late wake-up never causes one. A
+departure, announced once the broker accepted the LeaveGroup, names the generation left: a
+member still in it rejoins without asking (the broker rebalances whenever a member leaves).
 
 The topic (default ``coordination.wakeups``) is created on first use with
 :data:`PARTITIONS` partitions and an hour's retention; a group uses partition
@@ -155,15 +157,16 @@ class KafkaWakeups:
         self._queue: queue.SimpleQueue[_Announcement | None] = queue.SimpleQueue()
         self._last: _Announcement | None = None
         self._threads: list[threading.Thread] = []
-        self._wake: Callable[[str], None] = lambda reason: None
+        self._wake: Callable[[str, int | None], None] = lambda reason, left: None
         self._failing_since: float | None = None
         self._warned = False
         self.stats = WakeupStats()
 
     # -- what the engine calls -----------------------------------------------------
 
-    def start(self, wake: Callable[[str], None]) -> None:
-        """Start listening; ``wake(reason)`` runs on the listener thread per wake-up read."""
+    def start(self, wake: Callable[[str, int | None], None]) -> None:
+        """Start listening; ``wake(reason, left_generation)`` runs on the listener thread per
+        wake-up read (``left_generation``: the generation a departing member left)."""
         self._wake = wake
         for target, name in ((self._listen, "listener"), (self._publish, "publisher")):
             thread = threading.Thread(
@@ -172,11 +175,14 @@ class KafkaWakeups:
             self._threads.append(thread)
             thread.start()
 
-    def announce(self, member_id: str, event: str) -> None:
+    def announce(self, member_id: str, event: str, generation: int | None = None) -> None:
         """Publish a wake-up for the group's other members (on the publisher thread)."""
         if self._off or self._stop.is_set():
             return
-        item = _Announcement(self._key, {"member": member_id, "event": event})
+        value: dict[str, Any] = {"member": member_id, "event": event}
+        if generation is not None:
+            value["generation"] = generation
+        item = _Announcement(self._key, value)
         self._last = item
         self._queue.put(item)
 
@@ -516,7 +522,12 @@ class KafkaWakeups:
         if sender == self._sender:
             return
         self.stats.received += 1
-        self._wake(f"member {member} announced: {event}")
+        # Only a departure's generation means something to the receiver (see wake()); a
+        # record of another version without one, or with a non-integer, is a plain wake-up.
+        left = value.get("generation") if event == "leave" else None
+        if not isinstance(left, int) or isinstance(left, bool):
+            left = None
+        self._wake(f"member {member} announced: {event}", left)
 
     def _check(self, code: int, what: str, route: _Route | None = None) -> None:
         if code == _NONE:

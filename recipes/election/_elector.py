@@ -9,7 +9,7 @@ recipe's lock, and is the only one that changes it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coordination import Member, OffsetAndMetadata
 from coordination._lease import LeaseGuard
@@ -74,6 +74,8 @@ class Elector(GroupListener):
         self._leader: LeaderInfo | None = None
         self._highest_token = -1
         self._declined_token = -1
+        # The generation in which this member last committed a token (-1: never).
+        self._stored_in_generation = -1
         self._problem: DuplicateIdentityError | None = None
         self.times_elected = 0  # under ctx.lock
         self.times_deposed = 0
@@ -152,7 +154,9 @@ class Elector(GroupListener):
         # A failure fails this rebalance (retried after a backoff): no leader is better than
         # a leader whose token may not exceed the last one.
         stored = self._stored_token(min(cfg.request_timeout_ms, cfg.rebalance_timeout_ms // 2))
-        outcome = choose_leader(generation, members, stored_token=stored)
+        outcome = replace(
+            choose_leader(generation, members, stored_token=stored), stored_token=stored
+        )
         self.ctx.log.info(
             "election %s: generation %d: %s",
             self.group_id,
@@ -204,7 +208,7 @@ class Elector(GroupListener):
             leads
             and current is None
             and outcome.token is not None
-            and self._store_token(generation, outcome.token)
+            and self._store_token(generation, outcome.token, outcome.stored_token)
         ):
             elected = Leadership(self, outcome.token, generation)
             with ctx.lock:
@@ -274,10 +278,17 @@ class Elector(GroupListener):
         stored = found.get(where)
         return -1 if stored is None else stored.offset
 
-    def _store_token(self, generation_id: int, token: int) -> bool:
+    def _store_token(self, generation_id: int, token: int, read_in_generation: int | None) -> bool:
         """Store ``token`` as the group's highest, fenced by the generation that elected this
         member; True only if it is stored. A leader must not act before: if it did and the
-        group were then forgotten, the next leader could get the same token again."""
+        group were then forgotten, the next leader could get the same token again.
+
+        ``read_in_generation``: the stored token as the rebalance leader read it in this
+        generation (None: unknown). Commits of older generations are refused by then, and
+        only this member is elected in this one, so until it commits here that is still the
+        stored token: a round trip saved on every handoff. After a commit of its own in this
+        generation (a leadership deposed since, named again by the same outcome) it reads.
+        """
         ctx = self.ctx
         generation = ctx.member.generation()
         if generation.generation_id != generation_id:
@@ -285,8 +296,9 @@ class Elector(GroupListener):
         cfg = ctx.member.config
         # Waiting longer than the lease is pointless: the leadership would be void.
         timeout_ms = min(cfg.request_timeout_ms, self.lease.remaining() * 1000)
+        known = read_in_generation if self._stored_in_generation != generation_id else None
         try:
-            stored = self._stored_token(timeout_ms)
+            stored = self._stored_token(timeout_ms) if known is None else known
         except CoordinationError as e:
             # Unknown whether this token is stored already, by an earlier leadership (this
             # member's own, deposed since, included): taking it up could give two
@@ -302,6 +314,7 @@ class Elector(GroupListener):
                     self._highest_token = max(self._highest_token, stored)
                 self._not_elected(token, f"the group already stored token {stored}")
                 return False
+            self._stored_in_generation = generation_id
             ctx.member.commit_offsets(
                 {self.token_partition: OffsetAndMetadata(token, _TOKEN_METADATA)},
                 generation=generation,

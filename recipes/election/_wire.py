@@ -70,6 +70,10 @@ class Outcome:
         members: every member's identity, by member id (observers included).
         problems: misconfigurations found by the rebalance leader (e.g. a duplicate identity).
         duplicates: identities held by more than one member.
+        stored_token: the token stored in the group's offsets as the rebalance leader read it
+            in this generation (-1: none), or None if it did not say (an older version). Only
+            the member elected in this generation can store a token in it, so until it tries,
+            this is still the stored token, and the elected member need not read it again.
     """
 
     leader_member_id: str | None
@@ -78,6 +82,7 @@ class Outcome:
     members: dict[str, str]
     problems: tuple[str, ...] = ()
     duplicates: tuple[str, ...] = ()
+    stored_token: int | None = None
 
 
 def encode_candidate(c: Candidate) -> bytes:
@@ -134,6 +139,7 @@ def encode_outcome(o: Outcome) -> bytes:
             "members": o.members,
             "problems": list(o.problems),
             "duplicates": list(o.duplicates),
+            "stored_token": o.stored_token,
         },
         separators=(",", ":"),
         sort_keys=True,
@@ -159,6 +165,7 @@ def decode_outcome(data: bytes) -> Outcome:
         members={} if members is None else members,
         problems=() if problems is None else problems,
         duplicates=() if duplicates is None else duplicates,
+        stored_token=_field(doc, "stored_token", _int64, what),
     )
 
 

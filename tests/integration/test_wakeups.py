@@ -72,6 +72,10 @@ def test_members_woken_by_a_leave_rebalance_long_before_their_next_heartbeat(
     trio[2].close()
     wait_until(lambda: settled(trio[:2], 2), SOON, "two members, woken by the leave")
     assert time.monotonic() - left_at < SOON
+    # The announcement names the generation left, so they rejoined without a heartbeat first.
+    for survivor in trio[:2]:
+        reason = survivor.metrics().rejoin_reasons[-1]
+        assert reason.endswith("announced: leave; the group is rebalancing"), reason
 
 
 def test_members_of_a_group_sharing_the_partition_are_not_woken(

@@ -25,16 +25,18 @@ class RecordedWakeups:
 
     def __init__(self) -> None:
         self.announced: list[tuple[str, str]] = []
+        self.generations: list[int | None] = []
         self.flushed: list[float] = []
         self.rebalances: list[Mapping[str, Any]] = []
-        self.wake: Callable[[str], None] | None = None
+        self.wake: Callable[[str, int | None], None] | None = None
         self.closed = False
 
-    def start(self, wake: Callable[[str], None]) -> None:
+    def start(self, wake: Callable[[str, int | None], None]) -> None:
         self.wake = wake
 
-    def announce(self, member_id: str, event: str) -> None:
+    def announce(self, member_id: str, event: str, generation: int | None = None) -> None:
         self.announced.append((member_id, event))
+        self.generations.append(generation)
 
     def flush(self, timeout_s: float) -> None:
         self.flushed.append(timeout_s)
@@ -136,6 +138,7 @@ def test_leaving_announces_and_waits_for_the_announcement_before_closing() -> No
     h.prepare(m.LeaveGroupResponse(error_code=0))
     h.engine.close(timeout_s=5)
     assert h.wakeups.announced[-1] == ("m-1", "leave")
+    assert h.wakeups.generations[-1] == 1  # the generation it left, for the others
     assert h.wakeups.flushed and 0 < h.wakeups.flushed[0] <= 1.0
     assert h.wakeups.closed
 
@@ -160,6 +163,35 @@ def test_a_woken_stable_member_heartbeats_at_once() -> None:
     assert heartbeats(h) == 1
     assert h.engine._rejoin_reason == "group is already rebalancing"
     assert h.engine.metrics().wakeups_received == 1
+
+
+def test_a_departure_from_its_own_generation_makes_a_member_rejoin_without_asking() -> None:
+    # The broker accepted the LeaveGroup before it was announced, and rebalances whenever a
+    # member leaves: the heartbeat that would say so is a round trip saved.
+    h = stable()
+    h.engine.wake("member m-2 announced: leave", 1)
+    assert h.engine._rejoin_reason == "member m-2 announced: leave; the group is rebalancing"
+    assert h.engine.heartbeat_once() is not None and heartbeats(h) == 0
+    h.prepare(
+        joined("m-1", 2, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2", assignment=b""),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.engine.generation.generation_id == 2
+    # It answers a rebalance under way: it wakes nobody.
+    assert h.wakeups.announced == [("m-1", "join")]
+
+
+@pytest.mark.parametrize("left", [0, 2], ids=["older", "newer"])
+def test_a_departure_from_another_generation_only_makes_a_member_ask(left: int) -> None:
+    # Older: that rebalance is over. Newer: this member may be out already; a heartbeat
+    # tells which, and a stray announcement never makes it rejoin.
+    h = stable()
+    h.engine.wake("member m-2 announced: leave", left)
+    assert h.engine._rejoin_reason is None
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    h.engine.heartbeat_once()
+    assert heartbeats(h) == 1 and h.engine._rejoin_reason is None
 
 
 def test_a_woken_member_that_finds_no_rebalance_heartbeats_thrice_more_then_rests() -> None:

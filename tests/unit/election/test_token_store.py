@@ -40,10 +40,12 @@ class Offsets:
         self.applied_despite_failure = False
         self.commits: list[tuple[int, int]] = []
         self.rejoins: list[str] = []
+        self.reads = 0
 
     def committed_offsets(
         self, partitions: Iterable[tuple[str, int]], *, timeout: float = 30.0
     ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        self.reads += 1
         return {p: self.stored.get(p) for p in partitions}
 
     def commit_offsets(
@@ -84,9 +86,12 @@ def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[LeaderElection, Offsets, lis
     return election, offsets, elected
 
 
-def elect(election: LeaderElection, token: int) -> None:
-    """This member receives an assignment that names it leader with ``token``."""
-    outcome = Outcome(MEMBER, election.identity, token, {MEMBER: election.identity})
+def elect(election: LeaderElection, token: int, stored_token: int | None = None) -> None:
+    """This member receives an assignment that names it leader with ``token``; the rebalance
+    leader read ``stored_token`` (None: an older version that does not say)."""
+    outcome = Outcome(
+        MEMBER, election.identity, token, {MEMBER: election.identity}, stored_token=stored_token
+    )
     election._elector.joined(GENERATION, MEMBER, encode_outcome(outcome))
 
 
@@ -133,7 +138,37 @@ def test_the_rebalance_leader_reads_the_stored_token(setup) -> None:
     offsets.stored[WHERE] = OffsetAndMetadata(40, "")
     members = [Member(MEMBER, None, encode_candidate(Candidate("http://a")))]
     plan = election._elector.assign(3, MEMBER, members)
-    assert decode_outcome(plan[MEMBER]).token == 41
+    outcome = decode_outcome(plan[MEMBER])
+    assert outcome.token == 41
+    assert outcome.stored_token == 40  # so the elected member need not read it again
+
+
+def test_the_elected_member_trusts_the_stored_token_read_in_its_generation(setup) -> None:
+    election, offsets, elected = setup
+    elect(election, 12, stored_token=11)
+    assert offsets.reads == 0  # one round trip fewer before on_elected
+    assert offsets.commits == [(GENERATION, 12)] and [e.token for e in elected] == [12]
+
+
+def test_a_token_not_above_the_one_read_in_its_generation_is_not_taken_up(setup) -> None:
+    election, offsets, elected = setup
+    elect(election, 12, stored_token=12)
+    assert elected == [] and offsets.commits == [] and offsets.rejoins
+
+
+def test_after_its_own_commit_in_the_generation_the_elected_member_reads_again(setup) -> None:
+    # Elected with 15 (the rebalance leader read 14), deposed, then handed the same outcome
+    # of the same generation again: 14 is no longer the stored token, its own 15 is, and
+    # taking 15 up again would give two leaderships one token.
+    election, offsets, elected = setup
+    elect(election, 15, stored_token=14)
+    first = election.leadership()
+    assert first is not None and offsets.reads == 0
+    election._elector.depose(first, "its membership lease ran out")
+    elect(election, 15, stored_token=14)
+    assert offsets.reads == 1
+    assert [e.token for e in elected] == [15] and not election.is_leader
+    assert offsets.commits == [(GENERATION, 15)] and offsets.rejoins
 
 
 def test_the_lease_watchdog_deposes_a_leader_whose_lease_runs_out(setup, monkeypatch) -> None:
