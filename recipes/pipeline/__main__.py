@@ -76,6 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--max-batch-records", type=int, default=20_000)
     worker.add_argument("--max-batch-delay-ms", type=int, default=1000)
     worker.add_argument(
+        "--parallel-batches", type=int, default=2, help="Spark jobs running at once (default 2)"
+    )
+    worker.add_argument(
+        "--max-partitions-per-batch",
+        type=int,
+        default=64,
+        help="partitions staged by one Spark job (default 64; 1 favours latency)",
+    )
+    worker.add_argument(
         "--wait-for-go", action="store_true", help="join, but process only after 'go' on stdin"
     )
 
@@ -125,6 +134,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from coordination.errors import ConfigurationError
+
     from ._worker import PipelineWorker
 
     logging.basicConfig(
@@ -138,6 +149,26 @@ def _worker(args: argparse.Namespace) -> int:
         with printing:
             print(json.dumps(event), flush=True)
 
+    try:
+        worker = PipelineWorker(
+            args.group,
+            _pipeline(args),
+            name=args.name,
+            master=args.master,
+            spark_conf=dict(_setting(kv) for kv in args.spark_conf),
+            max_batch_records=args.max_batch_records,
+            max_batch_delay_ms=args.max_batch_delay_ms,
+            parallel_batches=args.parallel_batches,
+            max_partitions_per_batch=args.max_partitions_per_batch,
+            on_event=emit,
+            bootstrap_servers=args.bootstrap_servers,
+            session_timeout_ms=args.session_timeout_ms,
+            heartbeat_interval_ms=max(100, args.session_timeout_ms // 6),
+            rebalance_timeout_ms=30_000,
+        )
+    except ConfigurationError as e:
+        print(f"python -m recipes.pipeline worker: error: {e}", file=sys.stderr)
+        return 2
     stop, go = threading.Event(), threading.Event()
     if not args.wait_for_go:
         go.set()
@@ -158,20 +189,6 @@ def _worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     threading.Thread(target=commands, name="commands", daemon=True).start()
-    worker = PipelineWorker(
-        args.group,
-        _pipeline(args),
-        name=args.name,
-        master=args.master,
-        spark_conf=dict(_setting(kv) for kv in args.spark_conf),
-        max_batch_records=args.max_batch_records,
-        max_batch_delay_ms=args.max_batch_delay_ms,
-        on_event=emit,
-        bootstrap_servers=args.bootstrap_servers,
-        session_timeout_ms=args.session_timeout_ms,
-        heartbeat_interval_ms=max(100, args.session_timeout_ms // 6),
-        rebalance_timeout_ms=30_000,
-    )
     worker.start()
     try:
         go.wait()

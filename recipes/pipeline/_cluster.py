@@ -57,6 +57,8 @@ class WorkerProcess:
         session_timeout_ms: int = 6000,
         max_batch_records: int = 20_000,
         max_batch_delay_ms: int = 1000,
+        parallel_batches: int = 2,
+        max_partitions_per_batch: int = 64,
         wait_for_go: bool = False,
     ) -> None:
         self.name = name
@@ -80,6 +82,8 @@ class WorkerProcess:
             f"--session-timeout-ms={session_timeout_ms}",
             f"--max-batch-records={max_batch_records}",
             f"--max-batch-delay-ms={max_batch_delay_ms}",
+            f"--parallel-batches={parallel_batches}",
+            f"--max-partitions-per-batch={max_partitions_per_batch}",
         ]
         if wait_for_go:
             args.append("--wait-for-go")
