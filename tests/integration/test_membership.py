@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from pathlib import Path
@@ -197,3 +198,20 @@ def test_metrics_count_what_happened(kafka: str, members) -> None:
     assert metrics.last_rebalance_latency_s is not None and metrics.last_rebalance_latency_s < 10
     assert "group is already rebalancing" in metrics.rejoin_reasons
     wait_until(lambda: (first.metrics().last_heartbeat_age_s or 99) < 1, 5, "a heartbeat")
+
+
+def test_heartbeats_do_not_log_a_line_each(kafka: str, members, caplog) -> None:
+    # A service logging at INFO must not get a line per heartbeat from the network layer
+    # (kafka-python logs the coordinator each time one is registered with it).
+    caplog.set_level(logging.INFO)
+    group = new_group()
+    (member,) = start(members, kafka, group, 1, **FAST)
+    member.ensure_active_group(timeout=30)
+    time.sleep(1)  # the wake-up channel's connections are set up
+
+    def registrations() -> list[str]:
+        return [m for r in caplog.records if (m := r.getMessage()).startswith("Coordinator for")]
+
+    before, heartbeats = registrations(), member.metrics().heartbeat_total
+    wait_until(lambda: member.metrics().heartbeat_total >= heartbeats + 6, 10, "six heartbeats")
+    assert registrations() == before
