@@ -468,7 +468,7 @@ class KafkaWakeups:
             def keep(raw: bytes | None) -> None:
                 try:
                     entry = json.loads(raw or b"")
-                except ValueError:
+                except (ValueError, RecursionError):
                     return
                 if isinstance(entry, dict):
                     entry.pop("sender", None)
@@ -513,14 +513,20 @@ class KafkaWakeups:
     # -- outcomes --------------------------------------------------------------------
 
     def _received(self, raw: bytes | None) -> None:
+        # Anyone who may write to the topic can put anything under this group's key: a
+        # record that is not what a member writes is skipped, whatever its bytes (nesting
+        # deep enough for RecursionError included), and what reaches the logs is cut short.
         try:
             value = json.loads(raw or b"")
             sender, member, event = value["sender"], value["member"], value["event"]
-        except (ValueError, KeyError, TypeError):
-            log.debug("group %r: ignoring an unreadable wake-up %r", self._group_id, raw)
+            if not all(isinstance(v, str) for v in (sender, member, event)):
+                raise TypeError("not text")
+        except (ValueError, KeyError, TypeError, RecursionError):
+            log.debug("group %r: ignoring an unreadable wake-up %.100r", self._group_id, raw)
             return
         if sender == self._sender:
             return
+        member, event = _printable(member), _printable(event)
         self.stats.received += 1
         # Only a departure's generation means something to the receiver (see wake()); a
         # record of another version without one, or with a non-integer, is a plain wake-up.
@@ -578,3 +584,10 @@ class KafkaWakeups:
             why,
             self._topic,
         )
+
+
+def _printable(text: str, limit: int = 200) -> str:
+    """``text`` for a log line: at most ``limit`` characters, control characters escaped."""
+    cut = text[:limit]
+    shown = cut if cut.isprintable() else cut.encode("unicode_escape").decode("ascii")
+    return shown + ("..." if len(text) > limit else "")
