@@ -83,7 +83,7 @@ class LeaseGuard:
                 at every check, so it may look the member up anew each time.
             config: the member's settings; ``margin_ms`` defaults to ``heartbeat_interval_ms``
                 and, with the reserve, must stay below ``min(session_timeout_ms,
-                rebalance_timeout_ms)``.
+                rebalance_timeout_ms)`` by more than ``heartbeat_interval_ms``.
             margin_ms: the ``lease_margin_ms`` setting, or None for its default.
             why: the end of the error message when the margin leaves no room, with its
                 separator, e.g. ``": no deletion could ever be fenced"``.
@@ -91,15 +91,17 @@ class LeaseGuard:
                 e.g. ``("stop_timeout_ms", 5000)``; already validated by the caller.
 
         Raises:
-            ConfigurationError: the margin is not an int >= 0, or leaves no room; the message
-                names ``lease_margin_ms``.
+            ConfigurationError: the margin is not an int >= 0, or leaves no room (the floor
+                is not below the lease by more than a heartbeat interval); the message names
+                ``lease_margin_ms``.
         """
         margin = config.heartbeat_interval_ms if margin_ms is None else margin_ms
         if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
             raise ConfigurationError(f"lease_margin_ms must be an int >= 0, got {margin!r}")
         guaranteed_ms = min(config.session_timeout_ms, config.rebalance_timeout_ms)
         reserve_ms = 0 if reserve is None else reserve[1]
-        if margin + reserve_ms >= guaranteed_ms:
+        floor_ms = margin + reserve_ms
+        if floor_ms >= guaranteed_ms:
             if reserve is None:
                 raise ConfigurationError(
                     f"lease_margin_ms={margin} must be below min(session_timeout_ms, "
@@ -109,21 +111,17 @@ class LeaseGuard:
                 f"lease_margin_ms ({margin}) + {reserve[0]} ({reserve_ms}) must be below "
                 f"min(session_timeout_ms, rebalance_timeout_ms) ({guaranteed_ms}){why}"
             )
-        floor_ms = margin + reserve_ms
-        if guaranteed_ms <= floor_ms + config.heartbeat_interval_ms:
+        if floor_ms + config.heartbeat_interval_ms >= guaranteed_ms:
             # Between two renewals (heartbeats, an interval apart) the lease runs down by an
-            # interval and a round trip: a floor that close is crossed before heartbeats,
-            # and the recipe stops its work each time.
-            log.warning(
-                "lease_margin_ms (%d)%s + heartbeat_interval_ms (%d) is not below "
-                "min(session_timeout_ms, rebalance_timeout_ms) (%d): the lease runs down by "
-                "a heartbeat interval between renewals, so it will run out between "
-                "heartbeats%s; lower them or raise session_timeout_ms",
-                margin,
-                f" + {reserve[0]} ({reserve_ms})" if reserve is not None else "",
-                config.heartbeat_interval_ms,
-                guaranteed_ms,
-                why,
+            # interval and a round trip: a floor that close is crossed before every renewal,
+            # and the recipe would stop its work each time.
+            named = f" + {reserve[0]} ({reserve_ms})" if reserve is not None else ""
+            raise ConfigurationError(
+                f"lease_margin_ms ({margin}){named} + heartbeat_interval_ms "
+                f"({config.heartbeat_interval_ms}) must be below min(session_timeout_ms, "
+                f"rebalance_timeout_ms) ({guaranteed_ms}): the lease runs down by a heartbeat "
+                "interval between renewals, so it would run out before each one; lower them "
+                "or raise session_timeout_ms"
             )
         self._lease = lease
         self.margin_ms = margin

@@ -225,6 +225,7 @@ def test_tasks_over_sasl_ssl_run_every_task_once(secured: Secured) -> None:
             start_task=running.start_task(name),
             stop_task=running.stop_task(name),
             tasks={f"t{i}": 1.0 for i in range(6)},
+            stop_timeout_ms=1000,  # a 6 s lease leaves room for margin, stop and a heartbeat
             **{**FAST, **secured.login("alice")},
         )
 

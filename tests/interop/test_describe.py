@@ -135,6 +135,7 @@ def test_a_task_group_is_decoded(kafka: str) -> None:
             stop_task=running.stop_task(name),
             tasks={f"t{i}": 1.0 for i in range(4)},
             bootstrap_servers=kafka,
+            stop_timeout_ms=1000,  # a 6 s lease leaves room for margin, stop and a heartbeat
             **FAST,
         )
 

@@ -105,7 +105,8 @@ def test_a_margin_must_be_an_int_at_least_zero(margin: object) -> None:
 def test_a_margin_must_stay_below_the_guaranteed_lease(
     settings: dict[str, int], bound: int
 ) -> None:
-    guard(Member(ManualClock()), bound - 1, **settings)
+    # Heartbeats every 3 s (the default): the floor may come within 3 s of the bound, no closer.
+    guard(Member(ManualClock()), bound - 3_001, **settings)
     with pytest.raises(ConfigurationError) as e:
         guard(Member(ManualClock()), bound, **settings)
     assert str(e.value) == (
@@ -114,26 +115,30 @@ def test_a_margin_must_stay_below_the_guaranteed_lease(
     )
 
 
-def test_a_floor_within_a_heartbeat_interval_of_the_lease_is_warned_about(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # Session 10 s, heartbeats every 3 s: a floor of 7.5 s would be crossed before the
-    # heartbeats that renew the lease (it runs down to 10 - 3 s and a round trip).
+def test_a_floor_within_a_heartbeat_interval_of_the_lease_is_refused() -> None:
+    # Session 10 s, heartbeats every 3 s: a floor of 7.5 s would be crossed before each
+    # heartbeat that renews the lease (it runs down to 10 - 3 s and a round trip), and the
+    # recipe would stop its work every time.
     member = Member(ManualClock())
-    with caplog.at_level("WARNING", logger="coordination.lease"):
+    with pytest.raises(ConfigurationError) as e:
         LeaseGuard(member.lease, config(), 3_000, why="", reserve=("stop_timeout_ms", 4_500))
-    assert "run out between heartbeats" in caplog.text
-    assert "stop_timeout_ms (4500)" in caplog.text
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="coordination.lease"):
-        LeaseGuard(member.lease, config(), 3_000, why="", reserve=("stop_timeout_ms", 3_000))
-    assert caplog.text == ""
+    assert str(e.value) == (
+        "lease_margin_ms (3000) + stop_timeout_ms (4500) + heartbeat_interval_ms (3000) must "
+        "be below min(session_timeout_ms, rebalance_timeout_ms) (10000): the lease runs down "
+        "by a heartbeat interval between renewals, so it would run out before each one; "
+        "lower them or raise session_timeout_ms"
+    )
+    with pytest.raises(ConfigurationError) as e:
+        guard(member, 7_000)
+    assert str(e.value).startswith("lease_margin_ms (7000) + heartbeat_interval_ms (3000)")
+    g = LeaseGuard(member.lease, config(), 3_000, why="", reserve=("stop_timeout_ms", 3_999))
+    assert g.floor_s == pytest.approx(6.999)
 
 
 def test_a_reserve_counts_with_the_margin_and_is_named() -> None:
     member = Member(ManualClock())
-    g = LeaseGuard(member.lease, config(), 3_000, why="!", reserve=("stop_timeout_ms", 5_000))
-    assert g.floor_s == 8.0
+    g = LeaseGuard(member.lease, config(), 3_000, why="!", reserve=("stop_timeout_ms", 3_000))
+    assert g.floor_s == 6.0
     with pytest.raises(ConfigurationError) as e:
         LeaseGuard(member.lease, config(), 3_000, why="!", reserve=("stop_timeout_ms", 7_000))
     assert str(e.value) == (
