@@ -75,8 +75,6 @@ class KafkaTransport:
         self._bootstrap_lock = threading.Lock()
         self._closed = False
         self._servers = connection.get("bootstrap_servers")
-        # The coordinator last registered with kafka-python, and its node id there.
-        self._last_coordinator: tuple[CoordinatorNode, Any] | None = None
         # Dedicated node ids registered with kafka-python, and their addresses.
         self._dedicated: dict[str, tuple[str, int]] = {}
         self._tls: ssl.SSLContext | None = None
@@ -145,11 +143,13 @@ class KafkaTransport:
 
     def dedicated_node(self, purpose: str, node_id: int, host: str, port: int) -> Any:
         """A node id for ``node_id`` with its own connection, apart from every other request:
-        a long-polling fetch holds its connection (the broker answers a connection's requests
-        in order), so nothing else may queue behind it."""
+        a long-polling fetch, or a JoinGroup parked on the coordinator, holds its connection
+        (the broker answers a connection's requests in order), so nothing else may queue
+        behind it. Registered with kafka-python once per address, not per request:
+        registering builds objects and logs a line at INFO."""
         name = f"{purpose}-{node_id}"
         if self._dedicated.get(name) == (host, port):
-            return name  # registered already (registering again would log again)
+            return name
         found = types.SimpleNamespace(error_code=0, node_id=name, host=host, port=port)
         registered = self._manager.cluster.add_coordinator(
             found, _GROUP_KEY_TYPE, name, synthesize_node_id=False
@@ -230,17 +230,9 @@ class KafkaTransport:
     def _coordinator_node_id(self, coordinator: CoordinatorNode) -> Any:
         # A dedicated node id gives the coordinator its own connection, apart from
         # metadata traffic, as Kafka's clients do (Integer.MAX_VALUE - nodeId in Java).
-        # Registered once per coordinator, not per request: registering builds objects and
-        # logs a line at INFO, which at one per heartbeat floods a service's log.
-        last = self._last_coordinator
-        if last is not None and last[0] == coordinator:
-            return last[1]
-        found = types.SimpleNamespace(
-            error_code=0, node_id=coordinator.node_id, host=coordinator.host, port=coordinator.port
+        return self.dedicated_node(
+            "coordinator", coordinator.node_id, coordinator.host, coordinator.port
         )
-        node_id = self._manager.cluster.add_coordinator(found, _GROUP_KEY_TYPE, "coordination")
-        self._last_coordinator = (coordinator, node_id)
-        return node_id
 
     @staticmethod
     def _encode(request: m.Request) -> Any:
