@@ -12,6 +12,7 @@ the demo's pipeline. Importing this package does not import PySpark; starting
 a worker or a Spark job does.
 """
 
+from ._definition import BATCH_COLUMN as BATCH_COLUMN
 from ._definition import WINDOWED_SUM_KEYS as WINDOWED_SUM_KEYS
 from ._definition import WINDOWED_SUM_TOTALS as WINDOWED_SUM_TOTALS
 from ._definition import Pipeline as Pipeline
@@ -38,6 +39,7 @@ from ._worker import PipelineWorker as PipelineWorker
 from ._worker import WorkerEvent as WorkerEvent
 
 __all__ = [
+    "BATCH_COLUMN",
     "WINDOWED_SUM_KEYS",
     "WINDOWED_SUM_TOTALS",
     "Batch",

@@ -17,10 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from coordination.errors import ConfigurationError
 
+from ._definition import BATCH_COLUMN
 from ._output import (
     OffsetRange,
     PipelineOutput,
@@ -30,7 +31,7 @@ from ._output import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
     from pyspark.sql.types import StructType
 
     from ._definition import Pipeline
@@ -349,13 +350,15 @@ def parse_events(raw: DataFrame) -> DataFrame:
         raw: Kafka's rows (:func:`kafka_rows`, :func:`records_dataframe`).
 
     Returns:
-        ``(offset, key, ts_ms, value DECIMAL(38, 9), valid BOOLEAN)``.
+        ``(offset, key, ts_ms, value DECIMAL(38, 9), valid BOOLEAN)``, and
+        :data:`~recipes.pipeline.BATCH_COLUMN` after ``offset`` if ``raw`` has it.
     """
     from pyspark.sql import functions as F
 
     event = F.from_json(F.col("value").cast("string"), _event_schema())
     parsed = raw.select(
         "offset",
+        *([BATCH_COLUMN] if BATCH_COLUMN in raw.columns else []),
         event["key"].alias("key"),
         event["ts_ms"].alias("ts_ms"),
         event["value"].alias("value"),
@@ -384,7 +387,9 @@ def aggregate_events(events: DataFrame, window_ms: int = DEFAULT_WINDOW_MS) -> D
 
     Returns:
         ``(key STRING, window_start_ms BIGINT, event_count BIGINT,
-        value_sum DECIMAL(38, 9))``, one row per key and window.
+        value_sum DECIMAL(38, 9))``, one row per key and window; if ``events``
+        has :data:`~recipes.pipeline.BATCH_COLUMN`, one row per batch, key and
+        window, with that column first.
 
     Raises:
         PipelineOutputError: ``window_ms`` is not positive.
@@ -395,9 +400,10 @@ def aggregate_events(events: DataFrame, window_ms: int = DEFAULT_WINDOW_MS) -> D
     if window_ms <= 0:
         raise PipelineOutputError(f"window_ms must be > 0, got {window_ms}")
     ts = F.col("ts_ms")
+    batch = [F.col(BATCH_COLUMN)] if BATCH_COLUMN in events.columns else []
     return (
         events.where(F.col("valid"))
-        .groupBy(F.col("key"), (ts - ts % F.lit(window_ms)).alias("window_start_ms"))
+        .groupBy(*batch, F.col("key"), (ts - ts % F.lit(window_ms)).alias("window_start_ms"))
         .agg(
             F.count(F.lit(1)).alias("event_count"),
             F.sum("value").cast(DecimalType(VALUE_PRECISION, VALUE_SCALE)).alias("value_sum"),
@@ -493,7 +499,9 @@ def stage_rows(
     if records is None:
         read = Observation("read")
         kafka_rows = kafka_rows.observe(read, F.count(F.lit(1)).alias("records"))
-    parsed = pipeline.rows(kafka_rows)
+    if pipeline.batches_together:
+        kafka_rows = kafka_rows.withColumn(BATCH_COLUMN, F.lit(0))
+    parsed = _batch_kept(pipeline, pipeline.rows(kafka_rows), "parse")
     checked: Observation | None = None
     if observe and "valid" in parsed.columns and "offset" in parsed.columns:
         checked = Observation("checked")
@@ -502,6 +510,8 @@ def stage_rows(
             F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
         )
     results = pipeline.transform(parsed)
+    if pipeline.batches_together:
+        results = _batch_kept(pipeline, results, "transform").drop(BATCH_COLUMN)
     if observe:
         # Counted in the write's own (result) stage, whose metrics Spark takes
         # from one successful attempt per task.
@@ -553,16 +563,21 @@ def stage_many(
 ) -> list[StagedBatch]:
     """Run ``pipeline`` on several offset ranges (of different partitions) in one Spark job.
 
-    Each range is read by its own Kafka scan and parsed and transformed on its
-    own (the transform never mixes two ranges' records: each range is
-    committed and published on its own), and the results of all ranges are
-    written by one job, each range's into its own directory of a job
-    directory (:meth:`~recipes.pipeline.PipelineOutput.new_job_path`). One
-    small job reads the files back and checks every range's rows, as
-    :func:`stage_rows` does; then each range's directory is renamed into
-    ``staging/`` and gets its manifest. One job instead of one per range:
-    Spark's fixed cost per job (planning, scheduling, committing files) is
-    paid once for all the partitions a worker has data for.
+    The transform never mixes two ranges' records: each range is committed
+    and published on its own. Without ``pipeline.batches_together`` each
+    range is read by its own Kafka scan and parsed and transformed on its own;
+    with it, one Kafka scan reads every range, a column
+    (:data:`~recipes.pipeline.BATCH_COLUMN`) says each row's range, and one
+    parse and one transform (one shuffle for an aggregation) run on all of
+    them, the transform keeping ranges apart by that column. Either way the
+    results of all ranges are written by one job, each range's into its own
+    directory of a job directory
+    (:meth:`~recipes.pipeline.PipelineOutput.new_job_path`). One small job
+    reads the files back and checks every range's rows, as :func:`stage_rows`
+    does; then each range's directory is renamed into ``staging/`` and gets
+    its manifest. One job instead of one per range: Spark's fixed cost per job
+    (planning, scheduling, committing files) is paid once for all the
+    partitions a worker has data for.
 
     Next, as for :func:`stage_rows`: commit each range's end offset with its
     ``commit_metadata`` (one OffsetCommit for all), and publish each range
@@ -584,57 +599,35 @@ def stage_many(
     Raises:
         StagedFilesError: A range's written files do not hold the rows the job
             produced for it; nothing is staged.
+        ConfigurationError: ``pipeline.batches_together`` and its parse or
+            transform dropped :data:`~recipes.pipeline.BATCH_COLUMN`.
         pyspark.errors.PySparkException: Spark failed; nothing is staged.
     """
-    import functools
-
-    from pyspark.sql import DataFrame, Observation
-    from pyspark.sql import functions as F
-
     if len({(r.topic, r.partition) for r in ranges}) != len(ranges):
         raise PipelineOutputError(f"ranges of one partition in one job: {list(ranges)}")
     if not ranges:
         return []
-    reads: list[Observation] = []
-    checks: list[Observation | None] = []
-    writes: list[Observation] = []
-    branches: list[DataFrame] = []
-    for i, offsets in enumerate(ranges):
-        counted = Observation(f"read-{i}")
-        source = kafka_rows(spark, offsets, kafka_options) if read is None else read(offsets)
-        rows = source.observe(counted, F.count(F.lit(1)).alias("records"))
-        parsed = pipeline.rows(rows)
-        checked: Observation | None = None
-        if "valid" in parsed.columns and "offset" in parsed.columns:
-            checked = Observation(f"checked-{i}")
-            parsed = parsed.observe(
-                checked,
-                F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
-            )
-        written = Observation(f"written-{i}")
-        results = pipeline.transform(parsed).observe(written, F.count(F.lit(1)).alias("rows"))
-        reads.append(counted)
-        checks.append(checked)
-        writes.append(written)
-        branches.append(results.withColumn(_RANGE_COLUMN, F.lit(i)))
-    schema = branches[0].drop(_RANGE_COLUMN).schema
+    if pipeline.batches_together:
+        results, counts = _together(spark, ranges, kafka_options, pipeline, read)
+    else:
+        results, counts = _one_by_one(spark, ranges, kafka_options, pipeline, read)
+    schema = results.drop(_RANGE_COLUMN).schema
     job = output.new_job_path(owner)
     staged_paths: list[Path] = []
     try:
         # One task writes every range's (small) results: one file per range.
         (
-            functools.reduce(DataFrame.unionByName, branches)
-            .coalesce(1)
+            results.coalesce(1)
             .write.mode("errorifexists")
             .option(_COMMITTER_KEY.removeprefix("spark.hadoop."), _COMMITTER_VERSION)
             .partitionBy(_RANGE_COLUMN)
             .parquet(str(job))
         )
         dirs = [job / f"{_RANGE_COLUMN}={i}" for i in range(len(ranges))]
-        files = _checked_job_files(spark, dirs, [int(w.get["rows"]) for w in writes], schema)
+        files = _checked_job_files(spark, dirs, counts.rows(), schema)
         staged: list[StagedBatch] = []
-        for offsets, written_dir, counted, checked, range_files in zip(
-            ranges, dirs, reads, checks, files, strict=True
+        for i, (offsets, written_dir, range_files) in enumerate(
+            zip(ranges, dirs, files, strict=True)
         ):
             path = output.new_staging_path(offsets)
             if written_dir.is_dir():
@@ -642,15 +635,12 @@ def stage_many(
             else:
                 path.mkdir()  # no result rows
             staged_paths.append(path)
-            rejected: list[int] = []
-            if checked is not None:
-                rejected = sorted({int(o) for o in checked.get["rejected_offsets"]})
             staged.append(
                 output.finish_stage(
                     path,
                     offsets,
-                    records=int(counted.get["records"]),
-                    rejected_offsets=rejected,
+                    records=counts.records(i),
+                    rejected_offsets=counts.rejected(i),
                     window_ms=pipeline.window_ms,
                     files=range_files,
                 )
@@ -662,6 +652,153 @@ def stage_many(
         raise
     finally:
         shutil.rmtree(job, ignore_errors=True)
+
+
+class _RangeCounts:
+    """Each range's records, rejected offsets and result rows, from a job's observations.
+
+    One Observation per range (fields ``records``, ``rejected_offsets``,
+    ``rows``), or, ``together``, one for all ranges with a field per range
+    (``records_0``, ``records_1``, ...). Read only once the job ran.
+    """
+
+    def __init__(
+        self,
+        ranges: int,
+        read: list[Observation],
+        checked: list[Observation] | None,
+        written: list[Observation],
+        *,
+        together: bool,
+    ) -> None:
+        self._ranges = ranges
+        self._read = read
+        self._checked = checked
+        self._written = written
+        self._together = together
+
+    def _get(self, observations: list[Observation], field: str, i: int) -> Any:
+        if self._together:
+            return observations[0].get[f"{field}_{i}"]
+        return observations[i].get[field]
+
+    def records(self, i: int) -> int:
+        return int(self._get(self._read, "records", i))
+
+    def rejected(self, i: int) -> list[int]:
+        if self._checked is None:
+            return []
+        # A set: a re-run map task must not list (and count) an offset twice.
+        return sorted({int(o) for o in self._get(self._checked, "rejected_offsets", i)})
+
+    def rows(self) -> list[int]:
+        return [int(self._get(self._written, "rows", i)) for i in range(self._ranges)]
+
+
+def _one_by_one(
+    spark: SparkSession,
+    ranges: Sequence[OffsetRange],
+    kafka_options: Mapping[str, str],
+    pipeline: Pipeline,
+    read: Callable[[OffsetRange], DataFrame] | None,
+) -> tuple[DataFrame, _RangeCounts]:
+    """Every range read, parsed and transformed on its own; the results in one frame."""
+    import functools
+
+    from pyspark.sql import DataFrame, Observation
+    from pyspark.sql import functions as F
+
+    reads: list[Observation] = []
+    checks: list[Observation] = []
+    writes: list[Observation] = []
+    branches: list[DataFrame] = []
+    for i, offsets in enumerate(ranges):
+        counted = Observation(f"read-{i}")
+        source = kafka_rows(spark, offsets, kafka_options) if read is None else read(offsets)
+        rows = source.observe(counted, F.count(F.lit(1)).alias("records"))
+        parsed = pipeline.rows(rows)
+        if _has_rejections(parsed):
+            checked = Observation(f"checked-{i}")
+            parsed = parsed.observe(
+                checked,
+                F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
+            )
+            checks.append(checked)
+        written = Observation(f"written-{i}")
+        results = pipeline.transform(parsed).observe(written, F.count(F.lit(1)).alias("rows"))
+        reads.append(counted)
+        writes.append(written)
+        branches.append(results.withColumn(_RANGE_COLUMN, F.lit(i)))
+    counts = _RangeCounts(len(ranges), reads, checks or None, writes, together=False)
+    return functools.reduce(DataFrame.unionByName, branches), counts
+
+
+def _together(
+    spark: SparkSession,
+    ranges: Sequence[OffsetRange],
+    kafka_options: Mapping[str, str],
+    pipeline: Pipeline,
+    read: Callable[[OffsetRange], DataFrame] | None,
+) -> tuple[DataFrame, _RangeCounts]:
+    """All ranges read by one scan, parsed and transformed once, kept apart by BATCH_COLUMN."""
+    import functools
+
+    from pyspark.sql import DataFrame, Observation
+    from pyspark.sql import functions as F
+
+    if read is None:
+        raw = kafka_rows(spark, ranges, kafka_options)
+        index: Column | None = None
+        for i, r in enumerate(ranges):
+            match = (F.col("topic") == F.lit(r.topic)) & (F.col("partition") == F.lit(r.partition))
+            index = F.when(match, F.lit(i)) if index is None else index.when(match, F.lit(i))
+        assert index is not None
+        raw = raw.withColumn(BATCH_COLUMN, index)
+    else:
+        raw = functools.reduce(
+            DataFrame.unionByName,
+            [read(r).withColumn(BATCH_COLUMN, F.lit(i)) for i, r in enumerate(ranges)],
+        )
+    batch = F.col(BATCH_COLUMN)
+
+    def per_range(field: str, aggregate: Callable[[Column], Column]) -> list[Column]:
+        return [aggregate(batch == F.lit(i)).alias(f"{field}_{i}") for i in range(len(ranges))]
+
+    counted = Observation("read")
+    raw = raw.observe(counted, *per_range("records", lambda mine: F.count(F.when(mine, 1))))
+    parsed = _batch_kept(pipeline, pipeline.rows(raw), "parse")
+    checked: Observation | None = None
+    if _has_rejections(parsed):
+        checked = Observation("checked")
+        parsed = parsed.observe(
+            checked,
+            *per_range(
+                "rejected_offsets",
+                lambda mine: F.collect_list(F.when(mine & ~F.col("valid"), F.col("offset"))),
+            ),
+        )
+    results = _batch_kept(pipeline, pipeline.transform(parsed), "transform")
+    written = Observation("written")
+    results = results.observe(written, *per_range("rows", lambda mine: F.count(F.when(mine, 1))))
+    counts = _RangeCounts(
+        len(ranges), [counted], [checked] if checked else None, [written], together=True
+    )
+    return results.withColumnRenamed(BATCH_COLUMN, _RANGE_COLUMN), counts
+
+
+def _has_rejections(parsed: DataFrame) -> bool:
+    return "valid" in parsed.columns and "offset" in parsed.columns
+
+
+def _batch_kept(pipeline: Pipeline, frame: DataFrame, step: str) -> DataFrame:
+    """``frame``, checked to have BATCH_COLUMN if the pipeline promised to keep it."""
+    if pipeline.batches_together and BATCH_COLUMN not in frame.columns:
+        raise ConfigurationError(
+            f"pipeline {pipeline.name!r} has batches_together=True, but its {step} dropped the "
+            f"column {BATCH_COLUMN!r} (columns: {frame.columns}); keep it in the {step}'s "
+            "output (group by it beside your keys), or set batches_together=False"
+        )
+    return frame
 
 
 def _checked_job_files(

@@ -11,7 +11,6 @@ cases.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import tempfile
 import threading
@@ -364,6 +363,9 @@ class PipelineWorker:
 
         Raises:
             pyspark.errors.PySparkException: Spark could not start.
+            ConfigurationError: The pipeline fails on a warm-up batch in a way every
+                batch would (its parse or transform drops ``BATCH_COLUMN`` although it
+                has ``batches_together``).
             ConnectionFailedError: the bootstrap servers could not be reached.
         """
         if self._spark is None:
@@ -418,10 +420,14 @@ class PipelineWorker:
             empty = OffsetRange(
                 topic=self.pipeline.topics[0], partition=0, start_offset=0, end_offset=0
             )
-            with contextlib.suppress(Exception):  # a warm-up only: real reads report errors
+            try:
                 stage_many(
                     self._spark, output, [empty], self.kafka_options, self.pipeline, owner="warm-up"
                 )
+            except ConfigurationError:
+                raise  # the pipeline itself is wrong: every batch would fail
+            except Exception:  # a warm-up only: real reads report their errors
+                log.debug("warm-up read failed", exc_info=True)
 
     def run(self, stop: threading.Event) -> None:
         """Fetch and process batches until ``stop`` is set (call :meth:`start` first).

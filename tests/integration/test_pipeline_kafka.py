@@ -21,7 +21,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from recipes.pipeline import OffsetRange, PipelineOutput, kafka_rows
+from recipes.pipeline import BATCH_COLUMN, OffsetRange, PipelineOutput, kafka_rows
 from recipes.pipeline._cluster import WorkerProcess
 
 from . import pipeline_jobs
@@ -95,6 +95,66 @@ def test_spark_reads_exactly_the_range_and_skips_aborted_transactions(
     # A range is read exactly: no record before its start or at or after its end.
     assert read(5, 25) == [(o, v) for o, v in everything if 5 <= o < 25]
     assert read(11, 22) == []  # only aborted records and markers
+
+
+def test_ranges_of_two_topics_read_by_one_scan_keep_their_own_results(
+    kafka: str, spark: SparkSession, tmp_path: Path
+) -> None:
+    """batches_together: one Kafka scan for a job's ranges, each range's results its own."""
+    import dataclasses
+
+    from recipes.pipeline import ParquetSink, Pipeline, stage_many
+
+    run = uuid.uuid4().hex[:8]
+    topics = [f"together-a-{run}", f"together-b-{run}"]
+    create(kafka, topics[0], partitions=3)
+    create(kafka, topics[1], partitions=2)
+    producer = KafkaProducer(bootstrap_servers=kafka)
+    sent: dict[tuple[str, int], list[str]] = {}
+    for i in range(400):
+        topic, partition = topics[i % 2], i % (3 if i % 2 == 0 else 2)
+        page = f"/p{i % 7}"
+        sent.setdefault((topic, partition), []).append(page)
+        producer.send(topic, json.dumps({"page": page}).encode(), partition=partition)
+    producer.close()
+    # Ranges that start and end inside each partition, of different lengths.
+    ranges = [
+        OffsetRange(topic=t, partition=p, start_offset=p + 1, end_offset=len(pages) - 2 * p)
+        for (t, p), pages in sorted(sent.items())
+    ]
+    together = Pipeline(
+        topics=topics,
+        sink=ParquetSink(tmp_path / "out"),
+        schema="page STRING",
+        transform=lambda rows: rows.groupBy(BATCH_COLUMN, "page").count(),
+        batches_together=True,
+    )
+    one_by_one = dataclasses.replace(
+        together, transform=lambda rows: rows.groupBy("page").count(), batches_together=False
+    )
+    options = {"kafka.bootstrap.servers": kafka}
+    results = []
+    for pipeline in (together, one_by_one):
+        output = PipelineOutput(tmp_path / f"out-{pipeline.batches_together}")
+        staged = stage_many(spark, output, ranges, options, pipeline, owner="w1")
+        results.append(
+            [
+                sorted(
+                    (r["page"], r["count"])
+                    for r in spark.read.parquet(
+                        *(str(s.path / f) for f in output.read_manifest(s.path)["files"])
+                    ).collect()
+                )
+                for s in staged
+            ]
+        )
+        assert [s.records for s in staged] == [r.end_offset - r.start_offset for r in ranges]
+    expected = [
+        sorted(Counter(sent[(r.topic, r.partition)][r.start_offset : r.end_offset]).items())
+        for r in ranges
+    ]
+    assert results[0] == expected
+    assert results[1] == expected
 
 
 def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(

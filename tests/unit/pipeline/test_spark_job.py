@@ -7,6 +7,7 @@ coordinator does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from coordination.errors import ConfigurationError
+from recipes.pipeline import BATCH_COLUMN, Pipeline
 from recipes.pipeline._output import (
     OffsetRange,
     PipelineOutput,
@@ -408,10 +410,23 @@ class TestCommitter:
 
 
 class TestSeveralPartitionsInOneJob:
-    """stage_many: the ranges of several partitions staged by one Spark job."""
+    """stage_many: the ranges of several partitions staged by one Spark job.
+
+    Each test runs both ways: every range read and transformed on its own, and
+    all ranges read by one scan and transformed together (``batches_together``,
+    windowed_sum's default).
+    """
+
+    @pytest.fixture(autouse=True, params=[True, False], ids=["together", "one-by-one"])
+    def together(self, request: pytest.FixtureRequest) -> None:
+        self.batches_together: bool = request.param
 
     def stage(
-        self, spark: SparkSession, output: PipelineOutput, batches: Sequence[Batch]
+        self,
+        spark: SparkSession,
+        output: PipelineOutput,
+        batches: Sequence[Batch],
+        pipeline: Pipeline | None = None,
     ) -> list[StagedBatch]:
         from recipes.pipeline import ParquetSink, windowed_sum
 
@@ -426,7 +441,9 @@ class TestSeveralPartitionsInOneJob:
             rows.write.mode("overwrite").parquet(str(path))
             return spark.read.parquet(str(path))
 
-        pipeline = windowed_sum("events", ParquetSink(output.root), window_ms=DEFAULT_WINDOW_MS)
+        if pipeline is None:
+            pipeline = windowed_sum("events", ParquetSink(output.root), window_ms=DEFAULT_WINDOW_MS)
+        pipeline = dataclasses.replace(pipeline, batches_together=self.batches_together)
         return stage_many(spark, output, list(by_range), {}, pipeline, owner="w1", read=read)
 
     def test_each_range_gets_exactly_its_own_results(self, spark: SparkSession, output):
@@ -467,6 +484,55 @@ class TestSeveralPartitionsInOneJob:
         output.publish(staged[0])
         output.publish(empty)
         assert normalized(read_results(spark, output)) == normalized(expected_results(valid))
+
+    def test_a_row_wise_transform_keeps_each_ranges_rows_apart(self, spark: SparkSession, output):
+        from pyspark.sql import functions as F
+
+        from recipes.pipeline import ParquetSink
+
+        records = [
+            [(o, b'{"ts_ms": 1}' if o % 5 == 0 else v) for o, v in generate(60, seed=40 + p)]
+            for p in range(3)
+        ]
+        pipeline = Pipeline(
+            topics=["events"],
+            sink=ParquetSink(output.root),
+            schema="key STRING, ts_ms BIGINT",
+            transform=lambda rows: rows.where(F.col("key").isNotNull()),
+        )
+        batches = [batch_of(records[p], 0, 60, partition=p) for p in range(3)]
+        staged = self.stage(spark, output, batches, pipeline)
+        for p, one in enumerate(staged):
+            files = [str(one.path / name) for name in output.read_manifest(one.path)["files"]]
+            rows = spark.read.parquet(*files)
+            # The batch column is the worker's: it never reaches a batch's files.
+            assert BATCH_COLUMN not in rows.columns
+            assert rows.columns == ["topic", "partition", "offset", "timestamp", "key", "ts_ms"]
+            got = sorted((r["partition"], r["offset"]) for r in rows.collect())
+            assert got == [(p, o) for o, _ in records[p] if o % 5 != 0]
+
+    def test_a_transform_that_drops_the_batch_column_is_refused_if_it_promised_to_keep_it(
+        self, spark: SparkSession, output
+    ):
+        from recipes.pipeline import ParquetSink
+
+        pipeline = Pipeline(
+            topics=["events"],
+            sink=ParquetSink(output.root),
+            schema="key STRING, ts_ms BIGINT",
+            transform=lambda rows: rows.groupBy("key").count(),  # mixes the batches
+            name="counts",
+        )
+        batches = [batch_of(generate(10, seed=50 + p), 0, 10, partition=p) for p in range(2)]
+        if not self.batches_together:
+            # Per range, the same transform is fine: it never sees two batches.
+            staged = self.stage(spark, output, batches, pipeline)
+            keys = [len({json.loads(v or b"")["key"] for _, v in b.records}) for b in batches]
+            assert [output.read_manifest(s.path)["rows"] for s in staged] == keys
+            return
+        with pytest.raises(ConfigurationError, match=r"'counts'.*transform dropped the column"):
+            self.stage(spark, output, batches, pipeline)
+        assert output.staged() == []
 
     def test_two_ranges_of_one_partition_are_refused(self, spark: SparkSession, output):
         records = generate(20, seed=31)
@@ -514,3 +580,32 @@ def test_session_is_configured_for_small_batches(spark: SparkSession):
     assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
     assert conf.get("spark.ui.enabled") == "false"
     assert conf.get("spark.master") == "local[2]"
+
+
+def test_a_worker_whose_transform_drops_the_batch_column_does_not_start(
+    spark: SparkSession, tmp_path: Path
+):
+    from coordination.testing import ManualClock, ScriptedTransport
+    from recipes.pipeline import ParquetSink, PipelineWorker
+
+    pipeline = Pipeline(
+        topics=["events"],
+        sink=ParquetSink(tmp_path / "out"),
+        schema="key STRING",
+        transform=lambda rows: rows.select("key"),
+        batches_together=True,
+        name="keys",
+    )
+    worker = PipelineWorker(
+        "g",
+        pipeline,
+        bootstrap_servers="localhost:1",
+        transport=ScriptedTransport(),
+        clock=ManualClock(),
+    )
+    try:
+        with pytest.raises(ConfigurationError, match=r"'keys'.*transform dropped the column"):
+            worker.start()
+        assert not worker._started  # the consumer never joined
+    finally:
+        worker.group.close()
