@@ -85,7 +85,7 @@ class Pipeline:
     Several batches at once: with ``batches_together=True`` the transform
     promises to keep batches apart itself, and the worker runs all the batches
     of one Spark job through one Kafka scan, one parse and one transform
-    instead of one each (about twice the throughput of small batches; see
+    instead of one each (a job about 1.5x faster on small batches; see
     docs/pipeline.md). The transform's input then has the column
     :data:`BATCH_COLUMN` (an integer naming each row's batch, also when it gets
     one batch), and its output must keep that column and combine rows of one
