@@ -48,8 +48,11 @@ KAFKA_COLUMNS: tuple[str, ...] = (
 )
 """The columns of the rows Spark reads from Kafka, as Spark's Kafka source names them."""
 
-BATCH_COLUMN: str = "_batch"
-"""Which batch a row belongs to, for a pipeline with ``batches_together`` (an integer)."""
+BATCH_COLUMN: str = "_coordination_batch"
+"""Which batch a row belongs to, for a pipeline with ``batches_together``.
+
+An integer that tells the batches of one Spark job apart (0 for a batch
+staged alone); it means nothing outside that job and is never written."""
 
 
 def _unchanged(frame: DataFrame) -> DataFrame:
@@ -94,7 +97,9 @@ class Pipeline:
     must keep the column too (``schema`` does). The column is not written: each
     batch's results still go to the sink on their own, as without the option.
     A transform that mixes batches gives wrong results; one that drops the
-    column fails the batch with a ``ConfigurationError``.
+    column, or returns rows whose column names no batch, fails the batch
+    with a ``ConfigurationError`` (a worker does not start with such a
+    pipeline: its warm-up batch fails so).
 
     Attributes:
         topics: The input topics.
@@ -158,7 +163,15 @@ class Pipeline:
         kept = ["topic", "partition", "offset", "timestamp"]
         if BATCH_COLUMN in kafka_rows.columns:
             kept.append(BATCH_COLUMN)
-        return kafka_rows.select(*kept, value.alias("_value")).select(*kept, "_value.*")
+        rows = kafka_rows.select(*kept, value.alias("_value")).select(*kept, "_value.*")
+        if [c.lower() for c in rows.columns].count(BATCH_COLUMN.lower()) > 1:
+            # Spark matches column names case-insensitively: the field would hide the column.
+            raise ConfigurationError(
+                f"pipeline {self.name!r}: its schema has a field named {BATCH_COLUMN!r}, the "
+                "column that tells batches apart with batches_together=True; rename the field "
+                "(parse it yourself with parse=) or set batches_together=False"
+            )
+        return rows
 
 
 def windowed_sum(topics: str | Sequence[str], sink: Sink, *, window_ms: int = 60_000) -> Pipeline:

@@ -503,20 +503,25 @@ def stage_rows(
         kafka_rows = kafka_rows.withColumn(BATCH_COLUMN, F.lit(0))
     parsed = _batch_kept(pipeline, pipeline.rows(kafka_rows), "parse")
     checked: Observation | None = None
-    if observe and "valid" in parsed.columns and "offset" in parsed.columns:
+    if observe and _has_rejections(parsed):
         checked = Observation("checked")
         parsed = parsed.observe(
             checked,
             F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
         )
-    results = pipeline.transform(parsed)
-    if pipeline.batches_together:
-        results = _batch_kept(pipeline, results, "transform").drop(BATCH_COLUMN)
+    results = _batch_kept(pipeline, pipeline.transform(parsed), "transform")
     if observe:
         # Counted in the write's own (result) stage, whose metrics Spark takes
         # from one successful attempt per task.
         written = Observation("written")
-        results = results.observe(written, F.count(F.lit(1)).alias("rows"))
+        counted = [F.count(F.lit(1)).alias("rows")]
+        if pipeline.batches_together:
+            batch = F.col(BATCH_COLUMN)
+            stray = F.count(F.when(batch.isNull() | (batch != F.lit(0)), 1)).alias("stray")
+            counted.append(stray)
+        results = results.observe(written, *counted)
+    if pipeline.batches_together:
+        results = results.drop(BATCH_COLUMN)
     path = output.new_staging_path(offsets)
     try:
         # coalesce(1): a batch's results are small, and one file per batch
@@ -528,11 +533,12 @@ def stage_rows(
             .parquet(str(path))
         )
         rows = int(written.get["rows"]) if written is not None else 0
+        if written is not None and int(written.get.get("stray", 0)):
+            raise ConfigurationError(_stray_rows(pipeline, "a number other than 0 or null"))
         files = _checked_files(spark, path, rows, results.schema)
         rejected: list[int] = []
         if checked is not None:
-            # A set: a re-run map task must not list (and count) an offset twice.
-            rejected = sorted({int(o) for o in checked.get["rejected_offsets"]})
+            rejected = _distinct_offsets(checked.get["rejected_offsets"])
         return output.finish_stage(
             path,
             offsets,
@@ -624,6 +630,7 @@ def stage_many(
             .parquet(str(job))
         )
         dirs = [job / f"{_RANGE_COLUMN}={i}" for i in range(len(ranges))]
+        _no_stray_rows(pipeline, job, dirs)
         files = _checked_job_files(spark, dirs, counts.rows(), schema)
         staged: list[StagedBatch] = []
         for i, (offsets, written_dir, range_files) in enumerate(
@@ -657,39 +664,36 @@ def stage_many(
 class _RangeCounts:
     """Each range's records, rejected offsets and result rows, from a job's observations.
 
-    One Observation per range (fields ``records``, ``rejected_offsets``,
-    ``rows``), or, ``together``, one for all ranges with a field per range
-    (``records_0``, ``records_1``, ...). Read only once the job ran.
+    Each of ``read``, ``checked`` and ``written`` is one Observation per range
+    or one for all ranges; either way range ``i``'s field is ``records_i``,
+    ``rejected_offsets_i`` or ``rows_i``. ``checked`` is empty if the parsed rows
+    have no ``valid`` column. Read only once the job ran.
     """
 
     def __init__(
         self,
         ranges: int,
-        read: list[Observation],
-        checked: list[Observation] | None,
-        written: list[Observation],
-        *,
-        together: bool,
+        read: Sequence[Observation],
+        checked: Sequence[Observation],
+        written: Sequence[Observation],
     ) -> None:
         self._ranges = ranges
         self._read = read
         self._checked = checked
         self._written = written
-        self._together = together
 
-    def _get(self, observations: list[Observation], field: str, i: int) -> Any:
-        if self._together:
-            return observations[0].get[f"{field}_{i}"]
-        return observations[i].get[field]
+    @staticmethod
+    def _get(observations: Sequence[Observation], field: str, i: int) -> Any:
+        observation = observations[0] if len(observations) == 1 else observations[i]
+        return observation.get[f"{field}_{i}"]
 
     def records(self, i: int) -> int:
         return int(self._get(self._read, "records", i))
 
     def rejected(self, i: int) -> list[int]:
-        if self._checked is None:
+        if not self._checked:
             return []
-        # A set: a re-run map task must not list (and count) an offset twice.
-        return sorted({int(o) for o in self._get(self._checked, "rejected_offsets", i)})
+        return _distinct_offsets(self._get(self._checked, "rejected_offsets", i))
 
     def rows(self) -> list[int]:
         return [int(self._get(self._written, "rows", i)) for i in range(self._ranges)]
@@ -715,21 +719,19 @@ def _one_by_one(
     for i, offsets in enumerate(ranges):
         counted = Observation(f"read-{i}")
         source = kafka_rows(spark, offsets, kafka_options) if read is None else read(offsets)
-        rows = source.observe(counted, F.count(F.lit(1)).alias("records"))
+        rows = source.observe(counted, F.count(F.lit(1)).alias(f"records_{i}"))
         parsed = pipeline.rows(rows)
         if _has_rejections(parsed):
             checked = Observation(f"checked-{i}")
-            parsed = parsed.observe(
-                checked,
-                F.collect_list(F.when(~F.col("valid"), F.col("offset"))).alias("rejected_offsets"),
-            )
+            rejected = F.collect_list(F.when(~F.col("valid"), F.col("offset")))
+            parsed = parsed.observe(checked, rejected.alias(f"rejected_offsets_{i}"))
             checks.append(checked)
         written = Observation(f"written-{i}")
-        results = pipeline.transform(parsed).observe(written, F.count(F.lit(1)).alias("rows"))
+        results = pipeline.transform(parsed).observe(written, F.count(F.lit(1)).alias(f"rows_{i}"))
         reads.append(counted)
         writes.append(written)
         branches.append(results.withColumn(_RANGE_COLUMN, F.lit(i)))
-    counts = _RangeCounts(len(ranges), reads, checks or None, writes, together=False)
+    counts = _RangeCounts(len(ranges), reads, checks, writes)
     return functools.reduce(DataFrame.unionByName, branches), counts
 
 
@@ -780,14 +782,38 @@ def _together(
     results = _batch_kept(pipeline, pipeline.transform(parsed), "transform")
     written = Observation("written")
     results = results.observe(written, *per_range("rows", lambda mine: F.count(F.when(mine, 1))))
-    counts = _RangeCounts(
-        len(ranges), [counted], [checked] if checked else None, [written], together=True
-    )
+    counts = _RangeCounts(len(ranges), [counted], [checked] if checked else [], [written])
     return results.withColumnRenamed(BATCH_COLUMN, _RANGE_COLUMN), counts
 
 
 def _has_rejections(parsed: DataFrame) -> bool:
     return "valid" in parsed.columns and "offset" in parsed.columns
+
+
+def _distinct_offsets(offsets: Sequence[Any]) -> list[int]:
+    # A set: a re-run map task must not list (and count) an offset twice.
+    return sorted({int(o) for o in offsets})
+
+
+def _no_stray_rows(pipeline: Pipeline, job: Path, dirs: Sequence[Path]) -> None:
+    """Fail if the job wrote rows that belong to none of its ranges.
+
+    Only a transform of several batches at once can: one that set
+    BATCH_COLUMN to null or to a number naming no batch. Those rows would not
+    be counted for any range and be lost with the job directory.
+    """
+    expected = {d.name for d in dirs}
+    stray = sorted(e.name for e in _entries(job) if e.is_dir() and e.name not in expected)
+    if stray:
+        raise ConfigurationError(_stray_rows(pipeline, f"written as {stray}"))
+
+
+def _stray_rows(pipeline: Pipeline, which: str) -> str:
+    return (
+        f"pipeline {pipeline.name!r}: its transform returned rows whose {BATCH_COLUMN!r} names "
+        f"no batch of the job ({which}); keep the column as the transform received it: group "
+        "by it, never compute it"
+    )
 
 
 def _batch_kept(pipeline: Pipeline, frame: DataFrame, step: str) -> DataFrame:

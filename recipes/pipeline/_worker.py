@@ -11,6 +11,7 @@ cases.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import threading
@@ -420,14 +421,10 @@ class PipelineWorker:
             empty = OffsetRange(
                 topic=self.pipeline.topics[0], partition=0, start_offset=0, end_offset=0
             )
-            try:
+            with contextlib.suppress(Exception):  # a warm-up only: real reads report errors
                 stage_many(
                     self._spark, output, [empty], self.kafka_options, self.pipeline, owner="warm-up"
                 )
-            except ConfigurationError:
-                raise  # the pipeline itself is wrong: every batch would fail
-            except Exception:  # a warm-up only: real reads report their errors
-                log.debug("warm-up read failed", exc_info=True)
 
     def run(self, stop: threading.Event) -> None:
         """Fetch and process batches until ``stop`` is set (call :meth:`start` first).

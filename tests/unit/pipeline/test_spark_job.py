@@ -409,6 +409,34 @@ class TestCommitter:
         assert manifest["files"][part.name] == manifest["rows"] > 0
 
 
+def stage_in_one_job(
+    spark: SparkSession,
+    output: PipelineOutput,
+    batches: Sequence[Batch],
+    pipeline: Pipeline | None = None,
+    *,
+    batches_together: bool,
+) -> list[StagedBatch]:
+    """stage_many on ``batches``, their records read from files as they would be from Kafka."""
+    from recipes.pipeline import ParquetSink, windowed_sum
+
+    by_range = {b.range: b for b in batches}
+
+    def read(offsets: OffsetRange) -> DataFrame:
+        # Read from files, as from Kafka: Spark folds a plan over rows in memory
+        # into constants and would drop the job's observations.
+        b = by_range[offsets]
+        rows = records_dataframe(spark, b.records, topic=b.topic, partition=b.partition)
+        path = output.root.parent / "kafka" / offsets.name
+        rows.write.mode("overwrite").parquet(str(path))
+        return spark.read.parquet(str(path))
+
+    if pipeline is None:
+        pipeline = windowed_sum("events", ParquetSink(output.root), window_ms=DEFAULT_WINDOW_MS)
+    pipeline = dataclasses.replace(pipeline, batches_together=batches_together)
+    return stage_many(spark, output, list(by_range), {}, pipeline, owner="w1", read=read)
+
+
 class TestSeveralPartitionsInOneJob:
     """stage_many: the ranges of several partitions staged by one Spark job.
 
@@ -428,32 +456,30 @@ class TestSeveralPartitionsInOneJob:
         batches: Sequence[Batch],
         pipeline: Pipeline | None = None,
     ) -> list[StagedBatch]:
-        from recipes.pipeline import ParquetSink, windowed_sum
-
-        by_range = {b.range: b for b in batches}
-
-        def read(offsets: OffsetRange) -> DataFrame:
-            # Read from files, as from Kafka: Spark folds a plan over rows in memory
-            # into constants and would drop the job's observations.
-            b = by_range[offsets]
-            rows = records_dataframe(spark, b.records, topic=b.topic, partition=b.partition)
-            path = output.root.parent / "kafka" / offsets.name
-            rows.write.mode("overwrite").parquet(str(path))
-            return spark.read.parquet(str(path))
-
-        if pipeline is None:
-            pipeline = windowed_sum("events", ParquetSink(output.root), window_ms=DEFAULT_WINDOW_MS)
-        pipeline = dataclasses.replace(pipeline, batches_together=self.batches_together)
-        return stage_many(spark, output, list(by_range), {}, pipeline, owner="w1", read=read)
+        return stage_in_one_job(
+            spark, output, batches, pipeline, batches_together=self.batches_together
+        )
 
     def test_each_range_gets_exactly_its_own_results(self, spark: SparkSession, output):
-        records = [generate(300, seed=20 + p, invalid_every=7) for p in range(3)]
-        batches = [batch_of(records[p], 0, 300, partition=p) for p in range(3)]
+        # Ranges of different lengths and offsets, each with its own invalid records.
+        every = [7, 5, 11]
+        bounds = [(0, 300), (40, 390), (15, 200)]
+        records = [
+            [
+                r
+                for r in generate(bounds[p][1], seed=20 + p, invalid_every=every[p])
+                if r[0] >= bounds[p][0]
+            ]
+            for p in range(3)
+        ]
+        batches = [batch_of(records[p], *bounds[p], partition=p) for p in range(3)]
         staged = self.stage(spark, output, batches)
         assert [s.range for s in staged] == [b.range for b in batches]
         for p, one in enumerate(staged):
             assert one.records == len(records[p])
-            assert one.rejected == sum(1 for o, _ in records[p] if o % 7 == 0)
+            rejected = [o for o, _ in records[p] if o % every[p] == 0]
+            assert one.rejected == len(rejected)
+            assert output.read_manifest(one.path)["rejected_offsets"] == rejected
             # Each partition's directory alone holds its records' results.
             alone = PipelineOutput(output.root / f"alone-{p}")
             alone.publish(stage_batch(spark, alone, batches[p]))
@@ -609,3 +635,61 @@ def test_a_worker_whose_transform_drops_the_batch_column_does_not_start(
         assert not worker._started  # the consumer never joined
     finally:
         worker.group.close()
+
+
+class TestTheBatchColumnContract:
+    """batches_together: rows moved out of every batch; a field that hides the column."""
+
+    @pytest.mark.parametrize("moved", ["shifted", "null"])
+    def test_rows_whose_batch_column_names_no_batch_fail_the_job(
+        self, spark: SparkSession, output: PipelineOutput, moved: str
+    ):
+        from pyspark.sql import functions as F
+
+        from recipes.pipeline import ParquetSink
+
+        def transform(rows: DataFrame) -> DataFrame:
+            counted = rows.groupBy(BATCH_COLUMN, "key").count()
+            if moved == "null":
+                return counted.withColumn(BATCH_COLUMN, F.lit(None).cast("int"))
+            return counted.withColumn(BATCH_COLUMN, F.col(BATCH_COLUMN) + 5)
+
+        pipeline = Pipeline(
+            topics=["events"],
+            sink=ParquetSink(output.root),
+            schema="key STRING",
+            transform=transform,
+            batches_together=True,
+            name="moved",
+        )
+        batches = [batch_of(generate(10, seed=60 + p), 0, 10, partition=p) for p in range(2)]
+        with pytest.raises(ConfigurationError, match=r"'moved'.*names no batch of the job"):
+            stage_in_one_job(spark, output, batches, pipeline, batches_together=True)
+        with pytest.raises(ConfigurationError, match=r"'moved'.*names no batch of the job"):
+            stage_batch(spark, output, batches[0], pipeline=pipeline)
+        assert output.staged() == []
+        assert not any((output.root / "jobs" / "w1").glob("*"))
+
+    @pytest.mark.parametrize("field", [BATCH_COLUMN, BATCH_COLUMN.upper()])
+    def test_a_schema_field_named_like_the_batch_column_is_refused(
+        self, spark: SparkSession, output: PipelineOutput, field: str
+    ):
+        from recipes.pipeline import ParquetSink
+
+        pipeline = Pipeline(
+            topics=["events"],
+            sink=ParquetSink(output.root),
+            schema=f"{field} INT, key STRING",
+            transform=lambda rows: rows,
+            batches_together=True,
+            name="clash",
+        )
+        batches = [batch_of(generate(10, seed=70), 0, 10)]
+        with pytest.raises(ConfigurationError, match=r"'clash'.*schema has a field named"):
+            stage_in_one_job(spark, output, batches, pipeline, batches_together=True)
+        with pytest.raises(ConfigurationError, match=r"'clash'.*schema has a field named"):
+            stage_batch(spark, output, batches[0], pipeline=pipeline)
+        # Without the option the field is the user's own, like any other.
+        alone = dataclasses.replace(pipeline, batches_together=False)
+        staged = stage_batch(spark, output, batches[0], pipeline=alone)
+        assert staged.records == 10
