@@ -516,9 +516,7 @@ def stage_rows(
         written = Observation("written")
         counted = [F.count(F.lit(1)).alias("rows")]
         if pipeline.batches_together:
-            batch = F.col(BATCH_COLUMN)
-            stray = F.count(F.when(batch.isNull() | (batch != F.lit(0)), 1)).alias("stray")
-            counted.append(stray)
+            counted.append(_stray_rows(1))
         results = results.observe(written, *counted)
     if pipeline.batches_together:
         results = results.drop(BATCH_COLUMN)
@@ -533,8 +531,8 @@ def stage_rows(
             .parquet(str(path))
         )
         rows = int(written.get["rows"]) if written is not None else 0
-        if written is not None and int(written.get.get("stray", 0)):
-            raise ConfigurationError(_stray_rows(pipeline, "a number other than 0 or null"))
+        if written is not None:
+            _no_stray_rows(pipeline, written)
         files = _checked_files(spark, path, rows, results.schema)
         rejected: list[int] = []
         if checked is not None:
@@ -630,7 +628,8 @@ def stage_many(
             .parquet(str(job))
         )
         dirs = [job / f"{_RANGE_COLUMN}={i}" for i in range(len(ranges))]
-        _no_stray_rows(pipeline, job, dirs)
+        if pipeline.batches_together:
+            counts.no_stray_rows(pipeline)
         files = _checked_job_files(spark, dirs, counts.rows(), schema)
         staged: list[StagedBatch] = []
         for i, (offsets, written_dir, range_files) in enumerate(
@@ -697,6 +696,10 @@ class _RangeCounts:
 
     def rows(self) -> list[int]:
         return [int(self._get(self._written, "rows", i)) for i in range(self._ranges)]
+
+    def no_stray_rows(self, pipeline: Pipeline) -> None:
+        """Fail if the rows written for all ranges at once include rows of none."""
+        _no_stray_rows(pipeline, self._written[0])
 
 
 def _one_by_one(
@@ -781,7 +784,8 @@ def _together(
         )
     results = _batch_kept(pipeline, pipeline.transform(parsed), "transform")
     written = Observation("written")
-    results = results.observe(written, *per_range("rows", lambda mine: F.count(F.when(mine, 1))))
+    per_range_rows = per_range("rows", lambda mine: F.count(F.when(mine, 1)))
+    results = results.observe(written, *per_range_rows, _stray_rows(len(ranges)))
     counts = _RangeCounts(len(ranges), [counted], [checked] if checked else [], [written])
     return results.withColumnRenamed(BATCH_COLUMN, _RANGE_COLUMN), counts
 
@@ -795,25 +799,29 @@ def _distinct_offsets(offsets: Sequence[Any]) -> list[int]:
     return sorted({int(o) for o in offsets})
 
 
-def _no_stray_rows(pipeline: Pipeline, job: Path, dirs: Sequence[Path]) -> None:
-    """Fail if the job wrote rows that belong to none of its ranges.
+def _stray_rows(ranges: int) -> Column:
+    """An observed count of result rows whose BATCH_COLUMN names none of ``ranges`` batches.
 
-    Only a transform of several batches at once can: one that set
-    BATCH_COLUMN to null or to a number naming no batch. Those rows would not
-    be counted for any range and be lost with the job directory.
+    Only a transform of several batches at once can return such rows (null,
+    or a number it computed); they belong to no range, so no range would
+    count them, and they would be lost with the job directory.
     """
-    expected = {d.name for d in dirs}
-    stray = sorted(e.name for e in _entries(job) if e.is_dir() and e.name not in expected)
+    from pyspark.sql import functions as F
+
+    batch = F.col(BATCH_COLUMN)
+    outside = batch.isNull() | ~batch.between(0, ranges - 1)
+    return F.count(F.when(outside, 1)).alias("stray")
+
+
+def _no_stray_rows(pipeline: Pipeline, written: Observation) -> None:
+    """Fail if the write's observation (with :func:`_stray_rows`) counted stray rows."""
+    stray = int(written.get.get("stray", 0))
     if stray:
-        raise ConfigurationError(_stray_rows(pipeline, f"written as {stray}"))
-
-
-def _stray_rows(pipeline: Pipeline, which: str) -> str:
-    return (
-        f"pipeline {pipeline.name!r}: its transform returned rows whose {BATCH_COLUMN!r} names "
-        f"no batch of the job ({which}); keep the column as the transform received it: group "
-        "by it, never compute it"
-    )
+        raise ConfigurationError(
+            f"pipeline {pipeline.name!r}: its transform returned {stray} rows whose "
+            f"{BATCH_COLUMN!r} names no batch of the job (null, or a number it computed); keep "
+            "the column as the transform received it: group by it, never compute it"
+        )
 
 
 def _batch_kept(pipeline: Pipeline, frame: DataFrame, step: str) -> DataFrame:
