@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import kafka.errors as kafka_errors
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
+from kafka.net.transport import KafkaSSLTransport
 from kafka.protocol.consumer import group as kgroup
 from kafka.protocol.metadata import FindCoordinatorRequest as KFindCoordinatorRequest
 
@@ -28,6 +29,7 @@ from .._config import bootstrap_list, split_server
 from .._protocol import messages as m
 from ..errors import AuthenticationFailedError, ConfigurationError, TlsError
 from .base import CoordinatorNode, TransportError
+from .link import DirectConnection, DirectSettings
 
 log = logging.getLogger("coordination.transport")
 
@@ -80,6 +82,10 @@ class KafkaTransport:
         self._tls: ssl.SSLContext | None = None
         if str(connection.get("security_protocol", "PLAINTEXT")).endswith("SSL"):
             self._tls = _tls_context(connection)
+        # Dedicated connections where the sending thread does the I/O (see link.py), by name.
+        self._direct_settings = _direct_settings(configs)
+        self._direct: dict[str, DirectConnection] = {}
+        self._direct_lock = threading.Lock()
 
     # -- Transport -----------------------------------------------------------------
 
@@ -94,8 +100,17 @@ class KafkaTransport:
         if self._closed:
             raise TransportError("transport is closed")
         self._ensure_bootstrapped(timeout_s)
-        node_id = self._coordinator_node_id(coordinator) if coordinator else None
         kafka_request = self._encode(request)
+        node_id = self._coordinator_node_id(coordinator) if coordinator else None
+        direct = self._direct_connection(node_id)
+        if direct is not None:
+            try:
+                raw = direct.exchange(kafka_request, timeout_s)
+            except kafka_errors.IncompatibleBrokerVersion as e:
+                raise TransportError(
+                    f"broker does not support {type(request).__name__}: {e}"
+                ) from e
+            return self._checked(self._decode(raw), response_type)
         timeout_ms = max(1, int(timeout_s * 1000))
 
         async def exchange() -> Any:
@@ -112,9 +127,12 @@ class KafkaTransport:
             raise TransportError(f"broker does not support {type(request).__name__}: {e}") from e
         except (kafka_errors.KafkaError, OSError, RuntimeError) as e:
             raise TransportError(f"{type(request).__name__} got no response: {e!r}") from e
-        response = self._decode(raw)
+        return self._checked(self._decode(raw), response_type)
+
+    @staticmethod
+    def _checked(response: m.Response, response_type: type[R]) -> R:
         if not isinstance(response, response_type):  # pragma: no cover - a kafka-python bug
-            raise TransportError(f"unexpected response {type(raw).__name__}")
+            raise TransportError(f"unexpected response {type(response).__name__}")
         return response
 
     # -- for the wake-up channel --------------------------------------------------
@@ -128,6 +146,9 @@ class KafkaTransport:
         if self._closed:
             raise TransportError("transport is closed")
         self._ensure_bootstrapped(timeout_s)
+        direct = self._direct_connection(node_id)
+        if direct is not None:
+            return direct.exchange(request, timeout_s)
         timeout_ms = max(1, int(timeout_s * 1000))
 
         async def exchange() -> Any:
@@ -145,10 +166,18 @@ class KafkaTransport:
         """A node id for ``node_id`` with its own connection, apart from every other request:
         a long-polling fetch, or a JoinGroup parked on the coordinator, holds its connection
         (the broker answers a connection's requests in order), so nothing else may queue
-        behind it. Registered with kafka-python once per address, not per request:
-        registering builds objects and logs a line at INFO."""
+        behind it. Where the sending thread can drive the connection itself (see link.py),
+        it does; else the node is registered with kafka-python, once per address, not per
+        request: registering builds objects and logs a line at INFO."""
         name = f"{purpose}-{node_id}"
         if self._dedicated.get(name) == (host, port):
+            return name
+        if self._direct_settings is not None:
+            with self._direct_lock:
+                moved = self._direct.pop(name, None)
+                self._dedicated[name] = (host, port)
+            if moved is not None:
+                moved.close()
             return name
         found = types.SimpleNamespace(error_code=0, node_id=name, host=host, port=port)
         registered = self._manager.cluster.add_coordinator(
@@ -162,13 +191,25 @@ class KafkaTransport:
         return self._manager.cluster.broker_metadata(node_id) is not None
 
     def disconnect(self, coordinator: CoordinatorNode) -> None:
-        if not self._closed:
-            self._manager.close(node_id=self._coordinator_node_id(coordinator))
+        if self._closed:
+            return
+        node_id = self._coordinator_node_id(coordinator)
+        if self._direct_settings is None:
+            self._manager.close(node_id=node_id)
+            return
+        with self._direct_lock:
+            direct = self._direct.pop(node_id, None)
+        if direct is not None:
+            direct.close()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        with self._direct_lock:
+            direct, self._direct = list(self._direct.values()), {}
+        for connection in direct:
+            connection.close()
         try:
             # On the I/O thread: closed from another thread, a connection's socket can vanish
             # under a read in progress there (a long-polling fetch always has one waiting),
@@ -226,6 +267,20 @@ class KafkaTransport:
             except Exception:
                 if self._manager.refusal is not None or remaining <= _BOOTSTRAP_SLICE_S:
                     raise
+
+    def _direct_connection(self, node_id: Any) -> DirectConnection | None:
+        """The direct connection of a dedicated node, or None (kafka-python's connections)."""
+        if self._direct_settings is None or not isinstance(node_id, str):
+            return None
+        with self._direct_lock:
+            if self._closed:
+                raise TransportError("transport is closed")
+            direct = self._direct.get(node_id)
+            if direct is None:
+                host, port = self._dedicated[node_id]
+                direct = DirectConnection(node_id, host, port, self._direct_settings)
+                self._direct[node_id] = direct
+            return direct
 
     def _coordinator_node_id(self, coordinator: CoordinatorNode) -> Any:
         # A dedicated node id gives the coordinator its own connection, apart from
@@ -484,6 +539,33 @@ def _delivering_before_close(transport: Any, receive: Any) -> Any:
         return data, error
 
     return receive_then_close
+
+
+def _direct_settings(configs: dict[str, Any]) -> DirectSettings | None:
+    """Settings for the dedicated connections this side drives, or None where kafka-python must make
+    them: a SASL login, a proxy, or a pinned broker version."""
+    protocol = configs.get("security_protocol", "PLAINTEXT")
+    if protocol not in ("PLAINTEXT", "SSL"):
+        return None
+    if configs.get("proxy_url") or configs.get("api_version"):
+        return None
+    settings = dict(KafkaConnectionManager.DEFAULT_CONFIG)
+    settings.update((k, v) for k, v in configs.items() if v is not None)
+    tls = None
+    if protocol == "SSL":
+        try:
+            # kafka-python's own context for these settings, so both paths verify alike.
+            tls = KafkaSSLTransport._build_ssl_context(settings)
+        except (OSError, ssl.SSLError, ValueError):
+            return None  # kafka-python's own connections report it
+    return DirectSettings(
+        client_id=settings["client_id"],
+        tls=tls,
+        socket_options=settings["socket_options"],
+        connect_timeout_s=settings["socket_connection_setup_timeout_ms"] / 1000,
+        max_response_bytes=settings["receive_message_max_bytes"],
+        client_software=(settings["client_software_name"], settings["client_software_version"]),
+    )
 
 
 def _tls_context(connection: dict[str, Any]) -> ssl.SSLContext | None:

@@ -1,0 +1,212 @@
+"""Dedicated connections driven by the thread that sends each request.
+
+A member's requests to its coordinator (heartbeats, joins, syncs, commits) each wait for
+their answer, and the broker answers one connection's requests in order anyway; the wake-up
+channel's long-polling fetch holds its connection too. Such a connection needs no I/O thread:
+the sending thread writes the request and reads the answer on a blocking socket.
+kafka-python still encodes and decodes every message; only the socket I/O is done here.
+Through kafka-python's asynchronous network layer a request cost about 0.55 ms of CPU (its
+selector thread, a coroutine per request, two thread hand-overs), here about 0.18 ms: that
+CPU bounds a rebalance of many members sharing a process or a CPU.
+
+Used for PLAINTEXT and SSL listeners; SASL logins, proxies and a pinned broker version stay
+with kafka-python's connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import ssl
+import struct
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kafka.protocol.broker_version_data import BrokerVersionData
+from kafka.protocol.metadata import ApiVersionsRequest
+
+from .base import TransportError
+
+log = logging.getLogger("coordination.transport")
+
+_UNSUPPORTED_VERSION = 35
+# ApiVersions v3 (Kafka 2.4+) first; an older broker answers UNSUPPORTED_VERSION and v0 works.
+_API_VERSIONS_FIRST = 3
+
+
+class DirectSettings:
+    """What every direct connection of one transport shares."""
+
+    def __init__(
+        self,
+        *,
+        client_id: str,
+        tls: ssl.SSLContext | None,
+        socket_options: Iterable[tuple[int, int, int]],
+        connect_timeout_s: float,
+        max_response_bytes: int,
+        client_software: tuple[str, str],
+    ) -> None:
+        self.client_id = client_id
+        self.tls = tls
+        self.socket_options = tuple(socket_options)
+        self.connect_timeout_s = connect_timeout_s
+        self.max_response_bytes = max_response_bytes
+        self.client_software = client_software
+
+
+class DirectConnection:
+    """One broker connection on which the calling thread sends a request and reads its answer.
+
+    Connects on first use (TCP, TLS when configured, then ApiVersions to choose each request's
+    version). Any failure closes the connection, so a late answer can never be taken for the
+    next request's; the next exchange connects again.
+    """
+
+    def __init__(self, purpose: str, host: str, port: int, settings: DirectSettings) -> None:
+        self.purpose = purpose
+        self.host = host
+        self.port = port
+        self._settings = settings
+        # One exchange at a time: the broker would answer a second one only after the first.
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._versions: BrokerVersionData | None = None
+        self._correlation_id = 0
+        self._closed = False
+
+    def exchange(self, request: Any, timeout_s: float) -> Any:
+        """Send kafka-python's ``request`` and return its decoded response.
+
+        Raises:
+            TransportError: no answer within ``timeout_s``, or the connection failed.
+        """
+        deadline = time.monotonic() + timeout_s
+        if not self._lock.acquire(timeout=max(0.0, timeout_s)):
+            raise TransportError(
+                f"{type(request).__name__}: {self} stayed busy for {timeout_s:.1f}s"
+            )
+        try:
+            if self._closed:
+                raise TransportError(f"{self} is closed")
+            try:
+                sock = self._connected(deadline)
+                return self._round_trip(sock, request, deadline)
+            except TransportError:
+                self._drop()
+                raise
+            except (OSError, ValueError) as e:
+                # socket.timeout is an OSError; a ValueError is a frame kafka-python cannot read.
+                self._drop()
+                raise TransportError(
+                    f"{type(request).__name__} got no response from {self}: {e!r}"
+                ) from e
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        """Close the connection; an exchange waiting for an answer fails at once."""
+        self._closed = True
+        sock = self._sock
+        if sock is not None:
+            # Wakes a thread blocked reading it (closing alone would not, on Linux).
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
+        # else the exchange in progress fails on the shut socket and drops it itself.
+
+    def __str__(self) -> str:
+        return f"{self.purpose} connection to {self.host}:{self.port}"
+
+    # -- under the lock -------------------------------------------------------------
+
+    def _connected(self, deadline: float) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
+        s = self._settings
+        timeout = _remaining(deadline)
+        sock = socket.create_connection(
+            (self.host, self.port), timeout=min(timeout, s.connect_timeout_s)
+        )
+        try:
+            for level, option, value in s.socket_options:
+                sock.setsockopt(level, option, value)
+            if s.tls is not None:
+                sock = s.tls.wrap_socket(sock, server_hostname=self.host.rstrip("."))
+            self._sock = sock
+            self._versions = self._api_versions(sock, deadline)
+        except BaseException:
+            self._sock = None
+            sock.close()
+            raise
+        log.debug("%s: connected", self)
+        return sock
+
+    def _api_versions(self, sock: socket.socket, deadline: float) -> BrokerVersionData:
+        name, version = self._settings.client_software
+        for api_version in (_API_VERSIONS_FIRST, 0):
+            request = ApiVersionsRequest(
+                version=api_version, client_software_name=name, client_software_version=version
+            )
+            response = self._round_trip(sock, request, deadline)
+            if response.error_code == _UNSUPPORTED_VERSION:
+                continue
+            if response.error_code != 0:
+                raise TransportError(f"{self}: ApiVersions returned error {response.error_code}")
+            return BrokerVersionData(
+                api_versions={v.api_key: (v.min_version, v.max_version) for v in response.api_keys}
+            )
+        raise TransportError(f"{self}: the broker answers no ApiVersions version")
+
+    def _round_trip(self, sock: socket.socket, request: Any, deadline: float) -> Any:
+        if request.API_VERSION is None:
+            assert self._versions is not None
+            # Raises IncompatibleBrokerVersion (a KafkaError) if no version fits: the caller's.
+            request.API_VERSION = self._versions.api_version(request)
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        correlation_id = self._correlation_id
+        request.with_header(correlation_id=correlation_id, client_id=self._settings.client_id)
+        sock.settimeout(_remaining(deadline))
+        sock.sendall(request.encode(header=True, framed=True))
+        size = struct.unpack(">i", self._read(sock, 4, deadline))[0]
+        if not 4 <= size <= self._settings.max_response_bytes:
+            raise TransportError(f"{self}: a response of {size} bytes")
+        payload = self._read(sock, size, deadline)
+        answered = struct.unpack_from(">i", payload)[0]
+        if answered != correlation_id:
+            raise TransportError(
+                f"{self}: answer to request {answered} where {correlation_id} was expected"
+            )
+        return request.header.get_response_class().decode(payload, header=True)
+
+    def _read(self, sock: socket.socket, size: int, deadline: float) -> bytes:
+        chunks = []
+        missing = size
+        while missing:
+            sock.settimeout(_remaining(deadline))
+            chunk = sock.recv(min(missing, 1 << 20))
+            if not chunk:
+                raise TransportError(f"{self}: closed by the broker or by this member")
+            chunks.append(chunk)
+            missing -= len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _drop(self) -> None:
+        sock, self._sock = self._sock, None
+        self._versions = None
+        if sock is not None:
+            sock.close()
+
+
+def _remaining(deadline: float) -> float:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("timed out")
+    return remaining
