@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import socket
 import ssl
 import struct
@@ -129,7 +130,11 @@ class DirectConnection:
 
     def _connected(self, deadline: float) -> socket.socket:
         if self._sock is not None:
-            return self._sock
+            if _idle_and_open(self._sock):
+                return self._sock
+            # The broker closed it while idle (connections.max.idle.ms): connect again.
+            log.debug("%s: closed by the broker while idle; reconnecting", self)
+            self._drop()
         s = self._settings
         timeout = _remaining(deadline)
         sock = socket.create_connection(
@@ -141,6 +146,8 @@ class DirectConnection:
             if s.tls is not None:
                 sock = s.tls.wrap_socket(sock, server_hostname=self.host.rstrip("."))
             self._sock = sock
+            if self._closed:  # close() ran meanwhile and found no socket to shut down
+                raise TransportError(f"{self} is closed")
             self._versions = self._api_versions(sock, deadline)
         except BaseException:
             self._sock = None
@@ -203,6 +210,16 @@ class DirectConnection:
         self._versions = None
         if sock is not None:
             sock.close()
+
+
+def _idle_and_open(sock: socket.socket) -> bool:
+    """Whether nothing arrived on a connection between requests: an end of stream (the broker
+    closed it) or stray bytes (nothing is owed to this side) make it unusable."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
 
 
 def _remaining(deadline: float) -> float:

@@ -170,3 +170,18 @@ def test_the_timeline_goes_half_the_topic_away_from_the_groups_wake_ups(
     assert len(recorded) == len(set(recorded))
     assert set(recorded) >= {(m.member_id, m.generation().generation_id) for m in pair}
     assert all(m._engine._wakeups.stats.timeline_sent >= 1 for m in pair)  # type: ignore[union-attr]
+
+
+def test_a_member_closes_at_once_while_its_listener_long_polls(
+    kafka: str, members: list[Listing]
+) -> None:
+    # The listener's fetch waits up to 10 s for a record; closing must not wait for it. Without
+    # a LeaveGroup no departure is announced, which would end the fetch by itself.
+    (member,) = start(members, kafka, new_group(), 1)
+    wait_until(lambda: settled([member], 1) and listening([member]), 30, "one member")
+    time.sleep(1.5)  # its own join announcement is read; its next fetch is parked
+    started = time.monotonic()
+    member.close(timeout=20.0, leave_group=False)
+    assert time.monotonic() - started < 3.0
+    wakeups = member._engine._wakeups
+    assert wakeups is not None and not any(t.is_alive() for t in wakeups._threads)
