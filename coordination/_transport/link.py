@@ -182,6 +182,8 @@ class DirectConnection:
         request.with_header(correlation_id=correlation_id, client_id=self._settings.client_id)
         sock.settimeout(_remaining(deadline))
         sock.sendall(request.encode(header=True, framed=True))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: sent %s %d", self, type(request).__name__, correlation_id)
         size = struct.unpack(">i", self._read(sock, 4, deadline))[0]
         if not 4 <= size <= self._settings.max_response_bytes:
             raise TransportError(f"{self}: a response of {size} bytes")
@@ -191,7 +193,10 @@ class DirectConnection:
             raise TransportError(
                 f"{self}: answer to request {answered} where {correlation_id} was expected"
             )
-        return request.header.get_response_class().decode(payload, header=True)
+        response = request.header.get_response_class().decode(payload, header=True)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: answered %d", self, correlation_id)
+        return response
 
     def _read(self, sock: socket.socket, size: int, deadline: float) -> bytes:
         chunks = []
