@@ -714,7 +714,10 @@ class GroupMembership:
             self._note_problem(reason)
             self._changed.notify_all()
         self._log.info("%s: forgetting coordinator %s: %s", self._who(), node, reason)
-        self._transport.disconnect(node)
+        if not self._stop.is_set():
+            # Closing: close() owns the connection now (its LeaveGroup may be on it, after it
+            # dropped a parked JoinGroup), and closes the transport when done.
+            self._transport.disconnect(node)
 
     # ------------------------------------------------------------------ phases 2-3: join, sync
 

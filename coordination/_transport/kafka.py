@@ -99,18 +99,13 @@ class KafkaTransport:
     ) -> R:
         if self._closed:
             raise TransportError("transport is closed")
-        self._ensure_bootstrapped(timeout_s)
         kafka_request = self._encode(request)
         node_id = self._coordinator_node_id(coordinator) if coordinator else None
         direct = self._direct_connection(node_id)
         if direct is not None:
-            try:
-                raw = direct.exchange(kafka_request, timeout_s)
-            except kafka_errors.IncompatibleBrokerVersion as e:
-                raise TransportError(
-                    f"broker does not support {type(request).__name__}: {e}"
-                ) from e
+            raw = _exchange(direct, kafka_request, timeout_s)
             return self._checked(self._decode(raw), response_type)
+        self._ensure_bootstrapped(timeout_s)
         timeout_ms = max(1, int(timeout_s * 1000))
 
         async def exchange() -> Any:
@@ -145,10 +140,10 @@ class KafkaTransport:
         """
         if self._closed:
             raise TransportError("transport is closed")
-        self._ensure_bootstrapped(timeout_s)
         direct = self._direct_connection(node_id)
         if direct is not None:
-            return direct.exchange(request, timeout_s)
+            return _exchange(direct, request, timeout_s)
+        self._ensure_bootstrapped(timeout_s)
         timeout_ms = max(1, int(timeout_s * 1000))
 
         async def exchange() -> Any:
@@ -539,6 +534,13 @@ def _delivering_before_close(transport: Any, receive: Any) -> Any:
         return data, error
 
     return receive_then_close
+
+
+def _exchange(direct: DirectConnection, request: Any, timeout_s: float) -> Any:
+    try:
+        return direct.exchange(request, timeout_s)
+    except kafka_errors.IncompatibleBrokerVersion as e:
+        raise TransportError(f"broker does not support {type(request).__name__}: {e}") from e
 
 
 def _direct_settings(configs: dict[str, Any]) -> DirectSettings | None:

@@ -16,7 +16,9 @@ with kafka-python's connections.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import os
 import select
 import socket
 import ssl
@@ -36,6 +38,8 @@ log = logging.getLogger("coordination.transport")
 _UNSUPPORTED_VERSION = 35
 # ApiVersions v3 (Kafka 2.4+) first; an older broker answers UNSUPPORTED_VERSION and v0 works.
 _API_VERSIONS_FIRST = 3
+# A connect in progress looks this often whether close() was called.
+_CLOSE_CHECK_S = 0.1
 
 
 class DirectSettings:
@@ -136,17 +140,17 @@ class DirectConnection:
             log.debug("%s: closed by the broker while idle; reconnecting", self)
             self._drop()
         s = self._settings
-        timeout = _remaining(deadline)
-        sock = socket.create_connection(
-            (self.host, self.port), timeout=min(timeout, s.connect_timeout_s)
-        )
+        sock = self._connect(min(_remaining(deadline), s.connect_timeout_s))
+        # Set before the TLS handshake and ApiVersions, so that close() can cut them short.
+        self._sock = sock
         try:
             for level, option, value in s.socket_options:
                 sock.setsockopt(level, option, value)
+            sock.settimeout(_remaining(deadline))
             if s.tls is not None:
                 sock = s.tls.wrap_socket(sock, server_hostname=self.host.rstrip("."))
-            self._sock = sock
-            if self._closed:  # close() ran meanwhile and found no socket to shut down
+                self._sock = sock
+            if self._closed:  # close() ran before this socket was there to shut down
                 raise TransportError(f"{self} is closed")
             self._versions = self._api_versions(sock, deadline)
         except BaseException:
@@ -155,6 +159,38 @@ class DirectConnection:
             raise
         log.debug("%s: connected", self)
         return sock
+
+    def _connect(self, timeout_s: float) -> socket.socket:
+        """A TCP connection to the broker within ``timeout_s``, given up as soon as close() is
+        called (a black-holed address would otherwise hold close() for the whole timeout)."""
+        end = time.monotonic() + timeout_s
+        failure: OSError = TimeoutError(f"no connection within {timeout_s:.1f}s")
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            self.host, self.port, type=socket.SOCK_STREAM
+        ):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                code = sock.connect_ex(address)
+                while code == errno.EINPROGRESS:
+                    if self._closed:
+                        raise TransportError(f"{self} is closed")
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"no connection within {timeout_s:.1f}s")
+                    if _ready(sock, select.POLLOUT, min(left, _CLOSE_CHECK_S)):
+                        code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if code != 0:
+                    raise OSError(code, os.strerror(code))
+                sock.setblocking(True)
+                return sock
+            except OSError as e:
+                sock.close()
+                failure = e  # the next address, if any
+            except BaseException:
+                sock.close()
+                raise
+        raise failure
 
     def _api_versions(self, sock: socket.socket, deadline: float) -> BrokerVersionData:
         name, version = self._settings.client_software
@@ -193,7 +229,12 @@ class DirectConnection:
             raise TransportError(
                 f"{self}: answer to request {answered} where {correlation_id} was expected"
             )
-        response = request.header.get_response_class().decode(payload, header=True)
+        try:
+            response = request.header.get_response_class().decode(payload, header=True)
+        except Exception as e:  # kafka-python's decoders raise struct.error, ValueError, ...
+            raise TransportError(
+                f"{self}: unreadable answer to {type(request).__name__}: {e!r}"
+            ) from e
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: answered %d", self, correlation_id)
         return response
@@ -221,10 +262,17 @@ def _idle_and_open(sock: socket.socket) -> bool:
     """Whether nothing arrived on a connection between requests: an end of stream (the broker
     closed it) or stray bytes (nothing is owed to this side) make it unusable."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        return not _ready(sock, select.POLLIN, 0.0)
     except (OSError, ValueError):
         return False
-    return not readable
+
+
+def _ready(sock: socket.socket, events: int, timeout_s: float) -> bool:
+    # poll, not select: select refuses descriptors above 1023, which a process with many
+    # members and files reaches.
+    poller = select.poll()
+    poller.register(sock, events)
+    return bool(poller.poll(timeout_s * 1000))
 
 
 def _remaining(deadline: float) -> float:

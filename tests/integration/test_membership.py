@@ -65,6 +65,43 @@ def test_a_member_that_leaves_makes_the_rest_rebalance_at_once(kafka: str, membe
     assert leaving.state is MemberState.CLOSED
 
 
+class SlowToRejoin(Listing):
+    """Holds the next rebalance open: its on_join_prepare waits while ``hold`` is set."""
+
+    hold_s = 0.0
+
+    def on_join_prepare(self, generation: int, member_id: str) -> None:
+        if self.hold_s:
+            time.sleep(self.hold_s)
+        super().on_join_prepare(generation, member_id)
+
+
+def test_a_member_closing_while_its_join_waits_at_the_broker_still_leaves(
+    kafka: str, members
+) -> None:
+    # Its JoinGroup is parked until every member rejoins; closing drops that connection and
+    # sends LeaveGroup on a new one, which the failed join must not tear down: else the
+    # broker counts the closed member in the next generation until its session expires.
+    group = new_group()
+    slow_settings = {"session_timeout_ms": 10_000, "rebalance_timeout_ms": 20_000}
+    (closing,) = start(members, kafka, group, 1, **slow_settings)
+    slow = SlowToRejoin(group, bootstrap_servers=kafka, **{**FAST, **slow_settings})
+    members.append(slow)
+    slow.start()
+    wait_until(lambda: settled([closing, slow], 2), 30, "two members")
+    slow.hold_s = 3.0
+    (joining,) = start(members, kafka, group, 1, **slow_settings)
+    wait_until(lambda: closing.state is MemberState.PREPARING_REBALANCE, 10, "a parked join")
+    time.sleep(0.5)  # its JoinGroup is at the broker
+    started = time.monotonic()
+    closing.close(timeout=10.0)
+    slow.hold_s = 0.0
+    # The slow member rejoins after 3 s; the group of two is complete then, not once the
+    # closed member's 10 s session has expired.
+    wait_until(lambda: settled([slow, joining], 2), 8, "the two others, without the closed one")
+    assert time.monotonic() - started < 8
+
+
 def two_members_and_a_process(
     kafka: str, members: list[Listing], processes: list[EventProcess]
 ) -> tuple[list[Listing], EventProcess]:

@@ -2,12 +2,15 @@
 TransportError and a fresh connection, never in an answer taken for another request's.
 
 A scripted server on loopback plays the broker, because a real one never sends a wrong
-correlation id, a torn frame or an oversized one (tests/integration/test_transport.py runs
-the same connection against a real broker).
+correlation id, a torn frame or an oversized one. On real brokers these connections carry
+every integration test's group requests (PLAINTEXT, and SSL in test_security.py), and
+test_wakeups.py closes a member while its listener's fetch waits at the broker.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
 import struct
 import threading
@@ -210,12 +213,143 @@ def test_a_silent_broker_fails_the_request_at_its_timeout(serve: Any) -> None:
     assert 0.4 < time.monotonic() - started < 3.0
 
 
-def test_an_oversized_answer_is_refused(serve: Any) -> None:
-    _, connection = serve(
-        lambda number, cid: struct.pack(">i", 2_000_000) + b"\0" * 64, max_response_bytes=1000
+def test_an_oversized_answer_is_refused_and_the_connection_replaced(serve: Any) -> None:
+    broker, connection = serve(
+        lambda number, cid: (
+            struct.pack(">i", 2_000_000) + b"\0" * 64 if number == 1 else _heartbeat_answer(cid)
+        ),
+        max_response_bytes=1000,
     )
     with pytest.raises(TransportError, match="2000000 bytes"):
         connection.exchange(_heartbeat_request(), 5.0)
+    assert connection.exchange(_heartbeat_request(), 5.0).error_code == 0
+    assert broker.connections == 2
+
+
+def test_an_answer_too_short_for_its_type_is_refused_and_the_connection_replaced(
+    serve: Any,
+) -> None:
+    def cut_short(number: int, cid: int) -> bytes:
+        if number > 1:
+            return _heartbeat_answer(cid)
+        header = struct.pack(">ib", cid, 0)  # correlation id, no tagged fields; no body
+        return struct.pack(">i", len(header)) + header
+
+    broker, connection = serve(cut_short)
+    with pytest.raises(TransportError, match="unreadable"):
+        connection.exchange(_heartbeat_request(), 5.0)
+    assert connection.exchange(_heartbeat_request(), 5.0).error_code == 0
+    assert broker.connections == 2
+
+
+def test_requests_from_two_threads_each_get_their_own_answer(serve: Any) -> None:
+    # The answer's error code is its correlation id: a mix-up would show.
+    _, connection = serve(lambda number, cid: _heartbeat_answer(cid, error_code=cid))
+    mixed_up: list[tuple[int, int]] = []
+
+    def send_many() -> None:
+        for _ in range(200):
+            request = _heartbeat_request()
+            answer = connection.exchange(request, 5.0)
+            if answer.error_code != request.header.correlation_id:
+                mixed_up.append((request.header.correlation_id, answer.error_code))
+
+    threads = [threading.Thread(target=send_many) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not mixed_up
+
+
+def test_a_request_waiting_for_a_busy_connection_gives_up_at_its_timeout(serve: Any) -> None:
+    _, connection = serve(lambda number, cid: None)
+
+    def hold_the_connection() -> None:
+        with pytest.raises(TransportError):
+            connection.exchange(_heartbeat_request(), 3.0)
+
+    parked = threading.Thread(target=hold_the_connection)
+    parked.start()
+    time.sleep(0.3)  # the first request holds the connection, unanswered
+    started = time.monotonic()
+    with pytest.raises(TransportError, match="busy"):
+        connection.exchange(_heartbeat_request(), 0.5)
+    assert time.monotonic() - started < 2.0
+    parked.join(10)
+
+
+def test_descriptors_above_1023_do_not_cost_a_connection_per_request(serve: Any) -> None:
+    # select() refuses such descriptors; a process with many members and files has them.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        broker, connection = serve(lambda number, cid: _heartbeat_answer(cid))
+        for _ in range(3):
+            assert connection.exchange(_heartbeat_request(), 5.0).error_code == 0
+        assert broker.connections == 1
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_closing_cuts_a_connect_short() -> None:
+    # A listener whose accept queue is full drops further connection attempts, as a
+    # black-holed address does: the connect would wait for its whole timeout.
+    with socket.create_server(("127.0.0.1", 0), backlog=0) as full:
+        port = full.getsockname()[1]
+        queued = socket.create_connection(("127.0.0.1", port))
+        settings = _settings()
+        settings.connect_timeout_s = 20.0
+        connection = DirectConnection("coordinator-1", "127.0.0.1", port, settings)
+        failures: list[BaseException] = []
+
+        def connect() -> None:
+            try:
+                connection.exchange(_heartbeat_request(), 30.0)
+            except BaseException as e:
+                failures.append(e)
+
+        waiting = threading.Thread(target=connect)
+        waiting.start()
+        time.sleep(0.5)  # connecting
+        started = time.monotonic()
+        connection.close()
+        waiting.join(10)
+        queued.close()
+    assert not waiting.is_alive()
+    assert time.monotonic() - started < 2.0
+    assert len(failures) == 1 and isinstance(failures[0], TransportError)
+
+
+def test_a_broker_without_the_request_is_a_transport_error(serve: Any) -> None:
+    # The scripted broker knows only ApiVersions and Heartbeat.
+    broker, _ = serve(lambda number, cid: _heartbeat_answer(cid))
+    transport = KafkaTransport(
+        client_id="test",
+        request_timeout_ms=1000,
+        connection={"bootstrap_servers": f"127.0.0.1:{broker.port}"},
+    )
+    try:
+        node = transport.dedicated_node("admin", 1, "127.0.0.1", broker.port)
+        join = kgroup.JoinGroupRequest(
+            group_id="g",
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+            member_id="",
+            group_instance_id=None,
+            protocol_type="t",
+            protocols=[],
+        )
+        with pytest.raises(TransportError, match="does not support"):
+            transport.send_kafka(join, node_id=node, timeout_s=5.0)
+        heartbeat = transport.send_kafka(_heartbeat_request(), node_id=node, timeout_s=5.0)
+        assert heartbeat.error_code == 0
+    finally:
+        transport.close()
 
 
 def test_closing_wakes_a_request_waiting_for_its_answer(serve: Any) -> None:
