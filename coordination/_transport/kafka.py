@@ -157,22 +157,33 @@ class KafkaTransport:
         except (kafka_errors.KafkaError, OSError, RuntimeError) as e:
             raise TransportError(f"{type(request).__name__} got no response: {e!r}") from e
 
-    def dedicated_node(self, purpose: str, node_id: int, host: str, port: int) -> Any:
+    def dedicated_node(
+        self, purpose: str, node_id: int, host: str, port: int, *, single: bool = False
+    ) -> Any:
         """A node id for ``node_id`` with its own connection, apart from every other request:
         a long-polling fetch, or a JoinGroup parked on the coordinator, holds its connection
         (the broker answers a connection's requests in order), so nothing else may queue
         behind it. Where the sending thread can drive the connection itself (see link.py),
         it does; else the node is registered with kafka-python, once per address, not per
-        request: registering builds objects and logs a line at INFO."""
+        request: registering builds objects and logs a line at INFO.
+
+        ``single``: the purpose needs one broker at a time (the coordinator, the wake-up
+        partition's leader); the connection to the one before is closed, not left open.
+        """
         name = f"{purpose}-{node_id}"
         if self._dedicated.get(name) == (host, port):
             return name
         if self._direct_settings is not None:
             with self._direct_lock:
-                moved = self._direct.pop(name, None)
                 self._dedicated[name] = (host, port)
-            if moved is not None:
-                moved.close()
+                stale = [
+                    other
+                    for other in self._direct
+                    if other == name or (single and other.startswith(f"{purpose}-"))
+                ]
+                retired = [self._direct.pop(other) for other in stale]
+            for connection in retired:
+                connection.close()
             return name
         found = types.SimpleNamespace(error_code=0, node_id=name, host=host, port=port)
         registered = self._manager.cluster.add_coordinator(
@@ -281,7 +292,7 @@ class KafkaTransport:
         # A dedicated node id gives the coordinator its own connection, apart from
         # metadata traffic, as Kafka's clients do (Integer.MAX_VALUE - nodeId in Java).
         return self.dedicated_node(
-            "coordinator", coordinator.node_id, coordinator.host, coordinator.port
+            "coordinator", coordinator.node_id, coordinator.host, coordinator.port, single=True
         )
 
     @staticmethod

@@ -343,7 +343,7 @@ class KafkaWakeups:
             if self._transport.knows_node(leader)
             else self._transport.dedicated_node("wakeups-out", leader, broker.host, broker.port),
             fetch_node=self._transport.dedicated_node(
-                "wakeups-in", leader, broker.host, broker.port
+                "wakeups-in", leader, broker.host, broker.port, single=True
             ),
         )
 

@@ -18,6 +18,7 @@ cannot start.
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
@@ -212,6 +213,32 @@ def test_election_over_sasl_ssl_elects_and_its_fenced_producer_writes(secured: S
     finally:
         reader.close()
     assert g.encode() in keys
+
+
+def test_members_over_ssl_talk_to_their_coordinator_over_tls(secured: Secured) -> None:
+    # Over SSL (unlike SASL_SSL) the coordinator's connection is this side's own socket.
+    settings = {
+        "bootstrap_servers": secured.cluster.ssl_bootstrap_servers,
+        "security_protocol": "SSL",
+        "ssl_cafile": str(secured.security.ca_file),
+        "wakeup_topic": "sec-wakeups",
+    }
+    g = group()
+    pair = [Listing(g, **settings), Listing(g, **settings)]
+    try:
+        for m in pair:
+            m.start()
+        wait_until(lambda: settled(pair, 2), WAIT_S, "two members over SSL")
+        for m in pair:
+            direct = m._engine._transport._direct  # type: ignore[attr-defined]
+            coordinator = [c for name, c in direct.items() if name.startswith("coordinator-")]
+            assert len(coordinator) == 1
+            assert isinstance(coordinator[0]._sock, ssl.SSLSocket)
+        pair[1].close()
+        wait_until(lambda: settled(pair[:1], 1), 10, "one member after a LeaveGroup over TLS")
+    finally:
+        for m in pair:
+            m.close()
 
 
 def test_tasks_over_sasl_ssl_run_every_task_once(secured: Secured) -> None:

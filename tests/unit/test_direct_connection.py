@@ -406,3 +406,26 @@ def test_which_connections_this_side_drives(settings: dict[str, Any], direct: bo
         assert (transport._direct_connection(node) is not None) is direct
     finally:
         transport.close()
+
+
+def test_a_new_coordinator_retires_the_connection_to_the_former_one(serve: Any) -> None:
+    former, _ = serve(lambda number, cid: _heartbeat_answer(cid))
+    current, _ = serve(lambda number, cid: _heartbeat_answer(cid))
+    transport = KafkaTransport(
+        client_id="test", request_timeout_ms=1000, connection={"bootstrap_servers": "x:1"}
+    )
+    try:
+        for node_id, broker in ((1, former), (2, current)):
+            node = transport.dedicated_node(
+                "coordinator", node_id, "127.0.0.1", broker.port, single=True
+            )
+            assert (
+                transport.send_kafka(_heartbeat_request(), node_id=node, timeout_s=5).error_code
+                == 0
+            )
+        admin = transport.dedicated_node("admin", 1, "127.0.0.1", former.port)
+        transport.send_kafka(_heartbeat_request(), node_id=admin, timeout_s=5)
+        # Only the coordinator's purpose has one broker at a time.
+        assert sorted(transport._direct) == ["admin-1", "coordinator-2"]
+    finally:
+        transport.close()
