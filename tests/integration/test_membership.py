@@ -83,7 +83,7 @@ def test_a_member_closing_while_its_join_waits_at_the_broker_still_leaves(
     # sends LeaveGroup on a new one, which the failed join must not tear down: else the
     # broker counts the closed member in the next generation until its session expires.
     group = new_group()
-    slow_settings = {"session_timeout_ms": 10_000, "rebalance_timeout_ms": 20_000}
+    slow_settings: dict[str, Any] = {"session_timeout_ms": 10_000, "rebalance_timeout_ms": 20_000}
     (closing,) = start(members, kafka, group, 1, **slow_settings)
     slow = SlowToRejoin(group, bootstrap_servers=kafka, **{**FAST, **slow_settings})
     members.append(slow)

@@ -184,4 +184,5 @@ def test_a_member_closes_at_once_while_its_listener_long_polls(
     member.close(timeout=20.0, leave_group=False)
     assert time.monotonic() - started < 3.0
     wakeups = member._engine._wakeups
-    assert wakeups is not None and not any(t.is_alive() for t in wakeups._threads)
+    threads = wakeups._threads  # type: ignore[union-attr]
+    assert not any(t.is_alive() for t in threads)
