@@ -104,7 +104,7 @@ class DirectConnection:
                 self._drop()
                 raise
             except (OSError, ValueError) as e:
-                # socket.timeout is an OSError; a ValueError is a frame kafka-python cannot read.
+                # socket.timeout is an OSError; poll() refuses a closed socket with a ValueError.
                 self._drop()
                 raise TransportError(
                     f"{type(request).__name__} got no response from {self}: {e!r}"
