@@ -392,7 +392,7 @@ class GroupMembership:
             and confirmed[0] == sent
             and confirmed[1] + self._lease_s > sent_at
         ):
-            self._confirmed = (sent, sent_at)
+            self._confirmed = (sent, max(sent_at, confirmed[1]))
         elif self._state is MemberState.STABLE:
             # Prove the place again with a join phase, which restarts the session: leave (a
             # dynamic member's old id would hold up the next phase until its session ends)
@@ -906,6 +906,7 @@ class GroupMembership:
                 return planned
             assignments = planned
 
+        proved_at = self._prove_session_before_sync(generation, coordinator)
         sync = msg.SyncGroupRequest(
             group_id=cfg.group_id,
             generation_id=generation.generation_id,
@@ -950,9 +951,15 @@ class GroupMembership:
             self._rebalance_told = False
             self._joins_since_stable = None
             self._join_answer_lost = False
-            # No new confirmation: a SyncGroup answered from a group already Stable (a follower
-            # that synced late) does not restart the member's session timer on Kafka 4; the
-            # JoinGroup's completion (confirmed above) did.
+            # A SyncGroup answered from a group already Stable (a follower that synced late)
+            # does not restart the member's session timer on Kafka 4; the JoinGroup's
+            # completion (confirmed above) did. But it proves the member was in this
+            # generation when it arrived, which makes a heartbeat answered before it
+            # trustworthy (see _prove_session_before_sync).
+            if proved_at is not None:
+                confirmed = self._confirmed
+                if confirmed is None or confirmed[0] != generation or confirmed[1] < proved_at:
+                    self._confirmed = (generation, proved_at)
             if self._rejoin_requests == requests_at_start:
                 self._rejoin_reason = None
             now = self._clock.monotonic()
@@ -1116,31 +1123,33 @@ class GroupMembership:
     def _complete_join(self, joined: _Joined) -> bool:
         """Run on_join_complete for a finished sync. True if done (or no longer relevant)."""
         fenced = not self._await_takeover_fence()
-        with self._lock:
-            still_current = (
-                not fenced
-                and self._generation == joined.generation
-                and self._state is MemberState.STABLE
-            )
-            if not still_current:
-                # The heartbeat thread reset the generation before the assignment was handed
-                # over, or a rebalance began during a static member's takeover wait: the
-                # assignment is stale, rejoin instead (Kafka: resetStateAndRejoin).
-                self._pending = None
-                self._needs_join_prepare = True
-                if self._rejoin_reason is None:
-                    self._rejoin_reason = "the generation was lost before the join completed"
-                return True
         gen = joined.generation
         assert gen.protocol is not None
-        ok, _ = self._invoke_serialized(
-            "on_join_complete",
-            self._callbacks.on_join_complete,
-            gen.generation_id,
-            gen.member_id,
-            gen.protocol,
-            joined.assignment,
-        )
+        # Checked once the callback lock is held: waiting for it (a callback of the user's
+        # thread) leaves time for the heartbeat thread to reset the generation.
+        with self._callback_lock:
+            with self._lock:
+                still_current = (
+                    not fenced and self._generation == gen and self._state is MemberState.STABLE
+                )
+                if not still_current:
+                    # The heartbeat thread reset the generation before the assignment was
+                    # handed over, or a rebalance began during a static member's takeover
+                    # wait: the assignment is stale, rejoin instead (Kafka:
+                    # resetStateAndRejoin).
+                    self._pending = None
+                    self._needs_join_prepare = True
+                    if self._rejoin_reason is None:
+                        self._rejoin_reason = "the generation was lost before the join completed"
+                    return True
+            ok, _ = self._invoke_serialized(
+                "on_join_complete",
+                self._callbacks.on_join_complete,
+                gen.generation_id,
+                gen.member_id,
+                gen.protocol,
+                joined.assignment,
+            )
         if ok:
             self._publish_rebalance(gen.generation_id)
         with self._lock:
@@ -1152,6 +1161,68 @@ class GroupMembership:
                 return True
             self._note_problem("on_join_complete raised; retrying with the same assignment")
             return False
+
+    def _prove_session_before_sync(
+        self, generation: Generation, coordinator: CoordinatorNode
+    ) -> float | None:
+        """Heartbeat before SyncGroup if the lease this join gave will not last until the
+        heartbeat thread's first heartbeat. Returns the heartbeat's send time if it was
+        answered NONE (the SyncGroup's success then proves it), else None.
+
+        The JoinGroup proves the session restarted no earlier than the JoinGroup's send
+        time, which is all a member can know; a join that waited in its phase longer than
+        the lease (the group waited for a slow or dead member) ends with the lease spent.
+        The heartbeat thread's first NONE could then come from a coordinator still loading
+        the group, so it would prove nothing, and the member would leave and join again
+        as a new member: a second rebalance for nothing, and an assignment lost as soon as
+        it was handed over.
+
+        A heartbeat sent at ``h`` and answered NONE, followed by a SyncGroup of the same
+        generation answered NONE, proves a session restart at or after ``h``: either the
+        heartbeat's answer was real (the member was in the group when it arrived, which
+        restarted its timer), or a coordinator was loading the group then, and a
+        coordinator restarts every member's session when it finishes loading, after ``h``;
+        the SyncGroup, which a loading coordinator never answers NONE, shows the member
+        was in the loaded group.
+        """
+        cfg = self._config
+        with self._lock:
+            now = self._clock.monotonic()
+            confirmed = self._confirmed
+            lasts_s = (
+                confirmed[1] + self._lease_s - now
+                if confirmed is not None and confirmed[0] == generation
+                else 0.0
+            )
+        if lasts_s >= 2 * cfg.heartbeat_interval_ms / 1000:
+            return None
+        request = msg.HeartbeatRequest(
+            group_id=cfg.group_id,
+            generation_id=generation.generation_id,
+            member_id=generation.member_id,
+            group_instance_id=cfg.group_instance_id,
+        )
+        try:
+            response = self._transport.send(
+                request,
+                msg.HeartbeatResponse,
+                coordinator=coordinator,
+                timeout_s=cfg.request_timeout_ms / 1000,
+            )
+        except TransportError as e:
+            self._log.debug("%s: heartbeat before SyncGroup got no answer: %s", self._who(), e)
+            return None
+        with self._lock:
+            self._counters.heartbeat_total += 1
+        if response.error_code != ErrorCode.NONE:
+            # The SyncGroup gets the same answer and handles it.
+            self._log.debug(
+                "%s: heartbeat before SyncGroup returned %s",
+                self._who(),
+                error_name(response.error_code),
+            )
+            return None
+        return now
 
     def note_rebalance_change(self, moved: str) -> None:
         """Say what the last rebalance changed for this member (its timeline's ``moved``)."""

@@ -11,6 +11,7 @@ import pytest
 
 from coordination import MemberState
 from coordination._protocol.error_codes import ErrorCode as E
+from coordination.testing import TransportError
 from coordination.testing import messages as m
 
 from .test_engine import NODE, Harness, joined
@@ -75,15 +76,71 @@ def test_rejoining_into_the_same_generation_keeps_the_heartbeat_due_when_it_was(
 def test_an_older_generation_from_a_reloaded_coordinator_gives_no_lease() -> None:
     # The coordinator moved and loaded the group as stored, before the rebalance that made
     # generation 3: when it restarted this member's session is unknown.
+    # (The heartbeat that could prove a session before SyncGroup goes unanswered.)
     h = stable_follower()
     h.engine.request_rejoin("coordinator moved")
     h.prepare(
         joined("m-2", 2, leader="m-1"),
         m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
     )
+    h.prepare(TransportError("timed out"), response_type=m.HeartbeatResponse)
     assert h.engine.join_group_if_needed(deadline=None)
     assert h.engine.generation.generation_id == 2
     assert h.engine.membership_lease() == 0.0
+
+
+def parked_new_member(waited_s: float, **settings: object) -> Harness:
+    """A new member whose JoinGroup waits ``waited_s`` in its phase (the group waits for a
+    member that died), with a 6 s session and lease and 1 s heartbeats."""
+    h = Harness(session_timeout_ms=6_000, heartbeat_interval_ms=1_000, **settings)
+    h.engine._generation = h.engine.generation.__class__(-1, "m-9", None)
+    h.prepare(NODE)
+
+    def parked(request: m.Request) -> m.JoinGroupResponse:
+        h.clock.advance(waited_s)
+        return joined("m-9", 4, leader="m-1")
+
+    h.prepare(parked, response_type=m.JoinGroupResponse)
+    h.prepare(m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"))
+    return h
+
+
+def test_a_join_that_waited_longer_than_the_lease_proves_the_session_before_syncing() -> None:
+    # The JoinGroup proves a session restart no earlier than its send, 7 s ago: the lease is
+    # spent. A heartbeat answered NONE before a SyncGroup answered NONE proves one since the
+    # heartbeat left; without it the first heartbeat after the sync would prove nothing and
+    # the member would leave and join again, losing the assignment it was just handed.
+    h = parked_new_member(7)
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    assert h.engine.join_group_if_needed(deadline=None)
+    kinds = [type(s.request).__name__ for s in h.transport.sent]
+    assert kinds[-3:] == ["JoinGroupRequest", "HeartbeatRequest", "SyncGroupRequest"]
+    assert h.engine.membership_lease() == pytest.approx(6.0)
+
+    h.clock.advance(1)
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    h.engine.heartbeat_once()
+    assert h.engine.state is MemberState.STABLE
+    assert h.engine.generation == h.engine.generation.__class__(4, "m-9", "v2")
+    assert h.engine.membership_lease() == pytest.approx(6.0)
+    assert h.transport.requests(m.LeaveGroupRequest) == []
+    assert [c[0] for c in h.member.calls] == ["prepare", "complete"]
+
+
+def test_a_heartbeat_refused_before_syncing_proves_nothing() -> None:
+    h = parked_new_member(7)
+    h.prepare(m.HeartbeatResponse(error_code=E.COORDINATOR_NOT_AVAILABLE))
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.engine.membership_lease() == 0.0
+
+
+def test_a_join_answered_well_within_the_lease_syncs_at_once() -> None:
+    # No heartbeat on the join's path unless the lease would lapse before the heartbeat
+    # thread's first (two intervals' margin).
+    h = parked_new_member(3)
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.transport.requests(m.HeartbeatRequest) == []
+    assert h.engine.membership_lease() == pytest.approx(3.0)
 
 
 def test_a_new_generation_counts_from_the_join_that_waited_in_its_phase() -> None:

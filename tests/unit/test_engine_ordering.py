@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from coordination import Generation, MemberState
 from coordination._engine.classify import Reset
@@ -79,6 +80,78 @@ def test_a_reset_right_after_on_join_prepare_is_also_reported() -> None:
     prepares = [c for c in h.member.calls if c[0] == "prepare"]
     assert prepares[-2:] == [("prepare", 1, "m-1"), ("prepare", -1, "m-1")]
     assert len(h.transport.requests(m.JoinGroupRequest)) == 3  # the first two-step join + one
+
+
+class _ReportingLock:
+    """A reentrant lock that says when a thread other than its holder waits for it."""
+
+    def __init__(self, waiting: threading.Event) -> None:
+        self._lock = threading.RLock()
+        self._waiting = waiting
+        self.holder: threading.Thread | None = None
+
+    def __enter__(self) -> bool:
+        if threading.current_thread() is not self.holder:
+            self._waiting.set()
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.__exit__(*exc)
+
+
+def test_a_generation_reset_while_the_join_waits_for_the_callback_lock_is_not_handed_over() -> None:
+    """The heartbeat thread resets the generation while the assignment waits for the callback
+    lock (another thread's callback runs): the assignment is stale and must not be handed
+    over; the member joins again."""
+    h = stable_leader()
+    engine = h.engine
+    engine.request_rejoin("test")
+    synced, go, waiting, release = (threading.Event() for _ in range(4))
+    lock = _ReportingLock(waiting)
+    engine._callback_lock = lock  # type: ignore[assignment]
+    original = engine._complete_join
+
+    def complete_once_the_lock_is_taken(joined: object) -> bool:
+        synced.set()
+        assert go.wait(10)
+        return original(joined)  # type: ignore[arg-type]
+
+    def hold() -> None:
+        with lock:
+            go.set()
+            assert release.wait(10)
+
+    engine._complete_join = complete_once_the_lock_is_taken  # type: ignore[method-assign]
+    h.prepare(
+        joined("m-1", 2, leader="m-1"),
+        SYNCED,
+        m.JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id="m-3"),
+        joined("m-3", 3, leader="m-3"),
+        SYNCED,
+    )
+    done: list[bool] = []
+    joiner = threading.Thread(
+        target=lambda: done.append(engine.join_group_if_needed(deadline=None)), daemon=True
+    )
+    joiner.start()
+    assert synced.wait(10)
+    holder = threading.Thread(target=hold, daemon=True)
+    lock.holder = holder
+    waiting.clear()
+    holder.start()
+    assert waiting.wait(10)  # the membership thread waits for the callback lock
+    sent = engine.generation
+    assert sent.generation_id == 2
+    engine._on_heartbeat_response(E.UNKNOWN_MEMBER_ID, sent, engine.coordinator)  # type: ignore[arg-type]
+    release.set()
+    holder.join(10)
+    joiner.join(10)
+
+    assert done == [True]
+    completes = [c[:3] for c in h.member.calls if c[0] == "complete"]
+    assert ("complete", 2, "m-1") not in completes
+    assert completes[-1] == ("complete", 3, "m-3")
+    assert ("prepare", -1, "") in h.member.calls  # told that its assignment is gone
 
 
 # ---------------------------------------------------------------- close vs running callbacks
