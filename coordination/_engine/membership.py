@@ -373,6 +373,25 @@ class GroupMembership:
             self._confirmed = (generation, counted_from)
         return True
 
+    def _missed_generations_locked(self, answered: int) -> str | None:
+        """Why the assignment this member holds may belong to another member now, if the
+        JoinGroup answered a generation past the next one (None otherwise).
+
+        A generation between them completed without this member's JoinGroup: the broker
+        kept it (a static member) with the metadata of its previous join, or the answer to
+        the join it did send was lost. That generation was assigned from what the member
+        claimed before its last assignment, so what it was handed since may have gone to
+        another member, who may hold it now with a lease of its own. The member reports
+        its assignment lost (``on_join_prepare(-1, ...)``) and joins again without it.
+        """
+        held = self._generation.generation_id
+        if held < 0 or answered <= held + 1:
+            return None
+        return (
+            f"JoinGroup answered generation {answered}, this member held {held}: generations "
+            "completed without it, and what it holds may have been assigned to another member"
+        )
+
     def _renew_lease_locked(self, sent: Generation, sent_at: float) -> None:
         """A heartbeat sent at ``sent_at`` was answered NONE: renew the lease if it still held
         when the heartbeat left.
@@ -859,6 +878,9 @@ class GroupMembership:
         with self._lock:
             if self._state is not MemberState.PREPARING_REBALANCE:
                 return _Failed(Reaction(Next.RETRY_NOW), "the join was abandoned", sent)
+            missed = self._missed_generations_locked(joined.generation_id)
+            if missed:
+                return _Failed(Reaction(Next.RETRY_NOW, Reset.GENERATION), missed, sent)
             generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
             self._generation = generation
             session_restarted = self._confirm_join_locked(generation, join_sent_at)

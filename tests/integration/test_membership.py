@@ -102,6 +102,35 @@ def test_a_member_closing_while_its_join_waits_at_the_broker_still_leaves(
     assert time.monotonic() - started < 8
 
 
+def test_a_join_that_waited_longer_than_its_lease_keeps_what_it_was_handed(
+    kafka: str, members
+) -> None:
+    # The group waits 5 s for a slow member to rejoin; the joining member's lease is 3 s
+    # (its session), so its JoinGroup's send proves nothing by the time the answer comes.
+    # It proves its session with a heartbeat before SyncGroup: it keeps the generation it
+    # joined, instead of leaving and joining again at its first heartbeat (a second
+    # rebalance, and its assignment lost as soon as it was handed over).
+    group = new_group()
+    slow_settings: dict[str, Any] = {**FAST, "session_timeout_ms": 20_000}
+    slow = SlowToRejoin(group, bootstrap_servers=kafka, **slow_settings)
+    members.append(slow)
+    slow.start()
+    wait_until(lambda: settled([slow], 1), 30, "the first member")
+    slow.hold_s = 5.0
+    (joining,) = start(members, kafka, group, 1)
+    wait_until(lambda: settled([slow, joining], 2), 30, "two members")
+    slow.hold_s = 0.0
+    joined = joining.last()[0]
+    assert joining.membership_lease() > 0
+    time.sleep(3 * FAST["heartbeat_interval_ms"] / 1000 + 1)  # a few heartbeats
+    assert joining.generation_if_stable() is not None
+    assert joining.generation().generation_id == joined
+    with joining.lock:
+        assert [g for g, _ in joining.prepared] == [-1]  # its first join only
+        assert [c[0] for c in joining.completed] == [joined]
+    assert joining.metrics().rebalance_total == 1
+
+
 def two_members_and_a_process(
     kafka: str, members: list[Listing], processes: list[EventProcess]
 ) -> tuple[list[Listing], EventProcess]:

@@ -210,3 +210,36 @@ def test_a_static_member_proving_its_place_again_does_not_wait_for_itself() -> N
     assert h.engine.generation.member_id == "w-2-new"
     assert h.engine._takeover_fence_until is None
     assert h.member.calls[-1][0] == "complete"
+
+
+def test_a_join_answered_past_the_next_generation_reports_the_assignment_lost() -> None:
+    # Generation 4 completed without this member's JoinGroup (the broker kept a static
+    # member with the metadata of its previous join): it was assigned from claims older than
+    # what the member holds, so another member may hold part of that now, with a lease. The
+    # answer gives no lease; the member reports its assignment lost and joins again.
+    h = stable_follower()
+    h.engine.request_rejoin("a rebalance")
+    h.prepare(
+        joined("m-2", 5, leader="m-1"),
+        joined("m-2", 6, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert len(h.transport.requests(m.JoinGroupRequest)) == 3  # the first join, 5, then 6
+    assert h.member.calls[-3:] == [
+        ("prepare", 3, "m-2"),
+        ("prepare", -1, "m-2"),  # told that its assignment is gone, before joining again
+        ("complete", 6, "m-2", "v2", b""),
+    ]
+    assert h.engine.generation.generation_id == 6
+
+
+def test_a_join_answered_with_the_next_generation_keeps_the_assignment() -> None:
+    h = stable_follower()
+    h.engine.request_rejoin("a rebalance")
+    h.prepare(
+        joined("m-2", 4, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert [c[:2] for c in h.member.calls][-2:] == [("prepare", 3), ("complete", 4)]
