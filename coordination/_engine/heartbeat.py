@@ -40,6 +40,11 @@ class HeartbeatTimers:
         self.in_flight = False
         self.last_received = now
 
+    def answered_elsewhere(self, now: float) -> None:
+        """A heartbeat the membership thread sent was answered: the session counts from it;
+        the heartbeat thread's own schedule (and any heartbeat it has in flight) stays."""
+        self.last_received = max(self.last_received, now)
+
     def failed(self, now: float, retry_s: float) -> None:
         """A heartbeat got no (usable) response: retry sooner than a full interval."""
         self.in_flight = False

@@ -374,22 +374,25 @@ class GroupMembership:
         return True
 
     def _missed_generations_locked(self, answered: int) -> str | None:
-        """Why the assignment this member holds may belong to another member now, if the
-        JoinGroup answered a generation past the next one (None otherwise).
+        """Why the assignment this static member holds may belong to another member now, if
+        the JoinGroup answered a generation past the next one (None otherwise).
 
-        A generation between them completed without this member's JoinGroup: the broker
-        kept it (a static member) with the metadata of its previous join, or the answer to
-        the join it did send was lost. That generation was assigned from what the member
-        claimed before its last assignment, so what it was handed since may have gone to
-        another member, who may hold it now with a lease of its own. The member reports
-        its assignment lost (``on_join_prepare(-1, ...)``) and joins again without it.
+        A join phase that completes without a static member's JoinGroup keeps the member
+        with the metadata of its previous join (a dynamic one is removed, and learns it
+        from UNKNOWN_MEMBER_ID). That generation was assigned from what the member claimed
+        before its last assignment, so what it was handed since (a static restart's
+        assignment, a late ``on_join_complete``) may have gone to another member, who may
+        hold it now with a lease of its own. The member reports its assignment lost
+        (``on_join_prepare(-1, ...)``) and joins again without it. A static member whose
+        JoinGroup answer was lost looks the same and pays the same (once).
         """
         held = self._generation.generation_id
-        if held < 0 or answered <= held + 1:
+        if not self._config.is_static or held < 0 or answered <= held + 1:
             return None
         return (
-            f"JoinGroup answered generation {answered}, this member held {held}: generations "
-            "completed without it, and what it holds may have been assigned to another member"
+            f"JoinGroup answered generation {answered}, this member held {held}: a generation "
+            "completed without its JoinGroup, and what it holds may have been assigned to "
+            "another member"
         )
 
     def _renew_lease_locked(self, sent: Generation, sent_at: float) -> None:
@@ -880,6 +883,9 @@ class GroupMembership:
                 return _Failed(Reaction(Next.RETRY_NOW), "the join was abandoned", sent)
             missed = self._missed_generations_locked(joined.generation_id)
             if missed:
+                # The rejoin may be answered this generation again, without a new session
+                # (the broker restarted it when the phase completed): no lease from it.
+                self._highest_generation = max(self._highest_generation, joined.generation_id)
                 return _Failed(Reaction(Next.RETRY_NOW, Reset.GENERATION), missed, sent)
             generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
             self._generation = generation
@@ -929,6 +935,8 @@ class GroupMembership:
             assignments = planned
 
         proved_at = self._prove_session_before_sync(generation, coordinator)
+        if isinstance(proved_at, _Failed):
+            return proved_at
         sync = msg.SyncGroupRequest(
             group_id=cfg.group_id,
             generation_id=generation.generation_id,
@@ -1186,10 +1194,12 @@ class GroupMembership:
 
     def _prove_session_before_sync(
         self, generation: Generation, coordinator: CoordinatorNode
-    ) -> float | None:
+    ) -> float | _Failed | None:
         """Heartbeat before SyncGroup if the lease this join gave will not last until the
         heartbeat thread's first heartbeat. Returns the heartbeat's send time if it was
-        answered NONE (the SyncGroup's success then proves it), else None.
+        answered NONE (the SyncGroup's success then proves it), None if it was answered
+        otherwise (the SyncGroup gets the same answer), or the failure if it got no answer
+        (a SyncGroup to the same coordinator would wait as long for nothing).
 
         The JoinGroup proves the session restarted no earlier than the JoinGroup's send
         time, which is all a member can know; a join that waited in its phase longer than
@@ -1232,10 +1242,13 @@ class GroupMembership:
                 timeout_s=cfg.request_timeout_ms / 1000,
             )
         except TransportError as e:
-            self._log.debug("%s: heartbeat before SyncGroup got no answer: %s", self._who(), e)
-            return None
+            return self._transport_failed(e, "Heartbeat", generation)
         with self._lock:
             self._counters.heartbeat_total += 1
+            if response.error_code == ErrorCode.NONE:
+                answered_at = self._clock.monotonic()
+                self._timers.answered_elsewhere(answered_at)
+                self._counters.last_heartbeat_at = answered_at
         if response.error_code != ErrorCode.NONE:
             # The SyncGroup gets the same answer and handles it.
             self._log.debug(

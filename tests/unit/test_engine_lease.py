@@ -76,14 +76,14 @@ def test_rejoining_into_the_same_generation_keeps_the_heartbeat_due_when_it_was(
 def test_an_older_generation_from_a_reloaded_coordinator_gives_no_lease() -> None:
     # The coordinator moved and loaded the group as stored, before the rebalance that made
     # generation 3: when it restarted this member's session is unknown.
-    # (The heartbeat that could prove a session before SyncGroup goes unanswered.)
+    # (The heartbeat that could prove a session before SyncGroup is refused.)
     h = stable_follower()
     h.engine.request_rejoin("coordinator moved")
     h.prepare(
         joined("m-2", 2, leader="m-1"),
         m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+        m.HeartbeatResponse(error_code=E.COORDINATOR_NOT_AVAILABLE),
     )
-    h.prepare(TransportError("timed out"), response_type=m.HeartbeatResponse)
     assert h.engine.join_group_if_needed(deadline=None)
     assert h.engine.generation.generation_id == 2
     assert h.engine.membership_lease() == 0.0
@@ -212,26 +212,63 @@ def test_a_static_member_proving_its_place_again_does_not_wait_for_itself() -> N
     assert h.member.calls[-1][0] == "complete"
 
 
-def test_a_join_answered_past_the_next_generation_reports_the_assignment_lost() -> None:
-    # Generation 4 completed without this member's JoinGroup (the broker kept a static
-    # member with the metadata of its previous join): it was assigned from claims older than
-    # what the member holds, so another member may hold part of that now, with a lease. The
-    # answer gives no lease; the member reports its assignment lost and joins again.
+def test_a_heartbeat_unanswered_before_syncing_fails_the_join() -> None:
+    # A SyncGroup to the same coordinator would wait as long for nothing (and a leader's
+    # would hold up every follower): the member looks for the coordinator again.
+    h = parked_new_member(7)
+    h.prepare(TransportError("timed out"), response_type=m.HeartbeatResponse)
+    h.prepare(TransportError("refused"), response_type=m.FindCoordinatorResponse)
+    assert not h.engine.join_group_if_needed(deadline=h.clock.monotonic())
+    assert h.transport.requests(m.SyncGroupRequest) == []
+    assert h.engine.coordinator is None
+
+
+def static_follower() -> Harness:
+    return stable_follower(group_instance_id="w-2")
+
+
+def test_a_static_join_answered_past_the_next_generation_reports_the_assignment_lost() -> None:
+    # Generation 4 completed without this static member's JoinGroup: the broker kept it with
+    # the metadata of its previous join, so generation 4 was assigned from claims older than
+    # what it holds, and another member may hold part of that now, with a lease. The member
+    # reports its assignment lost and joins again. The broker answers the rejoin with
+    # generation 5 again, without a new session: that answer gives no lease either, so a
+    # heartbeat before SyncGroup proves one.
+    h = static_follower()
+    h.engine.request_rejoin("a rebalance")
+    h.prepare(
+        joined("m-2", 5, leader="m-1"),
+        joined("m-2", 5, leader="m-1"),
+        m.HeartbeatResponse(error_code=0),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.member.calls[-3:] == [
+        ("prepare", 3, "m-2"),
+        ("prepare", -1, "m-2"),  # told that its assignment is gone, before joining again
+        ("complete", 5, "m-2", "v2", b""),
+    ]
+    kinds = [type(s.request).__name__ for s in h.transport.sent]
+    assert kinds[-4:] == [
+        "JoinGroupRequest",
+        "JoinGroupRequest",
+        "HeartbeatRequest",
+        "SyncGroupRequest",
+    ]
+    assert h.engine.generation.generation_id == 5
+
+
+def test_a_dynamic_join_answered_past_the_next_generation_keeps_the_assignment() -> None:
+    # The broker removes a dynamic member that did not rejoin in time; one that is answered
+    # past the next generation lost the answer to a JoinGroup that carried its claims.
     h = stable_follower()
     h.engine.request_rejoin("a rebalance")
     h.prepare(
         joined("m-2", 5, leader="m-1"),
-        joined("m-2", 6, leader="m-1"),
         m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
     )
     assert h.engine.join_group_if_needed(deadline=None)
-    assert len(h.transport.requests(m.JoinGroupRequest)) == 3  # the first join, 5, then 6
-    assert h.member.calls[-3:] == [
-        ("prepare", 3, "m-2"),
-        ("prepare", -1, "m-2"),  # told that its assignment is gone, before joining again
-        ("complete", 6, "m-2", "v2", b""),
-    ]
-    assert h.engine.generation.generation_id == 6
+    assert [c[:2] for c in h.member.calls][-2:] == [("prepare", 3), ("complete", 5)]
 
 
 def test_a_join_answered_with_the_next_generation_keeps_the_assignment() -> None:

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
+from coordination._protocol.error_codes import ErrorCode as E
 from coordination.errors import CoordinationTimeoutError, CoordinatorStateError
-from coordination.testing import TransportError
 from coordination.testing import messages as m
 from recipes.tasks import (
     StaticTasks,
@@ -206,9 +206,9 @@ def test_tasks_waiting_on_a_low_lease_start_once_it_holds_again_without_a_rejoin
     assert w.d._runner.check_lease()  # stops both, forgets the assignment, rejoins
     assert w.d.coordinator.metrics().rejoin_reasons[-1] == "the membership lease ran out"
     # The rejoin: the same generation, the same assignment; the lease is still low (the
-    # heartbeat that could prove it before SyncGroup goes unanswered).
+    # heartbeat that could prove it before SyncGroup is refused).
     w.generation -= 1
-    w.transport.prepare(TransportError("timed out"), response_type=m.HeartbeatResponse)
+    w.transport.prepare(m.HeartbeatResponse(error_code=E.COORDINATOR_NOT_AVAILABLE))
     w.rounds(plan("a", "b"))
     assert w.d.running() == frozenset() and w.owned() == {"a", "b"}  # waiting, reported
     rejoins = w.d.coordinator.metrics().rejoin_reasons
