@@ -934,7 +934,9 @@ class GroupMembership:
                 return planned
             assignments = planned
 
-        proved_at = self._prove_session_before_sync(generation, coordinator)
+        with self._lock:
+            tried = self._lease_runs_low_locked(generation)
+        proved_at = self._proving_heartbeat(generation, coordinator) if tried else None
         if isinstance(proved_at, _Failed):
             return proved_at
         sync = msg.SyncGroupRequest(
@@ -967,6 +969,30 @@ class GroupMembership:
                 f"{generation.protocol!r}",
                 generation,
             )
+        with self._lock:
+            self._credit_heartbeat_locked(generation, proved_at)
+            # A SyncGroup that waited long for the leader's can leave the lease as spent as a
+            # long join does: prove a session again, with a heartbeat and the SyncGroup
+            # repeated (a Stable group answers it at once, with the same assignment). Not
+            # after a heartbeat just refused: the heartbeat thread learns the rest.
+            prove = (not tried or proved_at is not None) and self._lease_runs_low_locked(generation)
+        proved_at = self._proving_heartbeat(generation, coordinator) if prove else None
+        if isinstance(proved_at, _Failed):
+            return proved_at
+        if proved_at is not None:
+            try:
+                resynced = self._transport.send(
+                    dataclasses.replace(sync, assignments=()),
+                    msg.SyncGroupResponse,
+                    coordinator=coordinator,
+                    timeout_s=cfg.request_timeout_ms / 1000,
+                )
+            except TransportError as e:
+                return self._transport_failed(e, "SyncGroup", generation)
+            if resynced.error_code != ErrorCode.NONE:
+                return self._broker_failed(resynced.error_code, Api.SYNC_GROUP, generation)
+            with self._lock:
+                self._credit_heartbeat_locked(generation, proved_at)
 
         with self._lock:
             completing = self._state is MemberState.COMPLETING_REBALANCE
@@ -981,15 +1007,6 @@ class GroupMembership:
             self._rebalance_told = False
             self._joins_since_stable = None
             self._join_answer_lost = False
-            # A SyncGroup answered from a group already Stable (a follower that synced late)
-            # does not restart the member's session timer on Kafka 4; the JoinGroup's
-            # completion (confirmed above) did. But it proves the member was in this
-            # generation when it arrived, which makes a heartbeat answered before it
-            # trustworthy (see _prove_session_before_sync).
-            if proved_at is not None:
-                confirmed = self._confirmed
-                if confirmed is None or confirmed[0] != generation or confirmed[1] < proved_at:
-                    self._confirmed = (generation, proved_at)
             if self._rejoin_requests == requests_at_start:
                 self._rejoin_reason = None
             now = self._clock.monotonic()
@@ -1192,42 +1209,57 @@ class GroupMembership:
             self._note_problem("on_join_complete raised; retrying with the same assignment")
             return False
 
-    def _prove_session_before_sync(
+    def _credit_heartbeat_locked(self, generation: Generation, sent_at: float | None) -> None:
+        """A heartbeat sent at ``sent_at`` and answered NONE was followed by a SyncGroup of
+        ``generation`` answered NONE: the lease counts from the heartbeat's send.
+
+        A SyncGroup answered from a group already Stable (a follower that synced late) does
+        not restart the member's session timer on Kafka 4, so it renews nothing itself; but
+        it proves the member was in this generation when it arrived, which makes the
+        heartbeat answered before it trustworthy (see _proving_heartbeat).
+        """
+        if sent_at is None:
+            return
+        confirmed = self._confirmed
+        if confirmed is None or confirmed[0] != generation or confirmed[1] < sent_at:
+            self._confirmed = (generation, sent_at)
+
+    def _lease_runs_low_locked(self, generation: Generation) -> bool:
+        """Whether the lease will not last until the heartbeat thread's next heartbeat
+        (two intervals' margin)."""
+        confirmed = self._confirmed
+        if confirmed is None or confirmed[0] != generation:
+            return True
+        lasts_s = confirmed[1] + self._lease_s - self._clock.monotonic()
+        return lasts_s < 2 * self._config.heartbeat_interval_ms / 1000
+
+    def _proving_heartbeat(
         self, generation: Generation, coordinator: CoordinatorNode
     ) -> float | _Failed | None:
-        """Heartbeat before SyncGroup if the lease this join gave will not last until the
-        heartbeat thread's first heartbeat. Returns the heartbeat's send time if it was
-        answered NONE (the SyncGroup's success then proves it), None if it was answered
-        otherwise (the SyncGroup gets the same answer), or the failure if it got no answer
-        (a SyncGroup to the same coordinator would wait as long for nothing).
+        """Send a heartbeat, to be followed by a SyncGroup, when the lease runs low. Returns
+        the heartbeat's send time if it was answered NONE (the SyncGroup's success then
+        proves it), None if it was answered otherwise (the SyncGroup gets the same answer),
+        or the failure if it got no answer (a SyncGroup to the same coordinator would wait
+        as long for nothing).
 
-        The JoinGroup proves the session restarted no earlier than the JoinGroup's send
-        time, which is all a member can know; a join that waited in its phase longer than
-        the lease (the group waited for a slow or dead member) ends with the lease spent.
-        The heartbeat thread's first NONE could then come from a coordinator still loading
-        the group, so it would prove nothing, and the member would leave and join again
-        as a new member: a second rebalance for nothing, and an assignment lost as soon as
-        it was handed over.
+        A JoinGroup proves a session restart no earlier than the JoinGroup's send, which is
+        all a member can know: a join that waited in its phase longer than the lease (the
+        group waited for a slow or dead member), or a SyncGroup that waited as long for the
+        leader's, ends with the lease spent. A Stable member's heartbeat answered NONE then
+        proves nothing, as it could come from a coordinator still loading the group, and
+        the member would leave and join again as a new member: a second rebalance for
+        nothing, and an assignment lost as soon as it was handed over.
 
         A heartbeat sent at ``h`` and answered NONE, followed by a SyncGroup of the same
         generation answered NONE, proves a session restart at or after ``h``: either the
         heartbeat's answer was real (the member was in the group when it arrived, which
-        restarted its timer), or a coordinator was loading the group then, and a
-        coordinator restarts every member's session when it finishes loading, after ``h``;
-        the SyncGroup, which a loading coordinator never answers NONE, shows the member
-        was in the loaded group.
+        restarted its timer), or a coordinator was loading the group then, and a Kafka 4
+        coordinator restarts every member's session when it finishes loading, after ``h``
+        (Kafka 3.9 restarts it at every SyncGroup it answers NONE); the SyncGroup, which a
+        loading coordinator never answers NONE, shows the member was in the loaded group.
         """
         cfg = self._config
-        with self._lock:
-            now = self._clock.monotonic()
-            confirmed = self._confirmed
-            lasts_s = (
-                confirmed[1] + self._lease_s - now
-                if confirmed is not None and confirmed[0] == generation
-                else 0.0
-            )
-        if lasts_s >= 2 * cfg.heartbeat_interval_ms / 1000:
-            return None
+        now = self._clock.monotonic()
         request = msg.HeartbeatRequest(
             group_id=cfg.group_id,
             generation_id=generation.generation_id,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coordination import MemberState, errors
+from coordination import Member, MemberState, errors
 
 from .members import FAST, EventProcess, Listing, new_group, settled, wait_until
 
@@ -129,6 +130,45 @@ def test_a_join_that_waited_longer_than_its_lease_keeps_what_it_was_handed(
         assert [g for g, _ in joining.prepared] == [-1]  # its first join only
         assert [c[0] for c in joining.completed] == [joined]
     assert joining.metrics().rebalance_total == 1
+
+
+class SlowToAssign(Listing):
+    """A leader whose assignment takes ``assign_s``: the followers' SyncGroups wait for it."""
+
+    assign_s = 0.0
+
+    def perform_assignment(
+        self, leader_id: str, protocol: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
+        time.sleep(self.assign_s)
+        return super().perform_assignment(leader_id, protocol, members)
+
+
+def test_a_sync_that_waited_longer_than_its_lease_keeps_what_it_was_handed(
+    kafka: str, members
+) -> None:
+    # The leader takes 5 s to assign; the follower's SyncGroup waits that long, past its 3 s
+    # lease. It proves its session with a heartbeat and its SyncGroup again before taking
+    # the assignment, instead of leaving and joining again at its first heartbeat.
+    group = new_group()
+    leader_settings: dict[str, Any] = {**FAST, "session_timeout_ms": 20_000}
+    leader = SlowToAssign(group, bootstrap_servers=kafka, **leader_settings)
+    members.append(leader)
+    leader.start()
+    wait_until(lambda: settled([leader], 1), 30, "the first member")
+    leader.assign_s = 5.0
+    (follower,) = start(members, kafka, group, 1)
+    wait_until(lambda: settled([leader, follower], 2), 30, "two members")
+    leader.assign_s = 0.0
+    joined = follower.last()[0]
+    assert follower.membership_lease() > 0
+    time.sleep(3 * FAST["heartbeat_interval_ms"] / 1000 + 1)  # a few heartbeats
+    assert follower.generation_if_stable() is not None
+    assert follower.generation().generation_id == joined
+    with follower.lock:
+        assert [g for g, _ in follower.prepared] == [-1]  # its first join only
+        assert [c[0] for c in follower.completed] == [joined]
+    assert follower.metrics().rebalance_total == 1
 
 
 def two_members_and_a_process(

@@ -280,3 +280,60 @@ def test_a_join_answered_with_the_next_generation_keeps_the_assignment() -> None
     )
     assert h.engine.join_group_if_needed(deadline=None)
     assert [c[:2] for c in h.member.calls][-2:] == [("prepare", 3), ("complete", 4)]
+
+
+def parked_sync_follower(waited_s: float) -> Harness:
+    """A follower whose JoinGroup is answered at once and whose SyncGroup waits ``waited_s``
+    for the leader's (6 s session and lease, 1 s heartbeats)."""
+    h = Harness(session_timeout_ms=6_000, heartbeat_interval_ms=1_000)
+    h.engine._generation = h.engine.generation.__class__(-1, "m-9", None)
+    h.prepare(NODE, joined("m-9", 4, leader="m-1"))
+
+    def parked(request: m.Request) -> m.SyncGroupResponse:
+        h.clock.advance(waited_s)
+        return m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2")
+
+    h.prepare(parked, response_type=m.SyncGroupResponse)
+    return h
+
+
+def test_a_sync_that_waited_out_the_lease_proves_the_session_before_completing() -> None:
+    # The leader took 5.5 s to send its SyncGroup: the lease from the JoinGroup's send has
+    # 0.5 s left, less than the heartbeat thread needs. A heartbeat, then the SyncGroup
+    # again (a Stable group answers it at once), prove a session since the heartbeat.
+    h = parked_sync_follower(5.5)
+    h.prepare(
+        m.HeartbeatResponse(error_code=0),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    kinds = [type(s.request).__name__ for s in h.transport.sent]
+    assert kinds[-3:] == ["SyncGroupRequest", "HeartbeatRequest", "SyncGroupRequest"]
+    assert h.transport.requests(m.SyncGroupRequest)[-1].assignments == ()
+    assert h.engine.membership_lease() == pytest.approx(6.0)
+
+    h.clock.advance(1)
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    h.engine.heartbeat_once()
+    assert h.engine.state is MemberState.STABLE
+    assert h.engine.generation.generation_id == 4
+    assert [c[0] for c in h.member.calls] == ["prepare", "complete"]
+
+
+def test_a_sync_answered_well_within_the_lease_completes_at_once() -> None:
+    h = parked_sync_follower(2)
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.transport.requests(m.HeartbeatRequest) == []
+    assert len(h.transport.requests(m.SyncGroupRequest)) == 1
+
+
+def test_a_rebalance_begun_while_proving_the_session_is_joined_instead() -> None:
+    h = parked_sync_follower(5.5)
+    h.prepare(
+        m.HeartbeatResponse(error_code=0),
+        m.SyncGroupResponse(error_code=E.REBALANCE_IN_PROGRESS),
+        joined("m-9", 5, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert [c[:2] for c in h.member.calls] == [("prepare", -1), ("complete", 5)]
