@@ -973,13 +973,19 @@ class GroupMembership:
             self._credit_heartbeat_locked(generation, proved_at)
             # A SyncGroup that waited long for the leader's can leave the lease as spent as a
             # long join does: prove a session again, with a heartbeat and the SyncGroup
-            # repeated (a Stable group answers it at once, with the same assignment). Not
-            # after a heartbeat just refused: the heartbeat thread learns the rest.
-            prove = (not tried or proved_at is not None) and self._lease_runs_low_locked(generation)
-        proved_at = self._proving_heartbeat(generation, coordinator) if prove else None
-        if isinstance(proved_at, _Failed):
-            return proved_at
-        if proved_at is not None:
+            # repeated (a Stable group answers it at once, with the same assignment; the
+            # leader's repeat carries none). Not after a heartbeat just refused.
+            prove = (
+                (not tried or proved_at is not None)
+                and self._generation == generation
+                and self._lease_runs_low_locked(generation)
+            )
+        if prove:
+            proved_at = self._proving_heartbeat(generation, coordinator)
+            if isinstance(proved_at, _Failed):
+                return proved_at
+            # Repeated whatever the heartbeat's answer: the SyncGroup tells whether the
+            # assignment still holds (a refused heartbeat credits nothing).
             try:
                 resynced = self._transport.send(
                     dataclasses.replace(sync, assignments=()),
@@ -1282,7 +1288,7 @@ class GroupMembership:
                 self._timers.answered_elsewhere(answered_at)
                 self._counters.last_heartbeat_at = answered_at
         if response.error_code != ErrorCode.NONE:
-            # The SyncGroup gets the same answer and handles it.
+            # The SyncGroup that follows gets the same answer and handles it.
             self._log.debug(
                 "%s: heartbeat before SyncGroup returned %s",
                 self._who(),

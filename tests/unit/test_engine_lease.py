@@ -337,3 +337,17 @@ def test_a_rebalance_begun_while_proving_the_session_is_joined_instead() -> None
     )
     assert h.engine.join_group_if_needed(deadline=None)
     assert [c[:2] for c in h.member.calls] == [("prepare", -1), ("complete", 5)]
+
+
+def test_a_refused_heartbeat_after_a_long_sync_lets_the_repeated_sync_decide() -> None:
+    # The heartbeat says the group moved on: the repeated SyncGroup says so too, and the
+    # assignment is not handed over; the member joins the new rebalance.
+    h = parked_sync_follower(5.5)
+    h.prepare(
+        m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS),
+        m.SyncGroupResponse(error_code=E.REBALANCE_IN_PROGRESS),
+        joined("m-9", 5, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert [c[:2] for c in h.member.calls] == [("prepare", -1), ("complete", 5)]
