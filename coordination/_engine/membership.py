@@ -1264,21 +1264,9 @@ class GroupMembership:
         (Kafka 3.9 restarts it at every SyncGroup it answers NONE); the SyncGroup, which a
         loading coordinator never answers NONE, shows the member was in the loaded group.
         """
-        cfg = self._config
         now = self._clock.monotonic()
-        request = msg.HeartbeatRequest(
-            group_id=cfg.group_id,
-            generation_id=generation.generation_id,
-            member_id=generation.member_id,
-            group_instance_id=cfg.group_instance_id,
-        )
         try:
-            response = self._transport.send(
-                request,
-                msg.HeartbeatResponse,
-                coordinator=coordinator,
-                timeout_s=cfg.request_timeout_ms / 1000,
-            )
+            response = self._send_heartbeat(generation, coordinator)
         except TransportError as e:
             return self._transport_failed(e, "Heartbeat", generation)
         with self._lock:
@@ -1462,19 +1450,8 @@ class GroupMembership:
                 self._timers.reset(now)
             return None
         cfg = self._config
-        request = msg.HeartbeatRequest(
-            group_id=cfg.group_id,
-            generation_id=sent.generation_id,
-            member_id=sent.member_id,
-            group_instance_id=cfg.group_instance_id,
-        )
         try:
-            response = self._transport.send(
-                request,
-                msg.HeartbeatResponse,
-                coordinator=node,
-                timeout_s=cfg.request_timeout_ms / 1000,
-            )
+            response = self._send_heartbeat(sent, node)
         except TransportError as e:
             with self._lock:
                 self._timers.failed(self._clock.monotonic(), cfg.retry_backoff_ms / 1000)
@@ -1487,6 +1464,24 @@ class GroupMembership:
                 self._mark_coordinator_unknown(f"heartbeat got no response: {e}")
             return None
         return self._on_heartbeat_response(response.error_code, sent, node, sent_at=now)
+
+    def _send_heartbeat(
+        self, generation: Generation, coordinator: CoordinatorNode
+    ) -> msg.HeartbeatResponse:
+        """One heartbeat of ``generation``, answered. Raises TransportError."""
+        cfg = self._config
+        request = msg.HeartbeatRequest(
+            group_id=cfg.group_id,
+            generation_id=generation.generation_id,
+            member_id=generation.member_id,
+            group_instance_id=cfg.group_instance_id,
+        )
+        return self._transport.send(
+            request,
+            msg.HeartbeatResponse,
+            coordinator=coordinator,
+            timeout_s=cfg.request_timeout_ms / 1000,
+        )
 
     def _time_to_next_heartbeat_locked(self, now: float) -> float:
         """Seconds until the next heartbeat: the interval's, or sooner if a wake-up asked."""
