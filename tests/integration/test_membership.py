@@ -103,6 +103,38 @@ def test_a_member_closing_while_its_join_waits_at_the_broker_still_leaves(
     assert time.monotonic() - started < 8
 
 
+def joined_behind(
+    slow: Listing, knob: str, kafka: str, group: str, members: list[Listing]
+) -> Listing:
+    """Start ``slow`` alone, set its ``knob`` to 5 s, then start a member with FAST's 3 s
+    lease; return that member once both settled (``knob`` back to 0)."""
+    members.append(slow)
+    slow.start()
+    wait_until(lambda: settled([slow], 1), 30, "the first member")
+    setattr(slow, knob, 5.0)
+    (newcomer,) = start(members, kafka, group, 1)
+    wait_until(lambda: settled([slow, newcomer], 2), 30, "two members")
+    setattr(slow, knob, 0.0)
+    return newcomer
+
+
+def assert_keeps_its_first_generation(member: Listing) -> None:
+    """Through a few heartbeats: still stable in the generation it joined, with a lease, and
+    no second rebalance (no on_join_prepare but its first join's)."""
+    joined = member.last()[0]
+    assert member.membership_lease() > 0
+    time.sleep(3 * FAST["heartbeat_interval_ms"] / 1000 + 1)
+    assert member.generation_if_stable() is not None
+    assert member.generation().generation_id == joined
+    with member.lock:
+        assert [g for g, _ in member.prepared] == [-1]  # its first join only
+        assert [c[0] for c in member.completed] == [joined]
+    assert member.metrics().rebalance_total == 1
+
+
+SLOW_MEMBER: dict[str, Any] = {**FAST, "session_timeout_ms": 20_000}  # outlasts its own wait
+
+
 def test_a_join_that_waited_longer_than_its_lease_keeps_what_it_was_handed(
     kafka: str, members
 ) -> None:
@@ -112,24 +144,8 @@ def test_a_join_that_waited_longer_than_its_lease_keeps_what_it_was_handed(
     # joined, instead of leaving and joining again at its first heartbeat (a second
     # rebalance, and its assignment lost as soon as it was handed over).
     group = new_group()
-    slow_settings: dict[str, Any] = {**FAST, "session_timeout_ms": 20_000}
-    slow = SlowToRejoin(group, bootstrap_servers=kafka, **slow_settings)
-    members.append(slow)
-    slow.start()
-    wait_until(lambda: settled([slow], 1), 30, "the first member")
-    slow.hold_s = 5.0
-    (joining,) = start(members, kafka, group, 1)
-    wait_until(lambda: settled([slow, joining], 2), 30, "two members")
-    slow.hold_s = 0.0
-    joined = joining.last()[0]
-    assert joining.membership_lease() > 0
-    time.sleep(3 * FAST["heartbeat_interval_ms"] / 1000 + 1)  # a few heartbeats
-    assert joining.generation_if_stable() is not None
-    assert joining.generation().generation_id == joined
-    with joining.lock:
-        assert [g for g, _ in joining.prepared] == [-1]  # its first join only
-        assert [c[0] for c in joining.completed] == [joined]
-    assert joining.metrics().rebalance_total == 1
+    slow = SlowToRejoin(group, bootstrap_servers=kafka, **SLOW_MEMBER)
+    assert_keeps_its_first_generation(joined_behind(slow, "hold_s", kafka, group, members))
 
 
 class SlowToAssign(Listing):
@@ -151,24 +167,8 @@ def test_a_sync_that_waited_longer_than_its_lease_keeps_what_it_was_handed(
     # lease. It proves its session with a heartbeat and its SyncGroup again before taking
     # the assignment, instead of leaving and joining again at its first heartbeat.
     group = new_group()
-    leader_settings: dict[str, Any] = {**FAST, "session_timeout_ms": 20_000}
-    leader = SlowToAssign(group, bootstrap_servers=kafka, **leader_settings)
-    members.append(leader)
-    leader.start()
-    wait_until(lambda: settled([leader], 1), 30, "the first member")
-    leader.assign_s = 5.0
-    (follower,) = start(members, kafka, group, 1)
-    wait_until(lambda: settled([leader, follower], 2), 30, "two members")
-    leader.assign_s = 0.0
-    joined = follower.last()[0]
-    assert follower.membership_lease() > 0
-    time.sleep(3 * FAST["heartbeat_interval_ms"] / 1000 + 1)  # a few heartbeats
-    assert follower.generation_if_stable() is not None
-    assert follower.generation().generation_id == joined
-    with follower.lock:
-        assert [g for g, _ in follower.prepared] == [-1]  # its first join only
-        assert [c[0] for c in follower.completed] == [joined]
-    assert follower.metrics().rebalance_total == 1
+    leader = SlowToAssign(group, bootstrap_servers=kafka, **SLOW_MEMBER)
+    assert_keeps_its_first_generation(joined_behind(leader, "assign_s", kafka, group, members))
 
 
 def two_members_and_a_process(
