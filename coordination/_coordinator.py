@@ -11,6 +11,7 @@ from typing import Any
 from typing_extensions import Self
 
 from ._config import CoordinatorConfig, check_part
+from ._engine import offsets as _offsets
 from ._engine.clock import Clock
 from ._engine.membership import GroupMembership
 from ._logging import MemberLogAdapter
@@ -339,8 +340,6 @@ class Coordinator(abc.ABC):
             BrokerError: any other refusal (e.g. OFFSET_METADATA_TOO_LARGE,
                 TOPIC_AUTHORIZATION_FAILED), naming the partitions.
         """
-        from ._engine import offsets as _offsets
-
         try:
             _offsets.commit(self._engine, offsets, generation, timeout)
         except CoordinationError as e:
@@ -367,8 +366,6 @@ class Coordinator(abc.ABC):
             CoordinationTimeoutError: the coordinator did not answer in time.
             BrokerError: the broker refused (e.g. GROUP_AUTHORIZATION_FAILED).
         """
-        from ._engine import offsets as _offsets
-
         return _offsets.fetch(self._engine, partitions, timeout)
 
     def metrics(self) -> MemberMetrics:

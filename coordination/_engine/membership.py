@@ -197,6 +197,9 @@ class GroupMembership:
         # act on its assignment until its own lease ends, so this member's assignments take
         # effect no earlier than this (engine clock); None when there is nothing to wait for.
         self._takeover_fence_until: float | None = None
+        # Whether the transport was asked to prepare later requests (once, after the first
+        # join: see _warm_up_once).
+        self._warmed_up = False
         # When FindCoordinator began failing to get any answer, and when that was last logged.
         self._unreachable_since: float | None = None
         self._unreachable_warned_at: float | None = None
@@ -614,6 +617,7 @@ class GroupMembership:
             try:
                 self.ensure_coordinator_ready(deadline=None)
                 self.join_group_if_needed(deadline=None)
+                self._warm_up_once()
                 with self._lock:
                     if self._coordinator is not None and not self._work_pending_locked():
                         self._changed.wait(_IDLE_WAIT_S)
@@ -636,6 +640,19 @@ class GroupMembership:
                 self._sleep(self._retry_backoff.next_delay())
             except _Stopped:
                 break
+
+    def _warm_up_once(self) -> None:
+        """Once the first join is done, let the transport prepare the requests this member
+        has not sent yet (a leader's first commit, its LeaveGroup), so that preparing them
+        does not hold up a later rebalance or handoff, when every millisecond counts."""
+        if self._warmed_up:
+            return
+        with self._lock:
+            stable = self._state is MemberState.STABLE and self._pending is None
+            coordinator = self._coordinator
+        if stable and coordinator is not None:
+            self._warmed_up = True
+            self._transport.warm_up(coordinator)
 
     def _run_heartbeats(self) -> None:
         while not self._stop.is_set():

@@ -73,6 +73,12 @@ class Transport(Protocol):
         """Drop the connection to a coordinator that this member no longer trusts."""
         ...
 
+    def warm_up(self, coordinator: CoordinatorNode) -> None:
+        """Prepare, ahead of their first use, whatever this member's later requests to
+        ``coordinator`` need (the membership thread calls it once, when its first join is
+        done, so that the cost lands outside any rebalance). Best effort: never raises."""
+        ...
+
     def close(self) -> None:
         """Release every connection and thread; later sends fail with TransportError."""
         ...

@@ -208,6 +208,41 @@ class KafkaTransport:
         if direct is not None:
             direct.close()
 
+    def warm_up(self, coordinator: CoordinatorNode) -> None:
+        """Build the encoder and decoder of every group request, in the version the
+        coordinator's connection sends it in, before its first use.
+
+        kafka-python generates each message version's codec the first time it is used
+        (Python source, compiled: several milliseconds of CPU each, more on a busy host). A
+        member sends some requests only at the moment that matters: an elected leader's
+        first OffsetCommit, a closing leader's LeaveGroup. Built in advance, they no longer
+        hold up a handoff. Only the connections this side drives know their versions in
+        advance; kafka-python's own (a SASL login) build theirs at first use, as before.
+        """
+        try:
+            direct = self._direct_connection(self._coordinator_node_id(coordinator))
+            if direct is None:
+                return
+            started = time.monotonic()
+            built = 0
+            for sample, response_type in _codec_samples():
+                request = self._encode(sample)
+                version = direct.api_version(request)
+                if version is None or (response_type, version) in _WARMED:
+                    continue
+                request.encode(version=version)
+                response_type.decode(response_type().encode(version=version), version=version)
+                _WARMED.add((response_type, version))
+                built += 1
+            log.debug(
+                "%s: codecs of %d group requests built in %.1f ms",
+                direct,
+                built,
+                (time.monotonic() - started) * 1000,
+            )
+        except Exception:  # best effort: a request built at first use works all the same
+            log.debug("building the codecs of the group requests failed", exc_info=True)
+
     def close(self) -> None:
         if self._closed:
             return
@@ -477,6 +512,30 @@ def _offset_fetch(request: m.OffsetFetchRequest) -> Any:
         min_version=1,
         max_version=m.MAX_VERSIONS["OffsetFetch"],
     )
+
+
+# The (response class, version) pairs whose codecs are built (see warm_up); one process's
+# members share kafka-python's classes, so each pair is built once per process.
+_WARMED: set[tuple[Any, int]] = set()
+
+
+def _codec_samples() -> list[tuple[m.Request, Any]]:
+    """One request of each kind the engine sends to the coordinator, with its answer's class."""
+    group, member, instance = "g", "m", None
+    return [
+        (m.HeartbeatRequest(group, 1, member, instance), kgroup.HeartbeatResponse),
+        (
+            m.JoinGroupRequest(group, 1, 1, member, instance, "p", (("p", b""),), None),
+            kgroup.JoinGroupResponse,
+        ),
+        (m.SyncGroupRequest(group, 1, member, instance, "p", "p"), kgroup.SyncGroupResponse),
+        (m.LeaveGroupRequest(group, member, instance, None), kgroup.LeaveGroupResponse),
+        (
+            m.OffsetCommitRequest(group, 1, member, instance, (("t", 0, 0, None),)),
+            kgroup.OffsetCommitResponse,
+        ),
+        (m.OffsetFetchRequest(group, (("t", 0),)), kgroup.OffsetFetchResponse),
+    ]
 
 
 # What a broker answers when it refuses a login or a principal.

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import kafka.errors as kafka_errors
 from kafka.protocol.broker_version_data import BrokerVersionData
 from kafka.protocol.metadata import ApiVersionsRequest
 
@@ -111,6 +112,18 @@ class DirectConnection:
                 ) from e
         finally:
             self._lock.release()
+
+    def api_version(self, request: Any) -> int | None:
+        """The version ``request`` is sent in on this connection; None before it has
+        connected (the versions come from the broker's ApiVersions) or if none fits."""
+        versions = self._versions
+        if versions is None:
+            return None
+        try:
+            version: int = versions.api_version(request)
+        except kafka_errors.IncompatibleBrokerVersion:
+            return None
+        return version
 
     def close(self) -> None:
         """Close the connection; an exchange waiting for an answer fails at once."""

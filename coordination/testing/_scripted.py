@@ -105,6 +105,9 @@ class ScriptedTransport:
     def disconnect(self, coordinator: CoordinatorNode) -> None:
         self.disconnects.append(coordinator)
 
+    def warm_up(self, coordinator: CoordinatorNode) -> None:
+        pass  # nothing to prepare: scripted answers
+
     def close(self) -> None:
         self.closed = True
 

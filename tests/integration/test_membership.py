@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -292,6 +294,57 @@ def test_a_session_timeout_the_broker_refuses_is_a_clear_error(kafka: str, membe
         errors.InvalidSessionTimeoutError, match=r"group\.max\.session\.timeout\.ms"
     ):
         member.ensure_active_group(timeout=30)
+
+
+# Run in a fresh process: kafka-python builds each message version's codec once per process,
+# and the tests before this one have built them all in the test process.
+FIRST_USE = """
+import builtins, logging, sys, threading
+from coordination import OffsetAndMetadata
+from tests.integration.members import Listing, new_group, wait_until
+
+built = threading.Event()
+
+class Built(logging.Handler):
+    def emit(self, record):
+        if "codecs of" in record.getMessage():
+            built.set()
+
+transport_log = logging.getLogger("coordination.transport")
+transport_log.setLevel(logging.DEBUG)
+transport_log.addHandler(Built())
+member = Listing(new_group(), bootstrap_servers=sys.argv[1])
+member.start()
+wait_until(built.is_set, 30, "the codecs built after the first join")
+compiled = []
+real_compile = builtins.compile
+
+def recording_compile(*args, **kwargs):
+    if threading.current_thread() is threading.main_thread():
+        compiled.append(args[1])
+    return real_compile(*args, **kwargs)
+
+builtins.compile = recording_compile
+where = ("__consumer_offsets", 0)
+member.commit_offsets({where: OffsetAndMetadata(1, "first commit")})
+assert member.committed_offsets([where])[where].offset == 1
+member.close()
+print("compiled on first use:", compiled)
+"""
+
+
+def test_a_members_first_commit_and_its_leave_build_no_codec(kafka: str) -> None:
+    """A leader's first OffsetCommit and a closing member's LeaveGroup happen in the middle of
+    a handoff; the codecs they need are built after the first join, not then."""
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_USE, kafka],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "compiled on first use: []", done.stdout
 
 
 def test_metrics_count_what_happened(kafka: str, members) -> None:

@@ -256,6 +256,9 @@ class SimTransport:
     def disconnect(self, coordinator: CoordinatorNode) -> None:
         self._close_connection(coordinator.node_id, "disconnected by the member")
 
+    def warm_up(self, coordinator: CoordinatorNode) -> None:
+        pass  # nothing to prepare: messages are passed as objects
+
     def close(self) -> None:
         self.closed = True
         for node_id in list(self._connections):
