@@ -143,6 +143,67 @@ def test_the_rebalance_leader_reads_the_stored_token(setup) -> None:
     assert outcome.stored_token == 40  # so the elected member need not read it again
 
 
+OTHER = "m-2"
+
+
+def handed(election: LeaderElection, generation: int, token: int | None, stored: int | None):
+    """This member is handed the outcome of ``generation``: another member leads with
+    ``token`` (None: nobody leads), and the stored token was ``stored`` at its start."""
+    leader = OTHER if token is not None else None
+    identities = {MEMBER: election.identity, OTHER: "http://b"}
+    outcome = Outcome(
+        leader, "http://b" if leader else None, token, identities, stored_token=stored
+    )
+    election._elector.joined(generation, MEMBER, encode_outcome(outcome))
+
+
+def assign_as_rebalance_leader(election: LeaderElection, generation: int) -> Outcome:
+    members = [Member(MEMBER, None, encode_candidate(Candidate("http://a")))]
+    return decode_outcome(election._elector.assign(generation, MEMBER, members)[MEMBER])
+
+
+@pytest.mark.parametrize("token", [30, None], ids=["leader", "no leader"])
+def test_the_rebalance_leader_knows_the_stored_token_from_the_previous_outcome(
+    setup, token
+) -> None:
+    # Between generations 5 and 6 only generation 5's elected member could commit, and only
+    # its token (30): the stored token is 30 if that commit landed, else still 20.
+    election, offsets, _ = setup
+    handed(election, 5, token, stored=20)
+    outcome = assign_as_rebalance_leader(election, 6)
+    assert offsets.reads == 0  # one round trip fewer on every handoff
+    expected = 20 if token is None else 30
+    assert outcome.stored_token == expected and outcome.token == expected + 1
+
+
+def test_the_rebalance_leader_reads_when_it_missed_a_generation(setup) -> None:
+    # Generation 5 elected someone whose token this member never saw, and who stored it.
+    election, offsets, _ = setup
+    offsets.stored[WHERE] = OffsetAndMetadata(40, "")
+    handed(election, 4, 30, stored=20)
+    outcome = assign_as_rebalance_leader(election, 6)
+    assert offsets.reads == 1
+    assert outcome.stored_token == 40 and outcome.token == 41
+
+
+def test_the_rebalance_leader_reads_after_losing_its_place(setup) -> None:
+    election, offsets, _ = setup
+    offsets.stored[WHERE] = OffsetAndMetadata(40, "")
+    handed(election, 5, 30, stored=20)
+    election._elector.lost()  # removed from the group: it may have missed anything since
+    assert assign_as_rebalance_leader(election, 6).token == 41
+    assert offsets.reads == 1
+
+
+def test_the_rebalance_leader_reads_when_the_previous_outcome_did_not_say(setup) -> None:
+    # The previous rebalance leader was of a version that does not pass the stored token.
+    election, offsets, _ = setup
+    offsets.stored[WHERE] = OffsetAndMetadata(40, "")
+    handed(election, 5, 30, stored=None)
+    assert assign_as_rebalance_leader(election, 6).token == 41
+    assert offsets.reads == 1
+
+
 def test_the_elected_member_trusts_the_stored_token_read_in_its_generation(setup) -> None:
     election, offsets, elected = setup
     elect(election, 12, stored_token=11)
