@@ -255,19 +255,25 @@ class KafkaWakeups:
             if item.timeline:
                 timeline.append(item)
                 continue
-            leaving = item.value.get("event") == "leave"  # its timeline goes out first
-            if item is _SEND_TIMELINE or leaving:
-                batch, timeline = timeline, []
-                if batch and not self._produce_retried(batch):
-                    return
-                self.stats.timeline_sent += len(batch)
+            leaving = item.value.get("event") == "leave"
             if item is not _SEND_TIMELINE:
-                if not self._produce_retried([item]):
+                # A leaving member's wake-up goes out before its timeline, which the others
+                # are not waiting for; flush() (close) waits for both.
+                if not self._produce_retried([item], done=not (leaving and timeline)):
+                    item.done.set()
                     return
                 self.stats.sent += 1
+            if item is _SEND_TIMELINE or leaving:
+                batch, timeline = timeline, []
+                sent = not batch or self._produce_retried(batch)
+                item.done.set()
+                if not sent:
+                    return
+                self.stats.timeline_sent += len(batch)
 
-    def _produce_retried(self, items: list[_Announcement]) -> bool:
-        """Send ``items`` (to one partition), with a few retries; False once stopping."""
+    def _produce_retried(self, items: list[_Announcement], *, done: bool = True) -> bool:
+        """Send ``items`` (to one partition), with a few retries; False once stopping.
+        ``done``: mark them done (sent or given up) afterwards."""
         try:
             for attempt in range(3):
                 try:
@@ -283,8 +289,9 @@ class KafkaWakeups:
         except Exception:
             log.exception("group %r: wake-up publisher failed", self._group_id)
         finally:
-            for item in items:
-                item.done.set()
+            if done:
+                for item in items:
+                    item.done.set()
         return True
 
     # -- requests --------------------------------------------------------------------

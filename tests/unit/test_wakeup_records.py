@@ -7,6 +7,8 @@ member writes is skipped, whatever its bytes, and what reaches the logs is cut s
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -71,3 +73,35 @@ def test_its_own_records_do_not_wake_it() -> None:
     wakeups, woken = channel()
     wakeups._received(record(sender=wakeups._sender))
     assert woken == []
+
+
+def test_a_leaving_members_wake_up_goes_out_before_its_timeline_and_close_waits_for_both() -> None:
+    # The others rejoin on the wake-up; the member's timeline (rebalances it completed, sent
+    # TIMELINE_DELAY_S late) can come second, but close() must not cut it off.
+    wakeups = KafkaWakeups(None, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
+    produced: list[list[str]] = []
+    timeline_may_go = threading.Event()
+
+    def produce(route: Any, items: list[Any]) -> None:
+        if items[0].timeline:
+            assert timeline_may_go.wait(5)
+        produced.append([item.value.get("event", "timeline") for item in items])
+
+    wakeups._produce = produce  # type: ignore[method-assign]
+    wakeups._located = lambda timeline=False: None  # type: ignore[method-assign,assignment,misc]
+    publisher = threading.Thread(target=wakeups._publish, daemon=True)
+    wakeups._threads.append(publisher)
+    publisher.start()
+    wakeups.record_rebalance({"generation": 3})
+    wakeups.announce("m-1", "leave", 3)
+    deadline = time.monotonic() + 5
+    while produced != [["leave"]] and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert produced == [["leave"]]  # not held up by the timeline
+    wakeups.flush(0.1)
+    assert wakeups._last is not None and not wakeups._last.done.is_set()  # close() waits on
+    timeline_may_go.set()
+    wakeups.flush(5)
+    assert wakeups._last.done.is_set() and produced == [["leave"], ["timeline"]]
+    wakeups.close(1)
+    assert not publisher.is_alive()
