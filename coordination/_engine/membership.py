@@ -1633,7 +1633,15 @@ class GroupMembership:
                     )
                 elif self._wakeups is not None:
                     # Only now: a wake-up that overtook the LeaveGroup would find no rebalance.
-                    self._wakeups.announce(generation.member_id, "leave", generation.generation_id)
+                    # From this thread, at once: the others are waiting for it.
+                    self._wakeups.announce(
+                        generation.member_id,
+                        "leave",
+                        generation.generation_id,
+                        timeout_s=min(
+                            _LEAVE_WAKEUP_WAIT_S, max(0.0, deadline - self._clock.monotonic())
+                        ),
+                    )
             except TransportError as e:
                 self._log.info(
                     "%s: LeaveGroup got no response (%s); the session will expire instead",

@@ -95,9 +95,18 @@ class Wakeups(Protocol):
         None)."""
         ...
 
-    def announce(self, member_id: str, event: str, generation: int | None = None) -> None:
-        """Tell the group's other members (in the background); ``generation``: the one a
-        departing member left, announced only once the broker accepted its LeaveGroup."""
+    def announce(
+        self,
+        member_id: str,
+        event: str,
+        generation: int | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Tell the group's other members; ``generation``: the one a departing member left,
+        announced only once the broker accepted its LeaveGroup. In the background, unless
+        ``timeout_s`` is given: then from the calling thread, at once, for at most that long
+        (a departure, which the others are waiting for)."""
         ...
 
     def flush(self, timeout_s: float) -> None:

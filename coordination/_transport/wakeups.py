@@ -111,16 +111,25 @@ class WakeupStats:
 
 
 class _Announcement:
-    def __init__(self, key: bytes, value: Mapping[str, Any], *, timeline: bool = False) -> None:
+    def __init__(
+        self,
+        key: bytes,
+        value: Mapping[str, Any],
+        *,
+        timeline: bool = False,
+        flush_timeline: bool = False,
+    ) -> None:
         self.key = key
         self.value = value
         self.timeline = timeline
+        # Not a record: tells the publisher to send the pending timeline records now.
+        self.flush_timeline = flush_timeline
         self.queued_at = time.monotonic()
         self.done = threading.Event()
 
 
 # Tells the publisher that the timeline's delay is over.
-_SEND_TIMELINE = _Announcement(b"", {})
+_SEND_TIMELINE = _Announcement(b"", {}, flush_timeline=True)
 
 
 def timeline_key(group_id: str) -> bytes:
@@ -175,14 +184,30 @@ class KafkaWakeups:
             self._threads.append(thread)
             thread.start()
 
-    def announce(self, member_id: str, event: str, generation: int | None = None) -> None:
-        """Publish a wake-up for the group's other members (on the publisher thread)."""
+    def announce(
+        self,
+        member_id: str,
+        event: str,
+        generation: int | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Publish a wake-up for the group's other members: on the publisher thread, or with
+        ``timeout_s`` on the calling thread, at once, for at most that long (a departure:
+        the others wait for it, and a thread switch or a timeline batch queued before it
+        would hold it up). Without a route to the partition yet, it is queued all the same."""
         if self._off or self._stop.is_set():
             return
         value: dict[str, Any] = {"member": member_id, "event": event}
         if generation is not None:
             value["generation"] = generation
         item = _Announcement(self._key, value)
+        if timeout_s is not None and self._route is not None:
+            if self._produce_retried([item], deadline=time.monotonic() + timeout_s):
+                self.stats.sent += 1
+            # Tells the publisher to send the pending timeline now: the connections close
+            # next, and flush() waits for it.
+            item = _Announcement(b"", {}, flush_timeline=True)
         self._last = item
         self._queue.put(item)
 
@@ -255,34 +280,44 @@ class KafkaWakeups:
             if item.timeline:
                 timeline.append(item)
                 continue
-            leaving = item.value.get("event") == "leave"
-            if item is not _SEND_TIMELINE:
-                # A leaving member's wake-up goes out before its timeline, which the others
-                # are not waiting for; flush() (close) waits for both.
+            if not item.flush_timeline:
+                # A departure queued (no route when it was announced) goes out before the
+                # timeline, which nobody waits for; flush() (close) waits for both.
+                leaving = item.value.get("event") == "leave"
                 if not self._produce_retried([item], done=not (leaving and timeline)):
                     item.done.set()
                     return
                 self.stats.sent += 1
-            if item is _SEND_TIMELINE or leaving:
-                batch, timeline = timeline, []
-                sent = not batch or self._produce_retried(batch)
-                item.done.set()
-                if not sent:
-                    return
-                self.stats.timeline_sent += len(batch)
+                if not leaving:
+                    continue
+            batch, timeline = timeline, []
+            sent = not batch or self._produce_retried(batch)
+            item.done.set()
+            if not sent:
+                return
+            self.stats.timeline_sent += len(batch)
 
-    def _produce_retried(self, items: list[_Announcement], *, done: bool = True) -> bool:
-        """Send ``items`` (to one partition), with a few retries; False once stopping.
+    def _produce_retried(
+        self, items: list[_Announcement], *, done: bool = True, deadline: float | None = None
+    ) -> bool:
+        """Send ``items`` (to one partition), with a few retries until ``deadline``
+        (monotonic; None: no deadline); False once stopping or past the deadline.
         ``done``: mark them done (sent or given up) afterwards."""
         try:
             for attempt in range(3):
+                left_s = None if deadline is None else deadline - time.monotonic()
+                if left_s is not None and left_s <= 0:
+                    return False
                 try:
-                    self._produce(self._located(timeline=items[0].timeline), items)
+                    self._produce(self._located(timeline=items[0].timeline), items, left_s)
                     return True
                 except (_Retry, TransportError) as e:
                     log.debug("group %r: wake-up not sent (%s)", self._group_id, e)
                     self._failing(str(e))
-                    if self._stop.wait(0.05 * 2**attempt):
+                    backoff_s = 0.05 * 2**attempt
+                    if deadline is not None:
+                        backoff_s = min(backoff_s, max(0.0, deadline - time.monotonic()))
+                    if self._stop.wait(backoff_s):
                         return False
         except _Unusable as e:
             self._turn_off(str(e))
@@ -492,7 +527,9 @@ class KafkaWakeups:
         except (_Unusable, _Retry) as e:
             raise LookupError(f"the wake-up topic {self._topic!r}: {e}") from None
 
-    def _produce(self, route: _Route, items: list[_Announcement]) -> None:
+    def _produce(
+        self, route: _Route, items: list[_Announcement], timeout_s: float | None = None
+    ) -> None:
         builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
         for item in items:
             value = dict(item.value, sender=self._sender)
@@ -514,7 +551,9 @@ class KafkaWakeups:
             ],
             max_version=12,  # topics by name (v13 names them by id)
         )
-        answer = self._send(request, route.produce_node).responses[0].partition_responses[0]
+        answer = (
+            self._send(request, route.produce_node, timeout_s).responses[0].partition_responses[0]
+        )
         self._check(answer.error_code, "publishing", route)
 
     # -- outcomes --------------------------------------------------------------------

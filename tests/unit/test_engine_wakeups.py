@@ -26,6 +26,7 @@ class RecordedWakeups:
     def __init__(self) -> None:
         self.announced: list[tuple[str, str]] = []
         self.generations: list[int | None] = []
+        self.timeouts: list[float | None] = []
         self.flushed: list[float] = []
         self.rebalances: list[Mapping[str, Any]] = []
         self.wake: Callable[[str, int | None], None] | None = None
@@ -34,9 +35,17 @@ class RecordedWakeups:
     def start(self, wake: Callable[[str, int | None], None]) -> None:
         self.wake = wake
 
-    def announce(self, member_id: str, event: str, generation: int | None = None) -> None:
+    def announce(
+        self,
+        member_id: str,
+        event: str,
+        generation: int | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> None:
         self.announced.append((member_id, event))
         self.generations.append(generation)
+        self.timeouts.append(timeout_s)
 
     def flush(self, timeout_s: float) -> None:
         self.flushed.append(timeout_s)
@@ -139,6 +148,9 @@ def test_leaving_announces_and_waits_for_the_announcement_before_closing() -> No
     h.engine.close(timeout_s=5)
     assert h.wakeups.announced[-1] == ("m-1", "leave")
     assert h.wakeups.generations[-1] == 1  # the generation it left, for the others
+    # Sent from the closing thread at once, within the time close() allows for it.
+    timeout_s = h.wakeups.timeouts[-1]
+    assert timeout_s is not None and 0 < timeout_s <= 1.0
     assert h.wakeups.flushed and 0 < h.wakeups.flushed[0] <= 1.0
     assert h.wakeups.closed
 

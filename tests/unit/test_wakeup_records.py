@@ -75,33 +75,42 @@ def test_its_own_records_do_not_wake_it() -> None:
     assert woken == []
 
 
-def test_a_leaving_members_wake_up_goes_out_before_its_timeline_and_close_waits_for_both() -> None:
+@pytest.mark.parametrize("route_known", [True, False], ids=["from-the-caller", "queued"])
+def test_a_leaving_members_wake_up_goes_out_before_its_timeline_and_close_waits_for_both(
+    route_known: bool,
+) -> None:
     # The others rejoin on the wake-up; the member's timeline (rebalances it completed, sent
-    # TIMELINE_DELAY_S late) can come second, but close() must not cut it off.
+    # TIMELINE_DELAY_S late) can come second, but close() must not cut it off. With the
+    # partition known, the closing thread sends the wake-up itself, before announce returns.
     wakeups = KafkaWakeups(None, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
-    produced: list[list[str]] = []
+    produced: list[tuple[str, str]] = []
     timeline_may_go = threading.Event()
 
-    def produce(route: Any, items: list[Any]) -> None:
+    def produce(route: Any, items: list[Any], timeout_s: float | None = None) -> None:
         if items[0].timeline:
             assert timeline_may_go.wait(5)
-        produced.append([item.value.get("event", "timeline") for item in items])
+        events = ",".join(item.value.get("event", "timeline") for item in items)
+        produced.append((events, threading.current_thread().name))
 
     wakeups._produce = produce  # type: ignore[method-assign]
     wakeups._located = lambda timeline=False: None  # type: ignore[method-assign,assignment,misc]
-    publisher = threading.Thread(target=wakeups._publish, daemon=True)
+    if route_known:
+        wakeups._route = object()  # type: ignore[assignment]
+    publisher = threading.Thread(target=wakeups._publish, name="publisher", daemon=True)
     wakeups._threads.append(publisher)
     publisher.start()
     wakeups.record_rebalance({"generation": 3})
-    wakeups.announce("m-1", "leave", 3)
+    wakeups.announce("m-1", "leave", 3, timeout_s=1.0)
+    sender = threading.current_thread().name if route_known else "publisher"
     deadline = time.monotonic() + 5
-    while produced != [["leave"]] and time.monotonic() < deadline:
+    while not produced and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert produced == [["leave"]]  # not held up by the timeline
+    assert produced == [("leave", sender)]  # not held up by the timeline
     wakeups.flush(0.1)
     assert wakeups._last is not None and not wakeups._last.done.is_set()  # close() waits on
     timeline_may_go.set()
     wakeups.flush(5)
-    assert wakeups._last.done.is_set() and produced == [["leave"], ["timeline"]]
+    assert wakeups._last.done.is_set()
+    assert produced == [("leave", sender), ("timeline", "publisher")]
     wakeups.close(1)
     assert not publisher.is_alive()
