@@ -197,6 +197,8 @@ class GroupMembership:
         # act on its assignment until its own lease ends, so this member's assignments take
         # effect no earlier than this (engine clock); None when there is nothing to wait for.
         self._takeover_fence_until: float | None = None
+        # While perform_assignment runs: when it overruns the rebalance timeout (engine clock).
+        self._assignment_overdue_at: float | None = None
         # Whether the transport was asked to prepare later requests (once, after the first
         # join: see _warm_up_once).
         self._warmed_up = False
@@ -1109,23 +1111,9 @@ class GroupMembership:
         assert generation.protocol is not None
         budget_s = self._config.rebalance_timeout_ms / 1000
         started = self._clock.monotonic()
-
-        def overdue() -> None:
-            self._log.warning(
-                "%s: perform_assignment has run for more than rebalance_timeout_ms (%d ms); "
-                "the broker is evicting members that cannot sync in time. Make it faster or "
-                "raise rebalance_timeout_ms",
-                self._who(),
-                self._config.rebalance_timeout_ms,
-            )
-
-        finished = self._clock.event()
-
-        def watch() -> None:
-            if not finished.wait(budget_s):
-                overdue()
-
-        self._clock.thread(watch, f"coordination-assign-watchdog|{self._config.group_id}").start()
+        with self._lock:
+            # Watched by the heartbeat thread (see _warn_if_assignment_overdue_locked).
+            self._assignment_overdue_at = started + budget_s
         try:
             ok, plan = self._invoke_serialized(
                 "perform_assignment",
@@ -1135,7 +1123,8 @@ class GroupMembership:
                 members,
             )
         finally:
-            finished.set()
+            with self._lock:
+                self._assignment_overdue_at = None
         elapsed = self._clock.monotonic() - started
         if elapsed > budget_s / 2:
             self._log.warning(
@@ -1441,6 +1430,7 @@ class GroupMembership:
         with self._lock:
             if self._stop.is_set():
                 raise _Stopped
+            self._warn_if_assignment_overdue_locked(now)
             active = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
             if not active or self._coordinator is None:
                 return None
@@ -1481,6 +1471,23 @@ class GroupMembership:
                 self._mark_coordinator_unknown(f"heartbeat got no response: {e}")
             return None
         return self._on_heartbeat_response(response.error_code, sent, node, sent_at=now)
+
+    def _warn_if_assignment_overdue_locked(self, now: float) -> None:
+        """Warn (once per assignment) while perform_assignment runs past the rebalance
+        timeout: the heartbeat thread checks at every heartbeat it sends, which it keeps
+        sending meanwhile (a watchdog thread per assignment cost every rebalance a thread
+        start, a fraction of a millisecond on the leader's critical path)."""
+        overdue_at = self._assignment_overdue_at
+        if overdue_at is None or now < overdue_at:
+            return
+        self._assignment_overdue_at = None
+        self._log.warning(
+            "%s: perform_assignment has run for more than rebalance_timeout_ms (%d ms); "
+            "the broker is evicting members that cannot sync in time. Make it faster or "
+            "raise rebalance_timeout_ms",
+            self._who(),
+            self._config.rebalance_timeout_ms,
+        )
 
     def _send_heartbeat(
         self, generation: Generation, coordinator: CoordinatorNode

@@ -417,6 +417,30 @@ def test_perform_assignment_raising_fails_the_rebalance_and_retries() -> None:
     assert h.engine.metrics().failed_rebalance_total == 1
 
 
+def test_a_perform_assignment_past_the_rebalance_timeout_is_reported_while_it_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The broker evicts members that cannot sync in time: say why while it happens (the
+    # heartbeat thread watches; it keeps heartbeating through the sync phase).
+    h = Harness(rebalance_timeout_ms=6000, heartbeat_interval_ms=1000)
+    overdue = "perform_assignment has run for more than rebalance_timeout_ms (6000 ms)"
+    warned_while_running: list[bool] = []
+
+    def slow_assignment(leader_id: str, protocol: str, members: Any) -> Mapping[str, bytes]:
+        for _ in range(8):  # 8 s, a heartbeat a second
+            h.clock.advance(1)
+            h.prepare(m.HeartbeatResponse(error_code=0))
+            h.engine.heartbeat_once()
+            warned_while_running.append(overdue in caplog.text)
+        return {x.member_id: b"" for x in members}
+
+    h.member.perform_assignment = slow_assignment  # type: ignore[method-assign]
+    h.join_as_leader()
+    assert warned_while_running == [False] * 5 + [True] * 3
+    assert caplog.text.count(overdue) == 1  # once per assignment
+    assert "perform_assignment took 8.0s of a 6.0s rebalance timeout" in caplog.text
+
+
 @pytest.mark.parametrize(
     "error",
     [
