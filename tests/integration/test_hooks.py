@@ -87,9 +87,12 @@ def test_prometheus_scrapes_an_election_and_its_handoff(
         **SETTINGS,
     )
     try:
+        # a leads a group of one first: had b's first join landed before a's, b would lead
+        # (a sitting leader keeps its place, whatever a newcomer's priority).
         a.start()
-        b.start()
         wait_until(lambda: a_metrics.value("coordination_leader", group=group) == 1, 30, "a leads")
+        b.start()
+        wait_until(lambda: b.leader() is not None and b.leader().identity == "a", 30, "b follows")  # type: ignore[union-attr]
         token = a_metrics.value("coordination_leader_token", group=group)
         assert token is not None and token >= 1
         assert not b_metrics.value("coordination_leader", group=group)  # no series, or 0

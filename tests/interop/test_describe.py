@@ -81,27 +81,28 @@ def test_a_java_consumer_group_is_decoded(
 def test_an_election_is_decoded_and_names_its_leader_without_joining(kafka: str) -> None:
     group = new_name("elect")
     settings: dict[str, Any] = {"bootstrap_servers": kafka, **FAST}
-    with (
-        LeaderElection(group, identity="http://a", priority=2, **settings) as a,
-        LeaderElection(group, identity="http://b", **settings) as b,
-        LeaderElection(group, identity="http://watch", eligible=False, **settings) as watch,
-    ):
+    b = LeaderElection(group, identity="http://b", **settings)
+    watch = LeaderElection(group, identity="http://watch", eligible=False, **settings)
+    with LeaderElection(group, identity="http://a", priority=2, **settings) as a:
+        # b and watch start once a leads alone: had b's first join landed before a's, b would
+        # lead (a sitting leader keeps its place, whatever a newcomer's priority).
         leader = a.wait_for_leader(30)
-        wait_until(lambda: b.leader() == leader and watch.leader() == leader, 30, "one view")
-        generation = a.coordinator.generation().generation_id
-        described = describe_group(group, bootstrap_servers=kafka)
-        assert described.protocol_type == "election"
-        assert described.summary["leader"] == leader.identity == "http://a"
-        assert described.summary["token"] == leader.token
-        assert described.summary["candidates"] == ["http://a", "http://b"]
-        assert described.summary["observers"] == ["http://watch"]
-        by_identity = {decoded(x)["identity"]: decoded(x) for x in described.members}
-        # Metadata is what each member sent in its last JoinGroup (a before it led).
-        assert by_identity["http://a"]["priority"] == 2
-        assert by_identity["http://b"]["priority"] == 0
-        assert by_identity["http://watch"]["eligible"] is False
-        # Describing is a read: nobody rebalanced.
-        assert a.coordinator.generation().generation_id == generation
+        with b, watch:
+            wait_until(lambda: b.leader() == leader and watch.leader() == leader, 30, "one view")
+            generation = a.coordinator.generation().generation_id
+            described = describe_group(group, bootstrap_servers=kafka)
+            assert described.protocol_type == "election"
+            assert described.summary["leader"] == leader.identity == "http://a"
+            assert described.summary["token"] == leader.token
+            assert described.summary["candidates"] == ["http://a", "http://b"]
+            assert described.summary["observers"] == ["http://watch"]
+            by_identity = {decoded(x)["identity"]: decoded(x) for x in described.members}
+            # Metadata is what each member sent in its last JoinGroup (a's: it leads).
+            assert by_identity["http://a"]["priority"] == 2
+            assert by_identity["http://b"]["priority"] == 0
+            assert by_identity["http://watch"]["eligible"] is False
+            # Describing is a read: nobody rebalanced.
+            assert a.coordinator.generation().generation_id == generation
 
 
 def test_a_gateway_follows_the_leader_through_one_inspector(kafka: str) -> None:
@@ -112,13 +113,18 @@ def test_a_gateway_follows_the_leader_through_one_inspector(kafka: str) -> None:
         GroupInspector(bootstrap_servers=kafka) as inspector,
         LeaderElection(group, identity="http://a", priority=2, **settings) as a,
     ):
+        # a leads a group of one first: had b's first join landed before a's, b would lead
+        # (a sitting leader keeps its place, whatever a newcomer's priority).
+        assert a.wait_for_leader(30).identity == "http://a"
         b.start()
-        a.wait_for_leader(30)
+        wait_until(lambda: b.leader() is not None, 30, "b to join")
         wait_until(lambda: inspector.describe(group).summary["leader"] == "http://a", 30, "a")
         assert group in {g.group_id for g in inspector.list_groups()}
         a.close()
         # The same inspector (its connections) sees the new leader.
         wait_until(lambda: inspector.describe(group).summary["leader"] == "http://b", 30, "b")
+        # The group's assignment names b before b has stored its token and leads.
+        wait_until(lambda: b.is_leader, 30, "b to take up leadership")
         assert inspector.describe(group).summary["token"] == b.leadership().token  # type: ignore[union-attr]
     b.close()
 
