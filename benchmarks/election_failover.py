@@ -329,11 +329,6 @@ def warm_kafka(bootstrap: str, rebalances: int) -> None:
     from recipes.election import LeaderElection
 
     group = f"election-warmup-{uuid.uuid4().hex[:8]}"
-    # Every step down logs a deposition, and the broker may still be loading at first.
-    quiet = [logging.getLogger(name) for name in ("recipes", "coordination")]
-    levels = [log.level for log in quiet]
-    for log in quiet:
-        log.setLevel(logging.ERROR)
     members = [
         LeaderElection(
             group,
@@ -344,7 +339,12 @@ def warm_kafka(bootstrap: str, rebalances: int) -> None:
         )
         for i in range(MEMBERS)
     ]
+    # Every step down logs a deposition, and the broker may still be loading at first.
+    quiet = [logging.getLogger(name) for name in ("recipes", "coordination")]
+    levels = [log.level for log in quiet]
     try:
+        for log in quiet:
+            log.setLevel(logging.ERROR)
         for m in members:
             m.start()
         deadline = time.monotonic() + 120
