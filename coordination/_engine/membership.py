@@ -1629,9 +1629,21 @@ class GroupMembership:
             timeout_s = max(
                 0.5, min(cfg.request_timeout_ms / 1000, deadline - self._clock.monotonic())
             )
+            # Where the coordinator also leads the wake-up partition, the departure rides
+            # behind the LeaveGroup on its connection: the broker appends it right after
+            # accepting the LeaveGroup, a round trip sooner than sending it after the answer.
+            departure = (
+                None
+                if self._wakeups is None
+                else self._wakeups.departure(generation.member_id, generation.generation_id)
+            )
             try:
                 response = self._transport.send(
-                    request, msg.LeaveGroupResponse, coordinator=node, timeout_s=timeout_s
+                    request,
+                    msg.LeaveGroupResponse,
+                    coordinator=node,
+                    timeout_s=timeout_s,
+                    then=departure,
                 )
                 code = response.error_code or response.member_error_code
                 if code != ErrorCode.NONE:
@@ -1639,8 +1651,9 @@ class GroupMembership:
                         "%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code)
                     )
                 elif self._wakeups is not None:
-                    # Only now: a wake-up that overtook the LeaveGroup would find no rebalance.
-                    # From this thread, at once: the others are waiting for it.
+                    # Only now (unless it rode behind the LeaveGroup): a wake-up that overtook
+                    # the LeaveGroup would find no rebalance. From this thread, at once: the
+                    # others are waiting for it.
                     self._wakeups.announce(
                         generation.member_id,
                         "leave",

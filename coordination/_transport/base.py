@@ -47,6 +47,24 @@ class TransportError(Exception):
         return self.error_type(f"{context}: {self}")
 
 
+class FollowUp(Protocol):
+    """A request for one broker that may ride on the coordinator's connection right behind
+    another request: the broker handles one connection's requests one at a time, in order,
+    so the follow-up is handled only once the request before it has been answered, a round
+    trip sooner than if it were sent after that answer came back."""
+
+    broker_id: int
+    """The broker it is for: it rides along only when that broker is the coordinator."""
+
+    def request(self) -> Any:
+        """The request, in the transport's own form."""
+        ...
+
+    def answered(self, response: Any) -> None:
+        """Its response, or the TransportError it got instead."""
+        ...
+
+
 class Transport(Protocol):
     """Sends group requests and returns their responses, blocking the calling thread.
 
@@ -61,8 +79,13 @@ class Transport(Protocol):
         *,
         coordinator: CoordinatorNode | None,
         timeout_s: float,
+        then: FollowUp | None = None,
     ) -> R:
         """Send ``request`` to ``coordinator`` (or any broker if None); return the response.
+
+        ``then``: sent right behind ``request`` on the same connection if the coordinator
+        is ``then.broker_id`` and the transport can; its answer goes to ``then.answered``.
+        Otherwise it is not sent at all, and the caller's ``then`` learns nothing.
 
         Raises:
             TransportError: no response arrived within ``timeout_s``, or the connection failed.
@@ -93,6 +116,13 @@ class Wakeups(Protocol):
         """Start listening; call ``wake(reason, left_generation)`` for each other member's
         announcement (``left_generation``: the generation a departing member left, else
         None)."""
+        ...
+
+    def departure(self, member_id: str, generation: int) -> FollowUp | None:
+        """A departure from ``generation``, ready to follow this member's LeaveGroup on the
+        coordinator's connection (so that it is handled right after the broker accepted
+        the LeaveGroup); None if it cannot. ``announce`` of that departure afterwards sends
+        it only if it did not get through that way."""
         ...
 
     def announce(

@@ -29,7 +29,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest as KFindCoordinatorRe
 from .._config import bootstrap_list, split_server
 from .._protocol import messages as m
 from ..errors import AuthenticationFailedError, ConfigurationError, TlsError
-from .base import CoordinatorNode, TransportError
+from .base import CoordinatorNode, FollowUp, TransportError
 from .link import DirectConnection, DirectSettings
 
 log = logging.getLogger("coordination.transport")
@@ -97,6 +97,7 @@ class KafkaTransport:
         *,
         coordinator: CoordinatorNode | None,
         timeout_s: float,
+        then: FollowUp | None = None,
     ) -> R:
         if self._closed:
             raise TransportError("transport is closed")
@@ -104,7 +105,20 @@ class KafkaTransport:
         node_id = self._coordinator_node_id(coordinator) if coordinator else None
         direct = self._direct_connection(node_id)
         if direct is not None:
-            raw = _exchange(direct, kafka_request, timeout_s)
+            if (
+                then is not None
+                and coordinator is not None
+                and then.broker_id == coordinator.node_id
+            ):
+                try:
+                    raw, follow_up = direct.exchange_pair(kafka_request, then.request(), timeout_s)
+                except kafka_errors.IncompatibleBrokerVersion as e:
+                    raise TransportError(
+                        f"broker does not support {type(request).__name__}: {e}"
+                    ) from e
+                then.answered(follow_up)
+            else:
+                raw = _exchange(direct, kafka_request, timeout_s)
             return self._checked(self._decode(raw), response_type)
         self._ensure_bootstrapped(timeout_s)
         timeout_ms = max(1, int(timeout_s * 1000))

@@ -113,6 +113,56 @@ class DirectConnection:
         finally:
             self._lock.release()
 
+    def exchange_pair(self, first: Any, second: Any, timeout_s: float) -> tuple[Any, Any]:
+        """Send two requests back to back and return both responses, the second's in its
+        place a TransportError if it got none. The broker handles one connection's requests
+        one at a time, in order: ``second`` is handled only once ``first`` is answered,
+        without the wait for that answer to travel here and a new request to travel back.
+
+        Raises:
+            TransportError: ``first`` got no answer (``second`` may or may not have been
+                handled); the connection is closed.
+        """
+        deadline = time.monotonic() + timeout_s
+        if not self._lock.acquire(timeout=max(0.0, timeout_s)):
+            raise TransportError(f"{type(first).__name__}: {self} stayed busy for {timeout_s:.1f}s")
+        try:
+            if self._closed:
+                raise TransportError(f"{self} is closed")
+            try:
+                sock = self._connected(deadline)
+                try:
+                    self._choose_version(second)
+                except kafka_errors.IncompatibleBrokerVersion as e:
+                    refused = TransportError(f"broker does not support {type(second).__name__}")
+                    refused.__cause__ = e
+                    return self._round_trip(sock, first, deadline), refused
+                first_id, framed_first = self._framed(first)
+                second_id, framed_second = self._framed(second)
+                sock.settimeout(_remaining(deadline))
+                sock.sendall(framed_first + framed_second)
+                answer = self._answer(sock, first, first_id, deadline)
+            except TransportError:
+                self._drop()
+                raise
+            except (OSError, ValueError) as e:
+                self._drop()
+                raise TransportError(
+                    f"{type(first).__name__} got no response from {self}: {e!r}"
+                ) from e
+            try:
+                return answer, self._answer(sock, second, second_id, deadline)
+            except TransportError as e:
+                self._drop()
+                return answer, e
+            except (OSError, ValueError) as e:
+                self._drop()
+                return answer, TransportError(
+                    f"{type(second).__name__} got no response from {self}: {e!r}"
+                )
+        finally:
+            self._lock.release()
+
     def api_version(self, request: Any) -> int | None:
         """The version ``request`` is sent in on this connection; None before it has
         connected (the versions come from the broker's ApiVersions) or if none fits."""
@@ -222,17 +272,31 @@ class DirectConnection:
         raise TransportError(f"{self}: the broker answers no ApiVersions version")
 
     def _round_trip(self, sock: socket.socket, request: Any, deadline: float) -> Any:
+        correlation_id, framed = self._framed(request)
+        sock.settimeout(_remaining(deadline))
+        sock.sendall(framed)
+        return self._answer(sock, request, correlation_id, deadline)
+
+    def _choose_version(self, request: Any) -> None:
         if request.API_VERSION is None:
             assert self._versions is not None
             # Raises IncompatibleBrokerVersion (a KafkaError) if no version fits: the caller's.
             request.API_VERSION = self._versions.api_version(request)
+
+    def _framed(self, request: Any) -> tuple[int, bytes]:
+        """The request's correlation id and its bytes on the wire."""
+        self._choose_version(request)
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
         correlation_id = self._correlation_id
         request.with_header(correlation_id=correlation_id, client_id=self._settings.client_id)
-        sock.settimeout(_remaining(deadline))
-        sock.sendall(request.encode(header=True, framed=True))
+        framed = request.encode(header=True, framed=True)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: sent %s %d", self, type(request).__name__, correlation_id)
+        return correlation_id, framed
+
+    def _answer(
+        self, sock: socket.socket, request: Any, correlation_id: int, deadline: float
+    ) -> Any:
         size = struct.unpack(">i", self._read(sock, 4, deadline))[0]
         if not 4 <= size <= self._settings.max_response_bytes:
             raise TransportError(f"{self}: a response of {size} bytes")

@@ -7,8 +7,10 @@ Here a member that joins, rejoins of its own accord, or leaves also appends a sm
 one partition of a shared topic; the members of its group long-poll that partition, and one
 that reads another member's record sends a heartbeat at once. A heartbeat only asks the
 broker whether a rebalance is under way, so a stray or late wake-up never causes one. A
-departure, announced once the broker accepted the LeaveGroup, names the generation left: a
+departure, announced once the broker handled the LeaveGroup, names the generation left: a
 member still in it rejoins without asking (the broker rebalances whenever a member leaves).
+Where the coordinator leads the group's partition, the departure rides behind the LeaveGroup
+on the coordinator's connection (the broker handles a connection's requests in order).
 
 The topic (default ``coordination.wakeups``) is created on first use with
 :data:`PARTITIONS` partitions and an hour's retention; a group uses partition
@@ -103,6 +105,8 @@ class WakeupStats:
 
     sent: int = 0
     """Wake-ups published."""
+    sent_with_leave: int = 0
+    """Of those, departures that rode behind their LeaveGroup (see ``departure``)."""
     timeline_sent: int = 0
     """Timeline records published."""
     received: int = 0
@@ -165,6 +169,7 @@ class KafkaWakeups:
         self._off = False
         self._queue: queue.SimpleQueue[_Announcement | None] = queue.SimpleQueue()
         self._last: _Announcement | None = None
+        self._departure: _Departure | None = None
         self._threads: list[threading.Thread] = []
         self._wake: Callable[[str, int | None], None] = lambda reason, left: None
         self._failing_since: float | None = None
@@ -184,6 +189,18 @@ class KafkaWakeups:
             self._threads.append(thread)
             thread.start()
 
+    def departure(self, member_id: str, generation: int) -> _Departure | None:
+        """The departure's wake-up, ready to follow the LeaveGroup on the coordinator's
+        connection when the coordinator also leads the group's partition (always on a
+        single broker): the broker then appends it right after accepting the LeaveGroup."""
+        route = self._route
+        if self._off or self._stop.is_set() or route is None:
+            return None
+        self._departure = _Departure(
+            self, route, self._announcement(member_id, "leave", generation)
+        )
+        return self._departure
+
     def announce(
         self,
         member_id: str,
@@ -195,14 +212,17 @@ class KafkaWakeups:
         """Publish a wake-up for the group's other members: on the publisher thread, or with
         ``timeout_s`` on the calling thread, at once, for at most that long (a departure:
         the others wait for it, and a thread switch or a timeline batch queued before it
-        would hold it up). Without a route to the partition yet, it is queued all the same."""
+        would hold it up). Without a route to the partition yet, it is queued all the same.
+        A departure that already followed the LeaveGroup (see ``departure``) is not sent
+        again."""
         if self._off or self._stop.is_set():
             return
-        value: dict[str, Any] = {"member": member_id, "event": event}
-        if generation is not None:
-            value["generation"] = generation
-        item = _Announcement(self._key, value)
-        if timeout_s is not None and self._route is not None:
+        item = self._announcement(member_id, event, generation)
+        sent_along = self._departure
+        if sent_along is not None and sent_along.delivered and sent_along.item.value == item.value:
+            # Tells the publisher to send the pending timeline now (see below).
+            item = _Announcement(b"", {}, flush_timeline=True)
+        elif timeout_s is not None and self._route is not None:
             if self._produce_retried([item], deadline=time.monotonic() + timeout_s):
                 self.stats.sent += 1
             # Tells the publisher to send the pending timeline now: the connections close
@@ -210,6 +230,12 @@ class KafkaWakeups:
             item = _Announcement(b"", {}, flush_timeline=True)
         self._last = item
         self._queue.put(item)
+
+    def _announcement(self, member_id: str, event: str, generation: int | None) -> _Announcement:
+        value: dict[str, Any] = {"member": member_id, "event": event}
+        if generation is not None:
+            value["generation"] = generation
+        return _Announcement(self._key, value)
 
     def record_rebalance(self, entry: Mapping[str, Any]) -> None:
         """Publish one of this member's completed rebalances under the group's timeline key
@@ -530,12 +556,20 @@ class KafkaWakeups:
     def _produce(
         self, route: _Route, items: list[_Announcement], timeout_s: float | None = None
     ) -> None:
+        request = self._produce_request(route, items)
+        self._produced(self._send(request, route.produce_node, timeout_s), route)
+
+    def _produced(self, response: Any, route: _Route) -> None:
+        answer = response.responses[0].partition_responses[0]
+        self._check(answer.error_code, "publishing", route)
+
+    def _produce_request(self, route: _Route, items: list[_Announcement]) -> Any:
         builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
         for item in items:
             value = dict(item.value, sender=self._sender)
             builder.append(int(time.time() * 1000), item.key, json.dumps(value).encode())
         builder.close()
-        request = ProduceRequest(
+        return ProduceRequest(
             transactional_id=None,
             acks=1,  # a wake-up is a hint: the leader's write is enough
             timeout_ms=int(self._timeout_s * 1000),
@@ -551,10 +585,6 @@ class KafkaWakeups:
             ],
             max_version=12,  # topics by name (v13 names them by id)
         )
-        answer = (
-            self._send(request, route.produce_node, timeout_s).responses[0].partition_responses[0]
-        )
-        self._check(answer.error_code, "publishing", route)
 
     # -- outcomes --------------------------------------------------------------------
 
@@ -630,6 +660,34 @@ class KafkaWakeups:
             why,
             self._topic,
         )
+
+
+class _Departure:
+    """A departure's wake-up riding behind the LeaveGroup (see ``KafkaWakeups.departure``)."""
+
+    def __init__(self, wakeups: KafkaWakeups, route: _Route, item: _Announcement) -> None:
+        self.broker_id = route.leader
+        self.item = item
+        self.delivered = False
+        self._wakeups = wakeups
+        self._route = route
+
+    def request(self) -> Any:
+        self._wakeups.stats.requests += 1
+        return self._wakeups._produce_request(self._route, [self.item])
+
+    def answered(self, response: Any) -> None:
+        try:
+            if isinstance(response, TransportError):
+                raise response
+            self._wakeups._produced(response, self._route)
+        except (_Retry, _Unusable, TransportError) as e:
+            # announce() sends it the usual way (and turns the channel off if it must).
+            log.debug("group %r: departure not sent along (%s)", self._wakeups._group_id, e)
+            return
+        self.delivered = True
+        self._wakeups.stats.sent += 1
+        self._wakeups.stats.sent_with_leave += 1
 
 
 def _printable(text: str, limit: int = 200) -> str:

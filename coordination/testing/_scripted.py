@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from .._engine.clock import Event, ThreadingClock
 from .._protocol import messages as m
-from .._transport.base import CoordinatorNode, TransportError
+from .._transport.base import CoordinatorNode, FollowUp, TransportError
 
 R = TypeVar("R", bound=m.Response)
 
@@ -39,6 +39,8 @@ class SentRequest:
     request: m.Request
     coordinator: CoordinatorNode | None
     timeout_s: float
+    then: FollowUp | None = None
+    """The follow-up offered with the request (never sent: no partition leads here)."""
 
 
 class ScriptedTransport:
@@ -87,11 +89,12 @@ class ScriptedTransport:
         *,
         coordinator: CoordinatorNode | None,
         timeout_s: float,
+        then: FollowUp | None = None,
     ) -> R:
         with self._lock:
             if self.closed:
                 raise TransportError("transport is closed")
-            self.sent.append(SentRequest(request, coordinator, timeout_s))
+            self.sent.append(SentRequest(request, coordinator, timeout_s, then))
             queue = self._answers.get(response_type)
             if not queue:
                 raise UnscriptedRequestError(f"no answer prepared for {request!r}")

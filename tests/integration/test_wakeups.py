@@ -16,6 +16,7 @@ from coordination._transport.wakeups import (
     DEFAULT_TOPIC,
     PARTITIONS,
     TIMELINE_DELAY_S,
+    KafkaWakeups,
     timeline_key,
 )
 
@@ -68,6 +69,11 @@ def test_members_woken_by_a_leave_rebalance_long_before_their_next_heartbeat(
     trio = start(members, kafka, group, 3)
     wait_until(lambda: settled(trio, 3) and listening(trio), 60, "three members")
     time.sleep(1)  # the last join's announcements are read; the group is quiet
+    leaver = trio[2]._engine
+    channel = leaver._wakeups
+    assert isinstance(channel, KafkaWakeups) and channel._route is not None
+    assert leaver._coordinator is not None
+    coordinator_leads_it = channel._route.leader == leaver._coordinator.node_id
     left_at = time.monotonic()
     trio[2].close()
     wait_until(lambda: settled(trio[:2], 2), SOON, "two members, woken by the leave")
@@ -76,6 +82,10 @@ def test_members_woken_by_a_leave_rebalance_long_before_their_next_heartbeat(
     for survivor in trio[:2]:
         reason = survivor.metrics().rejoin_reasons[-1]
         assert reason.endswith("announced: leave; the group is rebalancing"), reason
+    # Where the coordinator leads the group's partition (always, with one broker), the
+    # departure went on the coordinator's connection right behind the LeaveGroup, and the
+    # broker handled it only after the LeaveGroup: still, no survivor found no rebalance.
+    assert channel.stats.sent_with_leave == (1 if coordinator_leads_it else 0)
 
 
 def test_members_of_a_group_sharing_the_partition_are_not_woken(

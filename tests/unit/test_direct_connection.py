@@ -420,3 +420,70 @@ def test_a_new_coordinator_retires_the_connection_to_the_former_one(serve: Any) 
         assert sorted(transport._direct) == ["admin-1", "coordinator-2"]
     finally:
         transport.close()
+
+
+# ------------------------------------------------------------ two requests back to back
+
+
+def test_the_second_request_goes_out_before_the_first_is_answered(serve: Any) -> None:
+    # The broker answers nothing until the second request is there: a connection that
+    # waited for the first answer before sending the second would never get one.
+    held: list[int] = []
+
+    def answer_both_once_both_are_in(number: int, cid: int) -> bytes | None:
+        if not held:
+            held.append(cid)
+            return None
+        return _heartbeat_answer(held[0], error_code=0) + _heartbeat_answer(cid, error_code=27)
+
+    _, connection = serve(answer_both_once_both_are_in)
+    first, second = connection.exchange_pair(_heartbeat_request(), _heartbeat_request(), 2.0)
+    assert (first.error_code, second.error_code) == (0, 27)
+
+
+def test_a_second_request_left_unanswered_is_its_error_and_the_connection_is_replaced(
+    serve: Any,
+) -> None:
+    def only_the_first_on_the_first_connection(number: int, cid: int) -> bytes | None:
+        return _heartbeat_answer(cid) if number > 1 or cid == 2 else None
+
+    broker, connection = serve(only_the_first_on_the_first_connection)
+    first, second = connection.exchange_pair(_heartbeat_request(), _heartbeat_request(), 0.5)
+    assert first.error_code == 0
+    assert isinstance(second, TransportError)
+    # Its answer may still come: the next request must not read it as its own.
+    assert connection.exchange(_heartbeat_request(), 2.0).error_code == 0
+    assert broker.connections == 2
+
+
+def test_a_first_request_left_unanswered_fails_both(serve: Any) -> None:
+    broker, connection = serve(lambda number, cid: _heartbeat_answer(cid) if number > 1 else None)
+    with pytest.raises(TransportError):
+        connection.exchange_pair(_heartbeat_request(), _heartbeat_request(), 0.5)
+    assert connection.exchange(_heartbeat_request(), 2.0).error_code == 0
+    assert broker.connections == 2
+
+
+def test_a_second_request_the_broker_lacks_is_not_sent_and_the_first_still_is(
+    serve: Any,
+) -> None:
+    asked: list[int] = []
+
+    def answer(number: int, cid: int) -> bytes:
+        asked.append(cid)
+        return _heartbeat_answer(cid)
+
+    _, connection = serve(answer)
+    join = kgroup.JoinGroupRequest(
+        group_id="g",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="t",
+        protocols=[],
+    )
+    first, second = connection.exchange_pair(_heartbeat_request(), join, 2.0)
+    assert first.error_code == 0
+    assert isinstance(second, TransportError) and "does not support" in str(second)
+    assert len(asked) == 1  # only the heartbeat reached the broker

@@ -25,6 +25,7 @@ class RecordedWakeups:
 
     def __init__(self) -> None:
         self.announced: list[tuple[str, str]] = []
+        self.departures: list[tuple[str, int]] = []
         self.generations: list[int | None] = []
         self.timeouts: list[float | None] = []
         self.flushed: list[float] = []
@@ -34,6 +35,10 @@ class RecordedWakeups:
 
     def start(self, wake: Callable[[str, int | None], None]) -> None:
         self.wake = wake
+
+    def departure(self, member_id: str, generation: int) -> Any:
+        self.departures.append((member_id, generation))
+        return self.departures[-1]  # stands for the prepared request
 
     def announce(
         self,
@@ -153,6 +158,18 @@ def test_leaving_announces_and_waits_for_the_announcement_before_closing() -> No
     assert timeout_s is not None and 0 < timeout_s <= 1.0
     assert h.wakeups.flushed and 0 < h.wakeups.flushed[0] <= 1.0
     assert h.wakeups.closed
+
+
+def test_a_leaving_members_departure_is_offered_to_ride_behind_its_leave_group() -> None:
+    # Where the coordinator leads the wake-up partition, the transport sends it right
+    # behind the LeaveGroup on the same connection (the broker handles them in order).
+    h = stable()
+    h.prepare(m.LeaveGroupResponse(error_code=0))
+    h.engine.close(timeout_s=5)
+    (leave,) = [s for s in h.transport.sent if isinstance(s.request, m.LeaveGroupRequest)]
+    assert h.wakeups.departures == [("m-1", 1)]
+    assert leave.then is h.wakeups.departures[0]  # type: ignore[comparison-overlap]
+    assert h.wakeups.announced[-1] == ("m-1", "leave")  # sent there unless it rode along
 
 
 def test_a_static_member_closing_announces_nothing() -> None:

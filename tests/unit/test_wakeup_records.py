@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from kafka.record.memory_records import MemoryRecords
 
-from coordination._transport.wakeups import KafkaWakeups
+from coordination._transport.base import TransportError
+from coordination._transport.wakeups import KafkaWakeups, _Route
 
 
 def channel() -> tuple[KafkaWakeups, list[tuple[str, int | None]]]:
@@ -114,3 +117,78 @@ def test_a_leaving_members_wake_up_goes_out_before_its_timeline_and_close_waits_
     assert produced == [("leave", sender), ("timeline", "publisher")]
     wakeups.close(1)
     assert not publisher.is_alive()
+
+
+def _answer(error_code: int) -> Any:
+    """A ProduceResponse as the channel reads it."""
+    partition = SimpleNamespace(error_code=error_code)
+    return SimpleNamespace(responses=[SimpleNamespace(partition_responses=[partition])])
+
+
+def routed() -> tuple[KafkaWakeups, list[tuple[str, str]]]:
+    """A channel that knows its partition (3, led by broker 1) and records what it produces."""
+    wakeups = KafkaWakeups(None, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
+    produced: list[tuple[str, str]] = []
+
+    def produce(route: Any, items: list[Any], timeout_s: float | None = None) -> None:
+        events = ",".join(item.value.get("event", "timeline") for item in items)
+        produced.append((events, threading.current_thread().name))
+
+    wakeups._produce = produce  # type: ignore[method-assign]
+    wakeups._route = _Route(partition=3, leader=1, produce_node=1, fetch_node="wakeups-in-1")
+    return wakeups, produced
+
+
+def test_a_departure_that_rode_behind_the_leave_is_not_sent_again() -> None:
+    wakeups, produced = routed()
+    departure = wakeups.departure("m-1", 7)
+    assert departure is not None and departure.broker_id == 1  # the partition's leader
+    request = departure.request()
+    (topic,) = request.topic_data
+    (partition,) = topic.partition_data
+    assert (topic.name, partition.index) == ("coordination.wakeups", 3)
+    ((record,),) = [list(batch) for batch in MemoryRecords(partition.records)]
+    assert record.key == b"g"
+    assert json.loads(record.value) == {
+        "member": "m-1",
+        "event": "leave",
+        "generation": 7,
+        "sender": wakeups._sender,
+    }
+    departure.answered(_answer(0))
+    wakeups.announce("m-1", "leave", 7, timeout_s=1.0)
+    assert produced == []
+    assert (wakeups.stats.sent, wakeups.stats.sent_with_leave) == (1, 1)
+    # What is queued tells the publisher to send the pending timeline: close() waits for it.
+    assert wakeups._last is not None and wakeups._last.flush_timeline
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [_answer(6), TransportError("no answer")],
+    ids=["refused (NOT_LEADER_OR_FOLLOWER)", "unanswered"],
+)
+def test_a_departure_that_did_not_get_through_behind_the_leave_is_sent_after_it(
+    answer: Any,
+) -> None:
+    wakeups, produced = routed()
+    departure = wakeups.departure("m-1", 7)
+    assert departure is not None
+    departure.request()
+    departure.answered(answer)
+    assert not departure.delivered and wakeups.stats.sent_with_leave == 0
+    publisher = threading.Thread(target=wakeups._publish, name="publisher", daemon=True)
+    wakeups._threads.append(publisher)
+    publisher.start()
+    wakeups._located = lambda timeline=False: None  # type: ignore[method-assign,assignment,misc]
+    wakeups.announce("m-1", "leave", 7, timeout_s=1.0)
+    wakeups.flush(5)
+    # A refusal means the partition's leader moved: it is queued and sent once located again.
+    assert [event for event, _ in produced] == ["leave"]
+    assert wakeups.stats.sent == 1
+    wakeups.close(1)
+
+
+def test_without_its_partition_known_a_departure_cannot_ride_along() -> None:
+    wakeups, _ = channel()
+    assert wakeups.departure("m-1", 7) is None

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from ..._protocol import messages as m
 from ..._protocol.error_codes import ErrorCode
-from ..._transport.base import CoordinatorNode, TransportError
+from ..._transport.base import CoordinatorNode, FollowUp, TransportError
 from ._group_coordinator import BrokerSettings, GroupCoordinatorModel, GroupLog
 from ._scheduler import TIMED_OUT, Process, Scheduler, Timer, _Task
 
@@ -212,7 +212,9 @@ class SimTransport:
         *,
         coordinator: CoordinatorNode | None,
         timeout_s: float,
+        then: FollowUp | None = None,
     ) -> R:
+        # ``then`` is never sent: the simulated cluster has no wake-up partition.
         if self.closed or self._process.dead:
             raise TransportError("transport is closed")
         self.sent += 1

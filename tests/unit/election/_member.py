@@ -53,6 +53,7 @@ class Broker(ScriptedTransport):
         *,
         coordinator: Any,
         timeout_s: float,
+        then: Any = None,
     ) -> Any:
         if isinstance(request, m.OffsetFetchRequest):
             self.sent.append(SentRequest(request, coordinator, timeout_s))
