@@ -238,7 +238,7 @@ class LeaderElection(Recipe):
 
     def _after_close(self) -> None:
         # on_leave_prepare deposed a leader already, unless the member could not run it.
-        self._elector.depose_current("the election was closed")
+        self._elector.depose_current("the election was closed", expected=True)
 
     def _describe(self) -> str:
         leader = self._elector.leader()

@@ -8,6 +8,7 @@ recipe's lock, and is the only one that changes it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -128,7 +129,7 @@ class Elector(GroupListener):
             self._eligible = eligible
             leadership = self._leadership
         if not eligible and leadership is not None:
-            self.depose(leadership, "this member withdrew from the election")
+            self.depose(leadership, "this member withdrew from the election", expected=True)
         self.ctx.member.request_rejoin(
             "member entered the election" if eligible else "member withdrew from the election"
         )
@@ -206,7 +207,7 @@ class Elector(GroupListener):
             current = self._leadership
         if current is not None and not (leads and current.token == outcome.token):
             moved_to = info.identity if info else "nobody"
-            self.depose(current, f"leadership moved to {moved_to}")
+            self.depose(current, f"leadership moved to {moved_to}", expected=True)
             current = None
         if (
             leads
@@ -271,7 +272,7 @@ class Elector(GroupListener):
             self.ctx.callback("on_leader_change", self.callbacks.on_leader_change, None)
 
     def leaving(self) -> None:
-        self.depose_current("this member is leaving the group")
+        self.depose_current("this member is leaving the group", expected=True)
 
     # ------------------------------------------------------------------ the stored token
 
@@ -384,11 +385,15 @@ class Elector(GroupListener):
 
     # ------------------------------------------------------------------ losing leadership
 
-    def depose(self, leadership: Leadership, reason: str, *, rejoin: bool = False) -> None:
+    def depose(
+        self, leadership: Leadership, reason: str, *, rejoin: bool = False, expected: bool = False
+    ) -> None:
         """Mark ``leadership`` lost (once), then tell the user. Safe from any thread.
 
         Args:
             rejoin: also make the group elect again (it still names this member leader).
+            expected: the member's own doing or the election's normal course (closing,
+                withdrawing, a preferred member elected): logged at INFO, not WARNING.
         """
         if not leadership._lose(reason):
             return
@@ -398,7 +403,8 @@ class Elector(GroupListener):
                 self._leadership = None
             self.times_deposed += 1
             ctx.changed.notify_all()
-        ctx.log.warning(
+        ctx.log.log(
+            logging.INFO if expected else logging.WARNING,
             "election %s: %s deposed (token %d): %s",
             self.group_id,
             self.identity,
@@ -419,11 +425,11 @@ class Elector(GroupListener):
         if rejoin:
             ctx.rejoin(f"leader deposed itself: {reason}")
 
-    def depose_current(self, reason: str) -> None:
+    def depose_current(self, reason: str, *, expected: bool = False) -> None:
         """Depose this member if it leads."""
         leadership = self._leadership
         if leadership is not None:
-            self.depose(leadership, reason)
+            self.depose(leadership, reason, expected=expected)
 
     def lease_ran_out(self) -> None:
         """The lease watchdog found the lease low: depose the leader."""

@@ -7,6 +7,7 @@ down or closes. See ``_member.py`` for how the rounds are scripted.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -264,6 +265,31 @@ def test_close_deposes_the_leader_then_leaves_the_group() -> None:
         a.election.start()
     with pytest.raises(CoordinatorStateError):
         a.election.wait_for_leader(timeout=1)
+
+
+def test_a_deposition_is_a_warning_only_when_the_leader_did_not_choose_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Closing is routine: a WARNING at every deploy would teach operators to ignore the
+    # one a lost lease logs.
+    caplog.set_level(logging.INFO, logger="recipes.election")
+    a = Member()
+    a.lead()
+    a.broker.prepare(m.LeaveGroupResponse(error_code=0))
+    a.election.close()
+    b = Member()
+    b.lead()
+    b.clock.advance(LEASE_LOW_AFTER_S + 0.1)
+    assert b.election.leadership() is None
+    levels = {
+        r.getMessage().split("): ", 1)[1]: r.levelname
+        for r in caplog.records
+        if "deposed" in r.getMessage()
+    }
+    assert levels == {
+        "this member is leaving the group": "INFO",
+        LEASE_RAN_OUT: "WARNING",
+    }
 
 
 def test_a_member_missing_from_the_outcome_rejoins_with_metadata_the_broker_sees_changed() -> None:
