@@ -25,8 +25,8 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import kafka.errors as kafka_errors
 from kafka.protocol.broker_version_data import BrokerVersionData
@@ -35,6 +35,8 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from .base import TransportError
 
 log = logging.getLogger("coordination.transport")
+
+T = TypeVar("T")
 
 _UNSUPPORTED_VERSION = 35
 # ApiVersions v3 (Kafka 2.4+) first; an older broker answers UNSUPPORTED_VERSION and v0 works.
@@ -91,27 +93,10 @@ class DirectConnection:
             TransportError: no answer within ``timeout_s``, or the connection failed.
         """
         deadline = time.monotonic() + timeout_s
-        if not self._lock.acquire(timeout=max(0.0, timeout_s)):
-            raise TransportError(
-                f"{type(request).__name__}: {self} stayed busy for {timeout_s:.1f}s"
+        with self._held(request, timeout_s):
+            return self._or_drop(
+                request, lambda: self._round_trip(self._connected(deadline), request, deadline)
             )
-        try:
-            if self._closed:
-                raise TransportError(f"{self} is closed")
-            try:
-                sock = self._connected(deadline)
-                return self._round_trip(sock, request, deadline)
-            except TransportError:
-                self._drop()
-                raise
-            except (OSError, ValueError) as e:
-                # socket.timeout is an OSError; poll() refuses a closed socket with a ValueError.
-                self._drop()
-                raise TransportError(
-                    f"{type(request).__name__} got no response from {self}: {e!r}"
-                ) from e
-        finally:
-            self._lock.release()
 
     def exchange_pair(self, first: Any, second: Any, timeout_s: float) -> tuple[Any, Any]:
         """Send two requests back to back and return both responses, the second's in its
@@ -124,44 +109,29 @@ class DirectConnection:
                 handled); the connection is closed.
         """
         deadline = time.monotonic() + timeout_s
-        if not self._lock.acquire(timeout=max(0.0, timeout_s)):
-            raise TransportError(f"{type(first).__name__}: {self} stayed busy for {timeout_s:.1f}s")
-        try:
-            if self._closed:
-                raise TransportError(f"{self} is closed")
+
+        def send_both() -> tuple[socket.socket, Any, int | None]:
+            sock = self._connected(deadline)
             try:
-                sock = self._connected(deadline)
-                try:
-                    self._choose_version(second)
-                except kafka_errors.IncompatibleBrokerVersion as e:
-                    refused = TransportError(f"broker does not support {type(second).__name__}")
-                    refused.__cause__ = e
-                    return self._round_trip(sock, first, deadline), refused
-                first_id, framed_first = self._framed(first)
-                second_id, framed_second = self._framed(second)
-                sock.settimeout(_remaining(deadline))
-                sock.sendall(framed_first + framed_second)
-                answer = self._answer(sock, first, first_id, deadline)
-            except TransportError:
-                self._drop()
-                raise
-            except (OSError, ValueError) as e:
-                self._drop()
-                raise TransportError(
-                    f"{type(first).__name__} got no response from {self}: {e!r}"
-                ) from e
+                self._choose_version(second)
+            except kafka_errors.IncompatibleBrokerVersion:
+                return sock, self._round_trip(sock, first, deadline), None
+            first_id, framed_first = self._framed(first)
+            second_id, framed_second = self._framed(second)
+            sock.settimeout(_remaining(deadline))
+            sock.sendall(framed_first + framed_second)
+            return sock, self._answer(sock, first, first_id, deadline), second_id
+
+        with self._held(first, timeout_s):
+            sock, answer, second_id = self._or_drop(first, send_both)
+            if second_id is None:
+                return answer, TransportError(f"broker does not support {type(second).__name__}")
             try:
-                return answer, self._answer(sock, second, second_id, deadline)
-            except TransportError as e:
-                self._drop()
-                return answer, e
-            except (OSError, ValueError) as e:
-                self._drop()
-                return answer, TransportError(
-                    f"{type(second).__name__} got no response from {self}: {e!r}"
+                return answer, self._or_drop(
+                    second, lambda: self._answer(sock, second, second_id, deadline)
                 )
-        finally:
-            self._lock.release()
+            except TransportError as e:
+                return answer, e
 
     def api_version(self, request: Any) -> int | None:
         """The version ``request`` is sent in on this connection; None before it has
@@ -192,6 +162,35 @@ class DirectConnection:
 
     def __str__(self) -> str:
         return f"{self.purpose} connection to {self.host}:{self.port}"
+
+    @contextlib.contextmanager
+    def _held(self, request: Any, timeout_s: float) -> Iterator[None]:
+        """The connection for one exchange: one at a time, as the broker answers them."""
+        if not self._lock.acquire(timeout=max(0.0, timeout_s)):
+            raise TransportError(
+                f"{type(request).__name__}: {self} stayed busy for {timeout_s:.1f}s"
+            )
+        try:
+            if self._closed:
+                raise TransportError(f"{self} is closed")
+            yield
+        finally:
+            self._lock.release()
+
+    def _or_drop(self, request: Any, step: Callable[[], T]) -> T:
+        """``step``'s result; any failure closes the connection (so that a late answer can
+        never be taken for the next request's) and is a TransportError."""
+        try:
+            return step()
+        except TransportError:
+            self._drop()
+            raise
+        except (OSError, ValueError) as e:
+            # socket.timeout is an OSError; poll() refuses a closed socket with a ValueError.
+            self._drop()
+            raise TransportError(
+                f"{type(request).__name__} got no response from {self}: {e!r}"
+            ) from e
 
     # -- under the lock -------------------------------------------------------------
 

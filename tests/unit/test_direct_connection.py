@@ -36,6 +36,19 @@ def _heartbeat_request() -> Any:
     )
 
 
+def _join_request() -> Any:
+    """A request the scripted broker does not know (its versions list only heartbeats)."""
+    return kgroup.JoinGroupRequest(
+        group_id="g",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="t",
+        protocols=[],
+    )
+
+
 def _versions_answer(correlation_id: int, version: int, error_code: int = 0) -> bytes:
     answer = ApiVersionsResponse(
         version=version,
@@ -320,15 +333,7 @@ def test_a_broker_without_the_request_is_a_transport_error(serve: Any) -> None:
     )
     try:
         node = transport.dedicated_node("admin", 1, "127.0.0.1", broker.port)
-        join = kgroup.JoinGroupRequest(
-            group_id="g",
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-            member_id="",
-            group_instance_id=None,
-            protocol_type="t",
-            protocols=[],
-        )
+        join = _join_request()
         with pytest.raises(TransportError, match="does not support"):
             transport.send_kafka(join, node_id=node, timeout_s=5.0)
         heartbeat = transport.send_kafka(_heartbeat_request(), node_id=node, timeout_s=5.0)
@@ -474,15 +479,7 @@ def test_a_second_request_the_broker_lacks_is_not_sent_and_the_first_still_is(
         return _heartbeat_answer(cid)
 
     _, connection = serve(answer)
-    join = kgroup.JoinGroupRequest(
-        group_id="g",
-        session_timeout_ms=10_000,
-        rebalance_timeout_ms=10_000,
-        member_id="",
-        group_instance_id=None,
-        protocol_type="t",
-        protocols=[],
-    )
+    join = _join_request()
     first, second = connection.exchange_pair(_heartbeat_request(), join, 2.0)
     assert first.error_code == 0
     assert isinstance(second, TransportError) and "does not support" in str(second)
