@@ -110,12 +110,7 @@ class KafkaTransport:
                 and coordinator is not None
                 and then.broker_id == coordinator.node_id
             ):
-                try:
-                    raw, follow_up = direct.exchange_pair(kafka_request, then.request(), timeout_s)
-                except kafka_errors.IncompatibleBrokerVersion as e:
-                    raise TransportError(
-                        f"broker does not support {type(request).__name__}: {e}"
-                    ) from e
+                raw, follow_up = _exchange(direct, kafka_request, timeout_s, then.request())
                 then.answered(follow_up)
             else:
                 raw = _exchange(direct, kafka_request, timeout_s)
@@ -624,8 +619,11 @@ def _delivering_before_close(transport: Any, receive: Any) -> Any:
     return receive_then_close
 
 
-def _exchange(direct: DirectConnection, request: Any, timeout_s: float) -> Any:
+def _exchange(direct: DirectConnection, request: Any, timeout_s: float, then: Any = None) -> Any:
+    """``request``'s answer (with ``then``: both answers, see ``exchange_pair``)."""
     try:
+        if then is not None:
+            return direct.exchange_pair(request, then, timeout_s)
         return direct.exchange(request, timeout_s)
     except kafka_errors.IncompatibleBrokerVersion as e:
         raise TransportError(f"broker does not support {type(request).__name__}: {e}") from e
