@@ -93,15 +93,18 @@ class LeaderElection(Recipe):
         token stored in the group's committed offsets, as the offset of partition 0 of
         ``token_topic`` (by default ``__consumer_offsets``: the broker refuses offsets of
         topics that do not exist, and that one always does). A member elected leader
-        commits its token there, fenced by its generation, before it counts as leader
-        (before ``on_elected`` runs, :meth:`run` calls its function or
-        :meth:`Leadership.check` passes). If the commit is refused or its outcome stays
-        unknown (no answer, and reading the offset back does not show the token), it does
-        not lead and the group elects again, with a higher token. So tokens keep growing
-        when every member restarts and the broker deletes the group. The stored token
-        lasts as long as the group's offsets: the broker deletes them once the group has
-        been empty for ``offsets.retention.minutes`` (default 7 days); a group that stays
-        empty longer starts again from its generation.
+        commits its token there, fenced by its generation. It does so before it counts as
+        leader (before ``on_elected`` runs, :meth:`run` calls its function or
+        :meth:`Leadership.check` passes) unless the token is the generation id and the
+        group already has a stored token: the broker stored that generation before it
+        answered the SyncGroup, so no later leadership can get the token, and the member
+        leads at once and commits right after. If a commit that comes first is refused or
+        its outcome stays unknown (no answer, and reading the offset back does not show the
+        token), it does not lead and the group elects again, with a higher token. So tokens keep
+        growing when every member restarts and the broker deletes the group. The stored token
+        lasts as long as the group's offsets: the broker deletes them once the group has been
+        empty for ``offsets.retention.minutes`` (default 7 days); a group that stays empty
+        longer starts again from its generation.
 
     States:
         candidate -> leader: elected in a rebalance; ``on_elected`` runs.

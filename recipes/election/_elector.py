@@ -78,6 +78,8 @@ class Elector(GroupListener):
         self._declined_token = -1
         # The generation in which this member last committed a token (-1: never).
         self._stored_in_generation = -1
+        # The generation in which this member last took up leadership (-1: never).
+        self._led_in_generation = -1
         self._problem: DuplicateIdentityError | None = None
         self.times_elected = 0  # under ctx.lock
         self.times_deposed = 0
@@ -159,7 +161,10 @@ class Elector(GroupListener):
             # better than a leader whose token may not exceed the last one.
             stored = self._stored_token(min(cfg.request_timeout_ms, cfg.rebalance_timeout_ms // 2))
         outcome = replace(
-            choose_leader(generation, members, stored_token=stored), stored_token=stored
+            choose_leader(generation, members, stored_token=stored),
+            stored_token=stored,
+            # A known value comes from an outcome that knew a token was stored.
+            stored_token_exists=stored >= 0,
         )
         self.ctx.log.info(
             "election %s: generation %d: %s",
@@ -209,34 +214,18 @@ class Elector(GroupListener):
             moved_to = info.identity if info else "nobody"
             self.depose(current, f"leadership moved to {moved_to}", expected=True)
             current = None
-        if (
-            leads
-            and current is None
-            and outcome.token is not None
-            and self._store_token(generation, outcome.token, outcome.stored_token)
-        ):
-            elected = Leadership(self, outcome.token, generation)
-            with ctx.lock:
-                self._leadership = elected
-                self.times_elected += 1
-                ctx.changed.notify_all()
-            self.lease.wake()
-            ctx.log.info(
-                "election %s: %s elected leader (token %d)",
-                self.group_id,
-                self.identity,
-                elected.token,
-            )
-            ctx.emit(
-                "on_elected",
-                lambda: Elected(
-                    group_id=ctx.group_id,
-                    member_id=member_id,
-                    identity=self.identity,
-                    token=elected.token,
-                ),
-            )
-            ctx.callback("on_elected", self.callbacks.on_elected, elected)
+        store_after: int | None = None  # a token taken up before it was stored
+        if leads and current is None and outcome.token is not None:
+            token = outcome.token
+            if self._led_in_generation == generation:
+                # Deposed since it took up leadership in this generation, and named again by
+                # the same outcome: leading again would give two leaderships one token.
+                self._not_elected(token, "it already led in this generation")
+            elif self._unique_unstored(generation, outcome):
+                self._take_up(generation, member_id, token)
+                store_after = token
+            elif self._store_token(generation, token, outcome.stored_token):
+                self._take_up(generation, member_id, token)
         with ctx.lock:
             ctx.changed.notify_all()
             leading = self._leadership
@@ -248,6 +237,8 @@ class Elector(GroupListener):
             )
         if changed:
             ctx.callback("on_leader_change", self.callbacks.on_leader_change, info)
+        if store_after is not None:
+            self._store_used_token(generation, store_after)
         if outcome.members and member_id not in outcome.members:
             # A static member took its instance's place without a rebalance (KIP-345): the
             # broker handed it the outcome computed for its former member id, which may name
@@ -258,6 +249,27 @@ class Elector(GroupListener):
                 "the election's outcome predates this member's id (a static member took its "
                 "instance's place); electing again"
             )
+
+    def _take_up(self, generation: int, member_id: str, token: int) -> None:
+        """Lead with ``token``, elected in ``generation``: tell the lease, the hooks, the user."""
+        ctx = self.ctx
+        elected = Leadership(self, token, generation)
+        with ctx.lock:
+            self._leadership = elected
+            self._led_in_generation = generation
+            self.times_elected += 1
+            ctx.changed.notify_all()
+        self.lease.wake()
+        ctx.log.info(
+            "election %s: %s elected leader (token %d)", self.group_id, self.identity, token
+        )
+        ctx.emit(
+            "on_elected",
+            lambda: Elected(
+                group_id=ctx.group_id, member_id=member_id, identity=self.identity, token=token
+            ),
+        )
+        ctx.callback("on_elected", self.callbacks.on_elected, elected)
 
     def lost(self) -> None:
         leadership = self._leadership
@@ -287,12 +299,68 @@ class Elector(GroupListener):
         latter if its commit landed). A higher bound than the truth would be safe too (the
         next token only goes higher); this one is exact once the commit landed. It saves
         the rebalance leader a round trip at every handoff.
+
+        Only an outcome that knew a token was stored will do: this outcome passes on that
+        knowledge (``stored_token_exists``), on which its elected member may lead before
+        storing (:meth:`_unique_unstored`). A bound raised by a token whose commit may have
+        failed is no proof that the group has offsets, so a group's first elections read.
         """
         with self.ctx.lock:
             outcome, seen_in = self._outcome, self._outcome_generation
-        if outcome is None or seen_in != generation - 1 or outcome.stored_token is None:
+        if (
+            outcome is None
+            or seen_in != generation - 1
+            or outcome.stored_token is None
+            or not outcome.stored_token_exists
+        ):
             return None
         return max(outcome.stored_token, -1 if outcome.token is None else outcome.token)
+
+    def _unique_unstored(self, generation: int, outcome: Outcome) -> bool:
+        """Whether the member elected by ``outcome`` may lead before its token is stored.
+
+        Yes if the token is ``generation``'s id and the group has a stored token already.
+        The broker answered this member's SyncGroup only once it had written this
+        generation to the group's log (the rebalance leader's assignment, with the
+        generation id), so a coordinator that takes over goes on from it. A group's
+        generations grow for as long as the group exists: while it has members, and once
+        empty for as long as it has committed offsets, among them the stored token. Every
+        later free election's token is at least its generation id, so it exceeds this one
+        whether or not this one is ever stored, and no other leadership gets it. The
+        token is stored right after (:meth:`_store_used_token`) so that the stored token
+        keeps up; failing that changes nothing.
+
+        Otherwise the token is stored first (:meth:`_store_token`): the group's first
+        leadership (without offsets an empty group is deleted within minutes, and its
+        generations start over), and a token above the generation id (tokens that outran
+        the generations, which only the stored token remembers).
+        """
+        return outcome.token == generation and outcome.stored_token_exists
+
+    def _store_used_token(self, generation_id: int, token: int) -> None:
+        """Store the token of a leadership taken up before it was stored (see
+        :meth:`_unique_unstored`), fenced by its generation. Failing is harmless, so it
+        is only logged."""
+        ctx = self.ctx
+        generation = ctx.member.generation()
+        if generation.generation_id != generation_id:
+            return  # superseded: the next generation's tokens exceed this one anyway
+        cfg = ctx.member.config
+        self._stored_in_generation = generation_id
+        try:
+            ctx.member.commit_offsets(
+                {self.token_partition: OffsetAndMetadata(token, _TOKEN_METADATA)},
+                generation=generation,
+                timeout=cfg.request_timeout_ms / 1000,
+            )
+        except CoordinationError as e:
+            ctx.log.info(
+                "election %s: token %d was not stored (%s); it needs not be: the broker "
+                "stored its generation",
+                self.group_id,
+                token,
+                e,
+            )
 
     def _stored_token(self, timeout_ms: float) -> int:
         """The token stored in the group's offsets, -1 if none; raises CoordinationError."""

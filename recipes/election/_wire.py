@@ -74,6 +74,11 @@ class Outcome:
             in this generation (-1: none), or None if it did not say (an older version). Only
             the member elected in this generation can store a token in it, so until it tries,
             this is still the stored token, and the elected member need not read it again.
+        stored_token_exists: the rebalance leader knows the group has a stored token: it read
+            one in this generation, or was handed the previous generation's outcome, which
+            knew it. False from an older version, which does not say. The group then keeps
+            its generations however long it stays empty (until its offsets expire), so the
+            elected member may lead before storing a token equal to the generation id.
     """
 
     leader_member_id: str | None
@@ -83,6 +88,7 @@ class Outcome:
     problems: tuple[str, ...] = ()
     duplicates: tuple[str, ...] = ()
     stored_token: int | None = None
+    stored_token_exists: bool = False
 
 
 def encode_candidate(c: Candidate) -> bytes:
@@ -140,6 +146,7 @@ def encode_outcome(o: Outcome) -> bytes:
             "problems": list(o.problems),
             "duplicates": list(o.duplicates),
             "stored_token": o.stored_token,
+            "stored_token_exists": o.stored_token_exists,
         },
         separators=(",", ":"),
         sort_keys=True,
@@ -166,6 +173,7 @@ def decode_outcome(data: bytes) -> Outcome:
         problems=() if problems is None else problems,
         duplicates=() if duplicates is None else duplicates,
         stored_token=_field(doc, "stored_token", _int64, what),
+        stored_token_exists=_field(doc, "stored_token_exists", _boolean, what) or False,
     )
 
 

@@ -90,7 +90,12 @@ def elect(election: LeaderElection, token: int, stored_token: int | None = None)
     """This member receives an assignment that names it leader with ``token``; the rebalance
     leader read ``stored_token`` (None: an older version that does not say)."""
     outcome = Outcome(
-        MEMBER, election.identity, token, {MEMBER: election.identity}, stored_token=stored_token
+        MEMBER,
+        election.identity,
+        token,
+        {MEMBER: election.identity},
+        stored_token=stored_token,
+        stored_token_exists=stored_token is not None and stored_token >= 0,
     )
     election._elector.joined(GENERATION, MEMBER, encode_outcome(outcome))
 
@@ -124,6 +129,38 @@ def test_an_unknown_outcome_leads_only_if_reading_back_finds_the_token(setup, ap
     assert election._elector.highest_token() == 12
 
 
+def test_a_token_equal_to_the_generation_leads_before_it_is_stored(setup) -> None:
+    # The group has a stored token (5), so it keeps its generations however long it is empty;
+    # the broker stored generation 7 before answering the SyncGroup, and every later token
+    # is at least its generation id: 7 is unique unstored. Stored after, refused or not.
+    election, offsets, _ = setup
+    commits_seen: list[int] = []
+    election._elector.callbacks = dataclasses.replace(
+        election._elector.callbacks,
+        on_elected=lambda leadership: commits_seen.append(len(offsets.commits)),
+    )
+    offsets.commit_fails = CommitFailedError(ILLEGAL_GENERATION, group_id="g")
+    elect(election, GENERATION, stored_token=5)
+    assert commits_seen == [0] and election.is_leader
+    assert offsets.commits == [(GENERATION, GENERATION)] and offsets.reads == 0
+    assert not offsets.rejoins  # a refused store after the fact changes nothing
+
+
+@pytest.mark.parametrize(
+    ("token", "stored"),
+    [(GENERATION, -1), (GENERATION, None), (GENERATION + 5, 5)],
+    ids=["the group's first", "an older rebalance leader", "above the generation"],
+)
+def test_otherwise_a_token_is_stored_before_it_leads(setup, token, stored) -> None:
+    # Without a stored token the group, once empty, is deleted within minutes and its
+    # generations start over; a token above its generation id is remembered only stored.
+    election, offsets, elected = setup
+    offsets.commit_fails = CommitFailedError(ILLEGAL_GENERATION, group_id="g")
+    elect(election, token, stored_token=stored)
+    assert offsets.commits == [(GENERATION, token)]
+    assert elected == [] and not election.is_leader
+
+
 def test_a_token_not_above_the_stored_one_is_not_taken_up(setup) -> None:
     # Elected by a rebalance leader that did not read the stored token (an older version).
     election, offsets, elected = setup
@@ -141,6 +178,10 @@ def test_the_rebalance_leader_reads_the_stored_token(setup) -> None:
     outcome = decode_outcome(plan[MEMBER])
     assert outcome.token == 41
     assert outcome.stored_token == 40  # so the elected member need not read it again
+    assert outcome.stored_token_exists
+    del offsets.stored[WHERE]
+    outcome = decode_outcome(election._elector.assign(4, MEMBER, members)[MEMBER])
+    assert outcome.stored_token == -1 and not outcome.stored_token_exists
 
 
 OTHER = "m-2"
@@ -152,7 +193,12 @@ def handed(election: LeaderElection, generation: int, token: int | None, stored:
     leader = OTHER if token is not None else None
     identities = {MEMBER: election.identity, OTHER: "http://b"}
     outcome = Outcome(
-        leader, "http://b" if leader else None, token, identities, stored_token=stored
+        leader,
+        "http://b" if leader else None,
+        token,
+        identities,
+        stored_token=stored,
+        stored_token_exists=stored is not None and stored >= 0,
     )
     election._elector.joined(generation, MEMBER, encode_outcome(outcome))
 
@@ -204,6 +250,17 @@ def test_the_rebalance_leader_reads_when_the_previous_outcome_did_not_say(setup)
     assert offsets.reads == 1
 
 
+def test_the_rebalance_leader_reads_when_no_token_was_known_to_be_stored(setup) -> None:
+    # Generation 5's leader was the group's first: its token (30) bounds the stored token,
+    # but its commit may have failed, and only a read tells whether the group has offsets.
+    election, offsets, _ = setup
+    offsets.stored[WHERE] = OffsetAndMetadata(30, "")
+    handed(election, 5, 30, stored=-1)
+    outcome = assign_as_rebalance_leader(election, 6)
+    assert offsets.reads == 1
+    assert outcome.stored_token == 30 and outcome.stored_token_exists and outcome.token == 31
+
+
 def test_the_elected_member_trusts_the_stored_token_read_in_its_generation(setup) -> None:
     election, offsets, elected = setup
     elect(election, 12, stored_token=11)
@@ -217,19 +274,36 @@ def test_a_token_not_above_the_one_read_in_its_generation_is_not_taken_up(setup)
     assert elected == [] and offsets.commits == [] and offsets.rejoins
 
 
-def test_after_its_own_commit_in_the_generation_the_elected_member_reads_again(setup) -> None:
-    # Elected with 15 (the rebalance leader read 14), deposed, then handed the same outcome
-    # of the same generation again: 14 is no longer the stored token, its own 15 is, and
-    # taking 15 up again would give two leaderships one token.
+@pytest.mark.parametrize(
+    ("token", "stored"), [(15, 14), (GENERATION, 5)], ids=["stored first", "stored after"]
+)
+def test_a_member_deposed_in_a_generation_does_not_lead_again_in_it(setup, token, stored) -> None:
+    # Elected, deposed, then handed the same outcome of the same generation again: taking
+    # the token up again would give two leaderships one token.
     election, offsets, elected = setup
-    elect(election, 15, stored_token=14)
+    elect(election, token, stored_token=stored)
     first = election.leadership()
-    assert first is not None and offsets.reads == 0
+    assert first is not None
     election._elector.depose(first, "its membership lease ran out")
+    elect(election, token, stored_token=stored)
+    assert [e.token for e in elected] == [token] and not election.is_leader
+    assert offsets.commits == [(GENERATION, token)] and offsets.rejoins
+    assert decode_candidate(election._elector.metadata()).declined_token == token
+
+
+def test_after_its_own_commit_in_the_generation_the_elected_member_reads_again(setup) -> None:
+    # Elected with 15 (the rebalance leader read 14), its commit's answer lost and the read
+    # back not finding it: not leader. The commit lands late; handed the same outcome again,
+    # 14 is no longer the stored token, its own 15 is, which it must not take up unread.
+    election, offsets, elected = setup
+    offsets.commit_fails = CoordinationTimeoutError("OffsetCommit did not complete in time")
     elect(election, 15, stored_token=14)
-    assert offsets.reads == 1
-    assert [e.token for e in elected] == [15] and not election.is_leader
-    assert offsets.commits == [(GENERATION, 15)] and offsets.rejoins
+    assert elected == [] and offsets.reads == 1  # the read back
+    offsets.stored[WHERE] = OffsetAndMetadata(15, "")
+    offsets.commit_fails = None
+    elect(election, 15, stored_token=14)
+    assert offsets.reads == 2
+    assert elected == [] and offsets.commits == [(GENERATION, 15)]
 
 
 def test_the_lease_watchdog_deposes_a_leader_whose_lease_runs_out(setup, monkeypatch) -> None:
@@ -259,26 +333,18 @@ def test_the_lease_watchdog_deposes_a_leader_whose_lease_runs_out(setup, monkeyp
 
 def test_a_token_whose_storage_cannot_be_read_is_not_taken_up(setup, monkeypatch) -> None:
     # The fault campaign: a leader deposed by its lease (token 15) was named leader with
-    # token 15 again in the same generation; the first read of the stored token timed out,
-    # and the read-back meant for an uncertain commit of its own found 15 (stored by its
-    # earlier leadership) and took it up. Two leaderships shared a token.
+    # token 15 again in the same generation; the read of the stored token timed out, and the
+    # read-back meant for an uncertain commit of its own found 15 (stored by its earlier
+    # leadership) and took it up. A member now never leads twice in one generation (tested
+    # above), and an elected member that cannot read the stored token does not lead.
     election, offsets, elected = setup
-    elect(election, 15)
-    first = election.leadership()
-    assert first is not None
-    election._elector.depose(first, "its membership lease ran out")
-    reads = 0
 
-    def flaky_read(partitions, *, timeout=30.0):
-        nonlocal reads
-        reads += 1
-        if reads == 1:
-            raise CoordinationTimeoutError("OffsetFetch did not complete in time")
-        return offsets.committed_offsets(partitions, timeout=timeout)
+    def failing_read(partitions, *, timeout=30.0):
+        raise CoordinationTimeoutError("OffsetFetch did not complete in time")
 
-    monkeypatch.setattr(election.coordinator, "committed_offsets", flaky_read)
+    monkeypatch.setattr(election.coordinator, "committed_offsets", failing_read)
     elect(election, 15)
-    assert [e.token for e in elected] == [15] and not election.is_leader
+    assert elected == [] and not election.is_leader and offsets.commits == []
     assert offsets.rejoins and "could not read the stored token" in offsets.rejoins[-1]
     # Its rejoin says it declined 15, so the broker rebalances (new outcome, higher token)
     # instead of handing the same one back.
