@@ -8,12 +8,15 @@ Commands on stdin, one per line; answers on stdout:
 * ``stop``: closes every member (in parallel); answers ``stopped``.
 
 Each member prints ``assigned INDEX GENERATION <perf_counter>`` from ``on_join_complete``.
+With ``JOIN_WORKER_LOG=PATH`` in the environment, each worker appends its members' logs
+there (wall-clock times, one line per request), to see where a rebalance's time goes.
 ``time.perf_counter`` is the system's monotonic clock on Linux, the same in every process.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -46,7 +49,15 @@ class Reporter:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING)
+    trace = os.environ.get("JOIN_WORKER_LOG")
+    if trace:  # for finding where a rebalance's time goes: one log line per request, wall clock
+        logging.basicConfig(
+            filename=trace,
+            level=logging.DEBUG,
+            format=f"%(created).4f w{os.getpid()} %(threadName)s %(name)s %(message)s",
+        )
+    else:
+        logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     members: list[RangeCoordinator] = []
 
@@ -74,6 +85,7 @@ def main() -> None:
         elif command == "join":
             group, bootstrap, index = words
             say(f"t0 {time.perf_counter()!r}")
+            logging.getLogger("join_worker").debug("t0 member %s joins", index)
             start(group, bootstrap, int(index))
         elif command == "stop":
             closing = [
