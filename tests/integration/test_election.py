@@ -232,13 +232,13 @@ def test_tokens_keep_growing_after_every_member_restarted(quick_cleanup_kafka: s
             leadership = next(m for m in pair if m.is_leader).leadership()
             assert leadership is not None and leadership.token == info.token
             tokens.append(info.token)
+
             # Stored: before it counted as leader (the group's first), or right after (a
             # token equal to the generation, in a group that has a stored token).
-            wait_until(
-                lambda token=info.token: stored_token(kafka, group) == token,
-                10,
-                "the token to be stored",
-            )
+            def token_stored(token: int = info.token) -> bool:
+                return stored_token(kafka, group) == token
+
+            wait_until(token_stored, 10, "the token to be stored")
         finally:
             for m in members:
                 m.close()
