@@ -345,13 +345,17 @@ class Elector(GroupListener):
         generation = ctx.member.generation()
         if generation.generation_id != generation_id:
             return  # superseded: the next generation's tokens exceed this one anyway
-        cfg = ctx.member.config
+        # No longer than the lease: this runs on the membership thread, which must be free
+        # to answer the next rebalance in time (the commit is worth nothing by then).
+        timeout_ms = min(ctx.member.config.request_timeout_ms, self.lease.remaining() * 1000)
+        if timeout_ms <= 0:
+            return
         self._stored_in_generation = generation_id
         try:
             ctx.member.commit_offsets(
                 {self.token_partition: OffsetAndMetadata(token, _TOKEN_METADATA)},
                 generation=generation,
-                timeout=cfg.request_timeout_ms / 1000,
+                timeout=timeout_ms / 1000,
             )
         except CoordinationError as e:
             ctx.log.info(

@@ -39,6 +39,7 @@ class Offsets:
         self.commit_fails: Exception | None = None
         self.applied_despite_failure = False
         self.commits: list[tuple[int, int]] = []
+        self.timeouts: list[float] = []
         self.rejoins: list[str] = []
         self.reads = 0
 
@@ -58,6 +59,7 @@ class Offsets:
         assert generation is not None and generation.generation_id == GENERATION
         (om,) = offsets.values()
         self.commits.append((generation.generation_id, om.offset))
+        self.timeouts.append(timeout)
         if self.commit_fails is None or self.applied_despite_failure:
             self.stored.update(offsets)
         if self.commit_fails is not None:
@@ -144,6 +146,15 @@ def test_a_token_equal_to_the_generation_leads_before_it_is_stored(setup) -> Non
     assert commits_seen == [0] and election.is_leader
     assert offsets.commits == [(GENERATION, GENERATION)] and offsets.reads == 0
     assert not offsets.rejoins  # a refused store after the fact changes nothing
+
+
+def test_the_store_after_waits_no_longer_than_the_lease(setup, monkeypatch) -> None:
+    # It runs on the membership thread, which must answer the next rebalance in time.
+    election, offsets, _ = setup
+    monkeypatch.setattr(election.coordinator, "membership_lease", lambda: 5.0)
+    elect(election, GENERATION, stored_token=5)
+    # The lease's 5 s less its margin (the heartbeat interval, 3 s), below the request timeout.
+    assert election.is_leader and offsets.timeouts == [pytest.approx(2.0)]
 
 
 @pytest.mark.parametrize(
