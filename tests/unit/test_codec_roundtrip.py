@@ -152,6 +152,8 @@ def test_an_election_candidate_round_trips(
     members=st.dictionaries(TEXT, TEXT, max_size=8),
     problems=st.lists(TEXT, max_size=3),
     duplicates=st.lists(TEXT, max_size=3),
+    stored_token=st.none() | TOKEN,
+    stored_token_exists=st.booleans(),
 )
 def test_an_election_outcome_round_trips(
     leader: str | None,
@@ -160,8 +162,19 @@ def test_an_election_outcome_round_trips(
     members: dict[str, str],
     problems: list[str],
     duplicates: list[str],
+    stored_token: int | None,
+    stored_token_exists: bool,
 ) -> None:
-    outcome = Outcome(leader, leader_identity, token, members, tuple(problems), tuple(duplicates))
+    outcome = Outcome(
+        leader,
+        leader_identity,
+        token,
+        members,
+        tuple(problems),
+        tuple(duplicates),
+        stored_token,
+        stored_token_exists,
+    )
     assert decode_outcome(encode_outcome(outcome)) == outcome
 
 

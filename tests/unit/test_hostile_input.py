@@ -61,7 +61,14 @@ def test_election_numbers_must_be_in_range_integers() -> None:
         doc = json.dumps({"v": 1, "identity": "a", field: value}).encode()
         with pytest.raises(ProtocolCodecError, match=field):
             decode_candidate(doc)
-    for field, value in [("token", 2**63), ("token", "1"), ("leader", 1), ("members", [])]:
+    for field, value in [
+        ("token", 2**63),
+        ("token", "1"),
+        ("leader", 1),
+        ("members", []),
+        ("stored_token_exists", 1),
+        ("stored_token_exists", "true"),
+    ]:
         doc = json.dumps({"v": 1, field: value}).encode()
         with pytest.raises(ProtocolCodecError, match=field):
             decode_outcome(doc)
