@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from coordination import Member, OffsetAndMetadata
+from coordination import Generation, Member, OffsetAndMetadata
 from coordination._lease import LeaseGuard
 from coordination.errors import CommitFailedError, CoordinationError, ProtocolCodecError
 from coordination.hooks import Deposed, Elected
@@ -347,16 +347,11 @@ class Elector(GroupListener):
             return  # superseded: the next generation's tokens exceed this one anyway
         # No longer than the lease: this runs on the membership thread, which must be free
         # to answer the next rebalance in time (the commit is worth nothing by then).
-        timeout_ms = min(ctx.member.config.request_timeout_ms, self.lease.remaining() * 1000)
+        timeout_ms = self._within_lease_ms()
         if timeout_ms <= 0:
             return
-        self._stored_in_generation = generation_id
         try:
-            ctx.member.commit_offsets(
-                {self.token_partition: OffsetAndMetadata(token, _TOKEN_METADATA)},
-                generation=generation,
-                timeout=timeout_ms / 1000,
-            )
+            self._commit_token(generation, token, timeout_ms)
         except CoordinationError as e:
             ctx.log.info(
                 "election %s: token %d was not stored (%s); it needs not be: the broker "
@@ -365,6 +360,20 @@ class Elector(GroupListener):
                 token,
                 e,
             )
+
+    def _within_lease_ms(self) -> float:
+        """How long a request about the token may take: the request timeout, cut to what is
+        left of the lease (a leadership would be void after it); <= 0: no time left."""
+        return min(self.ctx.member.config.request_timeout_ms, self.lease.remaining() * 1000)
+
+    def _commit_token(self, generation: Generation, token: int, timeout_ms: float) -> None:
+        """Commit ``token`` as the group's stored token, fenced by ``generation``."""
+        self._stored_in_generation = generation.generation_id
+        self.ctx.member.commit_offsets(
+            {self.token_partition: OffsetAndMetadata(token, _TOKEN_METADATA)},
+            generation=generation,
+            timeout=timeout_ms / 1000,
+        )
 
     def _stored_token(self, timeout_ms: float) -> int:
         """The token stored in the group's offsets, -1 if none; raises CoordinationError."""
@@ -390,7 +399,7 @@ class Elector(GroupListener):
             return False  # superseded: the next generation elects again
         cfg = ctx.member.config
         # Waiting longer than the lease is pointless: the leadership would be void.
-        timeout_ms = min(cfg.request_timeout_ms, self.lease.remaining() * 1000)
+        timeout_ms = self._within_lease_ms()
         known = read_in_generation if self._stored_in_generation != generation_id else None
         try:
             stored = self._stored_token(timeout_ms) if known is None else known
@@ -409,12 +418,7 @@ class Elector(GroupListener):
                     self._highest_token = max(self._highest_token, stored)
                 self._not_elected(token, f"the group already stored token {stored}")
                 return False
-            self._stored_in_generation = generation_id
-            ctx.member.commit_offsets(
-                {self.token_partition: OffsetAndMetadata(token, _TOKEN_METADATA)},
-                generation=generation,
-                timeout=timeout_ms / 1000,
-            )
+            self._commit_token(generation, token, timeout_ms)
             return True
         except CommitFailedError as e:
             # Fenced: a newer generation exists; the member rejoins by itself.
@@ -433,7 +437,7 @@ class Elector(GroupListener):
         # (this member advertises it as seen), and a late commit of this generation cannot
         # land once the next generation has started.
         try:
-            remaining_ms = min(cfg.request_timeout_ms, self.lease.remaining() * 1000)
+            remaining_ms = self._within_lease_ms()
             if remaining_ms > 0 and self._stored_token(remaining_ms) == token:
                 return True
         except CoordinationError as e:
