@@ -4,7 +4,10 @@ Starts N members of one group (default 10, ``coordination.Coordinator`` subclass
 process, the recipes' 1 s heartbeats), waits until they are stable and quiet, then counts
 over a window (default 60 s) with nothing happening: the sockets the process holds, the
 requests its members send (heartbeats; the channel's long-polling fetches) and the CPU
-time the process uses. Then the same with ``wakeup_topic=None``, on the same broker.
+time the process uses. Three layouts, on the same broker: the channel on with a client id of
+each member's own, so that each reads for itself as in a process of its own ("alone"); the
+channel on with one client id, so that the members share one listener ("shared"); the
+channel off (``wakeup_topic=None``).
 
     python benchmarks/wakeup_cost.py [--quick] [--members N] [--window S] [--bootstrap-servers B]
 
@@ -80,11 +83,16 @@ def requests(members: list[Idle]) -> int:
     return total
 
 
-def measure(bootstrap: str, n: int, window_s: float, channel: bool) -> dict[str, float]:
+def measure(bootstrap: str, n: int, window_s: float, layout: str) -> dict[str, float]:
     base_sockets = sockets()
     group = f"wakeup-cost-{uuid.uuid4().hex[:8]}"
-    extra: dict[str, Any] = {} if channel else {"wakeup_topic": None}
-    members = [Idle(group, bootstrap_servers=bootstrap, **SETTINGS, **extra) for _ in range(n)]
+
+    def extra(i: int) -> dict[str, Any]:
+        if layout == "off":
+            return {"wakeup_topic": None}
+        return {"client_id": f"idle-{i}"} if layout == "alone" else {}
+
+    members = [Idle(group, bootstrap_servers=bootstrap, **SETTINGS, **extra(i)) for i in range(n)]
     try:
         for m in members:
             m.start()
@@ -113,13 +121,19 @@ def main() -> None:
     args = parser.parse_args()
     window = 15.0 if args.quick else args.window
     with running_kafka(args.bootstrap_servers, full_jit=True) as bootstrap:
-        on = measure(bootstrap, args.members, window, channel=True)
-        off = measure(bootstrap, args.members, window, channel=False)
+        alone = measure(bootstrap, args.members, window, "alone")
+        shared = measure(bootstrap, args.members, window, "shared")
+        off = measure(bootstrap, args.members, window, "off")
     print(f"{args.members} idle members in one process, {window:.0f} s window, 1 s heartbeats")
-    print(f"{'':24s} {'channel on':>12s} {'channel off':>12s} {'extra':>10s}")
-    for key in on:
-        print(f"{key:24s} {on[key]:12.2f} {off[key]:12.2f} {on[key] - off[key]:10.2f}")
-    pairs = [f"{k}_on={v:.3f}" for k, v in on.items()]
+    print("on, alone: each member reads its own wake-ups (as in a process of its own)")
+    print("on, shared: the members share one listener (one client id)")
+    header = ["on, alone", "on, shared", "off", "extra alone", "extra shared"]
+    print(f"{'':24s}" + "".join(f"{h:>14s}" for h in header))
+    for key in alone:
+        row = [alone[key], shared[key], off[key], alone[key] - off[key], shared[key] - off[key]]
+        print(f"{key:24s}" + "".join(f"{v:14.2f}" for v in row))
+    pairs = [f"{k}_on={v:.3f}" for k, v in alone.items()]
+    pairs += [f"{k}_shared={v:.3f}" for k, v in shared.items()]
     pairs += [f"{k}_off={v:.3f}" for k, v in off.items()]
     print(" ".join(pairs))
 

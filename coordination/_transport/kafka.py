@@ -78,6 +78,9 @@ class KafkaTransport:
         self._bootstrap_lock = threading.Lock()
         self._closed = False
         self._servers = connection.get("bootstrap_servers")
+        # Transports with equal keys connect alike (same client id, servers, credentials):
+        # the members of one process may share a connection's reads (see wakeups.py).
+        self.sharing_key = (client_id, request_timeout_ms, repr(sorted(connection.items())))
         # Dedicated node ids registered with kafka-python, and their addresses.
         self._dedicated: dict[str, tuple[str, int]] = {}
         self._tls: ssl.SSLContext | None = None
@@ -277,6 +280,10 @@ class KafkaTransport:
 
     async def _close_connections(self) -> None:
         self._manager.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # -- helpers -------------------------------------------------------------------
 

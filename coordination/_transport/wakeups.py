@@ -11,6 +11,8 @@ departure, announced once the broker handled the LeaveGroup, names the generatio
 member still in it rejoins without asking (the broker rebalances whenever a member leaves).
 Where the coordinator leads the group's partition, the departure rides behind the LeaveGroup
 on the coordinator's connection (the broker handles a connection's requests in order).
+The members of one group in one process that connect alike share one listener (one
+connection, one fetch per wake-up for all of them).
 
 The topic (default ``coordination.wakeups``) is created on first use with
 :data:`PARTITIONS` partitions and an hour's retention; a group uses partition
@@ -23,14 +25,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from kafka.protocol.admin.topics import CreateTopicsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
@@ -143,8 +146,9 @@ def timeline_key(group_id: str) -> bytes:
 
 
 class KafkaWakeups:
-    """One member's end of the wake-up channel: a listener thread and a publisher thread,
-    both sending through the member's own transport (the listener on a connection of its own).
+    """One member's end of the wake-up channel: a publisher thread sending through the
+    member's own transport, and a share of its group's listener in this process (see
+    ``_SharedListener``), which reads on a connection of its own.
     """
 
     def __init__(
@@ -171,6 +175,7 @@ class KafkaWakeups:
         self._last: _Announcement | None = None
         self._departure: _Departure | None = None
         self._threads: list[threading.Thread] = []
+        self._listener: _SharedListener | None = None
         self._wake: Callable[[str, int | None], None] = lambda reason, left: None
         self._failing_since: float | None = None
         self._warned = False
@@ -182,12 +187,14 @@ class KafkaWakeups:
         """Start listening; ``wake(reason, left_generation)`` runs on the listener thread per
         wake-up read (``left_generation``: the generation a departing member left)."""
         self._wake = wake
-        for target, name in ((self._listen, "listener"), (self._publish, "publisher")):
-            thread = threading.Thread(
-                target=target, name=f"coordination-wakeups-{name}|{self._group_id}", daemon=True
-            )
-            self._threads.append(thread)
-            thread.start()
+        publisher = threading.Thread(
+            target=self._publish,
+            name=f"coordination-wakeups-publisher|{self._group_id}",
+            daemon=True,
+        )
+        self._threads.append(publisher)
+        publisher.start()
+        self._listener = _SharedListener.join(self)
 
     def departure(self, member_id: str, generation: int) -> _Departure | None:
         """The departure's wake-up, ready to follow the LeaveGroup on the coordinator's
@@ -256,37 +263,20 @@ class KafkaWakeups:
         self._stop.set()
         self._queue.put(None)
         deadline = time.monotonic() + timeout_s
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            stopped = listener.leave(self)
+            if stopped is not None:  # this member was its last
+                self._threads.append(stopped)
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
-    # -- the two threads -------------------------------------------------------------
+    def _sharing_key(self) -> Hashable:
+        """Members with equal keys may read their wake-ups through one listener: the same
+        group, topic, client id and connection settings (credentials included)."""
+        return (self._group_id, self._topic, self._transport.sharing_key)
 
-    def _listen(self) -> None:
-        position: int | None = None
-        delay = _BACKOFF_S[0]
-        while not self._stop.is_set():
-            try:
-                route = self._located()
-                if position is None:
-                    position = self._end_offset(route)
-                    self._working()  # listening from here on
-                position = self._fetch(route, position)
-                self._working()
-                delay = _BACKOFF_S[0]
-            except _Unusable as e:
-                self._turn_off(str(e))
-                return
-            except (_Retry, TransportError) as e:
-                if self._stop.is_set():
-                    return
-                if isinstance(e, _OutOfRange):
-                    position = None
-                self._failing(str(e))
-                self._stop.wait(delay)
-                delay = min(delay * 2, _BACKOFF_S[1])
-            except Exception:  # never let the channel take the member down
-                log.exception("group %r: wake-up listener failed; retrying", self._group_id)
-                self._stop.wait(_BACKOFF_S[1])
+    # -- the publisher thread ----------------------------------------------------------
 
     def _publish(self) -> None:
         # Timeline records wait until TIMELINE_DELAY_S after the first of them, then go out
@@ -589,27 +579,15 @@ class KafkaWakeups:
     # -- outcomes --------------------------------------------------------------------
 
     def _received(self, raw: bytes | None) -> None:
-        # Anyone who may write to the topic can put anything under this group's key: a
-        # record that is not what a member writes is skipped, whatever its bytes (nesting
-        # deep enough for RecursionError included), and what reaches the logs is cut short.
-        try:
-            value = json.loads(raw or b"")
-            sender, member, event = value["sender"], value["member"], value["event"]
-            if not all(isinstance(v, str) for v in (sender, member, event)):
-                raise TypeError("not text")
-        except (ValueError, KeyError, TypeError, RecursionError):
-            log.debug("group %r: ignoring an unreadable wake-up %.100r", self._group_id, raw)
+        wakeup = _parse(raw, self._group_id)
+        if wakeup is not None:
+            self._deliver(wakeup)
+
+    def _deliver(self, wakeup: _Wakeup) -> None:
+        if wakeup.sender == self._sender:
             return
-        if sender == self._sender:
-            return
-        member, event = _printable(member), _printable(event)
         self.stats.received += 1
-        # Only a departure's generation means something to the receiver (see wake()); a
-        # record of another version without one, or with a non-integer, is a plain wake-up.
-        left = value.get("generation") if event == "leave" else None
-        if not isinstance(left, int) or isinstance(left, bool):
-            left = None
-        self._wake(f"member {member} announced: {event}", left)
+        self._wake(f"member {wakeup.member} announced: {wakeup.event}", wakeup.left)
 
     def _check(self, code: int, what: str, route: _Route | None = None) -> None:
         if code == _NONE:
@@ -688,6 +666,159 @@ class _Departure:
         self.delivered = True
         self._wakeups.stats.sent += 1
         self._wakeups.stats.sent_with_leave += 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Wakeup:
+    sender: str
+    member: str
+    event: str
+    left: int | None
+
+
+def _parse(raw: bytes | None, group_id: str) -> _Wakeup | None:
+    """A wake-up record's value, or None for one that is not what a member writes.
+
+    Anyone who may write to the topic can put anything under a group's key: such a record
+    is skipped, whatever its bytes (nesting deep enough for RecursionError included), and
+    what reaches the logs is cut short."""
+    try:
+        value = json.loads(raw or b"")
+        sender, member, event = value["sender"], value["member"], value["event"]
+        if not all(isinstance(v, str) for v in (sender, member, event)):
+            raise TypeError("not text")
+    except (ValueError, KeyError, TypeError, RecursionError):
+        log.debug("group %r: ignoring an unreadable wake-up %.100r", group_id, raw)
+        return None
+    # Only a departure's generation means something to the receiver (see wake()); a record
+    # of another version without one, or with a non-integer, is a plain wake-up.
+    left = value.get("generation") if event == "leave" else None
+    if not isinstance(left, int) or isinstance(left, bool):
+        left = None
+    return _Wakeup(sender, _printable(member), _printable(event), left)
+
+
+class _SharedListener:
+    """The long-polling reader of one group's wake-ups, shared by the members of this
+    process that have the same group, topic and connection settings: a process running 50
+    members of a group reads each wake-up once (one connection, one fetch, one thread),
+    not 50 times, and wakes them all from that one read.
+
+    It fetches through a member's transport (the first one still open): when that member
+    closes, the fetch fails and the next member's transport takes over from the same
+    position. The last member to leave stops it.
+    """
+
+    _registry: ClassVar[dict[Hashable, _SharedListener]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, key: Hashable, group_id: str) -> None:
+        self._key = key
+        self._group_id = group_id
+        self._members: list[KafkaWakeups] = []
+        self._stop = threading.Event()
+        self._working = False
+        self._thread = threading.Thread(
+            target=self._listen, name=f"coordination-wakeups-listener|{group_id}", daemon=True
+        )
+
+    @classmethod
+    def join(cls, member: KafkaWakeups) -> _SharedListener:
+        """The listener for ``member``, started if it is the first."""
+        key = member._sharing_key()
+        with cls._registry_lock:
+            listener = cls._registry.get(key)
+            first = listener is None
+            if listener is None:
+                listener = cls._registry[key] = _SharedListener(key, member._group_id)
+            listener._members.append(member)
+            if listener._working:
+                member._working()
+        if first:
+            listener._thread.start()
+        return listener
+
+    def leave(self, member: KafkaWakeups) -> threading.Thread | None:
+        """Stop reading for ``member``; the listener's thread (to join) if it was the last."""
+        with self._registry_lock:
+            if member in self._members:
+                self._members.remove(member)
+            if self._members:
+                return None
+            if self._registry.get(self._key) is self:
+                del self._registry[self._key]
+        self._stop.set()
+        return self._thread
+
+    def _members_now(self) -> list[KafkaWakeups]:
+        with self._registry_lock:
+            return list(self._members)
+
+    def _host(self) -> KafkaWakeups | None:
+        """The member whose transport reads: the first one still open."""
+        return next((m for m in self._members_now() if not m._transport.closed), None)
+
+    def _received(self, raw: bytes | None) -> None:
+        wakeup = _parse(raw, self._group_id)
+        if wakeup is not None:
+            for member in self._members_now():
+                member._deliver(wakeup)
+
+    def _set_working(self) -> None:
+        with self._registry_lock:
+            self._working = True
+        for member in self._members_now():
+            member._working()
+
+    def _listen(self) -> None:
+        position: int | None = None
+        delay = _BACKOFF_S[0]
+        while not self._stop.is_set():
+            host = self._host()
+            if host is None:  # every member is closing
+                self._stop.wait(_BACKOFF_S[0])
+                continue
+            try:
+                route = host._located()
+                if position is None:
+                    position = host._end_offset(route)
+                    self._set_working()  # listening from here on
+                position = host._fetch(route, position, received=self._received)
+                self._set_working()
+                delay = _BACKOFF_S[0]
+            except _Unusable as e:
+                with self._registry_lock:
+                    if self._registry.get(self._key) is self:
+                        del self._registry[self._key]  # a member started later tries again
+                for member in self._members_now():
+                    member._turn_off(str(e))
+                return
+            except (_Retry, TransportError) as e:
+                if self._stop.is_set():
+                    return
+                if host._transport.closed:
+                    continue  # its member is closing: the next one's transport reads on
+                if isinstance(e, _OutOfRange):
+                    position = None
+                with self._registry_lock:
+                    self._working = False
+                for member in self._members_now():
+                    member._failing(str(e))
+                self._stop.wait(delay)
+                delay = min(delay * 2, _BACKOFF_S[1])
+            except Exception:  # never let the channel take the members down
+                log.exception("group %r: wake-up listener failed; retrying", self._group_id)
+                self._stop.wait(_BACKOFF_S[1])
+
+
+def _forget_listeners_after_fork() -> None:
+    # A forked child has none of its parent's threads: its members must start their own.
+    _SharedListener._registry = {}
+    _SharedListener._registry_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_listeners_after_fork)
 
 
 def _printable(text: str, limit: int = 200) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import zlib
 from typing import Any
@@ -196,3 +197,54 @@ def test_a_member_closes_at_once_while_its_listener_long_polls(
     wakeups = member._engine._wakeups
     threads = wakeups._threads  # type: ignore[union-attr]
     assert not any(t.is_alive() for t in threads)
+
+
+def listener_threads(group: str) -> list[threading.Thread]:
+    return [
+        t
+        for t in threading.enumerate()
+        if t.name == f"coordination-wakeups-listener|{group}" and t.is_alive()
+    ]
+
+
+def test_the_members_of_one_process_read_their_wake_ups_through_one_listener(
+    kafka: str, members: list[Listing]
+) -> None:
+    # 50 members of a group in one process would otherwise make 50 fetches of every wake-up.
+    group = new_group()
+    trio = start(members, kafka, group, 3)
+    wait_until(lambda: settled(trio, 3) and listening(trio), 30, "three members")
+    assert len(listener_threads(group)) == 1
+    # Another client id connects differently (quotas, logs): it reads for itself.
+    (apart,) = start(members, kafka, group, 1, client_id="apart")
+    wait_until(lambda: settled([*trio, apart], 4), SOON, "four members, woken by the join")
+    assert len(listener_threads(group)) == 2
+    assert all(m.metrics().wakeups_received >= 1 for m in trio)
+    time.sleep(1)  # the last join's announcements are read; the group is quiet
+    before = [m.metrics().wakeups_received for m in trio]
+    (fifth,) = start(members, kafka, group, 1)
+    wait_until(lambda: settled([*trio, apart, fifth], 5), SOON, "five, woken by the join")
+    # One read woke every member of the process, each once, but not the one that sent it.
+    assert [m.metrics().wakeups_received for m in trio] == [b + 1 for b in before]
+    assert fifth.metrics().wakeups_received == 0
+    assert len(listener_threads(group)) == 2
+
+
+def test_the_shared_listener_reads_on_when_the_member_it_reads_through_closes(
+    kafka: str, members: list[Listing]
+) -> None:
+    group = new_group()
+    trio = start(members, kafka, group, 3)
+    wait_until(lambda: settled(trio, 3) and listening(trio), 30, "three members")
+    # It fetches through the transport of the first member started: close that one.
+    trio[0].close()
+    wait_until(lambda: settled(trio[1:], 2), SOON, "two members, woken by the leave")
+    time.sleep(1)  # the survivors' listener has moved to another member's transport
+    joined_at = time.monotonic()
+    (newcomer,) = start(members, kafka, group, 1)
+    wait_until(lambda: settled([*trio[1:], newcomer], 3), SOON, "three, woken by the join")
+    assert time.monotonic() - joined_at < SOON  # their heartbeats were due 20 s later
+    assert len(listener_threads(group)) == 1
+    for m in [*trio[1:], newcomer]:
+        m.close()
+    wait_until(lambda: not listener_threads(group), 5, "the listener to stop with the last")

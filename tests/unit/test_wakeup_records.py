@@ -7,6 +7,7 @@ member writes is skipped, whatever its bytes, and what reaches the logs is cut s
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from coordination._transport.base import TransportError
-from coordination._transport.wakeups import KafkaWakeups, _Route
+from coordination._transport.wakeups import KafkaWakeups, _Route, _SharedListener
 
 
 def channel() -> tuple[KafkaWakeups, list[tuple[str, int | None]]]:
@@ -192,3 +193,32 @@ def test_a_departure_that_did_not_get_through_behind_the_leave_is_sent_after_it(
 def test_without_its_partition_known_a_departure_cannot_ride_along() -> None:
     wakeups, _ = channel()
     assert wakeups.departure("m-1", 7) is None
+
+
+def test_one_read_wakes_every_member_sharing_the_listener_but_the_one_that_sent_it() -> None:
+    members = [channel() for _ in range(3)]
+    listener = _SharedListener(("g", "topic", "settings"), "g")
+    listener._members = [wakeups for wakeups, _ in members]
+    sender = members[1][0]._sender
+    listener._received(record(sender=sender, event="leave", generation=4))
+    listener._received(b"not json")
+    woken = [w for _, w in members]
+    assert woken == [[("member m-2 announced: leave", 4)], [], [("member m-2 announced: leave", 4)]]
+    assert [wakeups.stats.received for wakeups, _ in members] == [1, 0, 1]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() exists only on POSIX")
+def test_a_forked_child_starts_listeners_of_its_own() -> None:
+    # The child has none of its parent's threads: a listener found in the registry there
+    # would never read.
+    key = ("g", "topic", "settings")
+    _SharedListener._registry[key] = _SharedListener(key, "g")
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if not _SharedListener._registry else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert key in _SharedListener._registry  # the parent's are untouched
+    finally:
+        _SharedListener._registry.pop(key, None)
