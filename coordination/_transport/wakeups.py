@@ -807,6 +807,8 @@ class _SharedListener:
                 self._stop.wait(delay)
                 delay = min(delay * 2, _BACKOFF_S[1])
             except Exception:  # never let the channel take the members down
+                if self._stop.is_set() or host._transport.closed:
+                    continue  # closed under the read: the next member's transport reads on
                 log.exception("group %r: wake-up listener failed; retrying", self._group_id)
                 self._stop.wait(_BACKOFF_S[1])
 

@@ -7,6 +7,7 @@ member writes is skipped, whatever its bytes, and what reaches the logs is cut s
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -222,3 +223,51 @@ def test_a_forked_child_starts_listeners_of_its_own() -> None:
         assert key in _SharedListener._registry  # the parent's are untouched
     finally:
         _SharedListener._registry.pop(key, None)
+
+
+def test_the_shared_listener_reads_on_through_the_next_member_when_its_transport_closes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # However the closed transport fails the read in progress, the listener moves to the next
+    # member's at once: no error logged, no backoff that would leave the others unwoken.
+    woken: list[str] = []
+    ready = threading.Event()
+
+    def member(name: str) -> KafkaWakeups:
+        transport = SimpleNamespace(closed=False, sharing_key="same settings")
+        wakeups = KafkaWakeups(transport, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
+        wakeups._wake = lambda reason, left: woken.append(name)
+        wakeups._located = lambda timeline=False: "route"  # type: ignore[method-assign,assignment,misc]
+        wakeups._end_offset = lambda route, timestamp=-1: 0  # type: ignore[method-assign]
+
+        def fetch(route: Any, position: int, **kw: Any) -> int:
+            time.sleep(0.01)  # a long poll
+            if transport.closed:
+                raise RuntimeError("a socket torn down under the read")
+            if name == "b" and ready.is_set():
+                ready.clear()
+                kw["received"](record())
+                return position + 1
+            return position
+
+        wakeups._fetch = fetch  # type: ignore[method-assign]
+        return wakeups
+
+    a, b = member("a"), member("b")
+    listener = _SharedListener.join(a)
+    assert _SharedListener.join(b) is listener
+    try:
+        time.sleep(0.05)  # reading through a's transport
+        a._transport.closed = True  # type: ignore[misc]
+        ready.set()
+        deadline = time.monotonic() + 2.5  # the listener's backoff after an error is 5 s
+        while "b" not in woken and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert "b" in woken
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    finally:
+        listener.leave(a)
+        stopped = listener.leave(b)
+        assert stopped is not None
+        stopped.join(2)
+        assert not stopped.is_alive()
