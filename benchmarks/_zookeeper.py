@@ -68,10 +68,12 @@ class ZooKeeperServer:
         tick_time_ms: int = 2000,
         heap: str = "128m",
         start_timeout: float = 60.0,
+        shipped_jvm: bool = False,
     ) -> None:
         self.version = version
         self.tick_time_ms = tick_time_ms
         self.heap = heap
+        self.shipped_jvm = shipped_jvm
         self.start_timeout = start_timeout
         self.port = _free_port()
         self._root = Path(tempfile.mkdtemp(prefix="coordination-zookeeper-"))
@@ -107,9 +109,13 @@ class ZooKeeperServer:
         )
         command = [
             "java",
-            f"-Xmx{self.heap}",
-            f"-Xms{self.heap}",
-            "-XX:+UseSerialGC",
+            # shipped_jvm: as zkServer.sh starts it (zkEnv.sh's ZK_SERVER_HEAP, 1000 MB, and
+            # the JVM's own collector); else a small fixed heap.
+            *(
+                ("-Xmx1000m",)
+                if self.shipped_jvm
+                else (f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC")
+            ),
             "-Djava.awt.headless=true",
             "-cp",
             os.pathsep.join(str(j) for j in jars),

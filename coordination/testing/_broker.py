@@ -51,6 +51,19 @@ TEST_BROKER_CONFIG: Final[Mapping[str, str]] = {
     "log.flush.interval.messages": "1000000",
 }
 
+# What Kafka's own start scripts give a broker's JVM (kafka-server-start.sh's heap,
+# kafka-run-class.sh's performance options): for benchmarks that compare a broker with another
+# server run as its own distribution runs it.
+SHIPPED_JVM_OPTIONS: Final = (
+    "-Xmx1G",
+    "-Xms1G",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+)
+
 _LOG4J2: Final = """status = warn
 appender.file.type = File
 appender.file.name = file
@@ -122,8 +135,10 @@ class KafkaCluster:
             print(kafka.bootstrap_servers)   # 127.0.0.1:<port>
 
     Each broker is a JVM with a small heap (``heap``, default 384m) and only the JIT's first
-    tier, which starts it sooner but runs its requests slower; ``full_jit=True`` runs it as in
-    production (benchmarks do). A broker that does not come up within ``start_timeout``
+    tier, which starts it sooner but runs its requests slower; ``full_jit=True`` runs it with
+    the whole JIT, as in production (benchmarks do), and ``shipped_jvm=True`` also with the
+    heap and garbage collector Kafka's start scripts give it (:data:`SHIPPED_JVM_OPTIONS`,
+    a 1 GB heap instead of ``heap``). A broker that does not come up within ``start_timeout``
     raises :class:`BrokerStartError` with the tail of its log.
     """
 
@@ -139,6 +154,7 @@ class KafkaCluster:
         start_timeout: float = 120.0,
         security: BrokerSecurity | None = None,
         full_jit: bool = False,
+        shipped_jvm: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
@@ -163,7 +179,8 @@ class KafkaCluster:
             for i in range(brokers)
         ]
         self.security = security
-        self.full_jit = full_jit
+        self.full_jit = full_jit or shipped_jvm
+        self.shipped_jvm = shipped_jvm
         self._classpath: str | None = None
         self._formatted = False
 
@@ -336,9 +353,11 @@ class KafkaCluster:
         log4j1.write_text(_LOG4J1.format(log=node.log_file))
         command = [
             "java",
-            f"-Xmx{self.heap}",
-            f"-Xms{self.heap}",
-            "-XX:+UseSerialGC",
+            *(
+                SHIPPED_JVM_OPTIONS
+                if self.shipped_jvm
+                else (f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC")
+            ),
             # Tests: the first JIT tier only starts the broker sooner and its requests run
             # slower; benchmarks want the broker as it runs in production.
             *(() if self.full_jit else ("-XX:TieredStopAtLevel=1",)),
@@ -415,7 +434,11 @@ class KafkaCluster:
 
 @contextlib.contextmanager
 def running_kafka(
-    bootstrap_servers: str | None = None, *, version: str = NEWEST_KAFKA, full_jit: bool = False
+    bootstrap_servers: str | None = None,
+    *,
+    version: str = NEWEST_KAFKA,
+    full_jit: bool = False,
+    shipped_jvm: bool = False,
 ) -> Iterator[str]:
     """Bootstrap servers of the given cluster, or of a one-broker cluster started meanwhile.
 
@@ -432,5 +455,7 @@ def running_kafka(
         yield bootstrap_servers
         return
     print(f"starting a local Kafka {version} broker (jars from Maven Central on first use)...")
-    with KafkaCluster(brokers=1, version=version, full_jit=full_jit) as cluster:
+    with KafkaCluster(
+        brokers=1, version=version, full_jit=full_jit, shipped_jvm=shipped_jvm
+    ) as cluster:
         yield cluster.bootstrap_servers
