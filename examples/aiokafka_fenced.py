@@ -3,14 +3,14 @@ rejected by whoever reads it.
 
     python examples/aiokafka_fenced.py --bootstrap-servers localhost:9092
 
-Two members elect a leader. The leader writes records with aiokafka, each carrying its
-leadership's fencing token in a ``token`` header. The first leader then stops leading (here
-it closes; in real life it might be paused by a long GC or a VM migration and not know it
-yet), the second one leads with a higher token and writes, and then the first one's late
-write arrives. A reader that keeps the highest token it has seen rejects every record
-with a lower one: the late write never takes effect. Tokens only grow, even across
-restarts of the whole group (docs/election.md, "Fencing tokens"), so the rule holds for
-any number of leaders.
+A first member is elected, and a second one stands by. The leader writes records with
+aiokafka, each carrying its leadership's fencing token in a ``token`` header. The first
+leader then stops leading (here it closes; in real life it might be paused by a long GC or
+a VM migration and not know it yet), the second one leads with a higher token and writes,
+and then the first one's late write arrives. A reader that keeps the highest token it has
+seen rejects every record with a lower one: the late write never takes effect. Tokens only
+grow, even across restarts of the whole group (docs/election.md, "Fencing tokens"), so the
+rule holds for any number of leaders.
 """
 
 from __future__ import annotations
@@ -67,12 +67,14 @@ async def demo(bootstrap: str, topic: str, group: str) -> tuple[list[str], list[
         second = AsyncLeaderElection(
             group, identity="second", bootstrap_servers=bootstrap, **SETTINGS
         )
-        await first.start()
-        await second.start()
         try:
+            # The first member leads before the second starts: priority decides only among
+            # the members of one generation, and the second might otherwise join first.
+            await first.start()
             await first.wait_for_leader(timeout=30)
             old = first.leadership()
-            assert old is not None, "the member with the higher priority leads"
+            assert old is not None, "the only member leads"
+            await second.start()
             await write(producer, topic, old.token, "first: hello")
             await first.close()  # deposed; it keeps its old token, as a paused leader would
             while (new := second.leadership()) is None:
