@@ -745,10 +745,15 @@ class _SharedListener:
                 self._members.remove(member)
             if self._members:
                 return None
-            if self._registry.get(self._key) is self:
-                del self._registry[self._key]
+            self._unregister_locked()
         self._stop.set()
         return self._thread
+
+    def _unregister_locked(self) -> None:
+        """Take this listener out of the registry (a member started later starts another);
+        the caller holds ``_registry_lock``."""
+        if self._registry.get(self._key) is self:
+            del self._registry[self._key]
 
     def _members_now(self) -> list[KafkaWakeups]:
         with self._registry_lock:
@@ -788,8 +793,7 @@ class _SharedListener:
                 delay = _BACKOFF_S[0]
             except _Unusable as e:
                 with self._registry_lock:
-                    if self._registry.get(self._key) is self:
-                        del self._registry[self._key]  # a member started later tries again
+                    self._unregister_locked()  # a member started later tries again
                 for member in self._members_now():
                     member._turn_off(str(e))
                 return
