@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from join_latency import (
     CLOSE_TIMEOUT_S,
     HEARTBEAT_INTERVAL_MS,
+    OURS_CLIENT_ID,
     REBALANCE_TIMEOUT_MS,
     SESSION_TIMEOUT_MS,
     RangeCoordinator,
@@ -70,7 +71,7 @@ def main() -> None:
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
-            client_id=f"join-latency-{index}",
+            client_id=OURS_CLIENT_ID,
         )
         members.append(member)
         member.start()

@@ -78,6 +78,10 @@ REBALANCE_TIMEOUT_MS = 30_000
 # acts on a rebalance its heartbeat thread discovered, so both consumers use the same.
 POLL_TIMEOUT_MS = 100
 TOPIC = "join-latency"
+# One client id for all of ours, as members left at the default have: the members of a
+# process then share one wake-up listener (docs/membership.md). The other clients get one
+# per member, as their defaults give them; the broker's group coordination ignores it.
+OURS_CLIENT_ID = "join-latency"
 PARTITIONS = 64
 JAVA_ARTIFACTS = ("org.apache.kafka:kafka-clients:4.3.1", "org.slf4j:slf4j-nop:1.7.36")
 JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "JoinLatency.java"
@@ -284,7 +288,7 @@ class OursGroup(InProcessGroup):
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
-            client_id=f"join-latency-{len(self._members)}",
+            client_id=OURS_CLIENT_ID,
         )
         self._members.append(member)
         member.start()

@@ -83,6 +83,9 @@ _FENCE_POLL_S = 0.1
 # When a woken member heartbeats, after the wake-up: at once, then in case the announced
 # change had not reached the coordinator yet.
 _WAKE_HEARTBEATS_S = (0.0, 0.01, 0.05, 0.25)
+# The same, for a member whose sibling in this process asks for both (see wake()): only in
+# case the sibling's answer never comes (it closed, or its heartbeat failed).
+_SIBLING_ASKS_WAKE_HEARTBEATS_S = (0.1, 0.3)
 # How long a leaving member waits for its wake-up to be written before closing.
 _LEAVE_WAKEUP_WAIT_S = 1.0
 # Completed rebalances a member remembers for metrics() and describe's timeline.
@@ -476,9 +479,15 @@ class GroupMembership:
             for thread in self._threads:
                 thread.start()
             if self._wakeups is not None:
-                self._wakeups.start(self.wake)
+                self._wakeups.start(self.wake, self.sibling_found_rebalance)
 
-    def wake(self, reason: str, left_generation: int | None = None) -> None:
+    def wake(
+        self,
+        reason: str,
+        left_generation: int | None = None,
+        *,
+        probed: set[int] | None = None,
+    ) -> None:
         """Another member announced a change of the group: heartbeat now to learn whether a
         rebalance began. The announcement may overtake the change itself (it travels on
         another connection), so three more follow within 250 ms unless one finds it.
@@ -487,6 +496,12 @@ class GroupMembership:
         after the broker accepted the member's LeaveGroup. The broker rebalances whenever a
         member leaves, so a member still in that generation rejoins at once: asking by a
         heartbeat would only cost a round trip. Any other generation proves nothing.
+
+        ``probed``: the generations that members sharing this wake-up (the same group, in
+        this process) already ask the broker about. A member of one of them leaves the
+        asking to that sibling, whose answer reaches it through ``sibling_found_rebalance``,
+        and asks itself only later, in case that answer never comes. Fifty members of a group
+        in one process so send one heartbeat per wake-up, not fifty.
         """
         now = self._clock.monotonic()
         with self._lock:
@@ -494,12 +509,32 @@ class GroupMembership:
                 return  # joining already, or not a member: nothing to learn
             self._log.debug("%s: woken: %s", self._who(), reason)
             self._counters.wakeups += 1
-            if left_generation is not None and left_generation == self._generation.generation_id:
+            generation = self._generation.generation_id
+            if left_generation is not None and left_generation == generation:
+                self._wake_at.clear()  # nothing left to ask
                 self._rebalance_told = True
                 self._request_rejoin_locked(f"{reason}; the group is rebalancing")
                 return
-            self._wake_at = [now + delay for delay in _WAKE_HEARTBEATS_S]
+            delays: tuple[float, ...] = _WAKE_HEARTBEATS_S
+            if probed is not None:
+                if generation in probed:
+                    delays = _SIBLING_ASKS_WAKE_HEARTBEATS_S
+                probed.add(generation)
+            self._wake_at = [now + delay for delay in delays]
             self._changed.notify_all()
+
+    def sibling_found_rebalance(self, generation_id: int) -> None:
+        """A member sharing this one's wake-up listener (the same group, in this process)
+        had a heartbeat of ``generation_id`` answered REBALANCE_IN_PROGRESS: the broker is
+        rebalancing away from it, so this member rejoins now if still in it, without asking."""
+        with self._lock:
+            if self._state is not MemberState.STABLE:
+                return
+            if self._generation.generation_id != generation_id:
+                return  # another generation: that answer says nothing of this one
+            self._wake_at.clear()  # nothing left to ask
+            self._rebalance_told = True
+            self._request_rejoin_locked("a member in this process found the group rebalancing")
 
     def resolve_protocol_type(self) -> None:
         """Ask the subclass for its protocol type (once it is fully constructed)."""
@@ -1548,10 +1583,16 @@ class GroupMembership:
                 self._timers.received(now)
                 self._counters.last_heartbeat_at = now
                 self._wake_at.clear()
-                if self._state is MemberState.STABLE and self._generation == sent:
+                found = self._state is MemberState.STABLE and self._generation == sent
+                if found:
                     self._rebalance_told = True
                     self._request_rejoin_locked("group is already rebalancing")
-                return self._timers.time_to_next(now)
+                next_s = self._timers.time_to_next(now)
+        if reaction.next is Next.REJOIN_IF_STABLE:
+            if found:
+                self._found_rebalance(sent.generation_id)
+            return next_s
+        with self._lock:
             self._timers.failed(now, retry_s)
             if self._generation != sent:
                 self._log.debug(
@@ -1578,6 +1619,13 @@ class GroupMembership:
             self._fail(error)
         self._mark_coordinator_unknown(f"heartbeat returned {error_name(code)}")
         return None
+
+    def _found_rebalance(self, generation_id: int) -> None:
+        """This member's heartbeat found its group rebalancing away from ``generation_id``:
+        its siblings in this process that are still in it rejoin now, without asking (see
+        ``sibling_found_rebalance``). Called without the lock: each sibling takes its own."""
+        if self._wakeups is not None:
+            self._wakeups.rebalancing(generation_id)
 
     # ------------------------------------------------------------------ leave
 

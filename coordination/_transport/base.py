@@ -107,15 +107,30 @@ class Transport(Protocol):
         ...
 
 
+class Wake(Protocol):
+    """How a wake-up reaches a member (``GroupMembership.wake`` documents the arguments)."""
+
+    def __call__(
+        self, reason: str, left_generation: int | None = None, *, probed: set[int] | None = None
+    ) -> None: ...
+
+
 class Wakeups(Protocol):
     """A side channel on which the members of a group tell one another that it is changing,
     so that they heartbeat at once instead of at their next interval (``coordination
     ._transport.wakeups`` is Kafka's). It only hastens what heartbeats find out anyway."""
 
-    def start(self, wake: Callable[[str, int | None], None]) -> None:
-        """Start listening; call ``wake(reason, left_generation)`` for each other member's
-        announcement (``left_generation``: the generation a departing member left, else
-        None)."""
+    def start(self, wake: Wake, sibling_found: Callable[[int], None]) -> None:
+        """Start listening; call ``wake(reason, left_generation, probed=...)`` for each
+        other member's announcement (``left_generation``: the generation a departing member
+        left, else None; ``probed``: one set shared by all the members that one read
+        wakes), and ``sibling_found(generation)`` when a member sharing the listener calls
+        ``rebalancing``."""
+        ...
+
+    def rebalancing(self, generation: int) -> None:
+        """This member's heartbeat found the group rebalancing away from ``generation``:
+        tell the members sharing its listener (their ``sibling_found``)."""
         ...
 
     def departure(self, member_id: str, generation: int) -> FollowUp | None:

@@ -42,7 +42,7 @@ from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
-from .base import TransportError
+from .base import TransportError, Wake
 from .kafka import KafkaTransport
 
 log = logging.getLogger("coordination.wakeups")
@@ -176,17 +176,22 @@ class KafkaWakeups:
         self._departure: _Departure | None = None
         self._threads: list[threading.Thread] = []
         self._listener: _SharedListener | None = None
-        self._wake: Callable[[str, int | None], None] = lambda reason, left: None
+        self._wake: Wake | None = None
+        self._sibling_found: Callable[[int], None] | None = None
         self._failing_since: float | None = None
         self._warned = False
         self.stats = WakeupStats()
 
     # -- what the engine calls -----------------------------------------------------
 
-    def start(self, wake: Callable[[str, int | None], None]) -> None:
-        """Start listening; ``wake(reason, left_generation)`` runs on the listener thread per
-        wake-up read (``left_generation``: the generation a departing member left)."""
+    def start(self, wake: Wake, sibling_found: Callable[[int], None]) -> None:
+        """Start listening; ``wake(reason, left_generation, probed=...)`` runs on the listener
+        thread per wake-up read (``left_generation``: the generation a departing member
+        left; ``probed``: one set for all the members that the read wakes), and
+        ``sibling_found(generation)`` when a member sharing the listener found the group
+        rebalancing (see ``rebalancing``)."""
         self._wake = wake
+        self._sibling_found = sibling_found
         publisher = threading.Thread(
             target=self._publish,
             name=f"coordination-wakeups-publisher|{self._group_id}",
@@ -195,6 +200,13 @@ class KafkaWakeups:
         self._threads.append(publisher)
         publisher.start()
         self._listener = _SharedListener.join(self)
+
+    def rebalancing(self, generation: int) -> None:
+        """This member's heartbeat found the group rebalancing away from ``generation``: the
+        members sharing its listener that are still in it rejoin without asking."""
+        listener = self._listener
+        if listener is not None:
+            listener.rebalancing(self, generation)
 
     def departure(self, member_id: str, generation: int) -> _Departure | None:
         """The departure's wake-up, ready to follow the LeaveGroup on the coordinator's
@@ -581,13 +593,13 @@ class KafkaWakeups:
     def _received(self, raw: bytes | None) -> None:
         wakeup = _parse(raw, self._group_id)
         if wakeup is not None:
-            self._deliver(wakeup)
+            self._deliver(wakeup, set())
 
-    def _deliver(self, wakeup: _Wakeup) -> None:
-        if wakeup.sender == self._sender:
+    def _deliver(self, wakeup: _Wakeup, probed: set[int]) -> None:
+        if wakeup.sender == self._sender or self._wake is None:
             return
         self.stats.received += 1
-        self._wake(f"member {wakeup.member} announced: {wakeup.event}", wakeup.left)
+        self._wake(f"member {wakeup.member} announced: {wakeup.event}", wakeup.left, probed=probed)
 
     def _check(self, code: int, what: str, route: _Route | None = None) -> None:
         if code == _NONE:
@@ -766,8 +778,15 @@ class _SharedListener:
     def _received(self, raw: bytes | None) -> None:
         wakeup = _parse(raw, self._group_id)
         if wakeup is not None:
+            probed: set[int] = set()  # one heartbeat per generation asks for all
             for member in self._members_now():
-                member._deliver(wakeup)
+                member._deliver(wakeup, probed)
+
+    def rebalancing(self, finder: KafkaWakeups, generation: int) -> None:
+        """``finder``'s heartbeat found the group rebalancing away from ``generation``."""
+        for member in self._members_now():
+            if member is not finder and member._sibling_found is not None:
+                member._sibling_found(generation)
 
     def _set_working(self) -> None:
         with self._registry_lock:

@@ -6,6 +6,7 @@ channel is a recorder. tests/integration/test_wakeups.py runs the real channel o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,6 +16,8 @@ from coordination import MemberState
 from coordination._config import CoordinatorConfig
 from coordination._engine.membership import GroupMembership
 from coordination._protocol.error_codes import ErrorCode as E
+from coordination._transport.base import Wake
+from coordination._transport.wakeups import KafkaWakeups, _SharedListener
 from coordination.testing import messages as m
 
 from .test_engine import GROUP, NODE, Harness, joined
@@ -30,11 +33,15 @@ class RecordedWakeups:
         self.timeouts: list[float | None] = []
         self.flushed: list[float] = []
         self.rebalances: list[Mapping[str, Any]] = []
-        self.wake: Callable[[str, int | None], None] | None = None
+        self.wake: Wake | None = None
+        self.rebalancing_found: list[int] = []
         self.closed = False
 
-    def start(self, wake: Callable[[str, int | None], None]) -> None:
+    def start(self, wake: Wake, sibling_found: Callable[[int], None]) -> None:
         self.wake = wake
+
+    def rebalancing(self, generation: int) -> None:
+        self.rebalancing_found.append(generation)
 
     def departure(self, member_id: str, generation: int) -> Any:
         self.departures.append((member_id, generation))
@@ -267,6 +274,117 @@ def test_a_wakeup_during_a_heartbeat_in_flight_waits_for_its_answer() -> None:
     before = heartbeats(h)
     delay = h.engine.heartbeat_once()
     assert heartbeats(h) == before and delay is not None
+
+
+# ------------------------------------------------------------------------- siblings in one process
+
+
+def heartbeat_times(h: WakeupHarness, start: float, until_s: float) -> list[float]:
+    """When ``h`` sends heartbeats (seconds after ``start``), driven by the delays it asks for."""
+    sent_at = []
+    while h.clock.monotonic() - start <= until_s:
+        before = heartbeats(h)
+        delay = h.engine.heartbeat_once()
+        if heartbeats(h) > before:
+            sent_at.append(round(h.clock.monotonic() - start, 3))
+        assert delay is not None
+        h.clock.advance(max(delay, 0.001))
+    return sent_at
+
+
+def test_the_first_member_a_wakeup_reaches_asks_at_once_for_its_generation() -> None:
+    h = stable()
+    probed: set[int] = set()
+    h.engine.wake("member m-2 announced: join", probed=probed)
+    assert probed == {1}
+    h.prepare(*[m.HeartbeatResponse(error_code=0)] * 5)
+    assert heartbeat_times(h, h.clock.monotonic(), 0.3)[:2] == [0.0, 0.01]
+
+
+def test_a_member_whose_sibling_asks_for_its_generation_waits_for_the_answer() -> None:
+    # The sibling's answer (see below) makes it rejoin; it asks itself only in case that
+    # answer never comes: one heartbeat per wake-up for a process's members, not one each.
+    h = stable()
+    h.engine.wake("member m-2 announced: join", probed={1})
+    h.prepare(*[m.HeartbeatResponse(error_code=0)] * 5)
+    assert heartbeat_times(h, h.clock.monotonic(), 0.35) == [0.1, 0.3]
+
+
+def test_a_member_of_a_generation_nobody_asks_about_asks_itself() -> None:
+    h = stable()
+    probed = {7}  # a sibling in another generation: its answer says nothing of this one's
+    h.engine.wake("member m-2 announced: join", probed=probed)
+    assert probed == {1, 7}
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    assert heartbeat_times(h, h.clock.monotonic(), 0.0) == [0.0]
+
+
+def test_a_heartbeat_that_finds_the_rebalance_tells_the_siblings() -> None:
+    h = stable()
+    h.clock.advance(3)
+    h.prepare(m.HeartbeatResponse(error_code=0))
+    h.engine.heartbeat_once()
+    assert h.wakeups.rebalancing_found == []  # nothing to tell
+    h.clock.advance(3)
+    h.prepare(m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS))
+    h.engine.heartbeat_once()
+    assert h.wakeups.rebalancing_found == [1]
+
+
+def test_a_heartbeat_of_a_generation_already_left_tells_nobody() -> None:
+    h = stable()
+    h.clock.advance(3)
+    h.engine.request_rejoin("the metadata changed")
+    h.engine._state = MemberState.PREPARING_REBALANCE  # its JoinGroup is on the way
+    h.engine._timers.sent(h.clock.monotonic())
+    coordinator = h.engine._coordinator
+    assert coordinator is not None
+    h.engine._on_heartbeat_response(
+        E.REBALANCE_IN_PROGRESS, h.engine.generation, coordinator, sent_at=h.clock.monotonic()
+    )
+    assert h.wakeups.rebalancing_found == []
+
+
+@pytest.mark.parametrize("generation", [0, 2], ids=["older", "newer"])
+def test_a_siblings_answer_for_another_generation_changes_nothing(generation: int) -> None:
+    h = stable()
+    h.engine.sibling_found_rebalance(generation)
+    assert h.engine._rejoin_reason is None
+
+
+def test_a_member_not_stable_ignores_its_siblings_answer() -> None:
+    h = stable()
+    h.engine._state = MemberState.PREPARING_REBALANCE
+    h.engine.sibling_found_rebalance(1)
+    assert h.engine._rejoin_reason is None
+
+
+def test_members_sharing_a_listener_send_one_heartbeat_per_wakeup_and_all_rejoin() -> None:
+    # The real listener and channels, two engines: a read wakes both, the first asks, and
+    # its answer makes the second rejoin without a heartbeat of its own.
+    harnesses = [stable(), stable()]
+    listener = _SharedListener(("g", "topic", "settings"), "g")
+    for h in harnesses:
+        channel = KafkaWakeups(None, group_id=GROUP, request_timeout_ms=1000)  # type: ignore[arg-type]
+        channel._wake = h.engine.wake
+        channel._sibling_found = h.engine.sibling_found_rebalance
+        channel._listener = listener
+        listener._members.append(channel)
+        h.engine._wakeups = channel
+    first, second = harnesses
+    listener._received(json.dumps({"sender": "another", "member": "m-9", "event": "join"}).encode())
+    assert second.engine.heartbeat_once() == pytest.approx(0.1)  # leaves the asking
+    assert heartbeats(second) == 0
+    first.prepare(m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS))
+    first.engine.heartbeat_once()
+    assert heartbeats(first) == 1
+    assert first.engine._rejoin_reason == "group is already rebalancing"
+    assert second.engine._rejoin_reason == "a member in this process found the group rebalancing"
+    # It counts the wake-up it read, not the sibling's word.
+    assert [h.engine.metrics().wakeups_received for h in harnesses] == [1, 1]
+    second.clock.advance(0.5)  # past the times it would have asked itself
+    second.engine.heartbeat_once()
+    assert heartbeats(second) == 0
 
 
 # ------------------------------------------------------------------------- the timeline

@@ -24,7 +24,13 @@ from coordination._transport.wakeups import KafkaWakeups, _Route, _SharedListene
 def channel() -> tuple[KafkaWakeups, list[tuple[str, int | None]]]:
     woken: list[tuple[str, int | None]] = []
     wakeups = KafkaWakeups(None, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
-    wakeups._wake = lambda reason, left: woken.append((reason, left))
+
+    def wake(
+        reason: str, left_generation: int | None = None, *, probed: set[int] | None = None
+    ) -> None:
+        woken.append((reason, left_generation))
+
+    wakeups._wake = wake
     return wakeups, woken
 
 
@@ -236,7 +242,7 @@ def test_the_shared_listener_reads_on_through_the_next_member_when_its_transport
     def member(name: str) -> KafkaWakeups:
         transport = SimpleNamespace(closed=False, sharing_key="same settings")
         wakeups = KafkaWakeups(transport, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
-        wakeups._wake = lambda reason, left: woken.append(name)
+        wakeups._wake = lambda reason, ended=None, probed=None: woken.append(name)
         wakeups._located = lambda timeline=False: "route"  # type: ignore[method-assign,assignment,misc]
         wakeups._end_offset = lambda route, timestamp=-1: 0  # type: ignore[method-assign]
 
