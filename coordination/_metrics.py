@@ -39,7 +39,8 @@ class MemberMetrics:
     rejoin_reasons: tuple[str, ...]
     """The reasons of the last (up to 20) rejoin requests, oldest first."""
     wakeups_received: int = 0
-    """Other members' wake-ups that made this stable member heartbeat at once."""
+    """Other members' wake-ups read while this member was stable (each made it heartbeat at
+    once, rejoin, or wait for the answer of a member sharing its listener)."""
     recent_rebalances: tuple[RebalanceRecord, ...] = ()
     """The last (up to 20) completed rebalances, oldest first: the member's timeline."""
 

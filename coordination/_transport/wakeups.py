@@ -5,7 +5,8 @@ Kafka's classic protocol tells a member that a rebalance began only in the answe
 heartbeat, so every rebalance waits up to one heartbeat interval for each member to notice.
 Here a member that joins, rejoins of its own accord, or leaves also appends a small record to
 one partition of a shared topic; the members of its group long-poll that partition, and one
-that reads another member's record sends a heartbeat at once. A heartbeat only asks the
+that reads another member's record sends a heartbeat at once (of the members sharing a
+listener, one per generation asks, and its answer reaches the others). A heartbeat only asks the
 broker whether a rebalance is under way, so a stray or late wake-up never causes one. A
 departure, announced once the broker handled the LeaveGroup, names the generation left: a
 member still in it rejoins without asking (the broker rebalances whenever a member leaves).
