@@ -477,12 +477,11 @@ class KafkaWakeups:
         *,
         max_wait_ms: int = LISTEN_WAIT_MS,
         key: bytes | None = None,
-        received: Callable[[bytes | None], None] | None = None,
+        received: Callable[[bytes | None], None],
     ) -> int:
-        """Wait for records at ``position``; hand each with ``key`` (default: the group's
-        wake-ups) to ``received`` (default: wake the member if another member sent it)."""
+        """Wait for records at ``position``; hand the value of each with ``key`` (default:
+        the group's wake-ups) to ``received``."""
         key = self._key if key is None else key
-        received = self._received if received is None else received
         fetch_partition = FetchRequest.FetchTopic.FetchPartition(
             partition=route.partition,
             current_leader_epoch=-1,
@@ -590,11 +589,6 @@ class KafkaWakeups:
         )
 
     # -- outcomes --------------------------------------------------------------------
-
-    def _received(self, raw: bytes | None) -> None:
-        wakeup = _parse(raw, self._group_id)
-        if wakeup is not None:
-            self._deliver(wakeup, set())
 
     def _deliver(self, wakeup: _Wakeup, probed: set[int]) -> None:
         if wakeup.sender == self._sender or self._wake is None:

@@ -38,17 +38,24 @@ def record(**fields: Any) -> bytes:
     return json.dumps({"sender": "another", "member": "m-2", "event": "join", **fields}).encode()
 
 
+def read(wakeups: KafkaWakeups, raw: bytes | None) -> None:
+    """``raw`` as the listener ``wakeups`` shares hands it over when its fetch reads it."""
+    listener = _SharedListener(("g", "topic", "settings"), "g")
+    listener._members = [wakeups]
+    listener._received(raw)
+
+
 def test_a_departure_names_the_generation_left() -> None:
     wakeups, woken = channel()
-    wakeups._received(record(event="leave", generation=7))
-    wakeups._received(record(event="join", generation=7))  # only a departure's counts
+    read(wakeups, record(event="leave", generation=7))
+    read(wakeups, record(event="join", generation=7))  # only a departure's counts
     assert woken == [("member m-2 announced: leave", 7), ("member m-2 announced: join", None)]
 
 
 @pytest.mark.parametrize("generation", [True, 7.0, "7", None, [7]])
 def test_a_generation_that_is_not_an_integer_makes_a_plain_wakeup(generation: Any) -> None:
     wakeups, woken = channel()
-    wakeups._received(record(event="leave", generation=generation))
+    read(wakeups, record(event="leave", generation=generation))
     assert woken == [("member m-2 announced: leave", None)]
 
 
@@ -68,13 +75,13 @@ def test_a_generation_that_is_not_an_integer_makes_a_plain_wakeup(generation: An
 )
 def test_an_unreadable_record_is_skipped(raw: bytes | None) -> None:
     wakeups, woken = channel()
-    wakeups._received(raw)
+    read(wakeups, raw)
     assert woken == [] and wakeups.stats.received == 0
 
 
 def test_what_reaches_the_logs_is_cut_short_and_escaped() -> None:
     wakeups, woken = channel()
-    wakeups._received(record(member="m\nFORGED LOG LINE", event="x" * 10_000))
+    read(wakeups, record(member="m\nFORGED LOG LINE", event="x" * 10_000))
     ((reason, _),) = woken
     assert "\n" not in reason and "m\\nFORGED LOG LINE" in reason
     assert len(reason) < 500 and reason.endswith("...")
@@ -82,7 +89,7 @@ def test_what_reaches_the_logs_is_cut_short_and_escaped() -> None:
 
 def test_its_own_records_do_not_wake_it() -> None:
     wakeups, woken = channel()
-    wakeups._received(record(sender=wakeups._sender))
+    read(wakeups, record(sender=wakeups._sender))
     assert woken == []
 
 
