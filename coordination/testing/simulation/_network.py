@@ -98,6 +98,8 @@ class SimCluster:
         self.storm: str | None = None
         self.brokers[1].model.load()
         self.moves = 0
+        # Scripted scenarios: requests for which this returns True vanish on the way.
+        self.lose: Callable[[m.Request], bool] | None = None
 
     # ------------------------------------------------------------------ faults
 
@@ -289,7 +291,8 @@ class SimTransport:
         if connection.closed:
             return
         now = self._scheduler.now
-        if not broker.up or now < broker.drop_requests_until or now < self.isolated_until:
+        lost = self._cluster.lose is not None and self._cluster.lose(call.request)
+        if lost or not broker.up or now < broker.drop_requests_until or now < self.isolated_until:
             return  # lost on the way; the member times out and closes the connection
         responded = False
 
