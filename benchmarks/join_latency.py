@@ -8,7 +8,8 @@ generation. The three implementations run against the same broker, with the
 same settings (session timeout 10 s, heartbeat interval 500 ms, rebalance
 timeout / max.poll.interval.ms 30 s) and the classic rebalance protocol:
 
-* ``ours``: a ``coordination.Coordinator`` subclass with a range assignment;
+* ``ours``: a ``coordination.Coordinator`` subclass with a range assignment, the members
+  of a process under one client id (as with the default), so they share a wake-up listener;
 * ``kafka-python``: ``KafkaConsumer`` (range assignor), one polling thread each;
 * ``java``: Kafka's Java ``KafkaConsumer`` (kafka-clients 4.3.1, ``group.protocol=classic``,
   ``RangeAssignor``), all members as threads of one JVM driven over stdin/stdout
