@@ -511,9 +511,7 @@ class GroupMembership:
             self._counters.wakeups += 1
             generation = self._generation.generation_id
             if left_generation is not None and left_generation == generation:
-                self._wake_at.clear()  # nothing left to ask
-                self._rebalance_told = True
-                self._request_rejoin_locked(f"{reason}; the group is rebalancing")
+                self._rejoin_told_locked(f"{reason}; the group is rebalancing")
                 return
             delays: tuple[float, ...] = _WAKE_HEARTBEATS_S
             if probed is not None:
@@ -532,9 +530,14 @@ class GroupMembership:
                 return
             if self._generation.generation_id != generation_id:
                 return  # another generation: that answer says nothing of this one
-            self._wake_at.clear()  # nothing left to ask
-            self._rebalance_told = True
-            self._request_rejoin_locked("a member in this process found the group rebalancing")
+            self._rejoin_told_locked("a member in this process found the group rebalancing")
+
+    def _rejoin_told_locked(self, reason: str) -> None:
+        """Rejoin a rebalance known to be under way: nothing is left to ask by heartbeat, and
+        the JoinGroup answers the rebalance, so it wakes nobody."""
+        self._wake_at.clear()
+        self._rebalance_told = True
+        self._request_rejoin_locked(reason)
 
     def resolve_protocol_type(self) -> None:
         """Ask the subclass for its protocol type (once it is fully constructed)."""
@@ -1585,8 +1588,7 @@ class GroupMembership:
                 self._wake_at.clear()
                 found = self._state is MemberState.STABLE and self._generation == sent
                 if found:
-                    self._rebalance_told = True
-                    self._request_rejoin_locked("group is already rebalancing")
+                    self._rejoin_told_locked("group is already rebalancing")
                 next_s = self._timers.time_to_next(now)
         if reaction.next is Next.REJOIN_IF_STABLE:
             if found:
