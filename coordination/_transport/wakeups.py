@@ -296,6 +296,7 @@ class KafkaWakeups:
         # together: a rebalance's requests need the CPU more (and a burst of rebalances
         # sends one batch).
         timeline: list[_Announcement] = []
+        self._locate_early()
         while True:
             wait_s = None
             if timeline:
@@ -325,6 +326,17 @@ class KafkaWakeups:
             if not sent:
                 return
             self.stats.timeline_sent += len(batch)
+
+    def _locate_early(self) -> None:
+        """Find the group's partition now, while the member looks for its coordinator, so
+        that its first wake-up (its join) goes out without a metadata round trip before it.
+        A failure is left to that first wake-up, which retries and reports it."""
+        try:
+            self._located()
+        except (_Retry, _Unusable, TransportError) as e:
+            log.debug("group %r: wake-up partition not found yet (%s)", self._group_id, e)
+        except Exception:  # the publisher thread must live on: its wake-ups retry
+            log.exception("group %r: looking up the wake-up partition failed", self._group_id)
 
     def _produce_retried(
         self, items: list[_Announcement], *, done: bool = True, deadline: float | None = None

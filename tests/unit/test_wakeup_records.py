@@ -134,6 +134,44 @@ def test_a_leaving_members_wake_up_goes_out_before_its_timeline_and_close_waits_
     assert not publisher.is_alive()
 
 
+@pytest.mark.parametrize("first_lookup", ["finds it", "fails"])
+def test_the_publisher_looks_up_the_partition_before_the_first_wake_up(first_lookup: str) -> None:
+    # A joining member announces its join right after its JoinGroup: with the partition
+    # already known, no metadata round trip comes first. A failed early lookup is left to
+    # the first wake-up, which looks it up again.
+    wakeups = KafkaWakeups(None, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
+    lookups: list[str] = []
+    produced: list[str] = []
+    route = _Route(partition=3, leader=1, produce_node=1, fetch_node="wakeups-in-1")
+
+    def locate(*, create: bool = True, timeline: bool = False) -> _Route:
+        lookups.append(threading.current_thread().name)
+        if first_lookup == "fails" and len(lookups) == 1:
+            raise TransportError("no answer")
+        return route
+
+    def produce(where: Any, items: list[Any], timeout_s: float | None = None) -> None:
+        produced.append(",".join(item.value["event"] for item in items))
+
+    wakeups._locate = locate  # type: ignore[method-assign]
+    wakeups._produce = produce  # type: ignore[method-assign,assignment]
+    publisher = threading.Thread(target=wakeups._publish, name="publisher", daemon=True)
+    wakeups._threads.append(publisher)
+    publisher.start()
+    deadline = time.monotonic() + 5
+    while not lookups and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert lookups == ["publisher"]  # before anything was announced
+    wakeups.announce("m-1", "join")
+    deadline = time.monotonic() + 5
+    while not produced and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert produced == ["join"]
+    assert lookups == ["publisher"] * (1 if first_lookup == "finds it" else 2)
+    wakeups.close(1)
+    assert not publisher.is_alive()
+
+
 def _answer(error_code: int) -> Any:
     """A ProduceResponse as the channel reads it."""
     partition = SimpleNamespace(error_code=error_code)
@@ -192,10 +230,10 @@ def test_a_departure_that_did_not_get_through_behind_the_leave_is_sent_after_it(
     departure.request()
     departure.answered(answer)
     assert not departure.delivered and wakeups.stats.sent_with_leave == 0
+    wakeups._located = lambda timeline=False: None  # type: ignore[method-assign,assignment,misc]
     publisher = threading.Thread(target=wakeups._publish, name="publisher", daemon=True)
     wakeups._threads.append(publisher)
     publisher.start()
-    wakeups._located = lambda timeline=False: None  # type: ignore[method-assign,assignment,misc]
     wakeups.announce("m-1", "leave", 7, timeout_s=1.0)
     wakeups.flush(5)
     # A refusal means the partition's leader moved: it is queued and sent once located again.
