@@ -126,12 +126,16 @@ class _Announcement:
         *,
         timeline: bool = False,
         flush_timeline: bool = False,
+        due_only: bool = False,
     ) -> None:
         self.key = key
         self.value = value
         self.timeline = timeline
         # Not a record: tells the publisher to send the pending timeline records now.
         self.flush_timeline = flush_timeline
+        # Not a record: the listener's shared timeline batch is this publisher's to send,
+        # TIMELINE_DELAY_S after this (see _SharedListener.add_timeline).
+        self.due_only = due_only
         self.queued_at = time.monotonic()
         self.done = threading.Event()
 
@@ -262,7 +266,13 @@ class KafkaWakeups:
         (wakes nobody; ``describe --timeline`` reads them back)."""
         if self._off or self._stop.is_set():
             return
-        self._queue.put(_Announcement(timeline_key(self._group_id), entry, timeline=True))
+        item = _Announcement(timeline_key(self._group_id), entry, timeline=True)
+        listener = self._listener
+        if listener is None:
+            self._queue.put(item)
+        elif listener.add_timeline(self, item):
+            # This member's publisher sends the batch of all members sharing the listener.
+            self._queue.put(_Announcement(b"", {}, timeline=True, due_only=True))
 
     def flush(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` until the announcements made so far are sent (or given up):
@@ -278,6 +288,9 @@ class KafkaWakeups:
         deadline = time.monotonic() + timeout_s
         listener, self._listener = self._listener, None
         if listener is not None:
+            # Records this member's publisher was to send (a close without a departure, which
+            # would have sent them) go with another member's.
+            listener.hand_over_timeline(self)
             stopped = listener.leave(self)
             if stopped is not None:  # this member was its last
                 self._threads.append(stopped)
@@ -314,18 +327,30 @@ class KafkaWakeups:
                 # A departure queued (no route when it was announced) goes out before the
                 # timeline, which nobody waits for; flush() (close) waits for both.
                 leaving = item.value.get("event") == "leave"
-                if not self._produce_retried([item], done=not (leaving and timeline)):
+                holds_timeline = bool(timeline) or self._shared_timeline_pending()
+                if not self._produce_retried([item], done=not (leaving and holds_timeline)):
                     item.done.set()
                     return
                 self.stats.sent += 1
                 if not leaving:
                     continue
-            batch, timeline = timeline, []
+            batch = [i for i in timeline if not i.due_only] + self._shared_timeline()
+            timeline = []
             sent = not batch or self._produce_retried(batch)
             item.done.set()
             if not sent:
                 return
             self.stats.timeline_sent += len(batch)
+
+    def _shared_timeline(self) -> list[_Announcement]:
+        """The timeline records of the members sharing this member's listener, now this
+        member's to send (its delay is over, or it is closing)."""
+        listener = self._listener
+        return [] if listener is None else listener.take_timeline(self)
+
+    def _shared_timeline_pending(self) -> bool:
+        listener = self._listener
+        return listener is not None and listener.timeline_pending()
 
     def _locate_early(self) -> None:
         """Find the group's partition now, while the member looks for its coordinator, so
@@ -721,7 +746,8 @@ class _SharedListener:
     """The long-polling reader of one group's wake-ups, shared by the members of this
     process that have the same group, topic and connection settings: a process running 50
     members of a group reads each wake-up once (one connection, one fetch, one thread),
-    not 50 times, and wakes them all from that one read.
+    not 50 times, and wakes them all from that one read. It also gathers their timeline
+    records, which one member's publisher sends as one batch (see ``add_timeline``).
 
     It fetches through a member's transport (the first one still open): when that member
     closes, the fetch fails and the next member's transport takes over from the same
@@ -737,6 +763,10 @@ class _SharedListener:
         self._members: list[KafkaWakeups] = []
         self._stop = threading.Event()
         self._working = False
+        # The members' timeline records, sent together (see add_timeline).
+        self._timeline_lock = threading.Lock()
+        self._timeline: list[_Announcement] = []
+        self._timeline_sender: KafkaWakeups | None = None
         self._thread = threading.Thread(
             target=self._listen, name=f"coordination-wakeups-listener|{group_id}", daemon=True
         )
@@ -767,6 +797,50 @@ class _SharedListener:
             self._unregister_locked()
         self._stop.set()
         return self._thread
+
+    def add_timeline(self, member: KafkaWakeups, item: _Announcement) -> bool:
+        """Add one of ``member``'s timeline records to the batch the members share (a
+        rebalance of 50 members in one process: one Produce, not 50). True if ``member``'s
+        publisher is to send the batch: no other member's is due to."""
+        with self._timeline_lock:
+            self._timeline.append(item)
+            sender = self._timeline_sender
+            if sender is None or sender._stop.is_set():
+                self._timeline_sender = member
+                return True
+            return False
+
+    def timeline_pending(self) -> bool:
+        with self._timeline_lock:
+            return bool(self._timeline)
+
+    def take_timeline(self, member: KafkaWakeups) -> list[_Announcement]:
+        """The batch, for ``member``'s publisher to send now."""
+        with self._timeline_lock:
+            batch, self._timeline = self._timeline, []
+            if self._timeline_sender is member:
+                self._timeline_sender = None
+            return batch
+
+    def hand_over_timeline(self, member: KafkaWakeups) -> None:
+        """``member`` is closing: if its publisher was to send the batch, another's will."""
+        with self._timeline_lock:
+            if self._timeline_sender is not member:
+                return
+            self._timeline_sender = None
+            if not self._timeline:
+                return
+            heir = next(
+                (m for m in self._members_now() if m is not member and not m._stop.is_set()),
+                None,
+            )
+            if heir is None:
+                return  # the last member: its flush (if it leaves) or nobody sends them
+            self._timeline_sender = heir
+            first = self._timeline[0]
+        due = _Announcement(b"", {}, timeline=True, due_only=True)
+        due.queued_at = first.queued_at
+        heir._queue.put(due)
 
     def _unregister_locked(self) -> None:
         """Take this listener out of the registry (a member started later starts another);

@@ -180,7 +180,8 @@ def test_the_timeline_goes_half_the_topic_away_from_the_groups_wake_ups(
     recorded = [(r["member_id"], r["generation"]) for r in timeline_records(far)]
     assert len(recorded) == len(set(recorded))
     assert set(recorded) >= {(m.member_id, m.generation().generation_id) for m in pair}
-    assert all(m._engine._wakeups.stats.timeline_sent >= 1 for m in pair)  # type: ignore[union-attr]
+    # Members sharing a listener send their records together, in one batch.
+    assert sum(m._engine._wakeups.stats.timeline_sent for m in pair) >= 2  # type: ignore[union-attr]
 
 
 def test_a_member_closes_at_once_while_its_listener_long_polls(

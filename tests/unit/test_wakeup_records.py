@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from coordination._transport import wakeups as wakeups_module
 from coordination._transport.base import TransportError
 from coordination._transport.wakeups import KafkaWakeups, _Route, _SharedListener
 
@@ -170,6 +171,102 @@ def test_the_publisher_looks_up_the_partition_before_the_first_wake_up(first_loo
     assert lookups == ["publisher"] * (1 if first_lookup == "finds it" else 2)
     wakeups.close(1)
     assert not publisher.is_alive()
+
+
+def sharing(
+    count: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[KafkaWakeups], list[tuple[str, list[Any]]]]:
+    """``count`` members sharing one listener, their publishers running, the timeline's
+    delay cut to 0.3 s; what they produce: (the publisher's name, the records' generations
+    or events)."""
+    monkeypatch.setattr(wakeups_module, "TIMELINE_DELAY_S", 0.3)
+    listener = _SharedListener(("g", "topic", "settings"), "g")
+    listener._thread = threading.Thread(target=lambda: None)  # nothing to read here
+    listener._thread.start()
+    produced: list[tuple[str, list[Any]]] = []
+    members = []
+    for i in range(count):
+        wakeups = KafkaWakeups(None, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
+
+        def produce(route: Any, items: list[Any], timeout_s: float | None = None) -> None:
+            if items[0].timeline:
+                time.sleep(0.1)  # a close that does not wait for the batch would miss it
+            what = [item.value.get("event", item.value.get("generation")) for item in items]
+            produced.append((threading.current_thread().name, what))
+
+        wakeups._produce = produce  # type: ignore[method-assign]
+        wakeups._route = _Route(partition=3, leader=1, produce_node=1, fetch_node="in")
+        wakeups._timeline_route = wakeups._route
+        wakeups._listener = listener
+        listener._members.append(wakeups)
+        publisher = threading.Thread(target=wakeups._publish, name=f"publisher-{i}", daemon=True)
+        wakeups._threads.append(publisher)
+        publisher.start()
+        members.append(wakeups)
+    return members, produced
+
+
+def wait_for(produced: list[Any], count: int) -> None:
+    deadline = time.monotonic() + 5
+    while len(produced) < count and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def test_members_sharing_a_listener_send_their_timeline_records_in_one_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A rebalance of 50 members in one process: one Produce, not 50 (each costs the
+    # process about a millisecond of CPU, the rebalance's own cost).
+    members, produced = sharing(3, monkeypatch)
+    started = time.monotonic()
+    for generation, wakeups in enumerate(members):
+        wakeups.record_rebalance({"generation": generation})
+    wait_for(produced, 1)
+    assert time.monotonic() - started >= 0.3  # the delay still holds
+    time.sleep(0.4)  # a second batch would be out by now
+    assert produced == [("publisher-0", [0, 1, 2])]  # the first member's publisher
+    assert members[0].stats.timeline_sent == 3
+    for wakeups in members:
+        wakeups.close(1)
+
+
+@pytest.mark.parametrize("route_known", [True, False], ids=["route known", "route not known"])
+def test_a_leaving_member_sends_the_shared_timeline_and_close_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch, route_known: bool
+) -> None:
+    members, produced = sharing(2, monkeypatch)
+    leaving = members[1]
+    if not route_known:  # the departure is queued for the publisher, which looks it up
+        route = leaving._route
+        leaving._route = None
+        leaving._locate = lambda create=True, timeline=False: route  # type: ignore[method-assign,assignment,misc]
+    members[0].record_rebalance({"generation": 1})
+    leaving.record_rebalance({"generation": 2})
+    # The second member leaves: its departure first, then the batch (its own record in it).
+    leaving.announce("m-2", "leave", 2, timeout_s=1.0)
+    leaving.flush(5)
+    departed_by = "MainThread" if route_known else "publisher-1"
+    assert produced == [(departed_by, ["leave"]), ("publisher-1", [1, 2])]
+    leaving.close(1)
+    time.sleep(0.5)  # the first member's delay is over: nothing is left to send
+    assert produced == [(departed_by, ["leave"]), ("publisher-1", [1, 2])]
+    members[0].close(1)
+
+
+def test_a_member_closing_without_leaving_hands_the_shared_timeline_to_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    members, produced = sharing(3, monkeypatch)
+    members[0].record_rebalance({"generation": 1})
+    members[1].record_rebalance({"generation": 1})
+    members[0].close(1)  # it was to send the batch; a static member leaves no departure
+    wait_for(produced, 1)
+    assert produced == [("publisher-1", [1, 1])]
+    members[2].record_rebalance({"generation": 2})  # a new batch, a new sender
+    wait_for(produced, 2)
+    assert produced == [("publisher-1", [1, 1]), ("publisher-2", [2])]
+    for wakeups in members[1:]:
+        wakeups.close(1)
 
 
 def _answer(error_code: int) -> Any:
