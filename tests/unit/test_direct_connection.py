@@ -186,6 +186,43 @@ def test_a_connection_the_broker_closed_while_idle_is_replaced_without_an_error(
     assert broker.connections == 3
 
 
+def test_bytes_after_an_answer_put_the_connection_out_of_use(serve: Any) -> None:
+    # An answer is read together with whatever arrived behind it; bytes nobody asked for
+    # must not be taken for the next answer.
+    broker, connection = serve(
+        lambda number, cid: _heartbeat_answer(cid) + (b"\x00\x00\x00\x01x" if number == 1 else b"")
+    )
+    assert connection.exchange(_heartbeat_request(), 5.0).error_code == 0
+    assert connection.exchange(_heartbeat_request(), 5.0).error_code == 0
+    assert broker.connections == 2
+
+
+@pytest.mark.parametrize("first_s, then_s", [(5.0, 0.3), (0.3, 2.0)])
+def test_each_request_waits_as_long_as_its_own_timeout(
+    serve: Any, first_s: float, then_s: float
+) -> None:
+    # The socket keeps its timeout from one request to the next where it fits: a request
+    # with a shorter one must still give up in time, one with a longer one must not give up
+    # early (a JoinGroup waits for the whole rebalance).
+    def answer_the_second_late(number: int, cid: int) -> bytes | None:
+        if cid == 2:  # the first heartbeat (ApiVersions was 1)
+            return _heartbeat_answer(cid)
+        if then_s > 1.0:
+            time.sleep(0.6)
+            return _heartbeat_answer(cid)
+        return None  # silent: the request times out
+
+    _, connection = serve(answer_the_second_late)
+    assert connection.exchange(_heartbeat_request(), first_s).error_code == 0
+    started = time.monotonic()
+    if then_s > 1.0:
+        assert connection.exchange(_heartbeat_request(), then_s).error_code == 0
+    else:
+        with pytest.raises(TransportError):
+            connection.exchange(_heartbeat_request(), then_s)
+        assert time.monotonic() - started < then_s * 1.1 + 0.2
+
+
 def test_an_old_broker_is_asked_its_versions_with_v0(serve: Any) -> None:
     broker, connection = serve(lambda number, cid: _heartbeat_answer(cid), versions_v3=False)
     assert connection.exchange(_heartbeat_request(), 5.0).error_code == 0
