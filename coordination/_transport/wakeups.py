@@ -57,6 +57,8 @@ TOPIC_CONFIGS = {
     "segment.ms": "600000",
     "segment.bytes": "1048576",
 }
+# One produced batch holds at most this much (more records go in further requests).
+_BATCH_BYTES = 64 * 1024
 # A member's timeline records go out this long after the first of them (see _publish).
 TIMELINE_DELAY_S = 2.0
 # The broker holds an idle fetch this long: an idle member sends one request per interval.
@@ -127,6 +129,7 @@ class _Announcement:
         timeline: bool = False,
         flush_timeline: bool = False,
         due_only: bool = False,
+        shared_by: _SharedListener | None = None,
     ) -> None:
         self.key = key
         self.value = value
@@ -136,6 +139,7 @@ class _Announcement:
         # Not a record: the listener's shared timeline batch is this publisher's to send,
         # TIMELINE_DELAY_S after this (see _SharedListener.add_timeline).
         self.due_only = due_only
+        self.shared_by = shared_by
         self.queued_at = time.monotonic()
         self.done = threading.Event()
 
@@ -272,7 +276,9 @@ class KafkaWakeups:
             self._queue.put(item)
         elif listener.add_timeline(self, item):
             # This member's publisher sends the batch of all members sharing the listener.
-            self._queue.put(_Announcement(b"", {}, timeline=True, due_only=True))
+            self._queue.put(
+                _Announcement(b"", {}, timeline=True, due_only=True, shared_by=listener)
+            )
 
     def flush(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` until the announcements made so far are sent (or given up):
@@ -309,6 +315,8 @@ class KafkaWakeups:
         # together: a rebalance's requests need the CPU more (and a burst of rebalances
         # sends one batch).
         timeline: list[_Announcement] = []
+        # The listener whose shared batch this publisher is to send (see add_timeline).
+        shared: _SharedListener | None = None
         self._locate_early()
         while True:
             wait_s = None
@@ -322,35 +330,46 @@ class KafkaWakeups:
                 return
             if item.timeline:
                 timeline.append(item)
+                shared = item.shared_by or shared
                 continue
-            if not item.flush_timeline:
+            if item.flush_timeline:
+                batch, taken_from = self._timeline_batch(timeline, shared)
+            else:
                 # A departure queued (no route when it was announced) goes out before the
-                # timeline, which nobody waits for; flush() (close) waits for both.
+                # timeline, which nobody waits for; flush() (close) waits for both. The batch
+                # is taken first: flush() waits for exactly what this thread sends after.
                 leaving = item.value.get("event") == "leave"
-                holds_timeline = bool(timeline) or self._shared_timeline_pending()
-                if not self._produce_retried([item], done=not (leaving and holds_timeline)):
+                batch, taken_from = (
+                    self._timeline_batch(timeline, shared) if leaving else ([], None)
+                )
+                if not self._produce_retried([item], done=not batch):
                     item.done.set()
+                    if taken_from is not None:
+                        taken_from.give_back_timeline(self, batch)
                     return
                 self.stats.sent += 1
                 if not leaving:
                     continue
-            batch = [i for i in timeline if not i.due_only] + self._shared_timeline()
-            timeline = []
+            timeline, shared = [], None
             sent = not batch or self._produce_retried(batch)
             item.done.set()
             if not sent:
+                if taken_from is not None:  # stopping: another member sends them
+                    taken_from.give_back_timeline(self, batch)
                 return
             self.stats.timeline_sent += len(batch)
 
-    def _shared_timeline(self) -> list[_Announcement]:
-        """The timeline records of the members sharing this member's listener, now this
-        member's to send (its delay is over, or it is closing)."""
-        listener = self._listener
-        return [] if listener is None else listener.take_timeline(self)
-
-    def _shared_timeline_pending(self) -> bool:
-        listener = self._listener
-        return listener is not None and listener.timeline_pending()
+    def _timeline_batch(
+        self, timeline: list[_Announcement], shared: _SharedListener | None
+    ) -> tuple[list[_Announcement], _SharedListener | None]:
+        """This member's timeline records to send now, and the listener whose shared batch
+        they include (this member's own listener, or the one that made it the batch's
+        sender before the listener was this member's own)."""
+        mine = [i for i in timeline if not i.due_only]
+        listener = self._listener or shared
+        if listener is None:
+            return mine, None
+        return mine + listener.take_timeline(self), listener
 
     def _locate_early(self) -> None:
         """Find the group's partition now, while the member looks for its coordinator, so
@@ -369,13 +388,14 @@ class KafkaWakeups:
         """Send ``items`` (to one partition), with a few retries until ``deadline``
         (monotonic; None: no deadline); False once stopping or past the deadline.
         ``done``: mark them done (sent or given up) afterwards."""
+        unsent = list(items)
         try:
             for attempt in range(3):
                 left_s = None if deadline is None else deadline - time.monotonic()
                 if left_s is not None and left_s <= 0:
                     return False
                 try:
-                    self._produce(self._located(timeline=items[0].timeline), items, left_s)
+                    self._produce(self._located(timeline=items[0].timeline), unsent, left_s)
                     return True
                 except (_Retry, TransportError) as e:
                     log.debug("group %r: wake-up not sent (%s)", self._group_id, e)
@@ -595,20 +615,30 @@ class KafkaWakeups:
     def _produce(
         self, route: _Route, items: list[_Announcement], timeout_s: float | None = None
     ) -> None:
-        request = self._produce_request(route, items)
-        self._produced(self._send(request, route.produce_node, timeout_s), route)
+        """Send ``items`` in as many requests as their batches need; each sent batch leaves
+        ``items`` (a retry sends only the rest)."""
+        while items:
+            request, count = self._produce_request(route, items)
+            self._produced(self._send(request, route.produce_node, timeout_s), route)
+            del items[:count]
 
     def _produced(self, response: Any, route: _Route) -> None:
         answer = response.responses[0].partition_responses[0]
         self._check(answer.error_code, "publishing", route)
 
-    def _produce_request(self, route: _Route, items: list[_Announcement]) -> Any:
-        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
+    def _produce_request(self, route: _Route, items: list[_Announcement]) -> tuple[Any, int]:
+        """A request for the first of ``items`` that fit in one batch (at least one), and
+        how many that is."""
+        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=_BATCH_BYTES)
+        count = 0
         for item in items:
             value = dict(item.value, sender=self._sender)
-            builder.append(int(time.time() * 1000), item.key, json.dumps(value).encode())
+            if builder.append(int(time.time() * 1000), item.key, json.dumps(value).encode()):
+                count += 1
+            else:
+                break  # full (it always takes a first record)
         builder.close()
-        return ProduceRequest(
+        request = ProduceRequest(
             transactional_id=None,
             acks=1,  # a wake-up is a hint: the leader's write is enough
             timeout_ms=int(self._timeout_s * 1000),
@@ -624,6 +654,7 @@ class KafkaWakeups:
             ],
             max_version=12,  # topics by name (v13 names them by id)
         )
+        return request, count
 
     # -- outcomes --------------------------------------------------------------------
 
@@ -696,7 +727,7 @@ class _Departure:
 
     def request(self) -> Any:
         self._wakeups.stats.requests += 1
-        return self._wakeups._produce_request(self._route, [self.item])
+        return self._wakeups._produce_request(self._route, [self.item])[0]
 
     def answered(self, response: Any) -> None:
         try:
@@ -805,14 +836,10 @@ class _SharedListener:
         with self._timeline_lock:
             self._timeline.append(item)
             sender = self._timeline_sender
-            if sender is None or sender._stop.is_set():
+            if sender is None or not _can_send(sender):
                 self._timeline_sender = member
                 return True
             return False
-
-    def timeline_pending(self) -> bool:
-        with self._timeline_lock:
-            return bool(self._timeline)
 
     def take_timeline(self, member: KafkaWakeups) -> list[_Announcement]:
         """The batch, for ``member``'s publisher to send now."""
@@ -824,21 +851,25 @@ class _SharedListener:
 
     def hand_over_timeline(self, member: KafkaWakeups) -> None:
         """``member`` is closing: if its publisher was to send the batch, another's will."""
+        self.give_back_timeline(member, [])
+
+    def give_back_timeline(self, member: KafkaWakeups, batch: list[_Announcement]) -> None:
+        """``member`` stops before it sent ``batch`` (taken from here) or the batch it was
+        to send: another member's publisher sends them, when they are due."""
         with self._timeline_lock:
-            if self._timeline_sender is not member:
-                return
+            self._timeline[:0] = batch
+            sender = self._timeline_sender
+            if sender is not None and sender is not member and _can_send(sender):
+                return  # already due to go out with that member's
             self._timeline_sender = None
             if not self._timeline:
                 return
-            heir = next(
-                (m for m in self._members_now() if m is not member and not m._stop.is_set()),
-                None,
-            )
+            heir = next((m for m in self._members_now() if m is not member and _can_send(m)), None)
             if heir is None:
                 return  # the last member: its flush (if it leaves) or nobody sends them
             self._timeline_sender = heir
             first = self._timeline[0]
-        due = _Announcement(b"", {}, timeline=True, due_only=True)
+        due = _Announcement(b"", {}, timeline=True, due_only=True, shared_by=self)
         due.queued_at = first.queued_at
         heir._queue.put(due)
 
@@ -915,6 +946,11 @@ class _SharedListener:
                     continue  # closed under the read: the next member's transport reads on
                 log.exception("group %r: wake-up listener failed; retrying", self._group_id)
                 self._stop.wait(_BACKOFF_S[1])
+
+
+def _can_send(member: KafkaWakeups) -> bool:
+    """Whether ``member``'s publisher can still send a shared timeline batch."""
+    return not member._stop.is_set() and not member._transport.closed
 
 
 def _forget_listeners_after_fork() -> None:

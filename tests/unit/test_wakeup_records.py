@@ -188,13 +188,18 @@ def sharing(
     for i in range(count):
         wakeups = KafkaWakeups(None, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
 
-        def produce(route: Any, items: list[Any], timeout_s: float | None = None) -> None:
+        def produce(
+            route: Any, items: list[Any], timeout_s: float | None = None, member: Any = wakeups
+        ) -> None:
             if items[0].timeline:
                 time.sleep(0.1)  # a close that does not wait for the batch would miss it
+            if member._transport.closed:
+                raise TransportError("transport is closed")
             what = [item.value.get("event", item.value.get("generation")) for item in items]
             produced.append((threading.current_thread().name, what))
 
         wakeups._produce = produce  # type: ignore[method-assign]
+        wakeups._transport = SimpleNamespace(closed=False)  # type: ignore[assignment]
         wakeups._route = _Route(partition=3, leader=1, produce_node=1, fetch_node="in")
         wakeups._timeline_route = wakeups._route
         wakeups._listener = listener
@@ -267,6 +272,73 @@ def test_a_member_closing_without_leaving_hands_the_shared_timeline_to_another(
     assert produced == [("publisher-1", [1, 1]), ("publisher-2", [2])]
     for wakeups in members[1:]:
         wakeups.close(1)
+
+
+def test_records_of_others_that_arrive_while_a_departure_goes_out_stay_for_their_sender(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The leaving member's flush() returns once its departure is out (it held no records):
+    # its transport closes next, so it must not take records that arrive meanwhile.
+    members, produced = sharing(2, monkeypatch)
+    leaving, staying = members[1], members[0]
+    route = leaving._route
+    leaving._route = None  # the departure goes to the publisher, which looks it up
+
+    def locate(create: bool = True, timeline: bool = False) -> Any:
+        staying.record_rebalance({"generation": 5})  # arrives during the lookup
+        return route
+
+    leaving._locate = locate  # type: ignore[method-assign]
+    leaving.announce("m-2", "leave", 4, timeout_s=1.0)
+    leaving.flush(5)
+    leaving._transport.closed = True  # type: ignore[misc]
+    leaving.close(1)
+    wait_for(produced, 2)
+    assert produced == [("publisher-1", ["leave"]), ("publisher-0", [5])]
+    staying.close(1)
+
+
+def test_a_sender_stopping_before_its_batch_went_out_gives_it_to_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    members, produced = sharing(2, monkeypatch)
+    sender, other = members
+    sender.record_rebalance({"generation": 1})
+    other.record_rebalance({"generation": 1})
+    sender._transport.closed = True  # type: ignore[misc]  # closing: its sends fail
+    time.sleep(0.45)  # its batch fell due and failed; it retries after a backoff
+    sender.close(1)
+    wait_for(produced, 1)
+    assert produced == [("publisher-1", [1, 1])]
+    other.close(1)
+
+
+def test_a_batch_too_big_for_one_request_goes_out_whole_in_several() -> None:
+    wakeups = KafkaWakeups(None, group_id="g", request_timeout_ms=1000)  # type: ignore[arg-type]
+    route = _Route(partition=3, leader=1, produce_node=1, fetch_node="in")
+    wakeups._locate = lambda create=True, timeline=False: route  # type: ignore[method-assign,misc]
+    sent: list[int] = []
+    requests: list[int] = []
+
+    def send(request: Any, node: Any, timeout_s: float | None = None) -> Any:
+        (topic,) = request.topic_data
+        (partition,) = topic.partition_data
+        records = [r for batch in MemoryRecords(partition.records) for r in batch]
+        requests.append(len(records))
+        if len(requests) == 3:  # the third request is lost: what it held is sent again
+            raise TransportError("no answer")
+        sent.extend(json.loads(r.value)["generation"] for r in records)
+        return _answer(0)
+
+    wakeups._send = send  # type: ignore[method-assign]
+    entry = {"reason": "x" * 300}
+    items = [
+        wakeups_module._Announcement(b"g\x00timeline", {**entry, "generation": i}, timeline=True)
+        for i in range(400)
+    ]
+    assert wakeups._produce_retried(items)
+    assert len(requests) >= 4 and max(requests) < 400  # several, the lost one again
+    assert sorted(sent) == list(range(400))  # every record once, none twice
 
 
 def _answer(error_code: int) -> Any:
