@@ -223,6 +223,33 @@ def test_each_request_waits_as_long_as_its_own_timeout(
         assert time.monotonic() - started < then_s * 1.1 + 0.2
 
 
+def test_an_answer_larger_than_one_read_arrives_whole_and_what_follows_is_kept() -> None:
+    # A fetch's answer can be megabytes, arriving in pieces; the read ahead must neither cut
+    # it nor lose the bytes behind it (the second of two answers sent back to back).
+    here, there = socket.socketpair()
+    connection = DirectConnection("wakeups-in-1", "127.0.0.1", 0, _settings())
+    first = os.urandom(300_000)
+    second = os.urandom(1_000)
+
+    def send_in_pieces() -> None:
+        data = first + second
+        for start in range(0, len(data), 70_000):
+            there.sendall(data[start : start + 70_000])
+            time.sleep(0.01)
+
+    sender = threading.Thread(target=send_in_pieces)
+    sender.start()
+    try:
+        deadline = time.monotonic() + 5
+        assert connection._read(here, len(first), deadline) == first
+        assert connection._read(here, len(second), deadline) == second
+        assert not connection._buffered
+    finally:
+        sender.join()
+        here.close()
+        there.close()
+
+
 def test_an_old_broker_is_asked_its_versions_with_v0(serve: Any) -> None:
     broker, connection = serve(lambda number, cid: _heartbeat_answer(cid), versions_v3=False)
     assert connection.exchange(_heartbeat_request(), 5.0).error_code == 0
