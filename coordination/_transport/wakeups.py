@@ -143,6 +143,15 @@ class _Announcement:
         self.queued_at = time.monotonic()
         self.done = threading.Event()
 
+    @classmethod
+    def batch_due(cls, listener: _SharedListener, since: float | None = None) -> _Announcement:
+        """The marker that makes a publisher send ``listener``'s timeline batch, due
+        TIMELINE_DELAY_S after ``since`` (its first record's time; default now)."""
+        due = cls(b"", {}, timeline=True, due_only=True, shared_by=listener)
+        if since is not None:
+            due.queued_at = since
+        return due
+
 
 # Tells the publisher that the timeline's delay is over.
 _SEND_TIMELINE = _Announcement(b"", {}, flush_timeline=True)
@@ -276,9 +285,7 @@ class KafkaWakeups:
             self._queue.put(item)
         elif listener.add_timeline(self, item):
             # This member's publisher sends the batch of all members sharing the listener.
-            self._queue.put(
-                _Announcement(b"", {}, timeline=True, due_only=True, shared_by=listener)
-            )
+            self._queue.put(_Announcement.batch_due(listener))
 
     def flush(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` until the announcements made so far are sent (or given up):
@@ -296,7 +303,7 @@ class KafkaWakeups:
         if listener is not None:
             # Records this member's publisher was to send (a close without a departure, which
             # would have sent them) go with another member's.
-            listener.hand_over_timeline(self)
+            listener.give_back_timeline(self, [])
             stopped = listener.leave(self)
             if stopped is not None:  # this member was its last
                 self._threads.append(stopped)
@@ -849,10 +856,6 @@ class _SharedListener:
                 self._timeline_sender = None
             return batch
 
-    def hand_over_timeline(self, member: KafkaWakeups) -> None:
-        """``member`` is closing: if its publisher was to send the batch, another's will."""
-        self.give_back_timeline(member, [])
-
     def give_back_timeline(self, member: KafkaWakeups, batch: list[_Announcement]) -> None:
         """``member`` stops before it sent ``batch`` (taken from here) or the batch it was
         to send: another member's publisher sends them, when they are due."""
@@ -869,9 +872,7 @@ class _SharedListener:
                 return  # the last member: its flush (if it leaves) or nobody sends them
             self._timeline_sender = heir
             first = self._timeline[0]
-        due = _Announcement(b"", {}, timeline=True, due_only=True, shared_by=self)
-        due.queued_at = first.queued_at
-        heir._queue.put(due)
+        heir._queue.put(_Announcement.batch_due(self, since=first.queued_at))
 
     def _unregister_locked(self) -> None:
         """Take this listener out of the registry (a member started later starts another);
