@@ -37,8 +37,12 @@ from kafka.admin import (
     ResourcePattern,
     ResourceType,
 )
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.record.memory_records import MemoryRecords
 
 from coordination import errors
+from coordination._transport.kafka import _direct_settings
+from coordination._transport.link import DirectConnection
 from coordination.testing import NEWEST_KAFKA, BrokerSecurity, KafkaCluster, make_ca
 from recipes.election import LeaderElection
 from recipes.partitioning import Consumer, TopicPartition
@@ -239,6 +243,56 @@ def test_members_over_ssl_talk_to_their_coordinator_over_tls(secured: Secured) -
     finally:
         for m in pair:
             m.close()
+
+
+def test_an_answer_of_many_tls_records_arrives_whole_and_the_next_one_follows(
+    secured: Secured,
+) -> None:
+    # A TLS record holds at most 16 KiB: a 300 KB fetch answer takes many reads, and what
+    # a read brings beyond one answer must be kept for the next (the timeline, read from
+    # outside the group, can be that large).
+    topic = "sec-out"
+    values = [bytes([i % 251]) * 3000 for i in range(100)]
+    producer = KafkaProducer(bootstrap_servers=secured.cluster.bootstrap_servers)
+    try:
+        start = producer.send(topic, values[0]).get(30).offset
+        for value in values[1:]:
+            producer.send(topic, value)
+        producer.flush(30)
+    finally:
+        producer.close()
+    host, port = secured.cluster.ssl_bootstrap_servers.split(",")[0].rsplit(":", 1)
+    settings = _direct_settings(
+        {"security_protocol": "SSL", "ssl_cafile": str(secured.security.ca_file)}
+    )
+    assert settings is not None and settings.tls is not None
+    connection = DirectConnection("tls-test", host, int(port), settings)
+
+    def fetch(offset: int) -> list[bytes]:
+        partition = FetchRequest.FetchTopic.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=offset,
+            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20,
+        )  # fmt: skip
+        request = FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+            session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[partition])],
+            forgotten_topics_data=[], rack_id="", max_version=12,
+        )  # fmt: skip
+        answer = connection.exchange(request, 30).responses[0].partitions[0]
+        assert answer.error_code == 0
+        return [
+            r.value for batch in MemoryRecords(answer.records) for r in batch if r.offset >= offset
+        ]
+
+    try:
+        assert fetch(start) == values  # ~300 KB, in one answer
+        socket_used = connection._sock
+        assert isinstance(socket_used, ssl.SSLSocket)
+        assert fetch(start + 99) == values[99:]  # the next answer, on the same connection
+        assert connection._sock is socket_used
+    finally:
+        connection.close()
 
 
 def test_tasks_over_sasl_ssl_run_every_task_once(secured: Secured) -> None:
