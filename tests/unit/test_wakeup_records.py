@@ -278,15 +278,15 @@ def test_a_handed_over_batch_goes_out_when_it_was_due_not_a_delay_after_the_hand
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     members, produced = sharing(2, monkeypatch)
-    monkeypatch.setattr(wakeups_module, "TIMELINE_DELAY_S", 1.0)
+    monkeypatch.setattr(wakeups_module, "TIMELINE_DELAY_S", 2.0)
     started = time.monotonic()
     members[0].record_rebalance({"generation": 1})
-    time.sleep(0.9)
-    members[0].close(1)  # 0.1 s before its batch falls due
+    time.sleep(1.8)
+    members[0].close(1)  # 0.2 s before its batch falls due
     wait_for(produced, 1)
     elapsed = time.monotonic() - started
     assert produced == [("publisher-1", [1])]
-    assert 1.0 <= elapsed < 1.5  # due 1.0 s after the record, not 1.0 s after the close
+    assert 2.0 <= elapsed < 3.0  # due 2 s after the record, not 2 s after the close
     members[1].close(1)
 
 
