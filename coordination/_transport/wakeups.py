@@ -546,27 +546,7 @@ class KafkaWakeups:
         """Wait for records at ``position``; hand the value of each with ``key`` (default:
         the group's wake-ups) to ``received``."""
         key = self._key if key is None else key
-        fetch_partition = FetchRequest.FetchTopic.FetchPartition(
-            partition=route.partition,
-            current_leader_epoch=-1,
-            fetch_offset=position,
-            last_fetched_epoch=-1,
-            log_start_offset=-1,
-            partition_max_bytes=1 << 20,
-        )
-        request = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=max_wait_ms,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[FetchRequest.FetchTopic(topic=self._topic, partitions=[fetch_partition])],
-            forgotten_topics_data=[],
-            rack_id="",
-            max_version=12,  # topics by name (v13 names them by id)
-        )
+        request = fetch_request(self._topic, route.partition, position, max_wait_ms)
         response = self._send(request, route.fetch_node, max_wait_ms / 1000 + self._timeout_s)
         answer = response.responses[0].partitions[0]
         self._check(answer.error_code, "fetching", route)
@@ -947,6 +927,32 @@ class _SharedListener:
                     continue  # closed under the read: the next member's transport reads on
                 log.exception("group %r: wake-up listener failed; retrying", self._group_id)
                 self._stop.wait(_BACKOFF_S[1])
+
+
+def fetch_request(topic: str, partition: int, position: int, max_wait_ms: int) -> Any:
+    """A Fetch of one partition from ``position`` (up to 1 MiB), waiting up to
+    ``max_wait_ms`` for a first record."""
+    fetch_partition = FetchRequest.FetchTopic.FetchPartition(
+        partition=partition,
+        current_leader_epoch=-1,
+        fetch_offset=position,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[fetch_partition])],
+        forgotten_topics_data=[],
+        rack_id="",
+        max_version=12,  # topics by name (v13 names them by id)
+    )
 
 
 def _can_send(member: KafkaWakeups) -> bool:

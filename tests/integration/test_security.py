@@ -37,12 +37,12 @@ from kafka.admin import (
     ResourcePattern,
     ResourceType,
 )
-from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.record.memory_records import MemoryRecords
 
 from coordination import errors
 from coordination._transport.kafka import _direct_settings
 from coordination._transport.link import DirectConnection
+from coordination._transport.wakeups import fetch_request
 from coordination.testing import NEWEST_KAFKA, BrokerSecurity, KafkaCluster, make_ca
 from recipes.election import LeaderElection
 from recipes.partitioning import Consumer, TopicPartition
@@ -269,16 +269,7 @@ def test_an_answer_of_many_tls_records_arrives_whole_and_the_next_one_follows(
     connection = DirectConnection("tls-test", host, int(port), settings)
 
     def fetch(offset: int) -> list[bytes]:
-        partition = FetchRequest.FetchTopic.FetchPartition(
-            partition=0, current_leader_epoch=-1, fetch_offset=offset,
-            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20,
-        )  # fmt: skip
-        request = FetchRequest(
-            replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-            session_id=0, session_epoch=-1,
-            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[partition])],
-            forgotten_topics_data=[], rack_id="", max_version=12,
-        )  # fmt: skip
+        request = fetch_request(topic, 0, offset, max_wait_ms=0)
         answer = connection.exchange(request, 30).responses[0].partitions[0]
         assert answer.error_code == 0
         return [
