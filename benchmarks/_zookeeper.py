@@ -25,7 +25,7 @@ from typing_extensions import Self
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordination.testing import resolve_classpath
+from coordination.testing import free_port, resolve_classpath
 
 ZOOKEEPER_VERSION: Final = "3.9.3"
 # Dependencies the server needs but ZooKeeper's pom leaves to the distribution: its metrics
@@ -40,12 +40,6 @@ _ARTIFACTS: Final = (
 
 class ZooKeeperStartError(Exception):
     """The server did not come up; the message has the tail of its log."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ZooKeeperServer:
@@ -75,7 +69,7 @@ class ZooKeeperServer:
         self.heap = heap
         self.shipped_jvm = shipped_jvm
         self.start_timeout = start_timeout
-        self.port = _free_port()
+        self.port = free_port()
         self._root = Path(tempfile.mkdtemp(prefix="coordination-zookeeper-"))
         self._process: subprocess.Popen[bytes] | None = None
 

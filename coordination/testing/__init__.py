@@ -20,6 +20,7 @@ from ._broker import kafka_classpath as kafka_classpath
 from ._broker import running_kafka as running_kafka
 from ._maven import MavenError as MavenError
 from ._maven import resolve_classpath as resolve_classpath
+from ._ports import free_port as free_port
 from ._scripted import ManualClock as ManualClock
 from ._scripted import ScriptedTransport as ScriptedTransport
 from ._scripted import SentRequest as SentRequest
@@ -43,6 +44,7 @@ __all__ = [
     "Transport",
     "TransportError",
     "UnscriptedRequestError",
+    "free_port",
     "kafka_classpath",
     "make_ca",
     "messages",

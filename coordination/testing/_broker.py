@@ -29,6 +29,7 @@ from typing_extensions import Self
 
 from ..errors import CoordinationError
 from ._maven import resolve_classpath
+from ._ports import free_port
 from ._security import BrokerSecurity
 
 log = logging.getLogger("coordination.testing.broker")
@@ -95,13 +96,6 @@ def kafka_classpath(version: str) -> list[Path]:
     else:
         artifacts += ["org.apache.logging.log4j:log4j-slf4j-impl:2.25.4"]
     return resolve_classpath(artifacts)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cluster_id() -> str:

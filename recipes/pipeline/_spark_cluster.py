@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+
+from coordination.testing import free_port
 
 __all__ = ["SparkStandalone"]
 
@@ -74,7 +75,7 @@ class SparkStandalone:
         """
         spark_class = _spark_class()
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.port, self.webui_port = _free_port(), _free_port()
+        self.port, self.webui_port = free_port(), free_port()
         env = {
             **os.environ,
             "SPARK_DAEMON_MEMORY": "256m",
@@ -116,7 +117,7 @@ class SparkStandalone:
                     "--work-dir",
                     f"{work}",
                     "--webui-port",
-                    f"{_free_port()}",
+                    f"{free_port()}",
                 ],
                 env,
             )
@@ -237,13 +238,6 @@ def _spark_class() -> str:
     if not os.access(script, os.X_OK):
         script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return str(script)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _tail(log: Path, lines: int = 20) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordination.testing._broker import free_port
+from coordination.testing import free_port
 from coordination.testing.campaign._proxy import ProxyFleet
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -23,6 +22,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
+from coordination.testing import free_port
+
 from .members import ROOT, new_group, wait_until
 
 pytestmark = pytest.mark.integration
@@ -30,12 +31,6 @@ pytestmark = pytest.mark.integration
 EXAMPLE = ROOT / "examples" / "scheduler_service.py"
 # Short timeouts keep the test fast: the kill is noticed after about 3 s.
 TIMINGS = ["--session-timeout-ms=3000", "--heartbeat-interval-ms=300", "--interval=0.5"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Instance:

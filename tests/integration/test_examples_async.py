@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from coordination.testing import free_port
+
 from .members import ROOT, new_group, wait_until
-from .test_example_scheduler import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from .._broker import KafkaCluster, _Node, free_port
+from .._broker import KafkaCluster, _Node
+from .._ports import free_port
 
 # Settings where acknowledged data must survive the loss of one broker.
 DURABLE_CONFIG: Mapping[str, str] = {

@@ -7,7 +7,6 @@ in tests/unit/test_engine.py.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from coordination import Generation
 from coordination._protocol.error_codes import ErrorCode as E
 from coordination.errors import ConnectionFailedError
-from coordination.testing import ManualClock, ScriptedTransport
+from coordination.testing import ManualClock, ScriptedTransport, free_port
 from coordination.testing import messages as m
 from recipes.partitioning import (
     Consumer,
@@ -268,10 +267,7 @@ def test_a_paused_partition_stays_paused_and_unfetched_through_a_cooperative_reb
 
 
 def test_start_against_an_unreachable_broker_says_where_and_what_to_do() -> None:
-    with socket.socket() as s:  # a port where nothing listens
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    servers = f"127.0.0.1:{port}"
+    servers = f"127.0.0.1:{free_port()}"  # a port where nothing listens
     consumer = Consumer("g", topics=[T], bootstrap_servers=servers, bootstrap_timeout_ms=500)
     with pytest.raises(ConnectionFailedError, match=rf"{servers}.*check that") as e:
         consumer.start()
