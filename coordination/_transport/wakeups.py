@@ -130,6 +130,7 @@ class _Announcement:
         flush_timeline: bool = False,
         due_only: bool = False,
         shared_by: _SharedListener | None = None,
+        queued_at: float | None = None,
     ) -> None:
         self.key = key
         self.value = value
@@ -140,17 +141,14 @@ class _Announcement:
         # TIMELINE_DELAY_S after this (see _SharedListener.add_timeline).
         self.due_only = due_only
         self.shared_by = shared_by
-        self.queued_at = time.monotonic()
+        self.queued_at = time.monotonic() if queued_at is None else queued_at
         self.done = threading.Event()
 
     @classmethod
     def batch_due(cls, listener: _SharedListener, since: float | None = None) -> _Announcement:
         """The marker that makes a publisher send ``listener``'s timeline batch, due
         TIMELINE_DELAY_S after ``since`` (its first record's time; default now)."""
-        due = cls(b"", {}, timeline=True, due_only=True, shared_by=listener)
-        if since is not None:
-            due.queued_at = since
-        return due
+        return cls(b"", {}, timeline=True, due_only=True, shared_by=listener, queued_at=since)
 
 
 # Tells the publisher that the timeline's delay is over.
