@@ -344,7 +344,9 @@ class GroupMembership:
             confirmed_at = self._confirmed[1]
         return max(0.0, confirmed_at + self._lease_s - self._clock.monotonic())
 
-    def _confirm_join_locked(self, generation: Generation, sent_at: float) -> bool:
+    def _confirm_join_locked(
+        self, generation: Generation, sent_at: float, *, kept_static_follower: bool = False
+    ) -> bool:
         """A JoinGroup sent at ``sent_at`` answered ``generation``: what that proves about the
         member's session at the broker, which its lease may not outlast. Returns whether the
         broker restarted the session (False: it runs on as it was).
@@ -362,6 +364,13 @@ class GroupMembership:
         - An older one: a new coordinator loaded the group as it was stored (a rebalance was
           lost in the move). When it restarted the session is unknown: no lease; the member
           rejoins as a new one at its first heartbeat (see _renew_lease_locked).
+
+        ``kept_static_follower``: a static member rejoined with its member id and was answered
+        as a follower. A newer generation then proves nothing either: a join phase that
+        completes without a static member's JoinGroup keeps it in the group (a dynamic one is
+        removed), so its JoinGroup may have reached a Stable group of that generation, which
+        answers a follower at once and leaves its session timer as it was. The lease then
+        needs the heartbeat before the SyncGroup (see _proving_heartbeat).
         """
         started = self._joins_since_stable
         held = started[0] if started is not None else self._generation.generation_id
@@ -370,6 +379,8 @@ class GroupMembership:
             max(self._highest_generation, gid),
             self._highest_generation,
         )
+        if kept_static_follower and gid > held:
+            return False
         if gid == held:
             confirmed = self._confirmed
             if confirmed is not None and confirmed[0].generation_id == gid:
@@ -946,7 +957,13 @@ class GroupMembership:
                 return _Failed(Reaction(Next.RETRY_NOW, Reset.GENERATION), missed, sent)
             generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
             self._generation = generation
-            session_restarted = self._confirm_join_locked(generation, join_sent_at)
+            session_restarted = self._confirm_join_locked(
+                generation,
+                join_sent_at,
+                kept_static_follower=(
+                    cfg.is_static and bool(sent.member_id) and joined.leader != joined.member_id
+                ),
+            )
             if cfg.is_static and not sent.member_id and not stale:
                 # A new member id for this instance id: see _await_takeover_fence.
                 fence_s = self._lease_s  # the longest an earlier process's lease can last

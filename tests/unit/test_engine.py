@@ -97,9 +97,12 @@ class Harness:
         assert self.engine.join_group_if_needed(deadline=None)
 
     def join_as_follower(self, member_id: str = "m-2", generation: int = 1) -> None:
+        self.prepare(NODE, joined(member_id, generation, leader="m-1"))
+        if self.engine._config.is_static:
+            # A static follower's answer may come from a Stable group that kept it through a
+            # phase it missed: it proves its session by a heartbeat before syncing.
+            self.prepare(m.HeartbeatResponse(error_code=0))
         self.prepare(
-            NODE,
-            joined(member_id, generation, leader="m-1"),
             m.SyncGroupResponse(
                 error_code=0, protocol_type="test", protocol_name="v2", assignment=b"mine"
             ),

@@ -258,6 +258,57 @@ def test_a_static_join_answered_past_the_next_generation_reports_the_assignment_
     assert h.engine.generation.generation_id == 5
 
 
+def test_a_static_follower_answered_the_next_generation_proves_its_session_first() -> None:
+    # Generation 4 may have completed without this static member's JoinGroup (the broker
+    # keeps a static member that did not rejoin), and a coordinator that loaded the group
+    # since then answers its rejoin from Stable at once, its session timer running on from the
+    # load. Counting the lease from the JoinGroup let the simulator's task worker run tasks
+    # after the broker had expired it and handed them to a new member. A heartbeat answered
+    # before the SyncGroup proves the session; the lease counts from it.
+    h = static_follower()
+    h.clock.advance(2)
+    h.engine.request_rejoin("heartbeat returned ILLEGAL_GENERATION")
+    h.prepare(
+        joined("m-2", 4, leader="m-1"),
+        m.HeartbeatResponse(error_code=0),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    kinds = [type(s.request).__name__ for s in h.transport.sent]
+    assert kinds[-3:] == ["JoinGroupRequest", "HeartbeatRequest", "SyncGroupRequest"]
+    assert h.transport.requests(m.HeartbeatRequest)[-1].generation_id == 4
+    assert h.engine.membership_lease() == pytest.approx(10.0)
+
+
+def test_a_static_follower_answered_the_next_generation_gets_no_lease_from_the_join() -> None:
+    h = static_follower()
+    h.engine.request_rejoin("heartbeat returned ILLEGAL_GENERATION")
+    h.prepare(
+        joined("m-2", 4, leader="m-1"),
+        m.HeartbeatResponse(error_code=E.COORDINATOR_NOT_AVAILABLE),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.engine.generation.generation_id == 4
+    assert h.engine.membership_lease() == 0.0
+
+
+def test_a_static_leader_answered_the_next_generation_syncs_at_once() -> None:
+    # A leader's JoinGroup to a Stable group starts a rebalance, so its answer comes from a
+    # join phase it took part in: the broker restarted its session when that phase ended.
+    h = static_follower()
+    h.clock.advance(2)
+    h.engine.request_rejoin("a rebalance")
+    h.prepare(
+        joined("m-2", 4, leader="m-2"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2"),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    kinds = [type(s.request).__name__ for s in h.transport.sent]
+    assert kinds[-2:] == ["JoinGroupRequest", "SyncGroupRequest"]
+    assert h.engine.membership_lease() == pytest.approx(10.0)
+
+
 @pytest.mark.parametrize("answered", [4, 5])
 def test_a_dynamic_join_keeps_the_assignment_whatever_generation_answers(answered: int) -> None:
     # The next generation (4), or one past it (5): the broker removes a dynamic member that
