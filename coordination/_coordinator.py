@@ -14,6 +14,7 @@ from ._config import CoordinatorConfig, check_part
 from ._engine import offsets as _offsets
 from ._engine.clock import Clock
 from ._engine.membership import GroupMembership
+from ._groups import GroupDescription, group_description
 from ._logging import MemberLogAdapter
 from ._metrics import MemberMetrics
 from ._transport.base import Transport
@@ -367,6 +368,21 @@ class Coordinator(abc.ABC):
             BrokerError: the broker refused (e.g. GROUP_AUTHORIZATION_FAILED).
         """
         return _offsets.fetch(self._engine, partitions, timeout)
+
+    def describe_group(self, *, timeout: float = 30.0) -> GroupDescription:
+        """The group as its coordinator stores it now (DescribeGroups), asked over this
+        member's own connection; as :func:`coordination.describe_group` answers it.
+
+        Only a Stable group's members come with their metadata, and with the assignment of
+        the current generation: during a rebalance, a Kafka 4 broker sends each member's
+        last assignment, an older one none. Does not rebalance.
+
+        Raises:
+            CoordinationTimeoutError: the coordinator did not answer in time.
+            BrokerError: the broker refused (e.g. GROUP_AUTHORIZATION_FAILED: no DESCRIBE
+                on the group).
+        """
+        return group_description(self._config.group_id, _offsets.describe(self._engine, timeout))
 
     def metrics(self) -> MemberMetrics:
         """Counters and timings of this member."""

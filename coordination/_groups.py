@@ -14,7 +14,7 @@ import dataclasses
 import importlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,7 +22,7 @@ from ._config import CoordinatorConfig
 from ._metrics import RebalanceRecord
 from ._protocol import messages as m
 from ._protocol.error_codes import ErrorCode
-from ._transport.base import TransportError
+from ._transport.base import CoordinatorNode, TransportError
 from .errors import CoordinationError, broker_error
 
 log = logging.getLogger("coordination.groups")
@@ -312,8 +312,6 @@ class _Admin:
         return [found[k] for k in sorted(found)]
 
     def describe(self, group_id: str) -> GroupDescription:
-        from kafka.protocol.admin.groups import DescribeGroupsRequest
-
         try:
             found = self.transport.send(
                 m.FindCoordinatorRequest(key=group_id),
@@ -325,51 +323,52 @@ class _Admin:
             raise e.stop_error(f"group {group_id!r}: FindCoordinator") from e
         if found.error_code != ErrorCode.NONE:
             raise broker_error(found.error_code, group_id=group_id, api="FindCoordinator")
-        node = self.transport.dedicated_node("admin", found.node_id, found.host, found.port)
-        response = self._send(DescribeGroupsRequest(groups=[group_id]), node)
-        (group,) = response.groups
-        if group.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
-            return GroupDescription(group_id, "Dead", "", "", ())
-        if group.error_code != ErrorCode.NONE:
-            raise broker_error(group.error_code, group_id=group_id, api="DescribeGroups")
-        decoder = _decoder(group.protocol_type)
-        members = []
-        for x in sorted(group.members, key=lambda x: x.member_id):
-            metadata, assignment = _raw(x.member_metadata), _raw(x.member_assignment)
-            members.append(
-                MemberDescription(
-                    member_id=x.member_id,
-                    group_instance_id=x.group_instance_id,
-                    client_id=x.client_id,
-                    client_host=x.client_host,
-                    metadata=metadata,
-                    assignment=assignment,
-                    decoded=_decode(decoder, group.protocol_data, metadata, assignment),
-                )
+        try:
+            response = self.transport.send(
+                m.DescribeGroupRequest(group_id),
+                m.DescribeGroupResponse,
+                coordinator=CoordinatorNode(found.node_id, found.host, found.port),
+                timeout_s=self.timeout_s,
             )
-        summary: dict[str, Any] = {}
-        if decoder is not None:
-            readable = [x.decoded for x in members if x.decoded and "error" not in x.decoded]
-            try:
-                summary = decoder.summarize(readable)
-            except (ValueError, KeyError, TypeError) as e:
-                summary = {"error": f"cannot summarize: {e}"}
-        return GroupDescription(
-            group_id=group_id,
-            state=group.group_state,
-            protocol_type=group.protocol_type,
-            protocol=group.protocol_data,
-            members=tuple(members),
-            summary=summary,
+        except TransportError as e:
+            raise e.stop_error(f"group {group_id!r}: DescribeGroups") from e
+        if response.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+            raise broker_error(response.error_code, group_id=group_id, api="DescribeGroups")
+        return group_description(group_id, response)
+
+
+def group_description(group_id: str, response: m.DescribeGroupResponse) -> GroupDescription:
+    """The group a DescribeGroups answer without a refusal describes, decoded."""
+    if response.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+        return GroupDescription(group_id, "Dead", "", "", ())
+    decoder = _decoder(response.protocol_type)
+    members = [
+        MemberDescription(
+            member_id=x.member_id,
+            group_instance_id=x.group_instance_id,
+            client_id=x.client_id,
+            client_host=x.client_host,
+            metadata=x.metadata,
+            assignment=x.assignment,
+            decoded=_decode(decoder, response.protocol, x.metadata, x.assignment),
         )
-
-
-def _raw(value: Any) -> bytes:
-    """kafka-python hands member bytes over as bytes (or decoded, for some versions)."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    encode: Callable[[], bytes] | None = getattr(value, "encode", None)
-    return bytes(encode()) if encode is not None else b""
+        for x in sorted(response.members, key=lambda x: x.member_id)
+    ]
+    summary: dict[str, Any] = {}
+    if decoder is not None:
+        readable = [x.decoded for x in members if x.decoded and "error" not in x.decoded]
+        try:
+            summary = decoder.summarize(readable)
+        except (ValueError, KeyError, TypeError) as e:
+            summary = {"error": f"cannot summarize: {e}"}
+    return GroupDescription(
+        group_id=group_id,
+        state=response.state,
+        protocol_type=response.protocol_type,
+        protocol=response.protocol,
+        members=tuple(members),
+        summary=summary,
+    )
 
 
 def _decode(

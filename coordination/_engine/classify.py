@@ -15,7 +15,8 @@ deliberate difference: for a code the membership requests do not list, Kafka
 raises a generic exception to the caller of ``poll()``, who usually polls
 again. This engine has no caller in the loop, so it logs the error and retries
 with backoff instead of stopping the member; only the codes a person must act
-on are fatal. Offset commits and fetches do have a caller: they raise to it.
+on are fatal. Offset commits and fetches, and a member's DescribeGroups (a read of
+its group as the coordinator stores it), do have a caller: they raise to it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Api(enum.Enum):
     LEAVE_GROUP = "LeaveGroup"
     OFFSET_COMMIT = "OffsetCommit"
     OFFSET_FETCH = "OffsetFetch"
+    DESCRIBE_GROUPS = "DescribeGroups"
 
 
 class Next(enum.Enum):
@@ -113,6 +115,7 @@ class Policy:
     leave_group: Reaction | None = None
     offset_commit: Reaction | None = None
     offset_fetch: Reaction | None = None
+    describe_groups: Reaction | None = None
 
     @property
     def name(self) -> str:
@@ -132,6 +135,7 @@ class Policy:
             Api.LEAVE_GROUP: self.leave_group,
             Api.OFFSET_COMMIT: self.offset_commit,
             Api.OFFSET_FETCH: self.offset_fetch,
+            Api.DESCRIBE_GROUPS: self.describe_groups,
         }[api]
 
 
@@ -153,6 +157,7 @@ DEFAULTS: Final[dict[Api, Reaction]] = {
     Api.LEAVE_GROUP: IGNORE,
     Api.OFFSET_COMMIT: RAISE,
     Api.OFFSET_FETCH: RAISE,
+    Api.DESCRIBE_GROUPS: RAISE,
 }
 
 # The reactions each request's handler implements; a unit test holds the table to them.
@@ -184,6 +189,7 @@ HANDLED: Final[dict[Api, frozenset[Next]]] = {
         {Next.FENCED_COMMIT, Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}
     ),
     Api.OFFSET_FETCH: frozenset({Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}),
+    Api.DESCRIBE_GROUPS: frozenset({Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}),
 }
 
 POLICIES: Final[tuple[Policy, ...]] = (
@@ -198,6 +204,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         heartbeat=REDISCOVER,
         offset_commit=REDISCOVER,
         offset_fetch=REDISCOVER,
+        describe_groups=REDISCOVER,
     ),
     Policy(
         E.NOT_COORDINATOR,
@@ -208,6 +215,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         heartbeat=REDISCOVER,
         offset_commit=REDISCOVER,
         offset_fetch=REDISCOVER,
+        describe_groups=REDISCOVER,
     ),
     Policy(
         E.COORDINATOR_LOAD_IN_PROGRESS,
@@ -217,9 +225,22 @@ POLICIES: Final[tuple[Policy, ...]] = (
         heartbeat=BACKOFF,
         offset_commit=BACKOFF,
         offset_fetch=BACKOFF,
+        describe_groups=BACKOFF,
     ),
-    Policy(E.REQUEST_TIMED_OUT, RetriableBrokerError, offset_commit=BACKOFF, offset_fetch=BACKOFF),
-    Policy(E.NETWORK_EXCEPTION, RetriableBrokerError, offset_commit=BACKOFF, offset_fetch=BACKOFF),
+    Policy(
+        E.REQUEST_TIMED_OUT,
+        RetriableBrokerError,
+        offset_commit=BACKOFF,
+        offset_fetch=BACKOFF,
+        describe_groups=BACKOFF,
+    ),
+    Policy(
+        E.NETWORK_EXCEPTION,
+        RetriableBrokerError,
+        offset_commit=BACKOFF,
+        offset_fetch=BACKOFF,
+        describe_groups=BACKOFF,
+    ),
     # OffsetFetch (require_stable): a transaction holding offsets for the partition is open.
     Policy(
         E.UNSTABLE_OFFSET_COMMIT, RetriableBrokerError, offset_commit=BACKOFF, offset_fetch=BACKOFF

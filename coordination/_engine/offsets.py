@@ -1,4 +1,5 @@
-"""Committing and fetching offsets in the group, fenced by the member's generation.
+"""Committing and fetching offsets in the group, fenced by the member's generation, and
+reading the group as its coordinator stores it (DescribeGroups).
 
 A commit carries the member id and generation it was made in, so the broker rejects the
 commit of a member that missed a rebalance (``ILLEGAL_GENERATION``) or was removed
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordination.offsets")
 
-R = TypeVar("R", msg.OffsetCommitResponse, msg.OffsetFetchResponse)
+R = TypeVar("R", msg.OffsetCommitResponse, msg.OffsetFetchResponse, msg.DescribeGroupResponse)
 
 # A response can carry a code per partition; the first of these reactions any code has
 # decides (the lowest such code names it). Back off only if every code says so.
@@ -174,9 +175,29 @@ def fetch(
         return result
 
 
+def describe(engine: GroupMembership, timeout_s: float) -> msg.DescribeGroupResponse:
+    """The group as its coordinator stores it now; GROUP_ID_NOT_FOUND is an answer (a group
+    that does not exist), every other refusal raises."""
+    group_id = engine.config.group_id
+    request = msg.DescribeGroupRequest(group_id)
+    deadline = engine.clock.monotonic() + timeout_s
+    while True:
+        response = _send(engine, request, msg.DescribeGroupResponse, deadline, "DescribeGroups")
+        if response is None:
+            continue
+        code = response.error_code
+        if code in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+            return response
+        if _retried(
+            engine, classify.reaction(Api.DESCRIBE_GROUPS, code), code, deadline, "DescribeGroups"
+        ):
+            continue
+        raise broker_error(code, group_id=group_id, api="DescribeGroups")
+
+
 def _send(
     engine: GroupMembership,
-    request: msg.OffsetCommitRequest | msg.OffsetFetchRequest,
+    request: msg.OffsetCommitRequest | msg.OffsetFetchRequest | msg.DescribeGroupRequest,
     response_type: type[R],
     deadline: float,
     api: str,

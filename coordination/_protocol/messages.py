@@ -21,6 +21,8 @@ MAX_VERSIONS: Final = {
     "OffsetCommit": 9,
     # v8 batches groups; v7 (one group, require_stable) is all a member needs.
     "OffsetFetch": 7,
+    # v5 is the newest without KIP-1043's per-group error message, which nothing here reads.
+    "DescribeGroups": 5,
 }
 # Kafka truncates KIP-800 reasons to this many characters (JoinGroupRequest.maybeTruncateReason).
 MAX_REASON_LENGTH: Final = 255
@@ -160,6 +162,34 @@ class OffsetFetchResponse:
     version: int = MAX_VERSIONS["OffsetFetch"]
 
 
+@dataclass(frozen=True, slots=True)
+class DescribeGroupRequest:
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    # Empty unless the group is Stable.
+    metadata: bytes
+    # Unless the group is Stable, the member's last assignment (Kafka 4) or empty (3.x).
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupResponse:
+    error_code: int
+    state: str = ""
+    protocol_type: str = ""
+    # The selected protocol; "" unless the group is Stable.
+    protocol: str = ""
+    members: tuple[DescribedMember, ...] = ()
+    version: int = MAX_VERSIONS["DescribeGroups"]
+
+
 Request = (
     FindCoordinatorRequest
     | JoinGroupRequest
@@ -168,6 +198,7 @@ Request = (
     | LeaveGroupRequest
     | OffsetCommitRequest
     | OffsetFetchRequest
+    | DescribeGroupRequest
 )
 Response = (
     FindCoordinatorResponse
@@ -177,4 +208,5 @@ Response = (
     | LeaveGroupResponse
     | OffsetCommitResponse
     | OffsetFetchResponse
+    | DescribeGroupResponse
 )

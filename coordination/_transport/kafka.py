@@ -17,12 +17,14 @@ import threading
 import time
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import kafka.errors as kafka_errors
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 from kafka.net.transport import KafkaSSLTransport
+from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.consumer import group as kgroup
 from kafka.protocol.metadata import FindCoordinatorRequest as KFindCoordinatorRequest
 
@@ -398,6 +400,10 @@ class KafkaTransport:
             return _offset_commit(request)
         if isinstance(request, m.OffsetFetchRequest):
             return _offset_fetch(request)
+        if isinstance(request, m.DescribeGroupRequest):
+            return DescribeGroupsRequest(
+                groups=[request.group_id], max_version=m.MAX_VERSIONS["DescribeGroups"]
+            )
         identity = kgroup.LeaveGroupRequest.MemberIdentity
         return kgroup.LeaveGroupRequest(
             group_id=request.group_id,
@@ -470,6 +476,8 @@ class KafkaTransport:
                 ),
                 version=version,
             )
+        if isinstance(raw, DescribeGroupsResponse):
+            return _described(raw)
         # FindCoordinator: v4+ answers per key; one key was asked for.
         if version >= 4:
             if len(raw.coordinators) != 1:
@@ -532,6 +540,38 @@ def _offset_fetch(request: m.OffsetFetchRequest) -> Any:
         min_version=1,
         max_version=m.MAX_VERSIONS["OffsetFetch"],
     )
+
+
+def _described(raw: Any) -> m.DescribeGroupResponse:
+    if len(raw.groups) != 1:
+        raise TransportError(f"DescribeGroups answered {len(raw.groups)} groups for one")
+    group = raw.groups[0]
+    return m.DescribeGroupResponse(
+        error_code=group.error_code,
+        state=group.group_state,
+        protocol_type=group.protocol_type,
+        protocol=group.protocol_data,
+        members=tuple(
+            m.DescribedMember(
+                member_id=x.member_id,
+                group_instance_id=x.group_instance_id if raw.version >= 4 else None,
+                client_id=x.client_id,
+                client_host=x.client_host,
+                metadata=_member_bytes(x.member_metadata),
+                assignment=_member_bytes(x.member_assignment),
+            )
+            for x in raw.groups[0].members
+        ),
+        version=raw.version,
+    )
+
+
+def _member_bytes(value: Any) -> bytes:
+    """kafka-python hands member bytes over as bytes (or decoded, for some versions)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    encode: Callable[[], bytes] | None = getattr(value, "encode", None)
+    return bytes(encode()) if encode is not None else b""
 
 
 # The (response class, version) pairs whose codecs are built (see warm_up); one process's

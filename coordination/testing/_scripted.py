@@ -25,6 +25,7 @@ _RESPONSE_TYPES = (
     m.LeaveGroupResponse,
     m.OffsetCommitResponse,
     m.OffsetFetchResponse,
+    m.DescribeGroupResponse,
 )
 
 

@@ -12,7 +12,7 @@ from coordination._config import check_part
 from coordination._engine.clock import Clock, Thread
 from coordination._lease import engine_clock
 from coordination._transport.base import Transport
-from coordination.errors import ConfigurationError, ProtocolCodecError
+from coordination.errors import ConfigurationError, CoordinationError, ProtocolCodecError
 from recipes._recipe import ClockTimer
 
 from ._listener import RebalanceListener
@@ -207,6 +207,9 @@ class ConsumerPartitioning(Coordinator):
         # claimed them (a COOPERATIVE hand-over: the claimant revokes, then rejoins), and the
         # timer that makes sure that follow-up rebalance happens.
         self._withheld: frozenset[TopicPartition] = _EMPTY
+        # Set by perform_assignment, cleared at each join: a leader that ends a join without
+        # having planned was told to keep the assignment of its predecessor (KIP-814).
+        self._planned = False
         self._handover_check: ClockTimer | None = None
         self._stop = self._clock.event()
         self._watcher: Thread | None = None
@@ -325,6 +328,7 @@ class ConsumerPartitioning(Coordinator):
         with self._lock:
             self._assigned_counts = counts
             self._withheld = frozenset(withheld)
+            self._planned = True
         empty = encode_assignment(Assignment(()))
         result = {m.member_id: empty for m in members}
         for member_id, assignment in plan.items():
@@ -347,6 +351,7 @@ class ConsumerPartitioning(Coordinator):
         with self._lock:
             owned, topics = self._owned, self._topics
             self._withheld = _EMPTY  # of a plan that did not become a generation
+            self._planned = False
             if self._handover_check is not None:
                 self._handover_check.cancel()
         if not owned:
@@ -462,28 +467,75 @@ class ConsumerPartitioning(Coordinator):
         took over an assignment made for its predecessor, owns none of them, and has
         nothing to revoke: nobody rejoins, and the partitions would stay unowned until the
         next rebalance for another reason. (A leader's rejoin makes the broker rebalance.)
+
+        A static leader replaced by a restart takes over without planning (KIP-814: the
+        broker keeps its predecessor's assignment). It cannot know what that plan withheld,
+        so it asks the coordinator for the assignment then (:meth:`_unassigned`).
         """
+        inherited = self.is_leader
         with self._lock:
             withheld, self._withheld = self._withheld, _EMPTY
-            if not withheld:
+            inherited, self._planned = inherited and not self._planned, True
+            if not withheld and not inherited:
                 return
             self._handover_check = ClockTimer(
                 self._clock,
                 self.config.session_timeout_ms / 1000,
-                lambda: self._check_handover(generation, withheld),
+                lambda: self._check_handover(generation, None if inherited else withheld),
                 f"partitioning-handover|{self.group_id}",
             )
 
-    def _check_handover(self, generation: int, withheld: frozenset[TopicPartition]) -> None:
+    def _check_handover(self, generation: int, withheld: frozenset[TopicPartition] | None) -> None:
+        """``withheld`` None: the plan was the predecessor's, so ask the coordinator."""
         if self._stop.is_set() or self.generation().generation_id != generation:
             return  # closed, or a rebalance came: it assigned them
-        reason = (
-            f"{len(withheld)} partitions withheld in generation {generation} for a cooperative "
-            "hand-over were not handed over: their previous owner did not rejoin (replaced "
-            "by a static restart?)"
-        )
+        if withheld is not None:
+            reason = (
+                f"{len(withheld)} partitions withheld in generation {generation} for a "
+                "cooperative hand-over were not handed over: their previous owner did not "
+                "rejoin (replaced by a static restart?)"
+            )
+        else:
+            try:
+                unassigned = self._unassigned()
+            except CoordinationError as e:
+                # A needless rebalance costs less than partitions left without an owner.
+                reason = f"cannot read the assignment this leader took over ({e})"
+            else:
+                if not unassigned or self.generation().generation_id != generation:
+                    return
+                reason = (
+                    f"{len(unassigned)} partitions are assigned to nobody in generation "
+                    f"{generation}, whose assignment this leader took over from its "
+                    "predecessor (a static restart): a hand-over it planned never happened"
+                )
         log.warning("group %s: %s; rejoining", self.group_id, reason)
         self.request_rejoin(reason)
+
+    def _unassigned(self) -> frozenset[TopicPartition]:
+        """Partitions of the topics the group subscribes to that the coordinator's stored
+        assignment gives nobody (among the members that can be read).
+
+        Raises:
+            CoordinationError: the coordinator could not be asked.
+        """
+        group = self.describe_group(timeout=self.config.request_timeout_ms / 1000)
+        if group.state != "Stable":
+            return _EMPTY  # a rebalance is under way: it assigns them
+        topics: set[str] = set()
+        assigned: set[TopicPartition] = set()
+        for member in group.members:
+            try:
+                topics.update(decode_subscription(member.metadata).topics)
+                assigned.update(decode_assignment(member.assignment).partitions)
+            except ProtocolCodecError:
+                continue  # perform_assignment gives such a member nothing either
+        return frozenset(
+            tp
+            for topic, count in self._metadata.partition_counts(topics).items()
+            for tp in (TopicPartition(topic, p) for p in range(count))
+            if tp not in assigned
+        )
 
     def _watch_metadata(self) -> None:
         """Every ``metadata_max_age_ms`` until closed: :meth:`_check_metadata`."""

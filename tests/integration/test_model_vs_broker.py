@@ -52,6 +52,7 @@ RESPONSE_TYPES: dict[type[Any], type[Any]] = {
     m.LeaveGroupRequest: m.LeaveGroupResponse,
     m.OffsetCommitRequest: m.OffsetCommitResponse,
     m.OffsetFetchRequest: m.OffsetFetchResponse,
+    m.DescribeGroupRequest: m.DescribeGroupResponse,
 }
 
 
@@ -110,7 +111,16 @@ class Fetch(NamedTuple):
     partitions: tuple[tuple[str, int, int, str | None, str], ...]
 
 
-Answer = Join | Sync | Heartbeat | Leave | Commit | Fetch | str
+class Describe(NamedTuple):
+    error: str
+    state: str
+    protocol_type: str
+    protocol: str
+    # (member, instance id, metadata, assignment); client id and host differ by driver.
+    members: tuple[tuple[str, str | None, bytes, bytes], ...]
+
+
+Answer = Join | Sync | Heartbeat | Leave | Commit | Fetch | Describe | str
 
 
 class Names:
@@ -169,6 +179,25 @@ class Names:
         if isinstance(response, m.OffsetCommitResponse):
             # Kafka 3.9 lists the partitions in hash order.
             return Commit(tuple(sorted((t, p, error_name(c)) for t, p, c in response.partitions)))
+        if isinstance(response, m.DescribeGroupResponse):
+            described = tuple(
+                sorted(
+                    (
+                        self(x.member_id, x.group_instance_id),
+                        x.group_instance_id,
+                        x.metadata,
+                        x.assignment,
+                    )
+                    for x in response.members
+                )
+            )
+            return Describe(
+                error_name(response.error_code),
+                response.state,
+                response.protocol_type,
+                response.protocol,
+                described,
+            )
         assert isinstance(response, m.OffsetFetchResponse)
         partitions = tuple(
             sorted((t, p, o, md, error_name(c)) for t, p, o, md, c in response.partitions)
@@ -206,6 +235,10 @@ class Driver:
     def sleep(self, seconds: float) -> None:
         raise NotImplementedError
 
+    def reach(self, group: str, state: str) -> None:
+        """Wait until the group is in ``state`` (no step of the transcript)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -233,6 +266,9 @@ class ModelDriver(Driver):
 
     def sleep(self, seconds: float) -> None:
         self.timers.advance(seconds)
+
+    def reach(self, group: str, state: str) -> None:
+        assert self.model.describe(group).state == state  # the model moves at once
 
 
 class BrokerDriver(Driver):
@@ -285,6 +321,21 @@ class BrokerDriver(Driver):
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def reach(self, group: str, state: str) -> None:
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        transport = self._transport("watcher")
+        while True:
+            described = transport.send(
+                m.DescribeGroupRequest(group),
+                m.DescribeGroupResponse,
+                coordinator=self._node,
+                timeout_s=ANSWER_TIMEOUT_S,
+            )
+            if described.state == state:
+                return
+            assert time.monotonic() < deadline, f"{group} stays {described.state}, not {state}"
+            time.sleep(0.01)
 
     def close(self) -> None:
         for transport in self._transports.values():
@@ -452,6 +503,9 @@ class Client:
             kw.get("group", self.run.group), ((TOPIC, 0), (TOPIC, 1)), require_stable=True
         )
         self.run.call(label, self, request)
+
+    def describe(self, label: str, on_3_9: Callable[[Any], Answer] | None = None) -> None:
+        self.run.call(label, self, m.DescribeGroupRequest(self.run.group), on_3_9)
 
 
 def stable_pair(run: Run, a: Client, b: Client) -> None:
@@ -652,6 +706,9 @@ def validation_errors(run: Run) -> None:
     )
     a.fetch("a: fetch from an unknown group", **other)
     a.leave("a: leave")
+    # g is still pending, so the join phase the leave began ends only when its timeout of 0
+    # (the longest of no members) fires: on the broker's timer thread, a moment later.
+    run.driver.reach(run.group, "Empty")
     a.commit("static admin: commit to the Empty group", generation=-1, member_id="", instance="i1")
 
 
@@ -784,8 +841,29 @@ def leaving(run: Run) -> None:
     d.sync("d: leader sync", assign=True)
     e.join("e: join without a member id")
     d.leave("d: leave while e is pending")
+    run.driver.reach(run.group, "Empty")  # on the broker's timer thread, a moment later
     run.client("x", protocol_type="other").join("x: another protocol type, Empty group")
     e.join("e: join with its member id")
+
+
+def without_assignments(described: Describe) -> Describe:
+    return described._replace(members=tuple((*x[:3], b"") for x in described.members))
+
+
+def describing(run: Run) -> None:
+    a, b = run.client("a"), run.client("b")
+    a.describe("a: describe a group that does not exist")
+    stable_pair(run, a, b)
+    a.describe("a: describe the Stable group: metadata and assignments")
+    rejoining = a.start_join()
+    # 4.3 sends each member's last assignment while rebalancing; 3.9 none.
+    b.describe("b: describe during the rebalance", on_3_9=without_assignments)
+    b.join("b: rejoin")
+    run.result("a: join completes", rejoining)
+    b.describe("b: describe while completing the rebalance", on_3_9=without_assignments)
+    a.leave("a: leave")
+    b.leave("b: leave")
+    a.describe("a: describe the Empty group")
 
 
 def offsets_without_members(run: Run) -> None:
@@ -817,6 +895,7 @@ SCENARIOS = [
     timeouts,
     leaving,
     offsets_without_members,
+    describing,
 ]
 
 

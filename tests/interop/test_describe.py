@@ -156,6 +156,39 @@ def test_a_task_group_is_decoded(kafka: str) -> None:
         assert sorted(decoded(x)["worker_id"] for x in described.members) == ["w1", "w2"]
 
 
+def test_a_member_describes_its_own_group_over_its_own_connection(kafka: str) -> None:
+    group = new_name("inside")
+    running = RunningTasks("w1", "w2")
+
+    def worker(name: str) -> TaskDistribution:
+        return TaskDistribution(
+            group,
+            worker_id=name,
+            start_task=running.start_task(name),
+            stop_task=running.stop_task(name),
+            tasks={f"t{i}": 1.0 for i in range(4)},
+            bootstrap_servers=kafka,
+            stop_timeout_ms=1000,
+            **FAST,
+        )
+
+    with worker("w1") as w1, worker("w2"):
+        wait_until(
+            lambda: [len(t) for t in running.snapshot().values()] == [2, 2], 30, "two tasks each"
+        )
+        generation = w1.coordinator.generation().generation_id
+        inside = w1.coordinator.describe_group(timeout=10)
+        outside = describe_group(group, bootstrap_servers=kafka)
+        assert (inside.state, inside.protocol_type) == ("Stable", "tasks")
+        expected = {w: sorted(ts) for w, ts in running.snapshot().items()}
+        assert inside.summary == outside.summary == {"workers": expected, "moving": []}
+        assert [x.member_id for x in inside.members] == [x.member_id for x in outside.members]
+        assert w1.coordinator.member_id in {x.member_id for x in inside.members}
+        assert w1.coordinator.generation().generation_id == generation  # a read: no rebalance
+    gone = describe_group(group, bootstrap_servers=kafka)
+    assert gone.members == () and gone.state in ("Empty", "Dead")
+
+
 def test_an_unknown_protocol_type_keeps_its_bytes_and_every_group_is_listed(kafka: str) -> None:
     group = new_name("listing")
     members = [Listing(group, bootstrap_servers=kafka) for _ in range(2)]

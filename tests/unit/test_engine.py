@@ -23,6 +23,7 @@ from coordination import (
 from coordination._config import CoordinatorConfig
 from coordination._engine import offsets
 from coordination._engine.membership import GroupMembership
+from coordination._groups import GroupDescription, group_description
 from coordination._protocol.error_codes import ErrorCode as E
 from coordination.testing import ManualClock, ScriptedTransport, TransportError
 from coordination.testing import messages as m
@@ -770,6 +771,32 @@ def test_fetch_returns_committed_offsets_and_none_where_nothing_is() -> None:
     )
     got = offsets.fetch(h.engine, [("t", 1), ("t", 0)], 5)
     assert got == {("t", 0): OffsetAndMetadata(10, "batch-a"), ("t", 1): None}
+
+
+def test_describe_retries_a_moved_or_loading_coordinator_and_reads_the_group() -> None:
+    h = stable_leader()
+    member = m.DescribedMember("m-1", None, "c", "/h", b"meta", b"plan")
+    h.prepare(
+        m.DescribeGroupResponse(E.COORDINATOR_LOAD_IN_PROGRESS),
+        m.DescribeGroupResponse(0, "Stable", "test", "p1", (member,)),
+    )
+    got = offsets.describe(h.engine, 5)
+    assert (got.state, got.protocol, got.members) == ("Stable", "p1", (member,))
+    assert h.transport.requests(m.DescribeGroupRequest) == [m.DescribeGroupRequest(GROUP)] * 2
+    h.prepare(m.DescribeGroupResponse(E.NOT_COORDINATOR))
+    with pytest.raises(errors.CoordinationTimeoutError):
+        offsets.describe(h.engine, 0.05)  # no coordinator to retry on in time
+    assert h.engine.coordinator is None
+
+
+def test_describe_takes_a_missing_group_as_dead_and_raises_a_refusal() -> None:
+    h = stable_leader()
+    h.prepare(m.DescribeGroupResponse(E.GROUP_ID_NOT_FOUND))
+    answer = offsets.describe(h.engine, 5)
+    assert group_description(GROUP, answer) == GroupDescription(GROUP, "Dead", "", "", ())
+    h.prepare(m.DescribeGroupResponse(E.GROUP_AUTHORIZATION_FAILED))
+    with pytest.raises(errors.GroupAuthorizationError, match="DescribeGroups"):
+        offsets.describe(h.engine, 5)
 
 
 def test_log_records_carry_the_group_member_and_generation(

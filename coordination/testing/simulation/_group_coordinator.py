@@ -1,8 +1,8 @@
 """A model of Kafka's classic group coordinator: the broker side of the simulator.
 
 Internal, no compatibility guarantee. :class:`GroupCoordinatorModel` answers
-JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch for
-classic groups as a Kafka 4.3 broker does (``GroupMetadataManager`` and
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch and
+DescribeGroups for classic groups as a Kafka 4.3 broker does (``GroupMetadataManager`` and
 ``ClassicGroup``), on a simulated clock, single-threaded and deterministic.
 Where Kafka 3.9 (the Scala ``GroupCoordinator``) answers differently, a comment
 marked "3.9:" says how. ``tests/integration/test_model_vs_broker.py`` replays
@@ -530,6 +530,8 @@ class GroupCoordinatorModel:
             respond(self._commit(request))
         elif isinstance(request, msg.OffsetFetchRequest):
             respond(self._fetch(request))
+        elif isinstance(request, msg.DescribeGroupRequest):
+            respond(self._described(request))
         else:
             raise TypeError(f"the group coordinator model does not answer {type(request).__name__}")
         self._plan_cleanup()
@@ -1061,6 +1063,37 @@ class GroupCoordinatorModel:
             else:
                 partitions.append((topic, partition, found.offset, found.metadata, int(E.NONE)))
         return msg.OffsetFetchResponse(E.NONE, tuple(partitions))
+
+    # DescribeGroups -------------------------------------------------------------------------
+
+    def _described(self, req: msg.DescribeGroupRequest) -> msg.DescribeGroupResponse:
+        unavailable = self._unavailable()
+        if unavailable is not None:
+            return msg.DescribeGroupResponse(unavailable)
+        group = self._groups.get(req.group_id)
+        if group is None:
+            return msg.DescribeGroupResponse(E.NONE, "Dead")  # no error below v6 (3.9 too)
+        # Only a Stable group has a finished assignment: the members of any other state come
+        # without their metadata, with the assignment they last had (3.9: without it too),
+        # and the group without a protocol.
+        stable = group.state is State.STABLE
+        return msg.DescribeGroupResponse(
+            E.NONE,
+            group.state.value,
+            group.protocol_type or "",
+            (group.protocol_name or "") if stable else "",
+            tuple(
+                msg.DescribedMember(
+                    m.member_id,
+                    m.group_instance_id,
+                    "sim",
+                    "/127.0.0.1",
+                    m.metadata(group.protocol_name) if stable else b"",
+                    m.assignment,
+                )
+                for m in group.members.values()
+            ),
+        )
 
     # Expiry ---------------------------------------------------------------------------------
     #

@@ -596,3 +596,130 @@ def test_a_hand_over_completed_by_a_rebalance_needs_no_rejoin_from_the_leader() 
     h.lead(2)  # the next generation assigned the rest
     check.target()
     assert not h.rejoin_pending()
+
+
+def taking_over_as_static_leader(
+    stored: Mapping[str, frozenset[TopicPartition]],
+) -> tuple[Harness, list[m.DescribedMember]]:
+    """A static member's new process that takes its instance's place as leader of a stable
+    generation 5 without a rebalance: the broker tells it to skip the assignment (KIP-814)
+    and hands it its predecessor's, ``stored[ME]``. ``stored``: the assignment the broker
+    keeps, by member (m-2 subscribes to the same topic). Returns the member and the members
+    as DescribeGroups describes them in the stable group."""
+    clock = SteppedClock(max_waits=100)
+    h = Harness(
+        CooperativeStickyAssignor(),
+        clock=clock,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
+        group_instance_id="instance-1",
+    )
+    other = encode_subscription(Subscription((T,), generation_id=4))
+
+    def joined(request: m.Request) -> m.JoinGroupResponse:
+        assert isinstance(request, m.JoinGroupRequest)
+        mine = dict(request.protocols)[h.protocol]
+        return m.JoinGroupResponse(
+            error_code=0,
+            generation_id=5,
+            protocol_type="consumer",
+            protocol_name=h.protocol,
+            leader=ME,
+            skip_assignment=True,
+            member_id=ME,
+            members=(
+                m.JoinGroupResponseMember(ME, "instance-1", mine),
+                m.JoinGroupResponseMember("m-2", None, other),
+            ),
+        )
+
+    def assignment(member_id: str) -> bytes:
+        return encode_assignment(Assignment(tuple(sorted(stored.get(member_id, ())))))
+
+    h.transport.prepare(joined, response_type=m.JoinGroupResponse)
+    h.transport.prepare(
+        m.SyncGroupResponse(
+            error_code=0,
+            protocol_type="consumer",
+            protocol_name=h.protocol,
+            assignment=assignment(ME),
+        )
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert not h.transport.requests(m.SyncGroupRequest)[0].assignments, "it must not assign"
+    members = [
+        m.DescribedMember(mid, None, "c", "/h", md, assignment(mid))
+        for mid, md in ((ME, h.last_join().protocols[0][1]), ("m-2", other))
+    ]
+    return h, members
+
+
+def handover_check(h: Harness) -> Any:
+    """The timer thread a leader starts to see that its generation's plan was carried out."""
+    assert isinstance(h.clock, SteppedClock)
+    return h.clock.threads["partitioning-handover|g"]
+
+
+def described(
+    h: Harness, members: list[m.DescribedMember], state: str = "Stable"
+) -> m.DescribeGroupResponse:
+    return m.DescribeGroupResponse(0, state, "consumer", h.protocol, tuple(members))
+
+
+def test_a_static_leader_that_took_over_a_plan_rejoins_if_it_left_partitions_unowned() -> None:
+    # Its predecessor withheld partition 2 from itself to hand it to m-2, then was replaced
+    # before its follow-up rejoin: nobody owns 2 and nobody rejoins (the simulator's
+    # consumer seeds 8000158 and 8000424). A session timeout later, the new process asks
+    # the coordinator for the assignment it took over, finds 2 unowned, and rejoins.
+    h, stored = taking_over_as_static_leader({ME: tps(0, 1), "m-2": tps(3, 4, 5)})
+    assert h.member.owned() == tps(0, 1)
+    check = handover_check(h)
+    h.transport.prepare(described(h, stored))
+    start = h.clock.now
+    check.target()
+    assert h.clock.now == start + 6.0
+    assert h.transport.requests(m.DescribeGroupRequest) == [m.DescribeGroupRequest("g")]
+    assert h.rejoin_pending()
+    assert (
+        "1 partitions are assigned to nobody in generation 5"
+        in (h.engine.metrics().rejoin_reasons[-1])
+    )
+
+
+def test_a_static_leader_that_took_over_a_complete_plan_does_not_rejoin() -> None:
+    h, stored = taking_over_as_static_leader({ME: tps(0, 1, 2), "m-2": tps(3, 4, 5)})
+    check = handover_check(h)
+    h.transport.prepare(described(h, stored))
+    check.target()
+    assert len(h.transport.requests(m.DescribeGroupRequest)) == 1
+    assert not h.rejoin_pending()
+
+
+def test_a_static_leader_that_took_over_leaves_a_rebalance_under_way_to_assign() -> None:
+    h, stored = taking_over_as_static_leader({ME: tps(0, 1), "m-2": tps(3, 4, 5)})
+    check = handover_check(h)
+    # Members of a group that is not Stable come without metadata and assignment.
+    bare = [m.DescribedMember(x.member_id, None, "c", "/h", b"", b"") for x in stored]
+    h.transport.prepare(described(h, bare, "PreparingRebalance"))
+    check.target()
+    assert not h.rejoin_pending()
+
+
+def test_a_static_leader_that_cannot_read_the_plan_it_took_over_rejoins() -> None:
+    h, _ = taking_over_as_static_leader({ME: tps(0, 1, 2), "m-2": tps(3, 4, 5)})
+    check = handover_check(h)
+    h.transport.prepare(m.DescribeGroupResponse(E.GROUP_AUTHORIZATION_FAILED))
+    check.target()
+    assert h.rejoin_pending()
+    assert (
+        "cannot read the assignment this leader took over"
+        in (h.engine.metrics().rejoin_reasons[-1])
+    )
+
+
+def test_a_leader_that_planned_never_asks_the_coordinator_for_its_plan() -> None:
+    h, clock = leading_a_hand_over()
+    check = clock.threads["partitioning-handover|g"]
+    check.target()  # an unscripted DescribeGroups would fail the test here
+    assert h.rejoin_pending()
+    assert not h.transport.requests(m.DescribeGroupRequest)
