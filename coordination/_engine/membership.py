@@ -95,6 +95,8 @@ _TIMELINE_LENGTH = 20
 class Callbacks(Protocol):
     """What the engine calls; ``coordination.Coordinator`` implements it."""
 
+    rejoin_changes_metadata: bool
+
     def protocol_type(self) -> str: ...
     def metadata(self) -> Sequence[ProtocolMetadata]: ...
     def perform_assignment(
@@ -1076,6 +1078,7 @@ class GroupMembership:
 
         with self._lock:
             completing = self._state is MemberState.COMPLETING_REBALANCE
+            now_s = self._clock.monotonic()
             if self._generation != generation or not completing:
                 # The heartbeat thread reset the generation while SyncGroup was in flight.
                 return _Failed(
@@ -1084,6 +1087,12 @@ class GroupMembership:
                     generation,
                 )
             self._state = MemberState.STABLE
+            held = self._joins_since_stable
+            if self._rebalance_told and held is not None and held[0] == generation.generation_id:
+                # Told of a rebalance the broker had not begun when it answered: a departure
+                # announced ahead of its LeaveGroup (see _maybe_leave_group) overtook it. Ask
+                # by heartbeat until the rebalance shows.
+                self._wake_at = [now_s + d for d in _WAKE_HEARTBEATS_S]
             self._rebalance_told = False
             self._joins_since_stable = None
             self._join_answer_lost = False
@@ -1704,6 +1713,11 @@ class GroupMembership:
                 if self._wakeups is None
                 else self._wakeups.departure(generation.member_id, generation.generation_id)
             )
+            if departure is not None and self._callbacks.rejoin_changes_metadata:
+                # Every member's rejoin makes the broker rebalance, whichever of it and this
+                # LeaveGroup arrives first: the departure may go ahead of the LeaveGroup, so
+                # the others are woken while the broker still works on it.
+                departure.leads = True
             try:
                 response = self._transport.send(
                     request,

@@ -55,6 +55,9 @@ class FollowUp(Protocol):
 
     broker_id: int
     """The broker it is for: it rides along only when that broker is the coordinator."""
+    leads: bool
+    """It goes ahead of the request rather than behind it (on the same connection, so the
+    broker handles it first)."""
 
     def request(self) -> Any:
         """The request, in the transport's own form."""

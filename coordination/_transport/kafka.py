@@ -115,8 +115,18 @@ class KafkaTransport:
                 and coordinator is not None
                 and then.broker_id == coordinator.node_id
             ):
-                raw, follow_up = _exchange(direct, kafka_request, timeout_s, then.request())
-                then.answered(follow_up)
+                if then.leads:
+                    try:
+                        follow_up, raw = _exchange(direct, then.request(), timeout_s, kafka_request)
+                    except TransportError as e:
+                        then.answered(e)  # and the request may or may not have been handled
+                        raise
+                    then.answered(follow_up)
+                    if isinstance(raw, TransportError):
+                        raise raw
+                else:
+                    raw, follow_up = _exchange(direct, kafka_request, timeout_s, then.request())
+                    then.answered(follow_up)
             else:
                 raw = _exchange(direct, kafka_request, timeout_s)
             return self._checked(self._decode(raw), response_type)

@@ -705,6 +705,7 @@ class _Departure:
 
     def __init__(self, wakeups: KafkaWakeups, route: _Route, item: _Announcement) -> None:
         self.broker_id = route.leader
+        self.leads = False
         self.item = item
         self.delivered = False
         self._wakeups = wakeups

@@ -216,6 +216,9 @@ class LeaderElection(Recipe):
             callbacks=ElectionCallbacks(on_elected, on_deposed, on_leader_change),
         )
         self._member.listen(self._elector)
+        # Its metadata names the generation it holds (Candidate.generation), so every rejoin
+        # makes the broker rebalance: a leader's departure goes ahead of its LeaveGroup.
+        self._member.rejoin_changes_metadata = True
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -145,9 +145,18 @@ class Elector(GroupListener):
             eligible = self._eligible
             declined = self._declined_token
         leading = leadership.token if leadership is not None and leadership.is_valid() else None
-        member_id = self.ctx.member.generation().member_id
+        held = self.ctx.member.generation()
         return encode_candidate(
-            Candidate(self.identity, eligible, self.priority, leading, highest, member_id, declined)
+            Candidate(
+                self.identity,
+                eligible,
+                self.priority,
+                leading,
+                highest,
+                held.member_id,
+                declined,
+                held.generation_id,
+            )
         )
 
     def assign(

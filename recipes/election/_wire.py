@@ -48,6 +48,11 @@ class Candidate:
         declined_token: the highest token of an outcome that named it leader and that it did
             not take up (-1: none). Raised when it declines, so that its rejoin differs and
             the broker rebalances rather than hand the same outcome back.
+        generation: the generation it held when it wrote this (-1: none). Each JoinGroup
+            from a generation names it, and the metadata stored with that generation was
+            written before it (naming an older one), so every rejoin differs from what the
+            broker holds: a member's rejoin always starts a rebalance, even one that reaches
+            a stable group before the LeaveGroup it answers (see the engine's departures).
     """
 
     identity: str
@@ -57,6 +62,7 @@ class Candidate:
     highest_token: int = -1
     member_id: str = ""
     declined_token: int = -1
+    generation: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +108,7 @@ def encode_candidate(c: Candidate) -> bytes:
             "highest_token": c.highest_token,
             "member_id": c.member_id,
             "declined_token": c.declined_token,
+            "generation": c.generation,
         },
         separators=(",", ":"),
     ).encode()
@@ -124,6 +131,7 @@ def decode_candidate(data: bytes) -> Candidate:
     highest = _field(doc, "highest_token", _token, what)
     member_id = _field(doc, "member_id", _text, what)
     declined = _field(doc, "declined_token", _token, what)
+    generation = _field(doc, "generation", _int64, what)
     return Candidate(
         identity=identity,
         eligible=True if eligible is None else eligible,
@@ -132,6 +140,7 @@ def decode_candidate(data: bytes) -> Candidate:
         highest_token=-1 if highest is None else highest,
         member_id=member_id or "",
         declined_token=-1 if declined is None else declined,
+        generation=-1 if generation is None else generation,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
+from coordination._transport.wakeups import KafkaWakeups
 from coordination.testing import KafkaCluster
 from recipes.election import LeaderElection, LeaderInfo, Leadership
 from tests.conftest import VERSIONS
@@ -87,6 +88,44 @@ def test_graceful_close_hands_leadership_over_quickly(kafka: str, elections) -> 
     assert time.monotonic() - started < SESSION_S
     assert second.identity != first.identity
     assert second.token > first.token  # a new leadership, a higher fencing token
+
+
+def test_a_leaders_departure_goes_ahead_of_its_leave_group_and_the_others_take_over_at_once(
+    kafka: str, elections
+) -> None:
+    # Heartbeats 20 s apart: only the departure's wake-up can start the next round soon.
+    # It goes out ahead of the LeaveGroup (every election rejoin makes the broker
+    # rebalance), so the others may rejoin before the broker has handled the LeaveGroup.
+    slow = {
+        "heartbeat_interval_ms": 20_000,
+        "session_timeout_ms": 60_000,
+        "rebalance_timeout_ms": 60_000,
+    }
+    group = new_group()
+    trio = [elect(elections, kafka, group, f"http://node-{i}", **slow) for i in range(3)]
+    first = wait_agreed(trio)
+
+    def listening() -> bool:
+        return all(m.coordinator._engine._wakeups.stats.working for m in trio)  # type: ignore[union-attr]
+
+    wait_until(listening, 30, "every member to read its wake-ups")
+    time.sleep(1)  # the joins' own wake-ups are read; the group is quiet
+    leader = next(m for m in trio if m.identity == first.identity)
+    rest = [m for m in trio if m is not leader]
+    engine = leader.coordinator._engine
+    channel = engine._wakeups
+    assert isinstance(channel, KafkaWakeups) and channel._route is not None
+    assert engine._coordinator is not None
+    rides_along = channel._route.leader == engine._coordinator.node_id
+    started = time.monotonic()
+    leader.close()
+    second = wait_agreed(rest, timeout=10)
+    assert time.monotonic() - started < 10  # not 20 s: no heartbeat was due
+    assert second.token > first.token
+    for survivor in rest:
+        reason = survivor.coordinator.metrics().rejoin_reasons[-1]
+        assert reason.endswith("announced: leave; the group is rebalancing"), reason
+    assert channel.stats.sent_with_leave == (1 if rides_along else 0)
 
 
 def test_other_members_joining_or_leaving_do_not_move_leadership(kafka: str, elections) -> None:

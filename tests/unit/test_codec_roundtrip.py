@@ -136,11 +136,22 @@ TOKEN = st.integers(-1, 2**63 - 2)  # below int64's maximum, so a higher one sti
     leading=st.none() | TOKEN,
     highest=TOKEN,
     member_id=TEXT,
+    declined=TOKEN,
+    generation=INT64,
 )
 def test_an_election_candidate_round_trips(
-    identity: str, eligible: bool, priority: int, leading: int | None, highest: int, member_id: str
+    identity: str,
+    eligible: bool,
+    priority: int,
+    leading: int | None,
+    highest: int,
+    member_id: str,
+    declined: int,
+    generation: int,
 ) -> None:
-    candidate = Candidate(identity, eligible, priority, leading, highest, member_id)
+    candidate = Candidate(
+        identity, eligible, priority, leading, highest, member_id, declined, generation
+    )
     assert decode_candidate(encode_candidate(candidate)) == candidate
 
 

@@ -22,7 +22,8 @@ import pytest
 from kafka.protocol.consumer import group as kgroup
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from coordination._transport.base import TransportError
+from coordination._protocol import messages as m
+from coordination._transport.base import CoordinatorNode, TransportError
 from coordination._transport.kafka import KafkaTransport
 from coordination._transport.link import DirectConnection, DirectSettings
 
@@ -548,3 +549,53 @@ def test_a_second_request_the_broker_lacks_is_not_sent_and_the_first_still_is(
     assert first.error_code == 0
     assert isinstance(second, TransportError) and "does not support" in str(second)
     assert len(asked) == 1  # only the heartbeat reached the broker
+
+
+class _FollowUp:
+    """A heartbeat offered to ride with a request to broker 1."""
+
+    def __init__(self, *, leads: bool) -> None:
+        self.broker_id = 1
+        self.leads = leads
+        self.answers: list[Any] = []
+
+    def request(self) -> Any:
+        return _heartbeat_request()
+
+    def answered(self, response: Any) -> None:
+        self.answers.append(response)
+
+
+@pytest.mark.parametrize("leads", [False, True], ids=["behind", "ahead"])
+def test_a_follow_up_goes_behind_the_request_or_ahead_of_it(serve: Any, leads: bool) -> None:
+    # The broker handles a connection's requests in order: the first it reads is answered
+    # NONE, the second REBALANCE_IN_PROGRESS (27).
+    read: list[int] = []
+
+    def answer_in_order(number: int, cid: int) -> bytes:
+        read.append(cid)
+        return _heartbeat_answer(cid, error_code=0 if len(read) == 1 else 27)
+
+    broker, _ = serve(answer_in_order)
+    transport = KafkaTransport(
+        client_id="test", request_timeout_ms=1000, connection={"bootstrap_servers": "x:1"}
+    )
+    follow_up = _FollowUp(leads=leads)
+    try:
+        response = transport.send(
+            m.HeartbeatRequest("g", 1, "m", None),
+            m.HeartbeatResponse,
+            coordinator=CoordinatorNode(1, "127.0.0.1", broker.port),
+            timeout_s=5,
+            then=follow_up,
+        )
+    finally:
+        transport.close()
+    (answer,) = follow_up.answers
+    order = (
+        (answer.error_code, response.error_code)
+        if leads
+        else (response.error_code, answer.error_code)
+    )
+    assert order == (0, 27)
+    assert len(read) == 2

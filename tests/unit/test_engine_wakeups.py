@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,12 +24,28 @@ from coordination.testing import messages as m
 from .test_engine import GROUP, NODE, Harness, joined
 
 
+@dataclass
+class Departure:
+    """Stands for the prepared departure the channel offers to ride with the LeaveGroup."""
+
+    member_id: str
+    generation: int
+    leads: bool = False
+    broker_id: int = 1
+
+    def request(self) -> Any:
+        return None
+
+    def answered(self, response: Any) -> None:
+        pass
+
+
 class RecordedWakeups:
     """A channel that records what the engine asks of it."""
 
     def __init__(self) -> None:
         self.announced: list[tuple[str, str]] = []
-        self.departures: list[tuple[str, int]] = []
+        self.departures: list[Departure] = []
         self.generations: list[int | None] = []
         self.timeouts: list[float | None] = []
         self.flushed: list[float] = []
@@ -44,8 +61,8 @@ class RecordedWakeups:
         self.rebalancing_found.append(generation)
 
     def departure(self, member_id: str, generation: int) -> Any:
-        self.departures.append((member_id, generation))
-        return self.departures[-1]  # stands for the prepared request
+        self.departures.append(Departure(member_id, generation))
+        return self.departures[-1]
 
     def announce(
         self,
@@ -174,9 +191,19 @@ def test_a_leaving_members_departure_is_offered_to_ride_behind_its_leave_group()
     h.prepare(m.LeaveGroupResponse(error_code=0))
     h.engine.close(timeout_s=5)
     (leave,) = [s for s in h.transport.sent if isinstance(s.request, m.LeaveGroupRequest)]
-    assert h.wakeups.departures == [("m-1", 1)]
-    assert leave.then is h.wakeups.departures[0]  # type: ignore[comparison-overlap]
+    assert h.wakeups.departures == [Departure("m-1", 1)]
+    assert leave.then is h.wakeups.departures[0]
+    assert not h.wakeups.departures[0].leads  # behind: a rejoin may not start a rebalance
     assert h.wakeups.announced[-1] == ("m-1", "leave")  # sent there unless it rode along
+
+
+def test_a_departure_goes_ahead_of_the_leave_group_where_every_rejoin_rebalances() -> None:
+    h = stable()
+    h.member.rejoin_changes_metadata = True
+    h.prepare(m.LeaveGroupResponse(error_code=0))
+    h.engine.close(timeout_s=5)
+    (leave,) = [s for s in h.transport.sent if isinstance(s.request, m.LeaveGroupRequest)]
+    assert leave.then is h.wakeups.departures[0] and h.wakeups.departures[0].leads
 
 
 def test_a_static_member_closing_announces_nothing() -> None:
@@ -216,6 +243,38 @@ def test_a_departure_from_its_own_generation_makes_a_member_rejoin_without_askin
     assert h.engine.generation.generation_id == 2
     # It answers a rebalance under way: it wakes nobody.
     assert h.wakeups.announced == [("m-1", "join")]
+
+
+def test_a_departure_that_overtook_its_leave_group_makes_the_member_ask_until_it_shows() -> None:
+    # Announced ahead of the LeaveGroup, it can reach a member whose rejoin then reaches the
+    # broker first: a follower rejoining unchanged gets its own generation back at once.
+    h = WakeupHarness(heartbeat_interval_ms=3000)
+    h.join_as_follower(generation=1)
+    h.engine.wake("member m-1 announced: leave", 1)
+    h.prepare(
+        joined("m-2", 1, leader="m-1"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2", assignment=b""),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.engine.generation.generation_id == 1  # the broker had not begun the rebalance
+    h.prepare(m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS))
+    assert h.engine.heartbeat_once() is not None  # asks now, not 3 s later
+    assert heartbeats(h) == 1
+    assert h.engine._rejoin_reason == "group is already rebalancing"
+
+
+def test_a_departure_answered_by_a_new_generation_needs_no_more_asking() -> None:
+    h = WakeupHarness(heartbeat_interval_ms=3000)
+    h.join_as_follower(generation=1)
+    h.engine.wake("member m-1 announced: leave", 1)
+    h.prepare(
+        joined("m-2", 2, leader="m-3"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2", assignment=b""),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.engine.generation.generation_id == 2
+    assert h.engine.heartbeat_once() == pytest.approx(3.0)  # the next is a whole interval away
+    assert heartbeats(h) == 0
 
 
 @pytest.mark.parametrize("left", [0, 2], ids=["older", "newer"])

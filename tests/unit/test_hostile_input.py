@@ -56,6 +56,8 @@ def test_election_numbers_must_be_in_range_integers() -> None:
         ("leading_token", 2**63 - 1),  # leaves no room for a higher token
         ("highest_token", -(2**63) - 1),
         ("eligible", 1),
+        ("generation", 2**63),
+        ("generation", "7"),
     ]
     for field, value in cases:
         doc = json.dumps({"v": 1, "identity": "a", field: value}).encode()

@@ -60,6 +60,18 @@ def test_a_follower_learns_the_leader_and_advertises_its_token() -> None:
     assert a.events == [("leader", ("http://b", 4))]  # no change, no callback
 
 
+def test_every_rejoin_differs_from_the_join_before_so_the_broker_rebalances() -> None:
+    # Each JoinGroup names the generation the member holds; the metadata stored with that
+    # generation named an older one. A rejoin can therefore start a rebalance in a stable
+    # group (a leader's departure need not reach the broker first).
+    a = Member()
+    a.follow(moved_to_b(4))
+    a.follow(moved_to_b(4))
+    a.follow(moved_to_b(4))
+    assert [c.generation for c in a.advertised] == [-1, 1, 2]
+    assert a.election.coordinator.rejoin_changes_metadata  # so its departure goes first
+
+
 def test_an_observer_never_leads() -> None:
     a = Member(eligible=False)
     a.lead()
@@ -229,7 +241,9 @@ def test_run_calls_its_function_while_leading_then_steps_down() -> None:
     assert a.events[-1] == ("deposed", "this member withdrew from the election")
     assert a.rejoin_reasons()[-1] == "member withdrew from the election"
     a.lead()
-    assert a.advertised[-1] == Candidate(IDENTITY, eligible=False, highest_token=1, member_id="m-a")
+    assert a.advertised[-1] == Candidate(
+        IDENTITY, eligible=False, highest_token=1, member_id="m-a", generation=1
+    )
     assert not a.election.is_leader
 
 
