@@ -129,23 +129,24 @@ def test_a_gateway_follows_the_leader_through_one_inspector(kafka: str) -> None:
     b.close()
 
 
+def task_worker(kafka: str, group: str, running: RunningTasks, name: str) -> TaskDistribution:
+    """A worker of a group that runs four tasks."""
+    return TaskDistribution(
+        group,
+        worker_id=name,
+        start_task=running.start_task(name),
+        stop_task=running.stop_task(name),
+        tasks={f"t{i}": 1.0 for i in range(4)},
+        bootstrap_servers=kafka,
+        stop_timeout_ms=1000,  # a 6 s lease leaves room for margin, stop and a heartbeat
+        **FAST,
+    )
+
+
 def test_a_task_group_is_decoded(kafka: str) -> None:
     group = new_name("tasks")
     running = RunningTasks("w1", "w2")
-
-    def worker(name: str) -> TaskDistribution:
-        return TaskDistribution(
-            group,
-            worker_id=name,
-            start_task=running.start_task(name),
-            stop_task=running.stop_task(name),
-            tasks={f"t{i}": 1.0 for i in range(4)},
-            bootstrap_servers=kafka,
-            stop_timeout_ms=1000,  # a 6 s lease leaves room for margin, stop and a heartbeat
-            **FAST,
-        )
-
-    with worker("w1"), worker("w2"):
+    with task_worker(kafka, group, running, "w1"), task_worker(kafka, group, running, "w2"):
         wait_until(
             lambda: [len(t) for t in running.snapshot().values()] == [2, 2], 30, "two tasks each"
         )
@@ -159,20 +160,10 @@ def test_a_task_group_is_decoded(kafka: str) -> None:
 def test_a_member_describes_its_own_group_over_its_own_connection(kafka: str) -> None:
     group = new_name("inside")
     running = RunningTasks("w1", "w2")
-
-    def worker(name: str) -> TaskDistribution:
-        return TaskDistribution(
-            group,
-            worker_id=name,
-            start_task=running.start_task(name),
-            stop_task=running.stop_task(name),
-            tasks={f"t{i}": 1.0 for i in range(4)},
-            bootstrap_servers=kafka,
-            stop_timeout_ms=1000,
-            **FAST,
-        )
-
-    with worker("w1") as w1, worker("w2"):
+    with (
+        task_worker(kafka, group, running, "w1") as w1,
+        task_worker(kafka, group, running, "w2"),
+    ):
         wait_until(
             lambda: [len(t) for t in running.snapshot().values()] == [2, 2], 30, "two tasks each"
         )
