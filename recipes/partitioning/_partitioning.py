@@ -12,7 +12,7 @@ from coordination._config import check_part
 from coordination._engine.clock import Clock, Thread
 from coordination._lease import engine_clock
 from coordination._transport.base import Transport
-from coordination.errors import ConfigurationError, CoordinationError, ProtocolCodecError
+from coordination.errors import ConfigurationError, ProtocolCodecError
 from recipes._recipe import ClockTimer
 
 from ._listener import RebalanceListener
@@ -498,9 +498,9 @@ class ConsumerPartitioning(Coordinator):
         else:
             try:
                 unassigned = self._unassigned()
-            except CoordinationError as e:
+            except Exception as e:  # the coordinator, or the topic metadata (any source's)
                 # A needless rebalance costs less than partitions left without an owner.
-                reason = f"cannot read the assignment this leader took over ({e})"
+                reason = f"cannot read the assignment this leader took over ({e!r})"
             else:
                 if not unassigned or self.generation().generation_id != generation:
                     return
@@ -518,6 +518,7 @@ class ConsumerPartitioning(Coordinator):
 
         Raises:
             CoordinationError: the coordinator could not be asked.
+            Exception: whatever the topic metadata source raises.
         """
         group = self.describe_group(timeout=self.config.request_timeout_ms / 1000)
         if group.state != "Stable":

@@ -717,6 +717,20 @@ def test_a_static_leader_that_cannot_read_the_plan_it_took_over_rejoins() -> Non
     )
 
 
+def test_a_static_leader_that_cannot_count_the_partitions_it_took_over_rejoins() -> None:
+    h, stored = taking_over_as_static_leader({ME: tps(0, 1, 2), "m-2": tps(3, 4, 5)})
+    check = handover_check(h)
+    h.transport.prepare(described(h, stored))
+
+    def unreachable(topics: Any) -> dict[str, int]:
+        raise OSError("metadata unreachable")
+
+    h.metadata.partition_counts = unreachable  # type: ignore[method-assign]
+    check.target()  # runs on the timer's thread: nothing may escape it
+    assert h.rejoin_pending()
+    assert "metadata unreachable" in h.engine.metrics().rejoin_reasons[-1]
+
+
 def test_a_leader_that_planned_never_asks_the_coordinator_for_its_plan() -> None:
     h, clock = leading_a_hand_over()
     check = clock.threads["partitioning-handover|g"]
