@@ -700,7 +700,7 @@ def test_a_static_leader_that_took_over_leaves_a_rebalance_under_way_to_assign()
     check = handover_check(h)
     # Members of a group that is not Stable come without metadata (Kafka 3 also without
     # assignment; Kafka 4 sends the last one, which the check must not trust).
-    bare = [m.DescribedMember(x.member_id, None, "c", "/h", b"", b"") for x in stored]
+    bare = [m.DescribedMember(x.member_id, None, "c", "/h", b"", x.assignment) for x in stored]
     h.transport.prepare(described(h, bare, "PreparingRebalance"))
     check.target()
     assert not h.rejoin_pending()
