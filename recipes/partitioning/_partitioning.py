@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -514,7 +515,8 @@ class ConsumerPartitioning(Coordinator):
 
     def _unassigned(self) -> frozenset[TopicPartition]:
         """Partitions of the topics the group subscribes to that the coordinator's stored
-        assignment gives nobody (among the members that can be read).
+        assignment gives nobody; none if a member's assignment cannot be read (it may own
+        any of them).
 
         Raises:
             CoordinationError: the coordinator could not be asked.
@@ -526,11 +528,25 @@ class ConsumerPartitioning(Coordinator):
         topics: set[str] = set()
         assigned: set[TopicPartition] = set()
         for member in group.members:
-            try:
+            with contextlib.suppress(ProtocolCodecError):  # unknown: the others' are checked
                 topics.update(decode_subscription(member.metadata).topics)
+            if not member.assignment:
+                continue  # the broker stores nothing for a member the plan left out
+            try:
                 assigned.update(decode_assignment(member.assignment).partitions)
-            except ProtocolCodecError:
-                continue  # perform_assignment gives such a member nothing either
+            except ProtocolCodecError as e:
+                # It may own any partition (a newer client's format?): an unreadable
+                # assignment is no evidence that a partition is unowned, and a rebalance
+                # on no evidence would stop every member's consumption for nothing.
+                log.warning(
+                    "group %s: the assignment of member %s cannot be read (%s); which "
+                    "partitions it owns is unknown, so the plan this leader took over is "
+                    "not checked (no rejoin)",
+                    self.group_id,
+                    member.member_id,
+                    e,
+                )
+                return _EMPTY
         return frozenset(
             tp
             for topic, count in self._metadata.partition_counts(topics).items()

@@ -706,6 +706,32 @@ def test_a_static_leader_that_took_over_leaves_a_rebalance_under_way_to_assign()
     assert not h.rejoin_pending()
 
 
+def test_a_member_whose_stored_assignment_cannot_be_read_is_no_evidence_of_an_unowned_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # m-3's assignment (partition 2, say, in a format this client cannot read) does not
+    # decode: it may own partition 2, so the leader must not rebalance the group for it.
+    h, stored = taking_over_as_static_leader({ME: tps(0, 1), "m-2": tps(3, 4, 5)})
+    unreadable = m.DescribedMember("m-3", None, "c", "/h", stored[1].metadata, b"\x00\x09??")
+    h.transport.prepare(described(h, [*stored, unreadable]))
+    with caplog.at_level("WARNING", logger="recipes.partitioning"):
+        handover_check(h).target()
+    assert len(h.transport.requests(m.DescribeGroupRequest)) == 1
+    assert not h.rejoin_pending()
+    assert "the assignment of member m-3 cannot be read" in caplog.text
+
+
+def test_a_member_the_stored_plan_left_out_owns_nothing() -> None:
+    # The broker stores an empty assignment for a member the leader's SyncGroup omitted:
+    # that is "nothing", not "unreadable", so partition 2 is still found unowned.
+    h, stored = taking_over_as_static_leader({ME: tps(0, 1), "m-2": tps(3, 4, 5)})
+    left_out = m.DescribedMember("m-3", None, "c", "/h", stored[1].metadata, b"")
+    h.transport.prepare(described(h, [*stored, left_out]))
+    handover_check(h).target()
+    assert h.rejoin_pending()
+    assert "1 partitions are assigned to nobody" in h.engine.metrics().rejoin_reasons[-1]
+
+
 def test_a_static_leader_that_cannot_read_the_plan_it_took_over_rejoins() -> None:
     h, _ = taking_over_as_static_leader({ME: tps(0, 1, 2), "m-2": tps(3, 4, 5)})
     check = handover_check(h)
