@@ -225,7 +225,7 @@ class GroupMembership:
         # The newest generation this member id was answered (a new member id starts over).
         self._highest_generation = -1
         # This member's own id that it gave up to prove its place again (see
-        # _renew_lease_locked): left before the next JoinGroup, and not a takeover to wait out.
+        # _renew_lease_locked): a dynamic member leaves it before the next JoinGroup.
         self._stale_member_id: str | None = None
         # Heartbeats another member's wake-up asked for (engine clock), soonest first.
         self._wake_at: list[float] = []
@@ -439,7 +439,8 @@ class GroupMembership:
         elif self._state is MemberState.STABLE:
             # Prove the place again with a join phase, which restarts the session: leave (a
             # dynamic member's old id would hold up the next phase until its session ends)
-            # and join as a new member; a static one takes its own instance's place again.
+            # and join as a new member; a static one takes its instance's place again, and
+            # waits out its takeover fence like any static member with a new member id.
             self._stale_member_id = sent.member_id
             self._reset_locked(Reset.MEMBER)
             self._request_rejoin_locked(
@@ -966,8 +967,11 @@ class GroupMembership:
                     cfg.is_static and bool(sent.member_id) and joined.leader != joined.member_id
                 ),
             )
-            if cfg.is_static and not sent.member_id and not stale:
-                # A new member id for this instance id: see _await_takeover_fence.
+            if cfg.is_static and not sent.member_id:
+                # A new member id for this instance id: see _await_takeover_fence. Also when
+                # the member gave up its own id to prove its place again: the id it replaced
+                # may be a restarted process's, which took the place while this one was cut
+                # off and acts under a lease of its own.
                 fence_s = self._lease_s  # the longest an earlier process's lease can last
                 self._takeover_fence_until = self._clock.monotonic() + fence_s
                 self._log.info(
