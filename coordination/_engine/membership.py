@@ -1473,6 +1473,9 @@ class GroupMembership:
         if reset is Reset.MEMBER:
             self._generation = NO_GENERATION
             self._highest_generation = -1
+            # A new member's join starts a rebalance of its own, whatever this member was
+            # told of before: the others must hear of it (see _rebalance_once's announce).
+            self._rebalance_told = False
         elif reset is Reset.GENERATION:
             self._generation = Generation(-1, self._generation.member_id, None)
         self._state = MemberState.UNJOINED

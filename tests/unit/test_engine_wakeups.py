@@ -158,6 +158,24 @@ def test_a_member_told_of_a_rebalance_rejoins_without_waking_anyone() -> None:
     assert h.wakeups.announced[-1] == ("m-1", "join") and len(h.wakeups.announced) == 2
 
 
+def test_a_told_rejoin_that_lost_its_member_id_announces_its_new_join() -> None:
+    # Told of a rebalance, the member answers it quietly; but its JoinGroup is answered
+    # UNKNOWN_MEMBER_ID (the broker removed it meanwhile): it joins as a new member, which
+    # starts a rebalance of its own that the others must hear of.
+    h = stable()
+    h.clock.advance(3)
+    h.prepare(m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS))
+    h.engine.heartbeat_once()
+    h.prepare(
+        m.JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID),
+        m.JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id="m-5"),
+        joined("m-5", 3, leader="m-5"),
+        m.SyncGroupResponse(error_code=0, protocol_type="test", protocol_name="v2", assignment=b""),
+    )
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert h.wakeups.announced == [("m-1", "join"), ("m-5", "join")]
+
+
 def test_a_sync_answered_rebalance_in_progress_rejoins_without_waking_anyone() -> None:
     h = stable()
     h.engine.request_rejoin("the metadata changed")
