@@ -184,7 +184,9 @@ HANDLED: Final[dict[Api, frozenset[Next]]] = {
             Next.FATAL,
         }
     ),
-    Api.LEAVE_GROUP: frozenset({Next.IGNORE}),
+    # The coordinator moved or is loading: leave at the group's coordinator, while the close
+    # allows (a departure on the wake-up channel may already have told the others).
+    Api.LEAVE_GROUP: frozenset({Next.IGNORE, Next.FIND_COORDINATOR, Next.RETRY_BACKOFF}),
     Api.OFFSET_COMMIT: frozenset(
         {Next.FENCED_COMMIT, Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}
     ),
@@ -202,6 +204,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         join_group=REDISCOVER,
         sync_group=REDISCOVER,
         heartbeat=REDISCOVER,
+        leave_group=REDISCOVER,
         offset_commit=REDISCOVER,
         offset_fetch=REDISCOVER,
         describe_groups=REDISCOVER,
@@ -213,6 +216,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         join_group=REDISCOVER,
         sync_group=REDISCOVER,
         heartbeat=REDISCOVER,
+        leave_group=REDISCOVER,
         offset_commit=REDISCOVER,
         offset_fetch=REDISCOVER,
         describe_groups=REDISCOVER,
@@ -223,6 +227,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         join_group=BACKOFF,
         sync_group=BACKOFF,
         heartbeat=BACKOFF,
+        leave_group=BACKOFF,
         offset_commit=BACKOFF,
         offset_fetch=BACKOFF,
         describe_groups=BACKOFF,

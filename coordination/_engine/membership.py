@@ -43,7 +43,7 @@ from .._logging import MemberLogAdapter
 from .._metrics import MemberMetrics, RebalanceRecord
 from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
-from .._transport.base import CoordinatorNode, Transport, TransportError, Wakeups
+from .._transport.base import CoordinatorNode, FollowUp, Transport, TransportError, Wakeups
 from .._types import NO_GENERATION, Generation, Member, MemberState, ProtocolMetadata
 from ..errors import (
     AssignmentError,
@@ -1709,9 +1709,6 @@ class GroupMembership:
                 group_instance_id=cfg.group_instance_id,
                 reason=msg.truncate_reason(reason),
             )
-            timeout_s = max(
-                0.5, min(cfg.request_timeout_ms / 1000, deadline - self._clock.monotonic())
-            )
             # Where the coordinator also leads the wake-up partition, the departure rides
             # behind the LeaveGroup on its connection: the broker appends it right after
             # accepting the LeaveGroup, a round trip sooner than sending it after the answer.
@@ -1725,36 +1722,18 @@ class GroupMembership:
                 # LeaveGroup arrives first: the departure may go ahead of the LeaveGroup, so
                 # the others are woken while the broker still works on it.
                 departure.leads = True
-            try:
-                response = self._transport.send(
-                    request,
-                    msg.LeaveGroupResponse,
-                    coordinator=node,
-                    timeout_s=timeout_s,
-                    then=departure,
-                )
-                code = response.error_code or response.member_error_code
-                if code != ErrorCode.NONE:
-                    self._log.info(
-                        "%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code)
-                    )
-                elif self._wakeups is not None:
-                    # Only now (unless it rode behind the LeaveGroup): a wake-up that overtook
-                    # the LeaveGroup would find no rebalance. From this thread, at once: the
-                    # others are waiting for it.
-                    self._wakeups.announce(
-                        generation.member_id,
-                        "leave",
-                        generation.generation_id,
-                        timeout_s=min(
-                            _LEAVE_WAKEUP_WAIT_S, max(0.0, deadline - self._clock.monotonic())
-                        ),
-                    )
-            except TransportError as e:
-                self._log.info(
-                    "%s: LeaveGroup got no response (%s); the session will expire instead",
-                    self._who(),
-                    e,
+            left = self._send_leave(request, node, deadline, departure)
+            if left and self._wakeups is not None:
+                # Only now (unless it rode behind the LeaveGroup): a wake-up that overtook
+                # the LeaveGroup would find no rebalance. From this thread, at once: the
+                # others are waiting for it.
+                self._wakeups.announce(
+                    generation.member_id,
+                    "leave",
+                    generation.generation_id,
+                    timeout_s=min(
+                        _LEAVE_WAKEUP_WAIT_S, max(0.0, deadline - self._clock.monotonic())
+                    ),
                 )
             if self._wakeups is not None:
                 # The connections close next: wait (briefly) until the wake-up is out.
@@ -1764,6 +1743,76 @@ class GroupMembership:
         with self._lock:
             self._generation = NO_GENERATION
             self._state = MemberState.UNJOINED
+
+    def _send_leave(
+        self,
+        request: msg.LeaveGroupRequest,
+        node: CoordinatorNode,
+        deadline: float,
+        departure: FollowUp | None,
+    ) -> bool:
+        """Send the LeaveGroup (``departure`` riding with it); True if the broker took it.
+
+        A coordinator that moved or is still loading the group refuses it (classify's
+        LeaveGroup column): the member leaves again where the group is, until ``deadline``.
+        A departure that rode with the refused LeaveGroup has told the others already, and
+        they rejoin; left in the group until its session ends, this member would hold their
+        JoinGroups parked that long (a sitting leader's lease running out meanwhile).
+        """
+        cfg = self._config
+        backoff_s = cfg.retry_backoff_ms / 1000
+        while True:
+            timeout_s = max(
+                0.5, min(cfg.request_timeout_ms / 1000, deadline - self._clock.monotonic())
+            )
+            try:
+                response = self._transport.send(
+                    request,
+                    msg.LeaveGroupResponse,
+                    coordinator=node,
+                    timeout_s=timeout_s,
+                    then=departure,
+                )
+            except TransportError as e:
+                self._log.info(
+                    "%s: LeaveGroup got no response (%s); the session will expire instead",
+                    self._who(),
+                    e,
+                )
+                return False
+            departure = None  # it went along once; announce() sends it if it must
+            code = response.error_code or response.member_error_code
+            if code == ErrorCode.NONE:
+                return True
+            retry = classify.reaction(Api.LEAVE_GROUP, code).next
+            found: CoordinatorNode | None = None
+            if retry is not Next.IGNORE and self._clock.monotonic() + backoff_s < deadline:
+                self._clock.sleep(backoff_s, self._clock.event())
+                found = node if retry is Next.RETRY_BACKOFF else self._coordinator_for_leave()
+            if found is None:
+                self._log.info(
+                    "%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code)
+                )
+                return False
+            self._log.info(
+                "%s: LeaveGroup returned %s; leaving at %s", self._who(), error_name(code), found
+            )
+            node = found
+
+    def _coordinator_for_leave(self) -> CoordinatorNode | None:
+        """The group's coordinator, asked once for a closing member (None: no answer)."""
+        try:
+            response = self._transport.send(
+                msg.FindCoordinatorRequest(key=self._config.group_id),
+                msg.FindCoordinatorResponse,
+                coordinator=None,
+                timeout_s=self._config.request_timeout_ms / 1000,
+            )
+        except TransportError:
+            return None
+        if response.error_code != ErrorCode.NONE:
+            return None
+        return CoordinatorNode(response.node_id, response.host, response.port)
 
     # ------------------------------------------------------------------ helpers
 

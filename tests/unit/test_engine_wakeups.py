@@ -224,6 +224,42 @@ def test_a_departure_goes_ahead_of_the_leave_group_where_every_rejoin_rebalances
     assert leave.then is h.wakeups.departures[0] and h.wakeups.departures[0].leads
 
 
+@pytest.mark.parametrize(
+    "refusal", [E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS]
+)
+def test_a_leave_group_refused_by_a_moved_coordinator_is_sent_again_where_the_group_is(
+    refusal: int,
+) -> None:
+    # The departure that rode along already made the others rejoin: were this member to
+    # stay in the group until its session ended, their JoinGroups would wait for it that
+    # long (a sitting leader's lease running out meanwhile).
+    h = stable()
+    moved = m.FindCoordinatorResponse(error_code=0, node_id=2, host="127.0.0.2", port=9092)
+    h.prepare(m.LeaveGroupResponse(error_code=refusal))
+    if refusal != E.COORDINATOR_LOAD_IN_PROGRESS:
+        h.prepare(moved)
+    h.prepare(m.LeaveGroupResponse(error_code=0))
+    h.engine.close(timeout_s=5)
+    first, second = [s for s in h.transport.sent if isinstance(s.request, m.LeaveGroupRequest)]
+    assert first.then is h.wakeups.departures[0] and second.then is None  # sent once
+    assert isinstance(second.request, m.LeaveGroupRequest)
+    assert second.request.member_id == "m-1"
+    assert second.coordinator is not None
+    assert second.coordinator.node_id == (1 if refusal == E.COORDINATOR_LOAD_IN_PROGRESS else 2)
+    assert h.wakeups.announced[-1] == ("m-1", "leave")
+
+
+def test_a_leave_group_refused_until_the_close_deadline_is_given_up() -> None:
+    h = stable()
+    for _ in range(100):
+        h.prepare(m.LeaveGroupResponse(error_code=E.COORDINATOR_LOAD_IN_PROGRESS))
+    closing_at = h.clock.monotonic()
+    h.engine.close(timeout_s=2)
+    assert h.clock.monotonic() - closing_at <= 2.0  # within the time close() allows
+    assert len(h.transport.requests(m.LeaveGroupRequest)) > 1
+    assert ("m-1", "leave") not in h.wakeups.announced
+
+
 def test_a_static_member_closing_announces_nothing() -> None:
     # It stays in the group for its session: nothing changes for the others yet.
     h = stable(group_instance_id="w-1")
