@@ -10,20 +10,21 @@ A protocol type of your own gets decoded once you :func:`register_decoder` for i
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
+import json
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ._config import CoordinatorConfig
 from ._metrics import RebalanceRecord
 from ._protocol import messages as m
 from ._protocol.error_codes import ErrorCode
 from ._transport.base import CoordinatorNode, TransportError
-from .errors import CoordinationError, broker_error
+from .errors import ConfigurationError, CoordinationError, ProtocolCodecError, broker_error
 
 log = logging.getLogger("coordination.groups")
 
@@ -82,6 +83,19 @@ class GroupDescription:
     summary: dict[str, Any] = field(default_factory=dict)
     """The decoder's view of the whole group: the election's leader and token, the tasks
     each worker runs, the consumer partitions each member owns."""
+
+    @property
+    def exists(self) -> bool:
+        """False when the coordinator knows no such (classic) group.
+
+        DescribeGroups does not refuse an unknown group id: Kafka answers with the state
+        ``Dead``, no members and no protocol type (from version 6 of the request, also the
+        error GROUP_ID_NOT_FOUND). A group that exists has a protocol type from its first
+        member's JoinGroup on, keeps it while Empty (members gone, offsets kept), and is
+        ``Dead`` only on its way to deletion. A KIP-848 consumer group is not a classic group:
+        DescribeGroups describes it as missing too.
+        """
+        return not (self.state == "Dead" and not self.members and not self.protocol_type)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (bytes as hex)."""
@@ -170,21 +184,29 @@ def rebalance_timeline(
     Each member publishes every rebalance it completes (start, reason, duration, generation,
     what moved for it) on the wake-up channel; this reads them back from the group's
     partition of the wake-up topic. Members with the channel off publish nothing, and the
-    topic keeps records for an hour.
+    topic keeps records for an hour. Anyone who may write to the topic can put a record
+    there: one that :func:`decode_timeline_record` refuses is skipped, and one warning
+    (logger ``coordination.groups``) says how many were and why the first was.
 
     Args:
         group_id: the group.
-        since_s: how far back to read, in seconds.
+        since_s: how far back to read, in seconds (finite, not negative).
         **settings: as for :func:`list_groups`; ``wakeup_topic`` if the members use another
             topic than ``coordination.wakeups``.
 
     Raises:
-        ConfigurationError: a setting is wrong.
+        ConfigurationError: a setting is wrong, or ``since_s`` is.
         LookupError: the wake-up topic is missing or cannot be read (the message says why).
         CoordinationError: the cluster could not be reached.
     """
     from ._transport.wakeups import DEFAULT_TOPIC, KafkaWakeups
 
+    if isinstance(since_s, bool) or not isinstance(since_s, int | float):
+        raise ConfigurationError(f"since_s must be a number of seconds, got {since_s!r}")
+    if not 0 <= since_s <= _MAX_EPOCH_S:
+        raise ConfigurationError(
+            f"since_s must be a finite number of seconds, not negative, got {since_s!r}"
+        )
     options = dict(settings)
     topic = options.pop("wakeup_topic", None) or DEFAULT_TOPIC
     since_ms = int((time.time() - since_s) * 1000)
@@ -199,14 +221,124 @@ def rebalance_timeline(
             entries = reader.read_timeline(since_ms)
         except TransportError as e:
             raise e.stop_error(f"group {group_id!r}: reading the timeline") from e
-    known = {f.name for f in dataclasses.fields(RebalanceRecord)}
     records = []
-    for entry in entries:
+    skipped, first = 0, ""
+    for raw in entries:
         try:
-            records.append(RebalanceRecord(**{k: v for k, v in entry.items() if k in known}))
-        except TypeError:
-            log.debug("group %r: skipping an unreadable timeline record %r", group_id, entry)
-    return sorted(records, key=lambda r: r.started_at + r.duration_s)
+            records.append(decode_timeline_record(raw))
+        except ProtocolCodecError as e:
+            if not skipped:
+                first = f"{e} in {raw[:200]!r}"
+            skipped += 1
+    if skipped:
+        log.warning(
+            "group %r: skipped %d unreadable timeline record(s) of %d; the first: %s",
+            group_id,
+            skipped,
+            len(entries),
+            first,
+        )
+    return sorted(records, key=lambda r: r.finished_at)
+
+
+# The wake-up topic is writable by every member of every group that uses it: its records are
+# other parties' bytes. Bounds a record must keep to be shown (a string of Kafka's protocol is
+# at most 32767 bytes; a time must be one that time.localtime() can render).
+_MAX_TIMELINE_RECORD_BYTES: Final = 1 << 20
+_MAX_STRING_BYTES: Final = 32_767
+_MAX_EPOCH_S: Final = 253_402_300_799.0  # 9999-12-31T23:59:59Z
+_MAX_DURATION_S: Final = 365 * 86_400.0
+_MAX_INT32: Final = 2**31 - 1
+
+
+def decode_timeline_record(raw: bytes) -> RebalanceRecord:
+    """One record of a group's timeline on the wake-up topic, checked field by field.
+
+    Unknown fields are ignored (a newer member may add some); every field a
+    :class:`RebalanceRecord` needs must be there with its type: times finite and within
+    year 1970..9999, a duration of 0 to 365 days, counts and the generation within int32,
+    strings valid UTF-8 of at most 32767 bytes.
+
+    Raises:
+        ProtocolCodecError: the record is not such a JSON object (the message names the field).
+    """
+    if len(raw) > _MAX_TIMELINE_RECORD_BYTES:
+        raise ProtocolCodecError(f"timeline record of {len(raw)} bytes is too large")
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolCodecError(f"timeline record is not JSON: {e!s:.100}") from None
+    if not isinstance(entry, dict):
+        raise ProtocolCodecError(f"timeline record is a {type(entry).__name__}, not an object")
+    instance = entry.get("group_instance_id")
+    return RebalanceRecord(
+        started_at=_number(entry, "started_at", 0.0, _MAX_EPOCH_S),
+        reason=_string(entry, "reason"),
+        duration_s=_number(entry, "duration_s", 0.0, _MAX_DURATION_S),
+        generation=_integer(entry, "generation", -1),
+        member_id=_string(entry, "member_id"),
+        is_leader=_boolean(entry, "is_leader"),
+        failed_attempts=_integer(entry, "failed_attempts", 0),
+        moved=_string(entry, "moved", ""),
+        group_instance_id=None if instance is None else _string(entry, "group_instance_id"),
+        client_id=_string(entry, "client_id", ""),
+    )
+
+
+def _field(entry: dict[str, Any], name: str, default: Any) -> Any:
+    if name in entry:
+        return entry[name]
+    if default is None:
+        raise ProtocolCodecError(f"timeline record has no {name!r}")
+    return default
+
+
+def _number(entry: dict[str, Any], name: str, low: float, high: float) -> float:
+    value = _field(entry, name, None)
+    # bool is an int; JSON's NaN and Infinity are floats; an integer of 5000 digits is an int.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProtocolCodecError(f"timeline record's {name} is not a number: {value!r:.40}")
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise ProtocolCodecError(f"timeline record's {name} is out of range")
+    number = float(value)
+    if not (math.isfinite(number) and low <= number <= high):
+        raise ProtocolCodecError(
+            f"timeline record's {name} {number!r} is outside {low:g}..{high:g}"
+        )
+    return number
+
+
+def _integer(entry: dict[str, Any], name: str, low: int) -> int:
+    value = _field(entry, name, None)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolCodecError(f"timeline record's {name} is not an integer: {value!r:.40}")
+    if not low <= value <= _MAX_INT32:
+        raise ProtocolCodecError(
+            f"timeline record's {name} is outside {low}..{_MAX_INT32}: {value!r:.40}"
+        )
+    return value
+
+
+def _boolean(entry: dict[str, Any], name: str) -> bool:
+    value = _field(entry, name, None)
+    if not isinstance(value, bool):
+        raise ProtocolCodecError(f"timeline record's {name} is not true or false: {value!r:.40}")
+    return value
+
+
+def _string(entry: dict[str, Any], name: str, default: str | None = None) -> str:
+    value = _field(entry, name, default)
+    if not isinstance(value, str):
+        raise ProtocolCodecError(f"timeline record's {name} is not a string: {value!r:.40}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate (U+D800 alone): no terminal prints it
+        raise ProtocolCodecError(f"timeline record's {name} is not valid UTF-8") from None
+    if size > _MAX_STRING_BYTES:
+        raise ProtocolCodecError(
+            f"timeline record's {name} is {size} bytes long (at most {_MAX_STRING_BYTES})"
+        )
+    return value
 
 
 def describe_group(group_id: str, **settings: Any) -> GroupDescription:

@@ -1,7 +1,8 @@
 """A fuzzer of every decoder of bytes that another member or the broker controls.
 
 A member's metadata and a leader's assignment come from the network, a pipeline's commit
-metadata from the group's offsets and its manifests from a shared file system: one broken
+metadata from the group's offsets, its manifests from a shared file system, and the
+rebalance timeline's records from the wake-up topic (anyone with WRITE on it): one broken
 or malicious writer must not crash the rebalance leader (or every member) with an
 exception nobody catches. Each decoder is fed seeded random inputs (random bytes,
 truncations, bit flips, splices and hostile lengths of valid encodings, deep nesting) and
@@ -16,6 +17,7 @@ core, with figures::
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -24,6 +26,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from coordination.__main__ import timeline_line
+from coordination._groups import decode_timeline_record
+from coordination._metrics import RebalanceRecord
 from coordination.errors import CoordinationError, ProtocolCodecError
 from recipes.election._wire import (
     Candidate,
@@ -308,6 +313,42 @@ def _manifest_samples() -> list[bytes]:
     ]
 
 
+def _timeline_samples() -> list[bytes]:
+    # As a member publishes them (dataclasses.asdict of its RebalanceRecord, plus its sender).
+    records = [
+        RebalanceRecord(
+            started_at=1_760_000_000.125,
+            reason="the member is joining the group for the first time",
+            duration_s=0.041,
+            generation=1,
+            member_id="coordination-4f0e",
+            is_leader=True,
+            failed_attempts=0,
+            moved="leads with token 7",
+        ),
+        RebalanceRecord(
+            started_at=1_760_000_003,
+            reason="group is already rebalancing",
+            duration_s=2,
+            generation=2,
+            member_id="m-2",
+            is_leader=False,
+            failed_attempts=3,
+            group_instance_id="worker-1",
+            client_id="tasks",
+        ),
+    ]
+    return [
+        json.dumps({**dataclasses.asdict(r), "sender": "0f8fad5b"}).encode() for r in records
+    ]
+
+
+def _timeline_shown(data: bytes) -> object:
+    # Decoded, then rendered as `describe --timeline` prints it (local time, durations).
+    record = decode_timeline_record(data)
+    return timeline_line(record), record.finished_at
+
+
 def _pipeline_commit_metadata(data: bytes) -> object:
     # The group's committed metadata arrives as a string (the transport decodes it).
     return _parse(data.decode("utf-8", "replace"))
@@ -340,6 +381,7 @@ CASES: list[Case] = [
     Case("task assignment", decode_task_assignment, _task_assignment_samples, False),
     Case("pipeline commit metadata", _pipeline_commit_metadata, _commit_metadata_samples, False),
     Case("pipeline manifest", decode_manifest, _manifest_samples, True, PipelineOutputError),
+    Case("rebalance timeline record", _timeline_shown, _timeline_samples, True),
 ]
 
 
@@ -392,8 +434,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inputs", type=int, default=1_000_000, help="mutations per decoder")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", default="", help="varies the mutations (default: CI's)")
+    parser.add_argument(
+        "--only", action="append", metavar="DECODER", help="fuzz only this decoder (repeatable)"
+    )
     args = parser.parse_args(argv)
-    work = [(c.name, args.inputs, args.seed) for c in CASES]
+    unknown = set(args.only or ()) - {c.name for c in CASES}
+    if unknown:
+        parser.error(f"no decoder {sorted(unknown)}; known: {[c.name for c in CASES]}")
+    work = [(c.name, args.inputs, args.seed) for c in CASES if c.name in (args.only or [c.name])]
     started = time.perf_counter()
     with multiprocessing.Pool(args.jobs) as pool:
         results = pool.map(_fuzz_by_name, work, chunksize=1)

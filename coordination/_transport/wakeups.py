@@ -561,8 +561,10 @@ class KafkaWakeups:
 
     # -- the timeline, read from outside the group --------------------------------------
 
-    def read_timeline(self, since_ms: int) -> list[dict[str, Any]]:
-        """The group's rebalances published since ``since_ms`` (epoch ms), oldest first.
+    def read_timeline(self, since_ms: int) -> list[bytes]:
+        """The values of the group's timeline records published since ``since_ms`` (epoch ms),
+        in the topic's order, undecoded: anyone with WRITE on the topic may have written
+        them (``coordination._groups.decode_timeline_record`` checks them).
 
         Reads the group's partition from the first record at or after ``since_ms`` to its
         end, without joining or creating anything.
@@ -575,16 +577,10 @@ class KafkaWakeups:
             route = self._locate(create=False, timeline=True)
             position = self._end_offset(route, since_ms)
             end = self._end_offset(route)
-            entries: list[dict[str, Any]] = []
+            entries: list[bytes] = []
 
             def keep(raw: bytes | None) -> None:
-                try:
-                    entry = json.loads(raw or b"")
-                except (ValueError, RecursionError):
-                    return
-                if isinstance(entry, dict):
-                    entry.pop("sender", None)
-                    entries.append(entry)
+                entries.append(raw or b"")
 
             while position < end:
                 moved_to = self._fetch(

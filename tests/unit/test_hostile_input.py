@@ -12,6 +12,7 @@ import tracemalloc
 
 import pytest
 
+from coordination._groups import decode_timeline_record
 from coordination.errors import ProtocolCodecError
 from recipes.election._wire import decode_candidate, decode_outcome
 
@@ -74,3 +75,63 @@ def test_election_numbers_must_be_in_range_integers() -> None:
         doc = json.dumps({"v": 1, field: value}).encode()
         with pytest.raises(ProtocolCodecError, match=field):
             decode_outcome(doc)
+
+
+def test_timeline_records_must_have_typed_finite_bounded_fields() -> None:
+    good = {
+        "started_at": 1_760_000_000.5,
+        "reason": "r",
+        "duration_s": 0,
+        "generation": -1,
+        "member_id": "m",
+        "is_leader": False,
+        "failed_attempts": 0,
+        "sender": "ignored",
+        "from_a_newer_member": [1],
+    }
+    record = decode_timeline_record(json.dumps(good).encode())
+    assert (record.started_at, record.duration_s, record.moved, record.client_id) == (
+        1_760_000_000.5,
+        0.0,
+        "",
+        "",
+    )
+    assert isinstance(record.duration_s, float)
+    cases: list[tuple[str, object]] = [
+        ("started_at", "2026-01-01"),
+        ("started_at", 1e300),
+        ("started_at", float("nan")),
+        ("started_at", float("inf")),
+        ("started_at", -1),
+        ("started_at", 10**400),
+        ("started_at", True),
+        ("started_at", None),
+        ("duration_s", float("-inf")),
+        ("duration_s", -0.5),
+        ("duration_s", 10**12),
+        ("generation", 2**31),
+        ("generation", -2),
+        ("generation", 1.0),
+        ("generation", False),
+        ("failed_attempts", -1),
+        ("is_leader", 1),
+        ("is_leader", "true"),
+        ("member_id", 7),
+        ("member_id", "\ud800"),
+        ("reason", "x" * 32_768),
+        ("reason", ["a"]),
+        ("moved", None),
+        ("group_instance_id", 5),
+        ("client_id", {}),
+    ]
+    for field, value in cases:
+        doc = json.dumps({**good, field: value}).encode()
+        with pytest.raises(ProtocolCodecError, match=field):
+            decode_timeline_record(doc)
+    for field in ("started_at", "reason", "duration_s", "generation", "member_id", "is_leader"):
+        doc = json.dumps({k: v for k, v in good.items() if k != field}).encode()
+        with pytest.raises(ProtocolCodecError, match=f"no '{field}'"):
+            decode_timeline_record(doc)
+    for doc in (b"", b"[]", b'"x"', b"\xff", b"{" * 100_000, b" " * (2 << 20)):
+        with pytest.raises(ProtocolCodecError, match="timeline record"):
+            decode_timeline_record(doc)
