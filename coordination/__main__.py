@@ -11,6 +11,10 @@ import signal
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._metrics import RebalanceRecord
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         "--timeline",
         nargs="?",
         const=60.0,
-        type=float,
+        type=_minutes,
         metavar="MINUTES",
         help="also show the rebalances the members recorded in the last MINUTES (default 60)",
     )
@@ -108,19 +112,67 @@ _CONNECTION_FLAGS = (
     "ssl_certfile",
     "ssl_keyfile",
 )
+# Where the SASL password is read from when neither --command-config nor the flag gives it.
+PASSWORD_VARIABLE = "COORDINATION_SASL_PLAIN_PASSWORD"
+# Exit status of `describe` when the group does not exist (1: any other error).
+NO_SUCH_GROUP = 3
 
 
 def _connection_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--bootstrap-servers",
-        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
-        help="default: $KAFKA_BOOTSTRAP_SERVERS, else localhost:9092",
+        help="default: bootstrap.servers of --command-config, else $KAFKA_BOOTSTRAP_SERVERS, "
+        "else localhost:9092",
+    )
+    command.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="a Kafka client properties file, as Kafka's own tools take (security.protocol, "
+        "sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ...): keeps the password "
+        "off the command line",
     )
     command.add_argument("--json", action="store_true", help="print JSON")
     for name in _CONNECTION_FLAGS:
         command.add_argument(
-            f"--{name.replace('_', '-')}", help="as kafka-python's setting of that name"
+            f"--{name.replace('_', '-')}",
+            help=(
+                f"deprecated: visible to every user of the machine (ps) and kept in shell "
+                f"history; use --command-config or ${PASSWORD_VARIABLE}"
+                if name == "sasl_plain_password"
+                else "as kafka-python's setting of that name (overrides --command-config)"
+            ),
         )
+
+
+def _connection_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The connection settings of the flags, the --command-config file and the environment.
+
+    Raises:
+        ConfigurationError: the file cannot be read or holds a key or value that cannot be used.
+    """
+    from ._properties import client_settings, read_properties
+
+    settings: dict[str, object] = {}
+    if args.command_config is not None:
+        settings.update(client_settings(read_properties(args.command_config)))
+    if args.sasl_plain_password is not None:
+        print(
+            "warning: --sasl-plain-password is deprecated and will be removed: every user of "
+            "this machine can read it (ps, /proc) and your shell history keeps it; put "
+            f"sasl.jaas.config in a --command-config file or set ${PASSWORD_VARIABLE}",
+            file=sys.stderr,
+        )
+    for name in _CONNECTION_FLAGS:
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
+    if "sasl_plain_password" not in settings and os.environ.get(PASSWORD_VARIABLE):
+        settings["sasl_plain_password"] = os.environ[PASSWORD_VARIABLE]
+    if args.bootstrap_servers is not None:
+        settings["bootstrap_servers"] = args.bootstrap_servers
+    settings.setdefault(
+        "bootstrap_servers", os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092")
+    )
+    return settings
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -131,12 +183,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    settings = {
-        name: getattr(args, name)
-        for name in ("bootstrap_servers", *_CONNECTION_FLAGS)
-        if getattr(args, name) is not None
-    }
     try:
+        settings = _connection_settings(args)
         if args.command == "groups":
             listing = list_groups(**settings)
             if args.json:
@@ -144,9 +192,21 @@ def _inspect(args: argparse.Namespace) -> int:
             else:
                 print(f"{'GROUP':40s} {'PROTOCOL TYPE':14s} {'STATE':20s} TYPE")
                 for g in listing:
-                    print(f"{g.group_id:40s} {g.protocol_type:14s} {g.state:20s} {g.group_type}")
+                    print(
+                        _printable(
+                            f"{g.group_id:40s} {g.protocol_type:14s} {g.state:20s} {g.group_type}"
+                        )
+                    )
             return 0
         group = describe_group(args.group, **settings)
+        if not group.exists:
+            print(
+                f"error: group {_printable(args.group)!r} does not exist (the coordinator "
+                "describes it as Dead, with no members and no protocol type; a KIP-848 "
+                "consumer group is not described by DescribeGroups)",
+                file=sys.stderr,
+            )
+            return NO_SUCH_GROUP
         timeline = None
         if args.timeline is not None:
             timeline = rebalance_timeline(
@@ -156,7 +216,7 @@ def _inspect(args: argparse.Namespace) -> int:
                 **settings,
             )
     except (CoordinationError, LookupError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_printable(str(e))}", file=sys.stderr)
         return 1
     if args.json:
         out = group.to_json()
@@ -164,33 +224,55 @@ def _inspect(args: argparse.Namespace) -> int:
             out["timeline"] = [dataclasses.asdict(r) for r in timeline]
         print(json.dumps(out, indent=2))
         return 0
-    print(
+    lines = [
         f"group {group.group_id}: {group.state}, protocol type {group.protocol_type!r}, "
         f"protocol {group.protocol!r}, {len(group.members)} member(s)"
-    )
-    for key, value in group.summary.items():
-        print(f"  {key}: {value}")
+    ]
+    lines += [f"  {key}: {value}" for key, value in group.summary.items()]
     for member in group.members:
         static = f" (static {member.group_instance_id})" if member.group_instance_id else ""
-        print(f"- {member.member_id}{static} {member.client_id}@{member.client_host}")
+        lines.append(f"- {member.member_id}{static} {member.client_id}@{member.client_host}")
         if member.decoded is None:
-            print(f"    metadata {member.metadata.hex()}")
-            print(f"    assignment {member.assignment.hex()}")
+            lines.append(f"    metadata {member.metadata.hex()}")
+            lines.append(f"    assignment {member.assignment.hex()}")
         else:
-            for key, value in member.decoded.items():
-                print(f"    {key}: {value}")
+            lines += [f"    {key}: {value}" for key, value in member.decoded.items()]
     if timeline is not None:
-        print(f"rebalances recorded in the last {args.timeline:g} min: {len(timeline)}")
-        for r in timeline:
-            when = time.strftime("%H:%M:%S", time.localtime(r.started_at))
-            role = " leader" if r.is_leader else ""
-            moved = f"; {r.moved}" if r.moved else ""
-            failed = f", {r.failed_attempts} failed attempt(s)" if r.failed_attempts else ""
-            print(
-                f"  {when} gen {r.generation} {r.member_id}{role}: {r.duration_s * 1000:.0f} ms"
-                f"{failed} ({r.reason}){moved}"
-            )
+        lines.append(f"rebalances recorded in the last {args.timeline:g} min: {len(timeline)}")
+        lines += [timeline_line(r) for r in timeline]
+    for line in lines:
+        print(_printable(line))
     return 0
+
+
+def timeline_line(r: RebalanceRecord) -> str:
+    """One rebalance of the timeline as `describe --timeline` shows it."""
+    when = time.strftime("%H:%M:%S", time.localtime(r.started_at))
+    role = " leader" if r.is_leader else ""
+    moved = f"; {r.moved}" if r.moved else ""
+    failed = f", {r.failed_attempts} failed attempt(s)" if r.failed_attempts else ""
+    return (
+        f"  {when} gen {r.generation} {r.member_id}{role}: {r.duration_s * 1000:.0f} ms"
+        f"{failed} ({r.reason}){moved}"
+    )
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped: what members and other writers put in a
+    group's state or the timeline must not drive the operator's terminal (escape sequences)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _minutes(text: str) -> float:
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = -1.0
+    if not 0 <= minutes <= 10**9:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes (0 or more)")
+    return minutes
 
 
 def vars_of(listing: object) -> dict[str, object]:

@@ -1,0 +1,344 @@
+"""The ``coordination`` command's inspection commands, on a scripted transport: a group that
+does not exist, a timeline with hostile records, settings from a ``--command-config`` file
+(Kafka's client properties) instead of a password on the command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordination import RebalanceRecord
+from coordination.__main__ import NO_SUCH_GROUP, PASSWORD_VARIABLE, main
+from coordination._protocol import messages as m
+from coordination._transport import kafka, wakeups
+from coordination.testing import ScriptedTransport
+
+FOUND = m.FindCoordinatorResponse(error_code=0, node_id=1, host="h", port=9092)
+# What Kafka answers DescribeGroups (v0-v5) for a group id it does not know
+# (GroupMetadataManager.describeGroups: a DescribedGroup with only the state Dead).
+UNKNOWN_GROUP = m.DescribeGroupResponse(error_code=0, state="Dead")
+STABLE = m.DescribeGroupResponse(
+    error_code=0,
+    state="Stable",
+    protocol_type="listing",
+    protocol="v1",
+    members=(m.DescribedMember("m-1", None, "client", "/10.0.0.1", b"v1", b"{}"),),
+)
+GOOD = RebalanceRecord(
+    started_at=1_760_000_000.0,
+    reason="the member is joining the group for the first time",
+    duration_s=0.041,
+    generation=1,
+    member_id="m-1",
+    is_leader=True,
+    failed_attempts=0,
+    moved="leads with token 7",
+)
+
+
+class Cluster:
+    """What the command's connections would reach: scripted answers, and what it was given."""
+
+    def __init__(self) -> None:
+        self.transport = ScriptedTransport()
+        self.connections: list[dict[str, Any]] = []
+        self.timeline: list[bytes] = []
+
+    def describes(self, *answers: m.DescribeGroupResponse) -> None:
+        for answer in answers:
+            self.transport.prepare(FOUND)
+            self.transport.prepare(answer)
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    scripted = Cluster()
+
+    def transport(**kwargs: Any) -> ScriptedTransport:
+        scripted.connections.append(kwargs["connection"])
+        scripted.transport.closed = False
+        return scripted.transport
+
+    def read_timeline(self: wakeups.KafkaWakeups, since_ms: int) -> list[bytes]:
+        return scripted.timeline
+
+    monkeypatch.setattr(kafka, "KafkaTransport", transport)
+    monkeypatch.setattr(wakeups.KafkaWakeups, "read_timeline", read_timeline)
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.delenv(PASSWORD_VARIABLE, raising=False)
+    yield scripted
+
+
+# -- a group that does not exist ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_describing_a_group_that_does_not_exist_says_so_and_fails(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], json_flag: list[str]
+) -> None:
+    cluster.describes(UNKNOWN_GROUP)
+    assert main(["describe", "ordres-leader", *json_flag]) == NO_SUCH_GROUP != 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "error: group 'ordres-leader' does not exist" in err
+
+
+def test_a_group_from_version_6_on_is_missing_by_its_error_code(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.describes(m.DescribeGroupResponse(error_code=69))  # GROUP_ID_NOT_FOUND
+    assert main(["describe", "gone"]) == NO_SUCH_GROUP
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        STABLE,
+        m.DescribeGroupResponse(error_code=0, state="Empty", protocol_type="consumer"),
+        m.DescribeGroupResponse(error_code=0, state="Empty"),  # offsets committed, no members
+        m.DescribeGroupResponse(error_code=0, state="Dead", protocol_type="consumer"),
+    ],
+    ids=["stable", "empty", "offsets-only", "being-deleted"],
+)
+def test_a_group_that_exists_is_shown(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], answer: m.DescribeGroupResponse
+) -> None:
+    cluster.describes(answer)
+    assert main(["describe", "g"]) == 0
+    assert capsys.readouterr().out.startswith(f"group g: {answer.state}, ")
+
+
+# -- the timeline: other parties' records ------------------------------------------------
+
+
+def _record(**changes: Any) -> bytes:
+    return json.dumps({**asdict(GOOD), **changes}).encode()
+
+
+HOSTILE_TIMELINE = [
+    _record(started_at="yesterday"),  # was: TypeError from the sort
+    _record(started_at=1e300),  # was: OverflowError from time.localtime
+    _record(duration_s=float("nan")),  # json.dumps writes NaN, json.loads reads it
+    _record(generation=True),
+    _record(member_id="\ud800"),  # a lone surrogate: no terminal can print it
+    b"not json",
+    b"[1, 2]",
+]
+
+
+def test_a_timeline_with_hostile_records_shows_the_others_and_counts_the_skipped(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    later = asdict(GOOD) | {"started_at": GOOD.started_at + 5, "generation": 2}
+    cluster.timeline = [json.dumps(later).encode(), *HOSTILE_TIMELINE, _record()]
+    cluster.describes(STABLE)
+    with caplog.at_level(logging.WARNING, "coordination.groups"):
+        assert main(["describe", "g", "--timeline"]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    shown = out[out.index("rebalances recorded") :].splitlines()
+    assert shown[0] == "rebalances recorded in the last 60 min: 2"
+    assert [line.split(" gen ")[1][:1] for line in shown[1:]] == ["1", "2"]  # oldest first
+    assert "leads with token 7" in shown[1]
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "coordination.groups"]
+    assert "skipped 7 unreadable timeline record(s) of 9" in warning
+    assert "started_at is not a number" in warning
+
+
+def test_the_timeline_as_json_holds_only_the_readable_records(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.timeline = [*HOSTILE_TIMELINE, _record()]
+    cluster.describes(STABLE)
+    assert main(["describe", "g", "--timeline", "5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["timeline"] == [asdict(GOOD)]
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf", "-1", "1e300", "soon"])
+def test_a_timeline_span_that_is_not_a_number_of_minutes_is_a_usage_error(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], minutes: str
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["describe", "g", "--timeline", minutes])
+    assert stopped.value.code == 2
+    assert "is not a number of minutes" in capsys.readouterr().err
+
+
+def test_what_others_wrote_cannot_drive_the_terminal(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    member = m.DescribedMember("m-\x1b]0;owned\x07", None, "c\x1b[2J", "/h", b"", b"")
+    cluster.describes(
+        m.DescribeGroupResponse(error_code=0, state="Stable", protocol_type="x", members=(member,))
+    )
+    cluster.timeline = [_record(reason="\x1b[31mred\r\nfake line")]
+    assert main(["describe", "g", "--timeline"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\x07" not in out
+    assert "m-\\x1b]0;owned\\x07" in out and "\\x1b[31mred\\r\\nfake line" in out
+
+
+# -- settings: --command-config, the password flag ----------------------------------------
+
+
+def _properties(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "client.properties"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_command_config_file_gives_the_security_settings(
+    cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    config = _properties(
+        tmp_path,
+        "# as for kafka-consumer-groups.sh --command-config\n"
+        "bootstrap.servers=kafka-1:9093,kafka-2:9093\n"
+        "security.protocol = SASL_SSL\n"
+        "sasl.mechanism: SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        '    username="alice" \\\n'
+        '    password="p\\\\\\"w d=;";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={ca}\n"
+        "ssl.endpoint.identification.algorithm=\n",
+    )
+    cluster.describes(STABLE)
+    assert main(["describe", "g", "--command-config", config]) == 0
+    assert cluster.connections == [
+        {
+            "bootstrap_servers": "kafka-1:9093,kafka-2:9093",
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": "alice",
+            "sasl_plain_password": 'p"w d=;',
+            "ssl_cafile": str(ca),
+            "ssl_check_hostname": False,
+        }
+    ]
+    assert capsys.readouterr().err == ""
+
+
+def test_flags_override_the_file_and_a_plain_login_works(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    config = _properties(
+        tmp_path,
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        "username=bob password=secret;\n",
+    )
+    cluster.describes(STABLE)
+    argv = ["describe", "g", "--command-config", config, "--bootstrap-servers", "k:9092"]
+    assert main([*argv, "--sasl-plain-username", "carol"]) == 0
+    (connection,) = cluster.connections
+    assert connection["bootstrap_servers"] == "k:9092"
+    assert (connection["sasl_plain_username"], connection["sasl_plain_password"]) == (
+        "carol",
+        "secret",
+    )
+
+
+def test_the_password_flag_still_works_and_warns_why_not(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.describes(STABLE)
+    argv = ["describe", "g", "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "PLAIN"]
+    assert main([*argv, "--sasl-plain-username", "u", "--sasl-plain-password", "pw"]) == 0
+    assert cluster.connections[0]["sasl_plain_password"] == "pw"
+    err = capsys.readouterr().err
+    assert "--sasl-plain-password is deprecated" in err and "shell history" in err
+    assert "--command-config" in err and PASSWORD_VARIABLE in err
+
+
+def test_the_password_can_come_from_the_environment(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PASSWORD_VARIABLE, "from-env")
+    cluster.describes(STABLE)
+    argv = ["describe", "g", "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "PLAIN"]
+    assert main([*argv, "--sasl-plain-username", "u"]) == 0
+    assert cluster.connections[0]["sasl_plain_password"] == "from-env"
+    assert capsys.readouterr().err == ""
+
+
+JAAS_PLAIN = (
+    "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="u" password="hunter2";\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("sasl.login.class=x\n", "unknown or unsupported key 'sasl.login.class'"),
+        ("security.protocol=SSL\nbatch.size=1\n", "unknown or unsupported key 'batch.size'"),
+        ("=SSL\n", "line 1: no key before the value"),
+        ("client.id=\\u12\n", r"line 1: malformed \\uXXXX escape"),
+        ("request.timeout.ms=30s\n", "request.timeout.ms must be an integer"),
+        ("sasl.mechanism=GSSAPI\n", "sasl.mechanism 'GSSAPI' is not supported"),
+        (JAAS_PLAIN, "sasl.jaas.config needs sasl.mechanism"),
+        (
+            "sasl.mechanism=SCRAM-SHA-256\n" + JAAS_PLAIN,
+            "PlainLoginModule does not fit sasl.mechanism SCRAM-SHA-256",
+        ),
+        (
+            "sasl.mechanism=PLAIN\nsasl.jaas.config=com.sun.security.auth.module."
+            "Krb5LoginModule required useKeyTab=true;\n",
+            "login module 'com.sun.security.auth.module.Krb5LoginModule' is not supported",
+        ),
+        (
+            "sasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka.common.security.plain."
+            'PlainLoginModule required username="u";\n',
+            "sasl.jaas.config has no password",
+        ),
+        (
+            "sasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka.common.security.plain."
+            'PlainLoginModule required username="u" password="hunter2"\n',
+            "ended by ';'",
+        ),
+        ("sasl.mechanism=PLAIN\nsasl.jaas.config=hunter2\n", "must read 'LoginModuleClass"),
+        (
+            "ssl.truststore.location=/etc/kafka/truststore.jks\nssl.truststore.type=JKS\n",
+            "ssl.truststore.type JKS is not supported here",
+        ),
+        ("ssl.keystore.location=/nonexistent.jks\n", "ssl.keystore.location '/nonexistent.jks'"),
+        ("ssl.endpoint.identification.algorithm=ldaps\n", "must be https or empty"),
+        ("security.protocol=SASL_TLS\n", "security_protocol must be one of"),
+    ],
+)
+def test_a_bad_command_config_is_named_without_a_traceback(
+    cluster: Cluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    message: str,
+) -> None:
+    config = _properties(tmp_path, text)
+    assert main(["describe", "g", "--command-config", config]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert re.search(message, err), err
+    assert "hunter2" not in err  # the password is never echoed
+    assert cluster.transport.sent == []  # nothing was sent with settings that are wrong
+
+
+def test_a_command_config_that_cannot_be_read_is_named(
+    cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "nope.properties")
+    assert main(["groups", "--command-config", missing]) == 1
+    assert f"error: --command-config {missing!r} cannot be read" in capsys.readouterr().err
+    binary = tmp_path / "binary.properties"
+    binary.write_bytes(b"security.protocol=\xff\xfe\n")
+    assert main(["groups", "--command-config", str(binary)]) == 1
+    assert "is not UTF-8 text" in capsys.readouterr().err
