@@ -222,6 +222,8 @@ class Consumer:
         # records is returned, as Java's consumer runs it inside poll() before fetching.
         self._announcing: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
+        # Each owned partition's end as the fetcher last reported it (for metrics()).
+        self._ends: dict[TopicPartition, int] = {}
         # Revoked (once the listener returned) or lost (from the start), not cleaned up yet:
         # poll() returns none of their records. Set by the membership thread without
         # self._lock (rebinding a frozenset is atomic), so that it takes effect at once even
@@ -462,7 +464,9 @@ class Consumer:
 
         The lag is the partition's end as of the last fetch response minus the position
         (Kafka ``records-lag``); None until a fetch has seen the partition, and with a
-        fetcher that has no ``highwater``. No request is sent.
+        fetcher that has no ``highwater``. A partition not fetched now (paused, or its
+        assignment still being completed) keeps the end its last fetch saw. No request is
+        sent; nothing is raised for a partition the fetcher does not read.
         """
         with self._lock:
             owned = self._group.owned()
@@ -470,7 +474,17 @@ class Consumer:
             highwater = getattr(self._fetcher, "highwater", None)
             lag: dict[TopicPartition, int | None] = {}
             for tp, position in positions.items():
-                end = highwater(tp) if highwater is not None else None
+                # Only a partition the fetcher reads has an end it knows (kafka-python
+                # raises IllegalStateError for the others: paused, not positioned yet,
+                # being announced); for those, the end its last fetch saw.
+                if highwater is not None and tp in self._fetching:
+                    try:
+                        end = highwater(tp)
+                    except kafka_errors.KafkaError:
+                        end = None
+                    if end is not None:
+                        self._ends[tp] = int(end)
+                end = self._ends.get(tp)
                 lag[tp] = None if end is None or position is None else max(0, end - position)
         return ConsumerMetrics(
             member=self._group.metrics(), positions=positions, lag=lag, paused=self.paused()
@@ -536,6 +550,7 @@ class Consumer:
                 self._announcing -= partitions
                 for tp in partitions:
                     self._positions.pop(tp, None)
+                    self._ends.pop(tp, None)
                 self._reassign_fetcher(resync=True)
 
     def _assigned(self, partitions: frozenset[TopicPartition]) -> None:

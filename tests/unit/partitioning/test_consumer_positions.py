@@ -432,3 +432,46 @@ def test_lost_partitions_return_no_records_from_the_moment_the_loss_is_known() -
     assert listener.polled == [{}]
     h.fetcher.to_return = {tp(0): [Record(10)]}
     assert h.consumer.poll(0) == {}
+
+
+class HighwaterFetcher(FakeFetcher):
+    """Knows each partition's end as kafka-python does: only while it is assigned."""
+
+    def __init__(self, ends: dict[TopicPartition, int]) -> None:
+        super().__init__()
+        self.ends = ends
+
+    def highwater(self, ktp: Any) -> int | None:
+        from kafka.errors import IllegalStateError
+
+        t = TopicPartition(ktp.topic, ktp.partition)
+        if t not in self.assigned:
+            raise IllegalStateError("Partition is not assigned")
+        return self.ends.get(t)
+
+
+def test_metrics_report_paused_and_announcing_partitions_without_raising() -> None:
+    fetcher = HighwaterFetcher({tp(0): 15, tp(1): 30})
+    h = Harness(fetcher)
+    h.join(0, 1)
+    h.offsets(lambda r: committed(p0=10, p1=20), 1)
+    during: list[object] = []
+
+    def inside(partitions: frozenset[TopicPartition]) -> None:
+        # Being announced: positioned, not fetched yet.
+        metrics = h.consumer.metrics()
+        during.append((metrics.positions, metrics.lag))
+
+    h.listener.then = inside
+    assert h.engine.join_group_if_needed(deadline=None)
+    assert during == [({tp(0): 10, tp(1): 20}, {tp(0): None, tp(1): None})]
+    assert h.consumer.metrics().lag == {tp(0): 5, tp(1): 10}
+
+    h.consumer.pause(tp(0))
+    fetcher.ends[tp(0)] = 99  # not fetched: the end its last fetch saw stands
+    metrics = h.consumer.metrics()
+    assert metrics.paused == {tp(0)}
+    assert metrics.positions == {tp(0): 10, tp(1): 20}
+    assert metrics.lag == {tp(0): 5, tp(1): 10} and metrics.total_lag == 15
+    h.consumer.resume(tp(0))
+    assert h.consumer.metrics().lag[tp(0)] == 89
