@@ -69,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
-    worker.add_argument("--name", default="worker")
+    worker.add_argument(
+        "--name", help="the worker's name in logs and events (default: worker-HOST-PID)"
+    )
     worker.add_argument("--master", default="local[1]", help="spark.master")
     worker.add_argument("--window-ms", type=int, default=DEFAULT_WINDOW_MS)
     worker.add_argument("--session-timeout-ms", type=int, default=10_000)
@@ -138,6 +140,11 @@ def _worker(args: argparse.Namespace) -> int:
 
     from ._worker import PipelineWorker
 
+    if args.name is None:
+        import os
+        import socket
+
+        args.name = f"worker-{socket.gethostname()}-{os.getpid()}"  # PipelineWorker's default
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,

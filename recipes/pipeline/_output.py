@@ -5,13 +5,17 @@ uniquely named *staging* directory, the offset commit names that directory in
 its metadata, and only then is the directory renamed into ``published/``. A new
 owner of the partition finishes what a crashed owner committed but did not
 publish (:meth:`PipelineOutput.recover`) and deletes what it never committed
-(:meth:`PipelineOutput.cleanup_orphans`). See ``docs/pipeline.md`` for the
-failure walkthrough. This module does file work only; it never starts Spark.
+(:meth:`PipelineOutput.cleanup_orphans`); a restarted worker deletes the job
+directories of runs that are provably dead (:meth:`PipelineOutput.remove_dead_jobs`).
+See ``docs/pipeline.md`` for the failure walkthrough. This module does file
+work only; it never starts Spark.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import itertools
 import json
@@ -19,8 +23,10 @@ import logging
 import os
 import re
 import shutil
+import threading
 import urllib.parse
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +59,14 @@ _MANIFEST_FORMAT: Final = 2
 _STAGING: Final = "staging"
 _PUBLISHED: Final = "published"
 _JOBS: Final = "jobs"
+# jobs/<owner>/<run>.lock: held (flock) by the live process whose run it is.
+_LOCK_SUFFIX: Final = ".lock"
+
+# The lock files of the job runs this process holds. A cleaner in this process never takes
+# them for dead: flock would tell on a local filesystem, but on NFS Linux emulates flock
+# with POSIX record locks, which never conflict within one process.
+_LIVE_RUNS: set[str] = set()
+_LIVE_RUNS_LOCK = threading.Lock()
 
 # Parsed from the right: Kafka topic names may contain "-" (and "." and "_"),
 # partitions and offsets are digits, and the uuid is hex without dashes, so the
@@ -224,7 +238,9 @@ class PipelineOutput:
         method that deletes what another process may still need,
         :meth:`cleanup_orphans`, is fenced: it asks the caller's ``still_owner``
         right before each deletion, and deletes only staging directories that
-        no commit can name any more (see its docstring).
+        no commit can name any more (see its docstring). Job directories are
+        fenced by their run's lock: :meth:`remove_dead_jobs` deletes only runs
+        whose process is gone (see :meth:`new_job_path`).
     """
 
     def __init__(
@@ -264,6 +280,9 @@ class PipelineOutput:
         self.published_dir = self.root / _PUBLISHED
         self.staging_dir.mkdir(parents=True, exist_ok=True)
         self.published_dir.mkdir(parents=True, exist_ok=True)
+        # This object's job runs by owner name (see new_job_path); batch threads share it.
+        self._runs: dict[str, _JobRun] = {}
+        self._runs_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"PipelineOutput({str(self.root)!r})"
@@ -289,28 +308,76 @@ class PipelineOutput:
 
         The job writes every range's results under it, then each range's
         directory is renamed into ``staging/`` (same filesystem). A crash in
-        between leaves the job directory; :meth:`remove_jobs` of the same
-        owner (a restarted worker) deletes it.
+        between leaves the job directory; :meth:`remove_dead_jobs` of any later
+        process (a restarted worker) deletes it once the crashed process is gone.
+
+        The path lies in this object's *run* of ``owner``: a directory
+        ``jobs/<owner>/<run id>/`` claimed by a lock file beside it that this
+        process holds (``flock``) from the first call until :meth:`close`, until
+        this object is garbage collected, or until the process ends, however it
+        ends. So two processes (or two objects) staging under the same owner
+        name never share a run, and no cleaner deletes a live run.
 
         Args:
-            owner: The process staging (a worker's name).
+            owner: The process staging (a worker's name); any string but ``""``,
+                ``.`` and ``..``.
 
         Returns:
-            ``<root>/jobs/<owner, quoted>/<uuid4 hex>``.
-        """
-        return self._jobs_of(owner) / uuid.uuid4().hex
+            ``<root>/jobs/<owner, quoted>/<run id>/<uuid4 hex>``.
 
-    def remove_jobs(self, owner: str) -> int:
-        """Delete the job directories ``owner`` left (it crashed mid-job); how many there were.
-
-        Call before ``owner`` stages anything: a job directory holds nothing
-        committed (ranges are committed only from ``staging/``), so deleting it
-        loses nothing.
+        Raises:
+            PipelineOutputError: ``owner`` cannot name a directory, or the output's
+                filesystem refuses file locks.
         """
-        jobs = self._jobs_of(owner)
-        left = _listdir(jobs)
-        shutil.rmtree(jobs, ignore_errors=True)
-        return len(left)
+        with self._runs_lock:
+            run = self._runs.get(owner)
+            if run is None:
+                run = self._runs[owner] = _JobRun(self._jobs_of(owner))
+        return run.path / uuid.uuid4().hex
+
+    def remove_dead_jobs(self) -> int:
+        """Delete the job directories of every run whose process is gone; how many runs.
+
+        Call before staging anything (:class:`~recipes.pipeline.PipelineWorker`
+        calls it when it starts). A job directory holds nothing committed
+        (ranges are committed only from ``staging/``), so deleting a dead run's
+        loses nothing. A run is dead when its lock file can be locked: the
+        kernel (or the NFS server) released it when its process ended. Runs of
+        live processes, whatever their owner name (two workers left at the same
+        name, a restarted worker beside its still-running predecessor), are
+        never touched, and neither is a directory without a lock file (an older
+        version's layout: delete it by hand once its workers are stopped).
+
+        Returns:
+            The number of dead runs removed.
+        """
+        removed = 0
+        jobs = self.root / _JOBS
+        for owner in sorted(_listdir(jobs)):
+            owner_dir = jobs / owner
+            for entry in sorted(_listdir(owner_dir)):
+                if entry.endswith(_LOCK_SUFFIX) and _remove_if_dead(
+                    owner_dir / entry, owner_dir / entry.removesuffix(_LOCK_SUFFIX)
+                ):
+                    removed += 1
+            # Only if empty; a run being created meanwhile retries (see _JobRun).
+            with contextlib.suppress(OSError):
+                owner_dir.rmdir()
+        if removed:
+            log.info("%s: removed the job directories of %d dead run(s)", self.root, removed)
+        return removed
+
+    def close(self) -> None:
+        """Give up this object's runs: delete their job directories and lock files.
+
+        Call when no job of this object is under way any more (a worker calls it
+        when it closes). Staging again afterwards starts a new run.
+        """
+        with self._runs_lock:
+            runs = list(self._runs.values())
+            self._runs.clear()
+        for run in runs:
+            run.close()
 
     def _jobs_of(self, owner: str) -> Path:
         name = urllib.parse.quote(owner, safe="")
@@ -735,6 +802,113 @@ class PipelineOutput:
             if partition is not None and offsets.partition != partition:
                 continue
             yield entry, offsets
+
+
+class _JobRun:
+    """This process's claim on one run directory, ``jobs/<owner>/<run id>/``.
+
+    The claim is the lock file ``<run id>.lock`` beside the directory, created
+    and locked (``flock``, exclusive) before the directory exists and held
+    until :meth:`close` or the end of the process. A cleaner deletes a run only
+    after locking its lock file itself, which it cannot while the run lives.
+
+    Creation races with a cleaner, step by step: (1) we create the lock file;
+    (2) a cleaner opens it and locks it first (nothing holds it yet), takes the
+    run for dead, deletes the (absent) directory and unlinks the file; (3) we
+    lock the unlinked file. Step 3 alone would leave us holding a lock nobody
+    sees, so after locking we check that the path still names the file we
+    hold, and start over with a new run id if not (or if the cleaner still
+    held the lock at step 3). A cleaner that opened the file before we locked
+    it and tries after fails to lock it and leaves it.
+    """
+
+    def __init__(self, owner_dir: Path) -> None:
+        for _ in range(100):
+            owner_dir.mkdir(parents=True, exist_ok=True)
+            run = uuid.uuid4().hex
+            lock = owner_dir / f"{run}{_LOCK_SUFFIX}"
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:
+                continue  # a cleaner removed the (empty) owner directory meanwhile
+            try:
+                claimed = _try_lock(fd) and _same_file(fd, lock)
+            except OSError as exc:
+                os.close(fd)
+                raise PipelineOutputError(
+                    f"{lock}: cannot lock a job run's lock file ({exc}); the pipeline's output "
+                    "must be on a filesystem with file locks (a local disk, or NFS with locking)"
+                ) from exc
+            if claimed:
+                break
+            os.close(fd)  # a cleaner took it for a dead run's: it removes the file
+        else:
+            raise PipelineOutputError(f"{owner_dir}: could not claim a job run")
+        self.path = owner_dir / run
+        self._lock_path = lock
+        with _LIVE_RUNS_LOCK:
+            _LIVE_RUNS.add(str(lock))
+        # Garbage collected without close(): the lock goes, the run is left for a cleaner.
+        self._release = weakref.finalize(self, _release_run, fd, str(lock))
+
+    def close(self) -> None:
+        # Directory first, lock file next, lock last: a cleaner that finds the lock file
+        # free afterwards sees it unlinked (_same_file) and leaves it.
+        shutil.rmtree(self.path, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._lock_path)
+        self._release()
+
+
+def _release_run(fd: int, lock: str) -> None:
+    with _LIVE_RUNS_LOCK:
+        _LIVE_RUNS.discard(lock)
+    os.close(fd)
+
+
+def _remove_if_dead(lock: Path, run_dir: Path) -> bool:
+    """Delete ``run_dir`` and ``lock`` if no live process holds ``lock``; whether it did."""
+    with _LIVE_RUNS_LOCK:
+        if str(lock) in _LIVE_RUNS:
+            return False
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return False  # gone (another cleaner removed it) or not a file of ours
+    try:
+        try:
+            if not _try_lock(fd) or not _same_file(fd, lock):
+                return False  # alive, or removed by another cleaner since we opened it
+        except OSError as exc:
+            log.warning("%s: cannot lock (%s); its run is left alone", lock, exc)
+            return False
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+        return True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _try_lock(fd: int) -> bool:
+    """Lock ``fd`` exclusively without waiting; False if another holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (not unlinked or replaced)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
 def dir_topic(topic: str) -> str:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import tempfile
 import threading
 import time
@@ -202,7 +204,7 @@ class PipelineWorker:
         topic: str | None = None,
         output: PipelineOutput | str | Path | None = None,
         window_ms: int = DEFAULT_WINDOW_MS,
-        name: str = "worker",
+        name: str | None = None,
         master: str = "local[1]",
         spark_conf: Mapping[str, str] | None = None,
         kafka_options: Mapping[str, str] | None = None,
@@ -226,9 +228,11 @@ class PipelineWorker:
             output: Without ``pipeline``: the default pipeline's output directory.
             window_ms: Without ``pipeline``: the default pipeline's window.
             name: This worker's name in logs, events and its job directories
-                (:meth:`~recipes.pipeline.PipelineOutput.new_job_path`): unique
-                among the workers sharing an output, and kept across restarts
-                so that a restarted worker removes what its crash left.
+                (:meth:`~recipes.pipeline.PipelineOutput.new_job_path`); default
+                ``worker-<host>-<pid>``. Safety does not depend on it: each
+                worker stages in a run of its own, and a starting worker deletes
+                only the job directories of runs whose process is gone
+                (:meth:`~recipes.pipeline.PipelineOutput.remove_dead_jobs`).
             master: ``spark.master``; default ``local[1]``, one core per worker.
             spark_conf: Further Spark settings (see :func:`spark_session`).
             kafka_options: Settings of Spark's Kafka source (``kafka.*``, e.g.
@@ -281,7 +285,7 @@ class PipelineWorker:
                 "pipeline, set them in it"
             )
         self.pipeline = pipeline
-        self.name = name
+        self.name = name if name is not None else f"worker-{socket.gethostname()}-{os.getpid()}"
         self.max_batch_records = max_batch_records
         self.max_batch_delay_s = max_batch_delay_ms / 1000
         self.poll_interval_s = poll_interval_ms / 1000
@@ -382,8 +386,9 @@ class PipelineWorker:
             t0 = self._clock.monotonic()
             self._warm_up()
             self._emit("started", spark_start_ms=started_ms, warm_up_ms=self._ms_since(t0))
-            # What a crash of this worker left mid-job (nothing there was committed).
-            self.output.remove_jobs(self.name)
+            # What crashed workers left mid-job (nothing there was committed); never a live
+            # worker's, whatever its name.
+            self.output.remove_dead_jobs()
         self.consumer.start()
         self._started = True
 
@@ -468,6 +473,8 @@ class PipelineWorker:
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
+        if self._output is not None:
+            self._output.close()  # no job runs any more: its run's directory goes
         self._emit("closed", records=self.records_processed, batches=self.batches)
 
     def owned(self) -> frozenset[TopicPartition]:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from coordination.errors import ConfigurationError
+from recipes.pipeline import _output
 from recipes.pipeline._output import (
     MANIFEST_NAME,
     OffsetRange,
@@ -384,3 +391,113 @@ class TestCheckPublished:
         assert manifest["records"] == 7
         with pytest.raises(PipelineOutputError):
             output.read_manifest(Path(output.root))
+
+
+def job_in(output: PipelineOutput, owner: str) -> Path:
+    """A job directory with a part file in it, as a Spark job leaves it mid-write."""
+    job = output.new_job_path(owner)
+    (job / "_coordination_range=0").mkdir(parents=True)
+    (job / "_coordination_range=0" / "part-00000.parquet").write_bytes(b"PAR1 stand-in")
+    return job
+
+
+# A worker in another process: stages under ``owner`` and lives until its stdin closes.
+_OTHER_WORKER = """
+import sys
+from recipes.pipeline._output import PipelineOutput
+output = PipelineOutput(sys.argv[1])
+job = output.new_job_path(sys.argv[2])
+job.mkdir(parents=True)
+print(job, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def other_worker(output: PipelineOutput) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """A live worker process named ``w1`` with a job directory under ``output``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _OTHER_WORKER, str(output.root), "w1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    job = Path(proc.stdout.readline().strip())
+    yield proc, job
+    proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        assert pipe is not None
+        pipe.close()
+
+
+class TestJobRuns:
+    """Job directories: a starting worker deletes a dead run's, never a live worker's."""
+
+    def test_two_workers_with_the_same_name_keep_each_others_jobs(self, output):
+        other = PipelineOutput(output.root)  # a second worker on the output, same name
+        mine, theirs = job_in(output, "worker"), job_in(other, "worker")
+        assert mine.parent != theirs.parent  # a run each
+        assert other.remove_dead_jobs() == 0
+        assert output.remove_dead_jobs() == 0
+        assert mine.is_dir() and theirs.is_dir()
+
+    def test_a_restart_beside_its_live_predecessor_keeps_its_jobs(self, output, other_worker):
+        proc, predecessor_job = other_worker
+        mine = job_in(output, "w1")  # the restarted w1, while the old w1 still runs
+        assert output.remove_dead_jobs() == 0
+        assert predecessor_job.is_dir() and mine.is_dir()
+
+        proc.send_signal(signal.SIGKILL)  # the predecessor dies: its run is dead
+        proc.wait()
+        assert output.remove_dead_jobs() == 1
+        assert not predecessor_job.parent.exists()
+        assert not predecessor_job.parent.with_name(predecessor_job.parent.name + ".lock").exists()
+        assert mine.is_dir()
+        assert output.remove_dead_jobs() == 0
+
+    def test_a_crashed_run_of_another_name_is_removed(self, output):
+        crashed = PipelineOutput(output.root)
+        left = job_in(crashed, "w 1/x")  # any owner name, quoted
+        del crashed
+        gc.collect()  # the object is gone: its lock with it, as with a dead process
+        assert left.is_dir()
+        assert output.remove_dead_jobs() == 1
+        assert not left.exists()
+        assert os.listdir(output.root / "jobs") == []
+        with pytest.raises(PipelineOutputError, match="job directory"):
+            output.new_job_path("..")
+
+    def test_close_removes_the_runs_own_directories(self, output):
+        job_in(output, "w1")
+        output.close()
+        assert os.listdir(output.root / "jobs" / "w1") == []
+        assert job_in(output, "w1").is_dir()  # staging again starts a new run
+
+    def test_a_directory_without_a_lock_file_is_left_alone(self, output):
+        legacy = output.root / "jobs" / "w1" / ("ab" * 16)
+        legacy.mkdir(parents=True)
+        assert output.remove_dead_jobs() == 0
+        assert legacy.is_dir()
+
+    def test_a_cleaner_between_creating_and_locking_a_run_costs_only_a_retry(
+        self, output, monkeypatch
+    ):
+        # Step by step: the run's lock file exists but is not locked yet when another
+        # worker's cleanup runs; it takes the run for dead and removes the file. The new
+        # run must notice and claim another, or it would run with a lock nobody sees.
+        lock = _output._try_lock
+        cleaned: list[int] = []
+
+        def cleanup_first(fd: int) -> bool:
+            monkeypatch.setattr(_output, "_try_lock", lock)  # once
+            cleaned.append(PipelineOutput(output.root).remove_dead_jobs())
+            return lock(fd)
+
+        monkeypatch.setattr(_output, "_try_lock", cleanup_first)
+        job = job_in(output, "w1")
+        assert cleaned == [1]
+        assert job.parent.with_name(job.parent.name + ".lock").is_file()
+        assert PipelineOutput(output.root).remove_dead_jobs() == 0
+        assert job.is_dir()
