@@ -57,6 +57,12 @@ CONNECTION_SETTINGS: Final = frozenset(
         "client_dns_lookup",
     }
 )
+# Settings that hold a credential: repr() and str() of the settings show "[hidden]" instead,
+# as Kafka's clients do for their password-typed keys, so that a logged config, or an error
+# tracker that records frame locals, does not leak it.
+SECRET_SETTINGS: Final = frozenset(
+    {"sasl_plain_password", "ssl_password", "sasl_oauth_token_provider"}
+)
 # The connection settings a second client (producer, consumer, admin) must share with the group.
 _CLIENT_PREFIXES: Final = ("bootstrap_servers", "security_protocol", "ssl_", "sasl_")
 
@@ -69,6 +75,28 @@ _MAX_STRING_BYTES: Final = 32_767
 # host:port, host, [ipv6]:port
 _SERVER = re.compile(r"(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^\s:\[\]]+))(?::(?P<port>\d+))?")
 _TLS_FILES: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_crlfile")
+
+
+class _Hidden:
+    def __repr__(self) -> str:
+        return "[hidden]"
+
+
+_HIDDEN: Final = _Hidden()
+
+
+class ConnectionSettings(dict[str, Any]):
+    """Connection settings (a plain dict) whose repr() and str() show each secret (see
+    ``SECRET_SETTINGS``) as ``[hidden]``; the values themselves are unchanged."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr(
+            {k: _HIDDEN if k in SECRET_SETTINGS and v is not None else v for k, v in self.items()}
+        )
+
+    __str__ = __repr__
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,14 +180,22 @@ class CoordinatorConfig:
     """Client id sent with every request (Kafka ``client.id``). Default "coordination"."""
 
     connection: Mapping[str, Any] = field(default_factory=dict)
-    """Connection settings passed to kafka-python unchanged (``bootstrap_servers``, TLS, SASL)."""
+    """Connection settings passed to kafka-python unchanged (``bootstrap_servers``, TLS, SASL).
+    Its repr, and the config's, show ``sasl_plain_password``, ``ssl_password`` and
+    ``sasl_oauth_token_provider`` as ``[hidden]``."""
 
     def client_settings(self) -> dict[str, Any]:
         """What another kafka-python client of the same cluster needs: bootstrap servers,
-        security protocol, TLS and SASL settings (not the socket tuning)."""
-        return {k: v for k, v in self.connection.items() if k.startswith(_CLIENT_PREFIXES)}
+        security protocol, TLS and SASL settings (not the socket tuning). Its repr hides the
+        secrets as the config's does."""
+        return ConnectionSettings(
+            (k, v) for k, v in self.connection.items() if k.startswith(_CLIENT_PREFIXES)
+        )
 
     def __post_init__(self) -> None:
+        # Copied: a connection mapping the caller keeps changing must not change this config,
+        # and the copy's repr hides the secrets.
+        object.__setattr__(self, "connection", ConnectionSettings(self.connection))
         if not isinstance(self.group_id, str) or not self.group_id.strip():
             raise ConfigurationError(f"group_id must be a non-empty string, got {self.group_id!r}")
         for name in ("group_id", "client_id"):

@@ -130,3 +130,44 @@ def test_a_wakeup_topic_kafka_would_refuse_is_named_in_the_error(topic: str) -> 
     ):
         config(wakeup_topic=topic)
     assert config(wakeup_topic=None).wakeup_topic is None
+
+
+def test_secrets_are_hidden_in_repr_str_and_logged_settings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secrets = {
+        "sasl_plain_password": "hunter2-sasl",
+        "ssl_password": "hunter2-key",
+        "sasl_oauth_token_provider": "hunter2-token",  # its repr may hold a client secret
+    }
+    c = config(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="alice",
+        **secrets,
+    )
+    logger = logging.getLogger("coordination.test")
+    with caplog.at_level(logging.DEBUG, logger.name):
+        logger.debug("settings %s", c)
+        logger.debug("settings %r", c)
+        logger.debug("connection %s, client %s", c.connection, c.client_settings())
+    shown = [repr(c), str(c), f"{c}", f"{c!r}", repr(c.connection), str(c.client_settings())]
+    shown += [r.getMessage() for r in caplog.records]
+    for text in shown:
+        assert "hunter2" not in text, text
+    assert "'sasl_plain_password': [hidden]" in repr(c)
+    assert "'ssl_password': [hidden]" in str(c.client_settings())
+    assert "sasl_plain_username': 'alice'" in repr(c)  # the rest is shown as it is
+    assert repr(c).startswith("CoordinatorConfig(group_id='g', group_instance_id=None, ")
+    # The values themselves reach kafka-python unchanged.
+    assert c.connection["sasl_plain_password"] == "hunter2-sasl"
+    assert c.client_settings()["ssl_password"] == "hunter2-key"
+    assert type(c.client_settings()["sasl_plain_password"]) is str
+
+
+def test_a_config_keeps_its_own_copy_of_the_connection_settings() -> None:
+    given = {"bootstrap_servers": "localhost:9092", "sasl_plain_password": None}
+    c = CoordinatorConfig(group_id="g", connection=given)
+    given["bootstrap_servers"] = "elsewhere:9092"
+    assert c.connection == {"bootstrap_servers": "localhost:9092", "sasl_plain_password": None}
+    assert "'sasl_plain_password': None" in repr(c)  # nothing to hide
