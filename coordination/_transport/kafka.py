@@ -32,7 +32,7 @@ from .._config import bootstrap_list, split_server
 from .._protocol import messages as m
 from ..errors import AuthenticationFailedError, ConfigurationError, TlsError
 from .base import CoordinatorNode, FollowUp, TransportError
-from .link import DirectConnection, DirectSettings
+from .link import DirectConnection, DirectSettings, certificate_advice
 
 log = logging.getLogger("coordination.transport")
 
@@ -771,7 +771,7 @@ def diagnose(server: str, tls: ssl.SSLContext | None) -> Finding:
             except ssl.SSLCertVerificationError as e:
                 return Finding(
                     f"{server}: TLS certificate not accepted ({e.verify_message}); "
-                    + _certificate_advice(e),
+                    + certificate_advice(e),
                     settings_problem=True,
                 )
             except (TimeoutError, ssl.SSLError, ConnectionError) as e:
@@ -791,12 +791,6 @@ def diagnose(server: str, tls: ssl.SSLContext | None) -> Finding:
         return Finding(f"{server}: connection refused (nothing listens on port {port})")
     except OSError as e:
         return Finding(f"{server}: {e.strerror or e}")
-
-
-def _certificate_advice(e: ssl.SSLCertVerificationError) -> str:
-    if "match" in str(e.verify_message).lower() or "hostname" in str(e).lower():
-        return "connect by a name the certificate lists (its subject alternative names)"
-    return "set ssl_cafile to the CA that signed the broker's certificate"
 
 
 def _connected(address: Any) -> socket.socket:

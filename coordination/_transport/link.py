@@ -36,6 +36,7 @@ import kafka.errors as kafka_errors
 from kafka.protocol.broker_version_data import BrokerVersionData
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from ..errors import TlsError
 from .base import TransportError
 
 log = logging.getLogger("coordination.transport")
@@ -219,7 +220,7 @@ class DirectConnection:
                 sock.setsockopt(level, option, value)
             sock.settimeout(_remaining(deadline))
             if s.tls is not None:
-                sock = s.tls.wrap_socket(sock, server_hostname=self.host.rstrip("."))
+                sock = self._secured(s.tls, sock)
                 self._sock = sock
             if self._closed:  # close() ran before this socket was there to shut down
                 raise TransportError(f"{self} is closed")
@@ -230,6 +231,25 @@ class DirectConnection:
             raise
         log.debug("%s: connected", self)
         return sock
+
+    def _secured(self, tls: ssl.SSLContext, sock: socket.socket) -> ssl.SSLSocket:
+        """``sock`` after the TLS handshake. A certificate the settings refuse (another CA,
+        a name it does not list) stops the member: every broker of a cluster is set up once,
+        so retrying cannot fix it (bootstrap went through a broker whose certificate passed:
+        this one's differs). Any other failure (a broker restarting mid-handshake) is retried.
+
+        Raises:
+            TransportError: ``fatal`` with ``TlsError`` for a refused certificate.
+        """
+        try:
+            return tls.wrap_socket(sock, server_hostname=self.host.rstrip("."))
+        except ssl.SSLCertVerificationError as e:
+            raise TransportError(
+                f"{self}: TLS certificate not accepted ({e.verify_message}); "
+                + certificate_advice(e),
+                fatal=True,
+                error_type=TlsError,
+            ) from e
 
     def _connect(self, timeout_s: float) -> socket.socket:
         """A TCP connection to the broker within ``timeout_s``, given up as soon as close() is
@@ -346,6 +366,13 @@ class DirectConnection:
         self._buffered.clear()
         if sock is not None:
             sock.close()
+
+
+def certificate_advice(e: ssl.SSLCertVerificationError) -> str:
+    """Which setting to change for a broker certificate that TLS refused."""
+    if "match" in str(e.verify_message).lower() or "hostname" in str(e).lower():
+        return "connect by a name the certificate lists (its subject alternative names)"
+    return "set ssl_cafile to the CA that signed the broker's certificate"
 
 
 def _idle_and_open(sock: socket.socket) -> bool:

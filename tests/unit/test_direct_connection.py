@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -26,6 +27,7 @@ from coordination._protocol import messages as m
 from coordination._transport.base import CoordinatorNode, TransportError
 from coordination._transport.kafka import KafkaTransport
 from coordination._transport.link import DirectConnection, DirectSettings
+from coordination.errors import TlsError
 
 _API_VERSIONS = 18
 _HEARTBEAT = 12
@@ -434,6 +436,40 @@ def test_closing_wakes_a_request_waiting_for_its_answer(serve: Any) -> None:
     assert _closed_while_waiting(connection, 0.3) < 2.0  # 0.3 s: it has sent, and waits
     with pytest.raises(TransportError, match="closed"):
         connection.exchange(_heartbeat_request(), 1.0)
+
+
+class _RefusedCertificate(ssl.SSLContext):
+    """A client context whose handshake refuses the broker's certificate, as a real one does
+    for a broker whose certificate does not name it or was signed by another CA."""
+
+    reason = "Hostname mismatch, certificate is not valid for 'broker-2'."
+    handshakes = 0
+
+    def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> Any:
+        type(self).handshakes += 1
+        error = ssl.SSLCertVerificationError(1, f"certificate verify failed: {self.reason}")
+        error.verify_code = 62
+        error.verify_message = self.reason
+        raise error
+
+
+def test_a_certificate_the_coordinator_presents_and_tls_refuses_stops_the_member(
+    serve: Any,
+) -> None:
+    # Bootstrap worked, then the coordinator (another broker) presents a certificate the
+    # settings do not accept: retrying cannot fix it, so the member stops with TlsError
+    # naming the setting, as it does when every bootstrap server shows it.
+    broker, _ = serve(lambda number, cid: _heartbeat_answer(cid))
+    settings = _settings()
+    settings.tls = _RefusedCertificate(ssl.PROTOCOL_TLS_CLIENT)
+    connection = DirectConnection("coordinator-2", "127.0.0.1", broker.port, settings)
+    with pytest.raises(TransportError) as raised:
+        connection.exchange(_heartbeat_request(), 2.0)
+    assert raised.value.fatal and raised.value.error_type is TlsError
+    stop = raised.value.stop_error("heartbeat")
+    assert isinstance(stop, TlsError)
+    assert "TLS certificate not accepted (Hostname mismatch" in str(stop)
+    assert "connect by a name the certificate lists" in str(stop)
 
 
 def test_nothing_answers_where_nothing_listens() -> None:
