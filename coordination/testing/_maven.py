@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -41,7 +42,14 @@ def cache_dir() -> Path:
 def resolve_classpath(artifacts: Sequence[str], *, timeout_s: float = 600) -> list[Path]:
     """Download ``group:artifact:version`` coordinates and their runtime dependencies.
 
-    Resolved once per set of coordinates, then served from the cache.
+    Resolved once per set of coordinates, then served from the cache. Safe to
+    call from several processes at once (test sessions, campaign processes,
+    the demo): ``mvn`` runs of this function take turns under a lock file in
+    the cache (``maven/.lock``), so that two of them never write one Maven
+    repository (``~/.m2``) at once, which Maven does not support by default,
+    nor replace each other's result; a caller that waited finds the result
+    and returns it without running ``mvn``. Other ``mvn`` processes on the
+    machine are not covered by the lock.
 
     Returns:
         The jar files, sorted by name.
@@ -53,8 +61,12 @@ def resolve_classpath(artifacts: Sequence[str], *, timeout_s: float = 600) -> li
     libs = cache_dir() / "maven" / key / "libs"
     marker = libs / ".complete"
     if not marker.exists():
-        _download(artifacts, libs, timeout_s)
-        marker.write_text("\n".join(artifacts) + "\n")
+        libs.parent.mkdir(parents=True, exist_ok=True)
+        with open(libs.parent.parent / ".lock", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+            if not marker.exists():  # not resolved by the process we waited for
+                _download(artifacts, libs, timeout_s)
+                marker.write_text("\n".join(artifacts) + "\n")
     return sorted(libs.glob("*.jar"))
 
 
