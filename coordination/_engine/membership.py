@@ -47,6 +47,7 @@ from .._transport.base import CoordinatorNode, FollowUp, Transport, TransportErr
 from .._types import NO_GENERATION, Generation, Member, MemberState, ProtocolMetadata
 from ..errors import (
     AssignmentError,
+    BrokerError,
     ConnectionFailedError,
     CoordinationError,
     CoordinationTimeoutError,
@@ -157,6 +158,39 @@ class _Counters:
     )
 
 
+class _RetryLog:
+    """The level a retried problem is logged at: INFO while it is routine (a retriable
+    answer: a coordinator loading the group, busy, or moving, as Kafka's clients log them),
+    WARNING once it has lasted ``_UNREACHABLE_WARN_EVERY_S`` (then at most that often) and
+    for anything else (an answer the engine does not expect, a user callback that failed),
+    which needs a person."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+        self._warned_at: float | None = None
+
+    def level(self, now: float, routine: bool) -> int:
+        if self._since is None:
+            self._since = now
+        if not routine:
+            return logging.WARNING
+        if now - self._since < _UNREACHABLE_WARN_EVERY_S:
+            return logging.INFO
+        if self._warned_at is None or now - self._warned_at >= _UNREACHABLE_WARN_EVERY_S:
+            self._warned_at = now
+            return logging.WARNING
+        return logging.INFO
+
+    def clear(self) -> None:
+        """The problem is over (the member is stable, a heartbeat was answered)."""
+        self._since = self._warned_at = None
+
+
+def _routine(error: CoordinationError | None) -> bool:
+    """Whether retrying ``error`` is routine: a broker answer its class calls retriable."""
+    return isinstance(error, BrokerError) and error.retriable
+
+
 class GroupMembership:
     """One member of one group: Kafka's ``AbstractCoordinator`` without the consumer."""
 
@@ -251,6 +285,9 @@ class GroupMembership:
         )
         self._counters = _Counters()
         self._threads: list[Thread] = []
+        # How retries of a rebalance, and of heartbeats, are logged (see _RetryLog).
+        self._join_retries = _RetryLog()
+        self._heartbeat_retries = _RetryLog()
 
     # ------------------------------------------------------------------ public view
 
@@ -761,7 +798,13 @@ class GroupMembership:
         if code == ErrorCode.NONE:
             node = CoordinatorNode(response.node_id, response.host, response.port)
             if self._unreachable_since is not None:
-                self._log.warning("%s: the cluster answers again", self._who())
+                # WARNING only to end a warning that it could not be reached.
+                warned = self._unreachable_warned_at is not None
+                self._log.log(
+                    logging.WARNING if warned else logging.INFO,
+                    "%s: the cluster answers again",
+                    self._who(),
+                )
                 self._unreachable_since = self._unreachable_warned_at = None
             with self._lock:
                 self._coordinator = node
@@ -1126,6 +1169,7 @@ class GroupMembership:
                 )
             )
             self._retry_backoff.reset()
+            self._join_retries.clear()
             self._last_error = None
             self._changed.notify_all()
         self._log.info(
@@ -1464,7 +1508,8 @@ class GroupMembership:
             self._mark_coordinator_unknown(failed.reason)
         elif reaction.next is Next.RETRY_BACKOFF:
             delay = self._retry_backoff.next_delay()
-            self._log.warning("%s: %s; retrying in %.2fs", self._who(), failed.reason, delay)
+            level = self._join_retries.level(self._clock.monotonic(), _routine(failed.error))
+            self._log.log(level, "%s: %s; retrying in %.2fs", self._who(), failed.reason, delay)
             self._sleep(delay, deadline)
         else:
             self._log.info("%s: %s; rejoining at once", self._who(), failed.reason)
@@ -1607,6 +1652,7 @@ class GroupMembership:
         with self._lock:
             self._counters.heartbeat_total += 1
             if code == ErrorCode.NONE:
+                self._heartbeat_retries.clear()
                 if sent_at is not None and self._generation == sent:
                     self._renew_lease_locked(sent, sent_at)
                 self._timers.received(now)
@@ -1646,7 +1692,8 @@ class GroupMembership:
                 return None
             if reaction.next is Next.RETRY_BACKOFF:
                 self._note_problem(str(error))
-                self._log.warning("%s: %s; retrying", self._who(), error)
+                level = self._heartbeat_retries.level(now, _routine(error))
+                self._log.log(level, "%s: %s; retrying", self._who(), error)
                 return retry_s
         if reaction.next is Next.FATAL:
             with self._lock:
