@@ -240,6 +240,17 @@ def test_the_commands_list_and_describe(kafka: str) -> None:
             timeout=120,
         )
         assert missing.returncode == 1 and "error:" in missing.stderr
+        # A typo is not a dead group: the broker answers Dead, no members, no protocol type.
+        typo = f"{group}-typo"
+        assert not describe_group(typo, bootstrap_servers=kafka).exists
+        unknown = subprocess.run(
+            [*command, "describe", typo, "--bootstrap-servers", kafka],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert unknown.returncode == 3 and unknown.stdout == ""
+        assert f"error: group {typo!r} does not exist" in unknown.stderr
     finally:
         for member in members:
             member.close(timeout=10)
