@@ -1,21 +1,38 @@
-"""What every recipe's asyncio face shares: running the user's callbacks on the event loop
-while the recipe's thread waits for them, and fanning changes out to async iterators.
+"""What every recipe's asyncio face shares: one bridge between the recipe's threads and the
+event loop, and the fan-out of changes to async iterators.
 
-The threaded recipes run underneath unchanged: their safety never depends on the loop being
-responsive. A callback (coroutine function or plain) runs on the loop that started the
-recipe, and the recipe's thread waits until it has finished, so callbacks keep the order
-and the guarantees of the threaded recipe (a task's stop, a partition's revocation,
-finishes before the recipe goes on).
+Design (the same for the election, the task distribution and the consumer):
+
+* The async face is a thin shell over the threaded recipe. It calls the threaded recipe's
+  own methods (blocking ones on a worker thread, ``asyncio.to_thread``) and keeps no state
+  of its own, so the threaded recipe's proven paths, its lease and its heartbeats do not
+  depend on the loop being responsive.
+* The user's callbacks (coroutine functions or plain ones) run on the loop that started the
+  recipe. The recipe's thread that calls one waits until it has finished
+  (:meth:`LoopBridge.run`), so callbacks keep the order and the guarantees of the threaded
+  recipe (a task's stop, a partition's revocation, a leader's ``on_deposed``, finishes
+  before the recipe goes on).
+* Nothing the event loop calls may wait for the event loop: it would wait for itself, and
+  the loop, and every callback after, would hang for good. :meth:`LoopBridge.run` enforces
+  it: called on the loop's own thread, it schedules the callback on the loop and returns
+  at once. A recipe whose queries may run a callback (the election deposes a leader whose
+  lease ran out when ``is_leader`` is read, on whichever thread reads it) asks
+  :meth:`LoopBridge.on_loop` and hands the callback and whatever must follow it (the
+  election's rejoin) to a thread of its own, so that the loop neither waits for the
+  callbacks' lock nor runs the group's work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar, overload
 
 from coordination.errors import CoordinatorStateError
+
+log = logging.getLogger("recipes")
 
 T = TypeVar("T")
 MaybeAsync = Callable[..., Awaitable[None] | None]
@@ -28,10 +45,20 @@ class LoopBridge:
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
+        # Callbacks scheduled from the loop itself: a reference keeps each task alive.
+        self._scheduled: set[asyncio.Task[None]] = set()
 
     def bind(self) -> None:
         """Remember the running loop (call from ``start()``, on the loop)."""
         self.loop = asyncio.get_running_loop()
+
+    def on_loop(self) -> bool:
+        """Whether the calling thread is the one running the loop: it must not wait for it."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return running is self.loop
 
     @overload
     def wrap(self, callback: None) -> None: ...
@@ -46,8 +73,15 @@ class LoopBridge:
         return lambda *args: self.run(callback, *args)
 
     def run(self, callback: MaybeAsync, *args: Any) -> None:
-        """Run ``callback(*args)`` on the loop and wait for it (from a recipe thread, never
-        the loop's: that would deadlock). What it raises is raised here."""
+        """Run ``callback(*args)`` on the loop.
+
+        From a recipe's thread: wait until it has finished; what it raises is raised here.
+        On the loop's own thread (which would wait for itself): schedule it and return at
+        once; what it raises is logged.
+
+        Raises:
+            CoordinatorStateError: the loop is gone (or the recipe never started).
+        """
         loop = self.loop
         if loop is None or loop.is_closed():
             raise CoordinatorStateError("the recipe's event loop is gone (or never started)")
@@ -57,10 +91,20 @@ class LoopBridge:
             if inspect.isawaitable(result):
                 await result
 
+        if self.on_loop():
+            task = loop.create_task(call())
+            self._scheduled.add(task)
+            task.add_done_callback(self._scheduled_done)
+            return
         try:
             asyncio.run_coroutine_threadsafe(call(), loop).result()
         except RuntimeError as e:  # the loop stopped meanwhile
             raise CoordinatorStateError(f"the event loop is gone: {e}") from e
+
+    def _scheduled_done(self, task: asyncio.Task[None]) -> None:
+        self._scheduled.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a recipe's callback raised", exc_info=task.exception())
 
 
 class Changes(Generic[T]):

@@ -2,11 +2,14 @@
 async iterator of leader changes, and callbacks that may be coroutines.
 
 The threaded election runs underneath unchanged (its safety does not depend on the event
-loop being responsive). Its callbacks hop onto the loop: each one, coroutine or plain
-function, runs on the loop that started the election, and the election's callback thread
-waits for it, so callbacks keep their order and ``on_deposed`` still finishes before the
-next leader can be elected by this member. Waits run on worker threads or resolve from
-callbacks; nothing polls.
+loop being responsive), as every recipe's async face does (``recipes/_aio.py``). Its
+callbacks hop onto the loop: each one, coroutine or plain function, runs on the loop that
+started the election, and the election's thread waits for it, so callbacks keep their order
+and ``on_deposed`` still finishes before this member rejoins to elect the next leader. The
+loop itself never waits: when it is the first to see that the lease ran out (reading
+``is_leader``, ``leadership()``, ``metrics()`` or ``Leadership.check()``), the leadership is
+lost at once and ``on_deposed`` and the rejoin follow from a thread of the election. Waits
+run on worker threads or resolve from callbacks; nothing polls.
 """
 
 from __future__ import annotations
@@ -18,12 +21,11 @@ from typing import Any
 
 from typing_extensions import Self
 
-from .._aio import LoopBridge
+from .._aio import Changes, LoopBridge
 from ._election import ElectionMetrics, LeaderElection
 from ._leadership import LeaderInfo, Leadership
 
 AsyncCallback = Callable[[Any], Awaitable[None] | None]
-_CLOSED = object()  # ends the leader_changes iterators
 
 
 class AsyncLeaderElection:
@@ -60,8 +62,8 @@ class AsyncLeaderElection:
             "on_deposed": on_deposed,
             "on_leader_change": on_leader_change,
         }
-        self._listeners: set[asyncio.Queue[object]] = set()
-        self._lost: dict[int, asyncio.Future[str | None]] = {}
+        self._changes: Changes[LeaderInfo | None] = Changes(self._bridge)
+        self._lost: dict[int, asyncio.Future[str | None]] = {}  # lost_wait's, by token
         self.election = LeaderElection(
             group_id,
             on_elected=lambda leadership: self._hop("on_elected", leadership),
@@ -69,6 +71,9 @@ class AsyncLeaderElection:
             on_leader_change=self._leader_changed,
             **kwargs,
         )
+        # A deposition the loop notices is told from a thread of the election (it would wait
+        # for the loop, on the loop).
+        self.election._elector.must_not_wait = self._bridge.on_loop
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -80,8 +85,7 @@ class AsyncLeaderElection:
     async def close(self, timeout: float = 30.0) -> None:
         """Leave the election; a leader is deposed first (its ``on_deposed`` runs)."""
         await asyncio.to_thread(self.election.close, timeout)
-        for queue in self._listeners:
-            queue.put_nowait(_CLOSED)
+        self._changes.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -136,24 +140,15 @@ class AsyncLeaderElection:
 
     async def leader_changes(self) -> AsyncIterator[LeaderInfo | None]:
         """The group's leader, now and at every change (None: nobody leads), until closed."""
-        queue: asyncio.Queue[object] = asyncio.Queue()
-        self._listeners.add(queue)
-        try:
-            yield self.election.leader()
-            while True:
-                leader = await queue.get()
-                if leader is _CLOSED:
-                    return
-                assert leader is None or isinstance(leader, LeaderInfo)
-                yield leader
-        finally:
-            self._listeners.discard(queue)
+        async for leader in self._changes.iterate(self.election.leader):
+            yield leader
 
     # ------------------------------------------------------------------ callbacks, on the loop
 
     def _hop(self, name: str, argument: Any) -> None:
-        """Run the user's callback ``name`` on the loop; wait for it (on the election's
-        callback thread, never on the loop)."""
+        """Run the user's callback ``name`` on the loop: from the election's threads, wait
+        for it; on the loop, schedule it (see ``recipes/_aio.py``). Nothing once the loop is
+        gone."""
         callback = self._user[name]
         loop = self._bridge.loop
         if callback is None or loop is None or loop.is_closed():
@@ -172,8 +167,5 @@ class AsyncLeaderElection:
             future.set_result(leadership.reason)
 
     def _leader_changed(self, leader: LeaderInfo | None) -> None:
-        loop = self._bridge.loop
-        if loop is not None and not loop.is_closed():
-            for queue in list(self._listeners):
-                loop.call_soon_threadsafe(queue.put_nowait, leader)
+        self._changes.publish(leader)
         self._hop("on_leader_change", leader)

@@ -84,6 +84,9 @@ class Elector(GroupListener):
         self.times_elected = 0  # under ctx.lock
         self.times_deposed = 0
         self.leader_changes = 0
+        # Whether the calling thread must not wait (an asyncio face's event loop, see
+        # recipes/_aio.py): a deposition noticed there is told on a thread of its own.
+        self.must_not_wait: Callable[[], bool] = lambda: False
 
     @property
     def group_id(self) -> str:
@@ -475,6 +478,12 @@ class Elector(GroupListener):
     ) -> None:
         """Mark ``leadership`` lost (once), then tell the user. Safe from any thread.
 
+        On a thread that must not wait (:attr:`must_not_wait`: an event loop, which reads
+        ``is_leader`` and finds the lease ran out), the leadership is lost at once and
+        everything that follows (hooks, ``on_deposed``, the rejoin) runs on a thread of its
+        own: ``on_deposed`` waits for the callbacks' lock, which a callback waiting for that
+        loop may hold, and an asyncio face's ``on_deposed`` waits for the loop itself.
+
         Args:
             rejoin: also make the group elect again (it still names this member leader).
             expected: the member's own doing or the election's normal course (closing,
@@ -496,6 +505,16 @@ class Elector(GroupListener):
             leadership.token,
             reason,
         )
+        if self.must_not_wait():
+            ctx.clock.thread(
+                lambda: self._deposed(leadership, reason, rejoin), "election-deposed"
+            ).start()
+        else:
+            self._deposed(leadership, reason, rejoin)
+
+    def _deposed(self, leadership: Leadership, reason: str, rejoin: bool) -> None:
+        """What follows a deposition: the hooks, ``on_deposed``, then the rejoin."""
+        ctx = self.ctx
         ctx.emit(
             "on_deposed",
             lambda: Deposed(

@@ -8,13 +8,14 @@ the election stores its highest token) and answers OffsetFetch and OffsetCommit 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from coordination.testing import ManualClock, ScriptedTransport, SentRequest
 from coordination.testing import messages as m
-from recipes.election import LeaderElection, Leadership
+from recipes.election import AsyncLeaderElection, LeaderElection, Leadership
 from recipes.election._wire import (
     Candidate,
     Outcome,
@@ -76,21 +77,33 @@ class Broker(ScriptedTransport):
 
 
 class Member:
-    """The member "http://a" (member id ``m-a``); its callbacks are recorded in ``events``."""
+    """The member "http://a" (member id ``m-a``); its callbacks are recorded in ``events``,
+    and the thread each ran on in ``threads``.
 
-    def __init__(self, broker: Broker | None = None, **kw: Any) -> None:
+    ``build`` makes the election (default :class:`LeaderElection`; an
+    :class:`AsyncLeaderElection` is kept as ``face``, its threaded election as ``election``).
+    """
+
+    def __init__(
+        self,
+        broker: Broker | None = None,
+        *,
+        build: Callable[..., LeaderElection | AsyncLeaderElection] = LeaderElection,
+        **kw: Any,
+    ) -> None:
         self.broker = broker or Broker()
         self.clock = ManualClock()
         self.events: list[tuple[str, object]] = []
+        self.threads: list[threading.Thread] = []  # where each of events ran
         # What the group's offsets held whenever on_elected ran.
         self.stored_when_elected: list[dict[tuple[str, int], int]] = []
         self.advertised: list[Candidate] = []  # this member's metadata in every JoinGroup
-        self.election = LeaderElection(
+        made = build(
             "g",
             identity=IDENTITY,
             on_elected=self._elected,
-            on_deposed=lambda ls: self.events.append(("deposed", ls.reason)),
-            on_leader_change=lambda info: self.events.append(
+            on_deposed=lambda ls: self._record(("deposed", ls.reason)),
+            on_leader_change=lambda info: self._record(
                 ("leader", None if info is None else (info.identity, info.token))
             ),
             transport=self.broker,
@@ -99,6 +112,8 @@ class Member:
             session_timeout_ms=SESSION_TIMEOUT_MS,
             **{"heartbeat_interval_ms": 3_000, **kw},  # the lease margin the tests count with
         )
+        self.face = made
+        self.election = made if isinstance(made, LeaderElection) else made.election
         self.engine = self.election.coordinator._engine
         self.engine.resolve_protocol_type()
         # The test drives the member's steps itself: start() must not start its threads.
@@ -106,8 +121,12 @@ class Member:
         self.broker.prepare(NODE)
         self.generation = 0
 
+    def _record(self, event: tuple[str, object]) -> None:
+        self.events.append(event)
+        self.threads.append(threading.current_thread())
+
     def _elected(self, leadership: Leadership) -> None:
-        self.events.append(("elected", leadership.token))
+        self._record(("elected", leadership.token))
         self.stored_when_elected.append(dict(self.broker.committed))
 
     # ------------------------------------------------------------------ rounds
