@@ -11,7 +11,7 @@ from typing import Any
 
 from typing_extensions import Self
 
-from coordination.hooks import CoordinationHooks, TaskStarted, TaskStopped
+from coordination.hooks import CoordinationHooks, TaskStarted, TaskStopped, check_hooks
 
 from .._aio import Changes, LoopBridge, MaybeAsync
 from ._distribution import TaskDistribution
@@ -43,7 +43,8 @@ class AsyncTaskDistribution:
         distribution's thread waits for each, so the threaded recipe's guarantees hold: a
         task is reported stopped (and may start elsewhere) only once its ``stop_task`` has
         finished, and ``stop_task`` must finish within ``stop_timeout_ms``. Keep the loop
-        free: a callback that blocks it blocks every other one.
+        free: a callback that blocks it blocks every other one. ``hooks`` may be None
+        (none).
     """
 
     def __init__(
@@ -63,7 +64,7 @@ class AsyncTaskDistribution:
             start_task=self._bridge.wrap(start_task),
             stop_task=self._bridge.wrap(stop_task),
             on_task_error=self._bridge.wrap(on_task_error),
-            **{**kwargs, "hooks": [*kwargs.get("hooks", ()), watcher]},
+            **{**kwargs, "hooks": [*_hooks(kwargs.get("hooks")), watcher]},
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -128,6 +129,11 @@ class AsyncTaskDistribution:
         """The tasks this worker runs, now and after every start or stop, until closed."""
         async for running in self._changes.iterate(self.running):
             yield running
+
+
+def _hooks(given: object) -> tuple[CoordinationHooks, ...]:
+    """The user's ``hooks`` setting, checked as the threaded recipe checks it (None: none)."""
+    return () if given is None else check_hooks(given)
 
 
 class _RunningWatcher(CoordinationHooks):

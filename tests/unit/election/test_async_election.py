@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,27 +18,10 @@ import pytest
 from recipes.election import AsyncLeaderElection, Leadership, NotLeaderError
 from recipes.election._leadership import LEASE_RAN_OUT
 
+from ..test_async_faces import on_a_loop
 from ._member import IDENTITY, LEASE_LOW_AFTER_S, Member
 
 DEPOSED_ITSELF = f"leader deposed itself: {LEASE_RAN_OUT}"
-
-
-def on_a_loop(scenario: Callable[[], Coroutine[Any, Any, None]], within_s: float = 10) -> None:
-    """Run ``scenario`` on an event loop of its own thread; fail if the loop hangs."""
-    failed: list[BaseException] = []
-
-    def main() -> None:
-        try:
-            asyncio.run(scenario())
-        except BaseException as e:
-            failed.append(e)
-
-    loop_thread = threading.Thread(target=main, name="event-loop", daemon=True)
-    loop_thread.start()
-    loop_thread.join(within_s)
-    assert not loop_thread.is_alive(), "the event loop hangs"
-    if failed:
-        raise failed[0]
 
 
 def async_member(monkeypatch: pytest.MonkeyPatch) -> tuple[Member, AsyncLeaderElection, Any]:
