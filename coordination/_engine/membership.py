@@ -1835,7 +1835,9 @@ class GroupMembership:
             found: CoordinatorNode | None = None
             if retry is not Next.IGNORE and self._clock.monotonic() + backoff_s < deadline:
                 self._clock.sleep(backoff_s, self._clock.event())
-                found = node if retry is Next.RETRY_BACKOFF else self._coordinator_for_leave()
+                found = (
+                    node if retry is Next.RETRY_BACKOFF else self._coordinator_for_leave(deadline)
+                )
             if found is None:
                 self._log.info(
                     "%s: LeaveGroup returned %s (ignored)", self._who(), error_name(code)
@@ -1846,14 +1848,15 @@ class GroupMembership:
             )
             node = found
 
-    def _coordinator_for_leave(self) -> CoordinatorNode | None:
+    def _coordinator_for_leave(self, deadline: float) -> CoordinatorNode | None:
         """The group's coordinator, asked once for a closing member (None: no answer)."""
+        timeout_s = min(self._config.request_timeout_ms / 1000, deadline - self._clock.monotonic())
         try:
             response = self._transport.send(
                 msg.FindCoordinatorRequest(key=self._config.group_id),
                 msg.FindCoordinatorResponse,
                 coordinator=None,
-                timeout_s=self._config.request_timeout_ms / 1000,
+                timeout_s=max(0.1, timeout_s),
             )
         except TransportError:
             return None
