@@ -398,6 +398,18 @@ class GroupInspector:
         self.close()
 
 
+_NOT_READY: Final = (
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.NOT_COORDINATOR,
+)
+
+
+class _NotReady(Exception):
+    def __init__(self, error: CoordinationError) -> None:
+        self.error = error
+
+
 class _Admin:
     def __init__(self, settings: Mapping[str, Any], group_id: str = "coordination-admin") -> None:
         from ._transport.kafka import KafkaTransport
@@ -444,6 +456,21 @@ class _Admin:
         return [found[k] for k in sorted(found)]
 
     def describe(self, group_id: str) -> GroupDescription:
+        # A coordinator that is not ready yet (a fresh cluster creates __consumer_offsets on
+        # the first FindCoordinator; a moved group is still loading) is asked again, with
+        # backoff, until the request timeout: Kafka's admin client does the same.
+        deadline = time.monotonic() + self.timeout_s
+        backoff_s = self.config.retry_backoff_ms / 1000
+        while True:
+            try:
+                return self._describe_once(group_id)
+            except _NotReady as e:
+                if time.monotonic() + backoff_s >= deadline:
+                    raise e.error from None
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_ms / 1000)
+
+    def _describe_once(self, group_id: str) -> GroupDescription:
         try:
             found = self.transport.send(
                 m.FindCoordinatorRequest(key=group_id),
@@ -454,7 +481,8 @@ class _Admin:
         except TransportError as e:
             raise e.stop_error(f"group {group_id!r}: FindCoordinator") from e
         if found.error_code != ErrorCode.NONE:
-            raise broker_error(found.error_code, group_id=group_id, api="FindCoordinator")
+            error = broker_error(found.error_code, group_id=group_id, api="FindCoordinator")
+            raise _NotReady(error) if found.error_code in _NOT_READY else error
         try:
             response = self.transport.send(
                 m.DescribeGroupRequest(group_id),
@@ -465,7 +493,8 @@ class _Admin:
         except TransportError as e:
             raise e.stop_error(f"group {group_id!r}: DescribeGroups") from e
         if response.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
-            raise broker_error(response.error_code, group_id=group_id, api="DescribeGroups")
+            error = broker_error(response.error_code, group_id=group_id, api="DescribeGroups")
+            raise _NotReady(error) if response.error_code in _NOT_READY else error
         return group_description(group_id, response)
 
 

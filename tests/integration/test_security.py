@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import ssl
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -336,6 +338,32 @@ def test_consumer_over_sasl_ssl_reads_everything_and_commits(secured: Secured) -
         consumer.commit()
         committed = consumer.committed([TopicPartition("sec-in", p) for p in range(3)])
     assert all(offset is not None and offset > 0 for offset in committed.values())
+
+
+def test_the_describe_command_logs_in_from_a_kafka_command_config_file(
+    secured: Secured, tmp_path: Path
+) -> None:
+    # The properties file Kafka's own tools take (kafka-consumer-groups.sh --command-config).
+    def describe(password: str) -> subprocess.CompletedProcess[str]:
+        config = tmp_path / "client.properties"
+        config.write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+            f'required username="alice" password="{password}";\n'
+            f"ssl.truststore.type=PEM\nssl.truststore.location={secured.security.ca_file}\n"
+        )
+        return subprocess.run(
+            [sys.executable, "-m", "coordination", "describe", group(), "--command-config",
+             str(config), "--bootstrap-servers", secured.cluster.sasl_ssl_bootstrap_servers],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    # Logged in and allowed to describe: the group (a new id) does not exist.
+    answered = describe(USERS["alice"])
+    assert answered.returncode == 3 and "does not exist" in answered.stderr, answered.stderr
+    refused = describe("not-alices")
+    assert refused.returncode == 1 and "authentication failed" in refused.stderr, refused.stderr
+    assert "not-alices" not in refused.stderr
 
 
 # ---------------------------------------------------------------- typed errors, in bounded time

@@ -116,6 +116,27 @@ def test_a_group_that_exists_is_shown(
     assert capsys.readouterr().out.startswith(f"group g: {answer.state}, ")
 
 
+def test_a_coordinator_not_ready_yet_is_asked_again(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A fresh cluster answers COORDINATOR_NOT_AVAILABLE until it has created
+    # __consumer_offsets; a group that just moved is still loading.
+    cluster.transport.prepare(m.FindCoordinatorResponse(error_code=15))
+    cluster.transport.prepare(FOUND)
+    cluster.transport.prepare(m.DescribeGroupResponse(error_code=14))
+    cluster.describes(STABLE)
+    assert main(["describe", "g"]) == 0
+    assert capsys.readouterr().out.startswith("group g: Stable, ")
+    assert cluster.transport.pending() == 0
+
+
+def test_a_refusal_is_not_asked_again(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster.describes(m.DescribeGroupResponse(error_code=30))  # GROUP_AUTHORIZATION_FAILED
+    assert main(["describe", "g"]) == 1
+    assert "GROUP_AUTHORIZATION_FAILED" in capsys.readouterr().err
+    assert len(cluster.transport.requests(m.DescribeGroupRequest)) == 1
+
+
 # -- the timeline: other parties' records ------------------------------------------------
 
 
