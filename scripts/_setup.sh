@@ -9,7 +9,9 @@ for tool in python3 java mvn; do
     exit 1
   fi
 done
-if [ ! -x .venv/bin/python ]; then
+# A virtualenv whose creation was interrupted (no pip in it) is made again, not reused.
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  rm -rf .venv
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip

@@ -3,7 +3,9 @@
 Where the broker comes from, in order:
 1. ``KAFKA_BOOTSTRAP_SERVERS``, if set (an existing cluster);
 2. testcontainers' Kafka image, if a Docker engine answers;
-3. Kafka's jars from Maven Central, started as a KRaft broker on loopback.
+3. Kafka's jars from Maven Central, started as a KRaft broker on loopback: in a parallel run
+   (pytest-xdist, as ``scripts/test.sh`` runs the suite) one per version shared by every
+   worker process (tests/_shared_brokers.py), otherwise one per pytest process.
 
 The engine tests run once per Kafka version in ``KAFKA_VERSIONS`` (default: the
 newest 4.x and 3.9.x; comma-separated). A broker that cannot be started fails
@@ -55,5 +57,11 @@ def kafka(request: pytest.FixtureRequest) -> Iterator[str]:
             with container:
                 yield container.get_bootstrap_server()
             return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # A parallel run (scripts/test.sh): one broker per version for every worker.
+        from ._shared_brokers import shared_bootstrap
+
+        yield shared_bootstrap(version)
+        return
     with KafkaCluster(brokers=1, version=version) as cluster:
         yield cluster.bootstrap_servers
