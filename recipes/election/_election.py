@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Final, TypeVar
 from coordination import MemberMetrics
 from coordination._engine.clock import Clock
 from coordination._transport.base import Transport
-from coordination.errors import ConfigurationError
+from coordination.errors import ConfigurationError, CoordinationTimeoutError
 
 from .._recipe import Recipe
 from ._elector import ElectionCallbacks, Elector
@@ -307,13 +307,37 @@ class LeaderElection(Recipe):
             The leader.
 
         Raises:
-            CoordinationTimeoutError: no leader within ``timeout`` seconds.
+            CoordinationTimeoutError: no leader within ``timeout`` seconds; the message says
+                why (this member not in the group yet: the bootstrap servers and the last
+                problem, e.g. the cluster could not be reached; or no eligible member).
             DuplicateIdentityError: another member uses this member's identity.
             CoordinatorStateError: the election was closed.
             FatalBrokerError: the member stopped on an error a person must fix.
+            ConnectionFailedError: the cluster refuses these settings (SASL, TLS).
         """
         self.start()
-        return self._wait(self._leader_or_problem, timeout, "a leader to be elected")
+        return self._wait(self._leader_or_problem, timeout, self._why_no_leader)
+
+    def _why_no_leader(self) -> str:
+        """What a timed-out :meth:`wait_for_leader` waited for, and why it did not come."""
+        member = self._member
+        servers = member.config.connection.get("bootstrap_servers")
+        try:
+            member.ensure_active_group(timeout=0)
+        except CoordinationTimeoutError as e:
+            # The member's own account: the servers could not be reached (and why), or its
+            # state, coordinator and last problem.
+            cause = str(e).split(" not stable after 0s", 1)[-1].strip(":; ")
+            if str(servers) in cause:  # "the bootstrap servers ... could not be reached (...)"
+                return f"a leader to be elected: this member is not in the group yet: {cause}"
+            return (
+                f"a leader to be elected: this member is not in the group yet (bootstrap "
+                f"servers {servers!r}; {cause.strip('()')})"
+            )
+        return (
+            "a leader to be elected: this member is in the group, whose last election named "
+            "no leader (is any member eligible?)"
+        )
 
     def set_eligible(self, eligible: bool) -> None:
         """Enter or leave the running. A leader that becomes ineligible is deposed first.

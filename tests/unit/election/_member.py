@@ -116,8 +116,10 @@ class Member:
         self.election = made if isinstance(made, LeaderElection) else made.election
         self.engine = self.election.coordinator._engine
         self.engine.resolve_protocol_type()
-        # The test drives the member's steps itself: start() must not start its threads.
+        # The test drives the member's steps itself: start() must not start its threads
+        # (nor may anything the election asks of its member, e.g. ensure_active_group).
         self.election._started = True
+        setattr(self.engine, "start", lambda: None)  # noqa: B010
         self.broker.prepare(NODE)
         self.generation = 0
 

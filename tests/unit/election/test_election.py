@@ -14,8 +14,9 @@ import time
 import pytest
 
 from coordination.errors import CoordinationTimeoutError, CoordinatorStateError
+from coordination.testing import ManualClock, ScriptedTransport, TransportError
 from coordination.testing import messages as m
-from recipes.election import DuplicateIdentityError, LeaderInfo, NotLeaderError
+from recipes.election import DuplicateIdentityError, LeaderElection, LeaderInfo, NotLeaderError
 from recipes.election._elector import ElectionCallbacks
 from recipes.election._leadership import LEASE_RAN_OUT
 from recipes.election._wire import Candidate, Outcome, encode_candidate
@@ -78,6 +79,8 @@ def test_an_observer_never_leads() -> None:
     assert a.advertised == [Candidate(IDENTITY, eligible=False)]
     assert a.election.leader() is None and not a.election.is_leader
     assert a.events == []
+    with pytest.raises(CoordinationTimeoutError, match="last election named no leader"):
+        a.election.wait_for_leader(timeout=0)
 
 
 def test_a_leader_keeps_leadership_and_token_when_a_better_candidate_joins() -> None:
@@ -256,6 +259,30 @@ def test_waits_name_what_they_waited_for_and_a_duplicate_identity_is_raised() ->
         a.election.wait_for_leader(timeout=0)
     with pytest.raises(DuplicateIdentityError):
         a.election.run(lambda leadership: None, timeout=0)
+
+
+def test_waiting_for_a_leader_of_an_unreachable_cluster_names_the_servers_and_the_cause() -> None:
+    transport = ScriptedTransport()
+    clock = ManualClock()
+    election = LeaderElection(
+        "g", identity="a", bootstrap_servers="x:1", transport=transport, clock=clock
+    )
+    engine = election.coordinator._engine
+    engine.resolve_protocol_type()
+    election._started = True  # the test drives the member's steps: no threads
+    setattr(engine, "start", lambda: None)  # noqa: B010
+    cause = "cannot reach bootstrap servers ['x:1']: x:1: connection refused"
+    for _ in range(50):  # more than fit in the deadline
+        transport.prepare(TransportError(cause), response_type=m.FindCoordinatorResponse)
+    assert not engine.ensure_coordinator_ready(deadline=clock.now + 2)
+
+    with pytest.raises(CoordinationTimeoutError) as raised:
+        election.wait_for_leader(timeout=0)
+    assert str(raised.value) == (
+        "election of group 'g': timed out after 0s waiting for a leader to be elected: this "
+        "member is not in the group yet: the bootstrap servers x:1 could not be reached "
+        f"(FindCoordinator failed: {cause}); the member keeps trying"
+    )
 
 
 def test_close_deposes_the_leader_then_leaves_the_group() -> None:
