@@ -49,6 +49,7 @@ class Cluster:
     def __init__(self) -> None:
         self.transport = ScriptedTransport()
         self.connections: list[dict[str, Any]] = []
+        self.client_ids: list[str] = []
         self.timeline: list[bytes] = []
 
     def describes(self, *answers: m.DescribeGroupResponse) -> None:
@@ -63,6 +64,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
 
     def transport(**kwargs: Any) -> ScriptedTransport:
         scripted.connections.append(kwargs["connection"])
+        scripted.client_ids.append(kwargs["client_id"])
         scripted.transport.closed = False
         return scripted.transport
 
@@ -247,6 +249,32 @@ def test_a_command_config_file_gives_the_security_settings(
         }
     ]
     assert capsys.readouterr().err == ""
+
+
+def test_a_pem_keystore_gives_the_client_certificate_and_key(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    pem = "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n"
+    (tmp_path / "client.pem").write_text(pem)  # Kafka's PEM keystore: key and chain in one
+    config = _properties(
+        tmp_path,
+        f"security.protocol=SSL\nssl.keystore.location={tmp_path / 'client.pem'}\n"
+        "ssl.key.password=k\\u00e9y\nssl.endpoint.identification.algorithm=https\n"
+        "client.id=ops-console\nrequest.timeout.ms=5000\n",
+    )
+    cluster.describes(STABLE)
+    assert main(["describe", "g", "--command-config", config]) == 0
+    assert cluster.client_ids == ["ops-console"]
+    assert cluster.connections == [{
+        "bootstrap_servers": "localhost:9092",
+        "security_protocol": "SSL",
+        "ssl_certfile": str(tmp_path / "client.pem"),
+        "ssl_keyfile": str(tmp_path / "client.pem"),
+        "ssl_password": "k\u00e9y",
+        "ssl_check_hostname": True,
+    }]
+    (sent,) = [s for s in cluster.transport.sent if isinstance(s.request, m.FindCoordinatorRequest)]
+    assert sent.timeout_s == 5.0
 
 
 def test_flags_override_the_file_and_a_plain_login_works(
