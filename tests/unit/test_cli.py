@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from coordination import RebalanceRecord
+from coordination import RebalanceRecord, rebalance_timeline
 from coordination.__main__ import NO_SUCH_GROUP, PASSWORD_VARIABLE, main
 from coordination._protocol import messages as m
 from coordination._transport import kafka, wakeups
+from coordination.errors import ConfigurationError
 from coordination.testing import ScriptedTransport
 
 FOUND = m.FindCoordinatorResponse(error_code=0, node_id=1, host="h", port=9092)
@@ -391,3 +392,12 @@ def test_a_command_config_that_cannot_be_read_is_named(
     binary.write_bytes(b"security.protocol=\xff\xfe\n")
     assert main(["groups", "--command-config", str(binary)]) == 1
     assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("since_s", [float("nan"), float("inf"), -1.0, True, "3600"])
+def test_the_timeline_api_refuses_a_span_that_is_not_finite_seconds(
+    cluster: Cluster, since_s: Any
+) -> None:
+    with pytest.raises(ConfigurationError, match="since_s must be a"):
+        rebalance_timeline("g", since_s=since_s, bootstrap_servers="localhost:9092")
+    assert cluster.connections == []  # refused before connecting
