@@ -10,7 +10,12 @@ lazily, so the rest of the package works without it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
+import logging
 import os
+import pwd
+import re
 import shutil
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -177,7 +182,13 @@ def spark_session(
 
     The session gets Spark's Kafka source and, when ``delta-spark`` is
     installed, Delta Lake (:func:`spark_packages`, added to any
-    ``spark.jars.packages`` in ``conf``).
+    ``spark.jars.packages`` in ``conf``). Spark resolves them into its Ivy
+    directory (``spark.jars.ivy``, default ``~/.ivy2.5.2``) when the JVM
+    starts; until one start has succeeded with these packages there, starts
+    take a lock file in that directory one at a time, because JVMs resolving
+    into one empty cache at once read each other's half-written files and fail
+    (several workers started together on a fresh machine). Once the cache is
+    warm, starts run at once.
 
     Defaults: ``spark.driver.memory`` and ``spark.executor.memory`` 512m,
     ``spark.sql.shuffle.partitions`` 4, the web UI and the console progress bar
@@ -221,7 +232,7 @@ def spark_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = _get_or_create(builder, settings)
     spark.sparkContext.setLogLevel("WARN")
     # The worker gives Spark's Kafka source a fixed group id (so its consumers are reused);
     # the source warns about that on every read, which would be a line per batch.
@@ -233,6 +244,64 @@ def spark_session(
             jvm.org.apache.logging.log4j.Level.ERROR,
         )
     return spark
+
+
+log = logging.getLogger("recipes.pipeline")
+
+# In the Ivy directory: held while a JVM resolves packages into a cold cache, and the mark
+# that one start with a set of packages succeeded there (its name ends in their hash).
+_RESOLVE_LOCK: Final = ".coordination-resolve.lock"
+_RESOLVED_MARK: Final = ".coordination-resolved-"
+
+
+def _get_or_create(builder: SparkSession.Builder, settings: Mapping[str, Any]) -> SparkSession:
+    """``builder.getOrCreate()``, one process at a time while the packages are not cached.
+
+    Ivy's cache is not safe for concurrent resolution: two JVMs downloading into
+    an empty one at once read each other's half-written descriptors
+    (``ivy-<version>.xml.original (No such file or directory)``) and report
+    artifacts as not found. The first start under the lock fills the cache and
+    marks it; processes that waited find the mark and start at once (at the
+    same time as each other: resolution from a warm cache only reads it).
+    """
+    packages = str(settings.get("spark.jars.packages", "")).strip()
+    if not packages:
+        return builder.getOrCreate()
+    ivy = _ivy_dir(settings)
+    mark = ivy / (_RESOLVED_MARK + hashlib.sha256(packages.encode()).hexdigest()[:16])
+    if mark.exists():
+        return builder.getOrCreate()
+    ivy.mkdir(parents=True, exist_ok=True)
+    with open(ivy / _RESOLVE_LOCK, "a+b") as lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process resolving Spark's packages into %s", ivy)
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        if not mark.exists():
+            spark = builder.getOrCreate()
+            mark.write_text(packages + "\n")
+            return spark
+    return builder.getOrCreate()
+
+
+def _ivy_dir(settings: Mapping[str, Any]) -> Path:
+    """The Ivy directory Spark resolves packages into: ``spark.jars.ivy`` or Spark's default."""
+    configured = str(settings.get("spark.jars.ivy", "")).strip()
+    if configured:
+        return Path(configured).expanduser()
+    # Spark's default is <user.home>/.ivy2.5.2. The JVM's user.home is the account's home
+    # from the password database, not $HOME, unless the JVM options in the environment set
+    # it (_JAVA_OPTIONS is applied last, so it wins; JAVA_TOOL_OPTIONS first).
+    for variable in ("_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS"):
+        given = re.findall(r"-Duser\.home=(\S+)", os.environ.get(variable, ""))
+        if given:
+            return Path(given[-1]) / ".ivy2.5.2"
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        home = str(Path.home())
+    return Path(home) / ".ivy2.5.2"
 
 
 def records_dataframe(
@@ -318,7 +387,8 @@ def spark_packages() -> list[str]:
     Spark's Kafka source (``spark-sql-kafka-0-10``) always, and Delta Lake
     (``delta-spark``) when the ``delta-spark`` Python package is installed.
     Spark resolves them from Maven Central on the first start and caches them
-    (``~/.ivy2.5.2``); on a cluster the driver ships them to the executors.
+    (``~/.ivy2.5.2``; :func:`spark_session` lets one process at a time resolve
+    into a cold cache); on a cluster the driver ships them to the executors.
     """
     import importlib.metadata
 
