@@ -430,6 +430,7 @@ class PipelineWorker:
                 stage_many(
                     self._spark, output, [empty], self.kafka_options, self.pipeline, owner="warm-up"
                 )
+            output.close()  # its job run's lock file goes with the scratch directory
 
     def run(self, stop: threading.Event) -> None:
         """Fetch and process batches until ``stop`` is set (call :meth:`start` first).
