@@ -135,8 +135,10 @@ def run_demo(
     ]
     try:
         say(f"starting {workers} workers (a Spark JVM each, {master}); logs in {root / 'logs'}")
+        # On a fresh machine the first worker downloads Spark's packages (about 100 MB) while
+        # the others wait for it (see spark_session): minutes on a slow link or busy machine.
         for w in procs:
-            w.wait_for("started", timeout=240)
+            w.wait_for("started", timeout=900)
         # Settled: every worker has a share and together they own every partition
         # once (the first to join briefly owns everything).
         _wait(
