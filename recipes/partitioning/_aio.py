@@ -5,7 +5,6 @@ rebalance listener whose callbacks may be coroutines (see ``recipes/_aio.py``)."
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
@@ -17,7 +16,7 @@ from coordination import OffsetAndMetadata
 from coordination.errors import CoordinatorStateError
 
 from .._aio import LoopBridge
-from ._consumer import Consumer, ConsumerMetrics
+from ._consumer import Consumer, ConsumerMetrics, _Delivery
 from ._listener import RebalanceListener
 from .protocol import TopicPartition
 
@@ -84,8 +83,6 @@ class AsyncConsumer:
         self._fetching = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"async-consumer-fetch|{group_id}"
         )
-        # Fetched, not handed out yet by getone (getmany returns whole batches).
-        self._pending: collections.deque[Any] = collections.deque()
         self.consumer = Consumer(group_id, listener=_OnTheLoop(self._bridge, listener), **kwargs)
 
     # ------------------------------------------------------------------ lifecycle
@@ -115,31 +112,51 @@ class AsyncConsumer:
 
     # ------------------------------------------------------------------ records
 
-    async def getmany(self, timeout_ms: int = 1000) -> dict[TopicPartition, list[Any]]:
+    async def getmany(
+        self, timeout_ms: int = 1000, *, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]:
         """Records of owned, unpaused partitions, waited for up to ``timeout_ms`` (as
-        :meth:`Consumer.poll`)."""
-        if self._pending:  # what getone fetched and has not handed out yet comes first
-            held: dict[TopicPartition, list[Any]] = {}
-            while self._pending:
-                record = self._pending.popleft()
-                held.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
-            return held
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._fetching, self.consumer.poll, timeout_ms)
+        :meth:`Consumer.poll`, with the same rules: each partition's records from its
+        position on, none of a paused, revoked or lost partition).
 
-    async def getone(self) -> Any:
-        """The next record (waits as long as it takes).
+        The positions (what :meth:`commit` commits) move past the records only once this
+        call returns them. If it is cancelled, even after the fetch thread took them, no
+        record is lost: the next call returns them again.
+
+        Args:
+            timeout_ms: how long to wait when no record is ready.
+            max_records: return at most this many; the others stay fetched, and are not
+                committed, until a call returns them.
 
         Raises:
             CoordinatorStateError: the consumer was closed.
         """
-        while not self._pending:
-            for records in (await self.getmany()).values():
-                self._pending.extend(records)
-        return self._pending.popleft()
+        delivery = _Delivery()
+        future = self._fetching.submit(self.consumer._poll, timeout_ms, max_records, delivery)
+        try:
+            records = await asyncio.wrap_future(future)
+        except BaseException:
+            # Cancelled (the poll may have run, or still be running, on the fetch thread),
+            # or the poll failed: whatever it took is given back before the next poll,
+            # commit or position reads the positions. Never waits for the lock.
+            self.consumer._deliver(delivery, handed=False)
+            raise
+        self.consumer._deliver(delivery, handed=True)
+        return records
+
+    async def getone(self) -> Any:
+        """The next record (waits as long as it takes); the position moves past it only
+        now, so :meth:`commit` covers exactly the records returned so far.
+
+        Raises:
+            CoordinatorStateError: the consumer was closed.
+        """
+        while True:
+            for records in (await self.getmany(max_records=1)).values():
+                return records[0]
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        """Records one by one, until :meth:`close`."""
+        """Records one by one (as :meth:`getone`), until :meth:`close`."""
         while True:
             try:
                 record = await self.getone()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import itertools
 import logging
 import math
 import re
@@ -224,6 +226,22 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         # Each owned partition's end as the fetcher last reported it (for metrics()).
         self._ends: dict[TopicPartition, int] = {}
+        # Fetched after the next offset to return, not returned yet (a poll's max_records
+        # was reached): the fetcher's position is past them, self._positions is not. Only
+        # for partitions in self._fetching; dropped whenever the fetcher is sought.
+        self._held: dict[TopicPartition, list[Any]] = {}
+        # Returned to a caller that may yet refuse them (see _Delivery): the offset after
+        # them, where the next poll goes on. self._positions moves there only once the
+        # caller confirms they were handed out.
+        self._reserved: dict[TopicPartition, int] = {}
+        # Changed whenever a partition's position is set other than by returning records
+        # (seek, assignment, revocation): a delivery of an older epoch moves nothing.
+        self._epochs: dict[TopicPartition, int] = {}
+        self._epoch = itertools.count()
+        # Deliveries confirmed or refused, appended without the lock (from an event loop,
+        # which must never wait for it) and applied under it (_settle) before anything
+        # reads or moves a position.
+        self._settled: collections.deque[_Delivery] = collections.deque()
         # Revoked (once the listener returned) or lost (from the start), not cleaned up yet:
         # poll() returns none of their records. Set by the membership thread without
         # self._lock (rebinding a frozenset is atomic), so that it takes effect at once even
@@ -296,8 +314,17 @@ class Consumer:
         """The partitions this consumer owns now."""
         return self._group.owned()
 
-    def poll(self, timeout_ms: int = 1000) -> dict[TopicPartition, list[Any]]:
+    def poll(
+        self, timeout_ms: int = 1000, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]:
         """Records of owned, unpaused partitions, fetched within ``timeout_ms``.
+
+        Args:
+            timeout_ms: how long to wait when no record is ready.
+            max_records: return at most this many (default: all that were fetched, up
+                to the fetcher's ``max_poll_records``). The others stay fetched for the
+                next polls; positions move past the returned records only, so
+                :meth:`commit` never covers a record that was not returned.
 
         Returns:
             kafka-python ``ConsumerRecord`` lists by partition, possibly empty.
@@ -306,7 +333,19 @@ class Consumer:
             CoordinatorStateError: the consumer was closed.
             ConnectionFailedError: the fetcher cannot reach the cluster (see :meth:`start`).
             BrokerError: the broker refused the fetch (e.g. TOPIC_AUTHORIZATION_FAILED).
+            ValueError: ``max_records`` is not a positive int.
         """
+        return self._poll(timeout_ms, max_records, None)
+
+    def _poll(
+        self, timeout_ms: int, max_records: int | None, delivery: _Delivery | None
+    ) -> dict[TopicPartition, list[Any]]:
+        """:meth:`poll`; with a ``delivery``, the returned records are reserved for it,
+        and the positions move past them once it is confirmed (see :class:`_Delivery`)."""
+        if max_records is not None and (
+            isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
+        ):
+            raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
         if not self._started:
             self.start()
         deadline = self._clock.monotonic() + timeout_ms / 1000
@@ -316,6 +355,12 @@ class Consumer:
                     raise CoordinatorStateError(
                         f"consumer of group {self._group.group_id!r} is closed"
                     )
+                self._settle()
+                if delivery is not None and delivery.outcome is not None:
+                    return {}  # its caller is gone: take nothing for it
+                result = self._take(max_records, delivery)
+                if result:
+                    return result
                 # Rounded up: a slice rounded down to 0 ms would never reach the deadline
                 # on a clock that moves only as the fetcher waits (a simulated one).
                 left_ms = math.ceil((deadline - self._clock.monotonic()) * 1000)
@@ -325,30 +370,113 @@ class Consumer:
                 except (kafka_errors.KafkaError, OSError) as e:  # a deserializer's own errors pass
                     raise self._fetcher_error(e, "Fetch") from e
                 owned = self._group.owned()
-                result: dict[TopicPartition, list[Any]] = {}
                 for ktp, batch in fetched.items():
                     tp = TopicPartition(ktp.topic, ktp.partition)
                     records = list(batch)
-                    position = self._positions.get(tp)
-                    if (
-                        not records
-                        or tp not in owned
-                        or tp not in self._fetching
-                        or tp in self._paused
-                        or tp in self._withdrawn
-                        or position is None
-                    ):
+                    if not records or not self._returnable(tp, owned):
                         # Revoked or paused while the fetch was in flight. Not returned, so
                         # self._positions stays; the fetcher starts there again on resume.
                         continue
-                    if records[0].offset < position:  # already returned: never twice
-                        records = [r for r in records if r.offset >= position]
-                        if not records:
-                            continue
-                    result[tp] = records
-                    self._positions[tp] = records[-1].offset + 1
+                    held = self._held.get(tp)
+                    after = held[-1].offset + 1 if held else self._next(tp)
+                    if records[0].offset < after:  # returned or held already: never twice
+                        records = [r for r in records if r.offset >= after]
+                    if records:
+                        self._held.setdefault(tp, []).extend(records)
+                if delivery is not None and delivery.outcome is not None:
+                    return {}  # refused meanwhile: what was fetched stays held
+                result = self._take(max_records, delivery)
             if result or self._clock.monotonic() >= deadline:
                 return result
+
+    def _returnable(self, tp: TopicPartition, owned: frozenset[TopicPartition]) -> bool:
+        """Whether ``tp``'s records may be returned now (under the lock)."""
+        return (
+            tp in owned
+            and tp in self._fetching
+            and tp not in self._paused
+            and tp not in self._withdrawn
+            and tp in self._positions
+        )
+
+    def _next(self, tp: TopicPartition) -> int:
+        """The offset of the next record to return for (positioned) ``tp``."""
+        return self._reserved.get(tp, self._positions[tp])
+
+    def _take(
+        self, max_records: int | None, delivery: _Delivery | None
+    ) -> dict[TopicPartition, list[Any]]:
+        """Up to ``max_records`` held records, returned (under the lock): the positions
+        move past them, or, for a ``delivery``, they are reserved for it."""
+        if not self._held:
+            return {}
+        owned = self._group.owned()
+        left = math.inf if max_records is None else max_records
+        result: dict[TopicPartition, list[Any]] = {}
+        for tp in list(self._held):
+            if left <= 0:
+                break
+            if not self._returnable(tp, owned):
+                # Lost (the membership thread says so without the lock) or withdrawn: not
+                # one more record. The fetcher is sought when the partition is kept.
+                del self._held[tp]
+                continue
+            held = self._held.pop(tp)
+            n = len(held) if left >= len(held) else int(left)
+            records, rest = held[:n], held[n:]
+            if rest:  # at the end, so the next take starts with another partition
+                self._held[tp] = rest
+            left -= n
+            result[tp] = records
+            end = records[-1].offset + 1
+            if delivery is None:
+                self._positions[tp] = end
+                self._reserved.pop(tp, None)
+            else:
+                self._reserved[tp] = end
+                delivery.spans[tp] = (self._epochs.get(tp, -1), records)
+        return result
+
+    def _settle(self) -> None:
+        """Apply the deliveries confirmed or refused since (under the lock).
+
+        Confirmed: the positions move past their records, if nothing moved them since (a
+        seek, a revocation) and no refused delivery before them left a gap: then their
+        records are returned again rather than skipped. Refused: the next poll goes on
+        from their first record again (held again when nothing was returned after them,
+        else fetched again).
+        """
+        while self._settled:
+            delivery = self._settled.popleft()
+            for tp, (epoch, records) in delivery.spans.items():
+                if self._epochs.get(tp) != epoch or tp not in self._positions:
+                    continue  # sought, revoked or lost since: the records are moot
+                first, end = records[0].offset, records[-1].offset + 1
+                position = self._positions[tp]
+                if delivery.outcome == "handed":
+                    if first <= position < end:
+                        self._positions[tp] = end
+                    if self._reserved.get(tp, end) <= self._positions[tp]:
+                        self._reserved.pop(tp, None)
+                    continue
+                if self._next(tp) <= first:
+                    continue  # returned again already
+                if self._reserved.get(tp) == end and tp in self._fetching:
+                    self._held[tp] = records + self._held.get(tp, [])
+                else:  # records after them were returned: fetch from them again
+                    self._held.pop(tp, None)
+                    if tp in self._fetching and self._fetcher is not None:
+                        self._fetcher.seek(tp, max(first, position))
+                if first <= position:
+                    self._reserved.pop(tp, None)
+                else:
+                    self._reserved[tp] = first
+
+    def _deliver(self, delivery: _Delivery, handed: bool) -> None:
+        """Confirm or refuse ``delivery``: safe from any thread, never waits (the lock's
+        holder applies it before the next poll, commit or position)."""
+        delivery.outcome = "handed" if handed else "refused"
+        self._settled.append(delivery)
 
     def __iter__(self) -> Iterator[Any]:
         """Records one by one, forever (until :meth:`close`)."""
@@ -376,6 +504,7 @@ class Consumer:
                 rebalance or an expired session); nothing was committed.
         """
         with self._lock:
+            self._settle()
             owned = self._group.owned()
             generation: Generation = self._group.generation()
             if offsets is None:
@@ -469,6 +598,7 @@ class Consumer:
         sent; nothing is raised for a partition the fetcher does not read.
         """
         with self._lock:
+            self._settle()
             owned = self._group.owned()
             positions = {tp: self._positions.get(tp) for tp in sorted(owned)}
             highwater = getattr(self._fetcher, "highwater", None)
@@ -498,6 +628,7 @@ class Consumer:
             position is not established yet.
         """
         with self._lock:
+            self._settle()
             tp = TopicPartition(*partition)
             return self._positions.get(tp) if tp in self._group.owned() else None
 
@@ -521,7 +652,9 @@ class Consumer:
                     f"group {self._group.group_id!r}: cannot seek {tp.topic}-{tp.partition}: "
                     "this consumer does not own it (revoked or lost in a rebalance)"
                 )
+            self._settle()
             self._positions[tp] = offset
+            self._moved(tp)
             self._unpositioned.discard(tp)
             self._reassign_fetcher()
             if tp in self._fetching and self._fetcher is not None:
@@ -551,6 +684,7 @@ class Consumer:
                 for tp in partitions:
                     self._positions.pop(tp, None)
                     self._ends.pop(tp, None)
+                    self._moved(tp)
                 self._reassign_fetcher(resync=True)
 
     def _assigned(self, partitions: frozenset[TopicPartition]) -> None:
@@ -581,6 +715,7 @@ class Consumer:
                         self._positions[tp] = (
                             om.offset if om is not None else self._reset_position(tp)
                         )
+                        self._moved(tp)
                 except BaseException:
                     # Not fetched until a retry establishes where to start.
                     for tp in todo:
@@ -624,6 +759,8 @@ class Consumer:
         if self._fetcher is None or self._closed:
             return
         wanted = (frozenset(self._positions) - self._paused - self._announcing) | extra
+        for tp in [tp for tp in self._held if tp not in wanted]:
+            del self._held[tp]  # fetched again from its position when fetched again
         if wanted != self._fetching:
             added = wanted - self._fetching
             # Kept partitions keep their fetch state (and what was fetched) in kafka-python.
@@ -632,9 +769,16 @@ class Consumer:
         else:
             added = frozenset()
         for tp in sorted(wanted if resync else added):
-            position = self._positions.get(tp)
-            if position is not None:
-                self._fetcher.seek(tp, position)
+            if tp in self._positions:
+                self._held.pop(tp, None)
+                self._fetcher.seek(tp, self._next(tp))
+
+    def _moved(self, tp: TopicPartition) -> None:
+        """``tp``'s position was set (or dropped) other than by returning records: what
+        was held or reserved for it is moot."""
+        self._held.pop(tp, None)
+        self._reserved.pop(tp, None)
+        self._epochs[tp] = next(self._epoch)
 
     def _fetcher_error(self, e: Exception, doing: str) -> CoordinationError:
         """A kafka-python error of the fetcher as this library's, saying what to do."""
@@ -670,6 +814,23 @@ class Consumer:
             "from this host, with the right security_protocol, ssl_* and sasl_* settings "
             "(bootstrap_timeout_ms says how long to wait for them)"
         )
+
+
+class _Delivery:
+    """The records one poll returns to a caller that may not take them: the asyncio face,
+    whose ``getmany`` may be cancelled after its poll ran on the fetch thread.
+
+    They are reserved, not handed out: the positions (and so :meth:`Consumer.commit`) move
+    past them only once the caller confirms (``Consumer._deliver(delivery, True)``); a
+    refusal gives them back to the next poll. Neither waits for the consumer's lock.
+    """
+
+    __slots__ = ("outcome", "spans")
+
+    def __init__(self) -> None:
+        # Set by _take: each partition's epoch then and the records reserved.
+        self.spans: dict[TopicPartition, tuple[int, list[Any]]] = {}
+        self.outcome: str | None = None  # "handed" or "refused", set once by the caller
 
 
 class _Handover(RebalanceListener):
