@@ -195,25 +195,29 @@ class AsyncConsumer:
         """The partitions this consumer owns now."""
         return self.consumer.assignment()
 
+    # These never wait for the consumer's lock (a commit holds it for a round trip).
+
     def position(self, partition: TopicPartition) -> int | None:
-        """As :meth:`Consumer.position`."""
-        return self.consumer.position(partition)
+        """As :meth:`Consumer.position`: the offset after the last record handed out."""
+        return self.consumer._position_now(partition)
 
     def pause(self, *partitions: TopicPartition) -> None:
-        """As :meth:`Consumer.pause`."""
-        self.consumer.pause(*partitions)
+        """As :meth:`Consumer.pause`: no record of these is handed out from the next
+        :meth:`getone` or :meth:`getmany` on."""
+        self.consumer._pause_soon(partitions, pause=True)
 
     def resume(self, *partitions: TopicPartition) -> None:
-        """As :meth:`Consumer.resume`."""
-        self.consumer.resume(*partitions)
+        """As :meth:`Consumer.resume`: from the next call on, from the position."""
+        self.consumer._pause_soon(partitions, pause=False)
 
     def paused(self) -> frozenset[TopicPartition]:
-        """As :meth:`Consumer.paused`."""
-        return self.consumer.paused()
+        """As :meth:`Consumer.paused` (pauses asked for included)."""
+        return self.consumer._paused_now()
 
     def metrics(self) -> ConsumerMetrics:
-        """As :meth:`Consumer.metrics` (no request is sent)."""
-        return self.consumer.metrics()
+        """As :meth:`Consumer.metrics` (no request is sent); if the consumer is busy (a
+        commit, a fetch slice), the lag is computed from the ends last seen."""
+        return self.consumer._metrics_now()
 
 
 class _OnTheLoop(RebalanceListener):

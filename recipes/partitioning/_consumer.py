@@ -241,7 +241,7 @@ class Consumer:
         # Deliveries confirmed or refused, appended without the lock (from an event loop,
         # which must never wait for it) and applied under it (_settle) before anything
         # reads or moves a position.
-        self._settled: collections.deque[_Delivery] = collections.deque()
+        self._settled: collections.deque[_Delivery | _Pausing] = collections.deque()
         # Revoked (once the listener returned) or lost (from the start), not cleaned up yet:
         # poll() returns none of their records. Set by the membership thread without
         # self._lock (rebinding a frozenset is atomic), so that it takes effect at once even
@@ -383,6 +383,7 @@ class Consumer:
                         records = [r for r in records if r.offset >= after]
                     if records:
                         self._held.setdefault(tp, []).extend(records)
+                self._settle()  # a pause asked for meanwhile applies to what was fetched
                 if delivery is not None and delivery.outcome is not None:
                     return {}  # refused meanwhile: what was fetched stays held
                 result = self._take(max_records, delivery)
@@ -448,6 +449,9 @@ class Consumer:
         """
         while self._settled:
             delivery = self._settled.popleft()
+            if isinstance(delivery, _Pausing):
+                self._apply_pausing(delivery)
+                continue
             for tp, (epoch, records) in delivery.spans.items():
                 if self._epochs.get(tp) != epoch or tp not in self._positions:
                     continue  # sought, revoked or lost since: the records are moot
@@ -477,6 +481,81 @@ class Consumer:
         holder applies it before the next poll, commit or position)."""
         delivery.outcome = "handed" if handed else "refused"
         self._settled.append(delivery)
+        self._settle_if_free()
+
+    def _settle_if_free(self) -> None:
+        """Apply what was confirmed, refused or asked for now if the lock is free; else its
+        holder, or the next poll, commit or position, does. Never waits."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._settle()
+            finally:
+                self._lock.release()
+
+    # An event loop must never wait for the consumer's lock (a commit holds it for a round
+    # trip, a poll for a fetch slice): the asyncio face asks for pauses through the queue
+    # of settled deliveries and reads without the lock. Each reader copies the queue
+    # before the state: what it sees applied twice is idempotent, nothing is missed.
+
+    def _pause_soon(self, partitions: Iterable[TopicPartition], pause: bool) -> None:
+        """:meth:`pause` (or :meth:`resume`) without waiting: applied before the next poll
+        takes a record."""
+        self._settled.append(_Pausing(frozenset(TopicPartition(*tp) for tp in partitions), pause))
+        self._settle_if_free()
+
+    def _apply_pausing(self, pausing: _Pausing) -> None:
+        if pausing.pause:
+            self._paused |= pausing.partitions & self._group.owned()
+        else:
+            self._paused -= pausing.partitions
+        self._reassign_fetcher()
+
+    def _paused_now(self) -> frozenset[TopicPartition]:
+        """:meth:`paused` without waiting, pauses asked for included."""
+        asked = list(self._settled)
+        paused = set(self._paused)
+        owned = self._group.owned()
+        for item in asked:
+            if isinstance(item, _Pausing):
+                if item.pause:
+                    paused |= item.partitions & owned
+                else:
+                    paused -= item.partitions
+        return frozenset(paused)
+
+    def _position_now(self, partition: TopicPartition) -> int | None:
+        """:meth:`position` without waiting, confirmed deliveries included."""
+        tp = TopicPartition(*partition)
+        settled = list(self._settled)
+        position = self._positions.get(tp)
+        epoch = self._epochs.get(tp)
+        if position is None or tp not in self._group.owned():
+            return None
+        for item in settled:
+            if isinstance(item, _Delivery) and item.outcome == "handed" and tp in item.spans:
+                span_epoch, records = item.spans[tp]
+                if span_epoch == epoch and records[0].offset <= position <= records[-1].offset:
+                    position = records[-1].offset + 1
+        return position
+
+    def _metrics_now(self) -> ConsumerMetrics:
+        """:meth:`metrics` without waiting: when the lock is busy, the lag from the ends
+        last seen."""
+        if self._lock.acquire(blocking=False):
+            try:
+                return self.metrics()
+            finally:
+                self._lock.release()
+        owned = sorted(self._group.owned())
+        ends = dict(self._ends)
+        positions = {tp: self._position_now(tp) for tp in owned}
+        lag: dict[TopicPartition, int | None] = {}
+        for tp, position in positions.items():
+            end = ends.get(tp)
+            lag[tp] = None if end is None or position is None else max(0, end - position)
+        return ConsumerMetrics(
+            member=self._group.metrics(), positions=positions, lag=lag, paused=self._paused_now()
+        )
 
     def __iter__(self) -> Iterator[Any]:
         """Records one by one, forever (until :meth:`close`)."""
@@ -814,6 +893,14 @@ class Consumer:
             "from this host, with the right security_protocol, ssl_* and sasl_* settings "
             "(bootstrap_timeout_ms says how long to wait for them)"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Pausing:
+    """A pause (or resume) asked for without waiting for the consumer's lock."""
+
+    partitions: frozenset[TopicPartition]
+    pause: bool
 
 
 class _Delivery:

@@ -10,8 +10,9 @@ Each scenario runs on an event loop of its own thread and fails if the loop hang
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from coordination.testing import ManualClock, ScriptedTransport
 from coordination.testing import messages as m
 from recipes.partitioning import AsyncConsumer, InMemoryTopicMetadata, RangeAssignor
+from recipes.partitioning._consumer import _Delivery
 
 from .test_consumer_positions import FakeFetcher, Harness, Record, T, committed, tp
 
@@ -241,3 +243,47 @@ def test_seek_takes_effect_on_the_next_getone() -> None:
         assert h.aio.position(tp(0)) == 1
 
     on_a_loop(h, scenario)
+
+
+@contextlib.contextmanager
+def lock_busy(h: AsyncHarness) -> Iterator[None]:
+    """The consumer's lock held by another thread (a commit's round trip) meanwhile; fails
+    if the body waited for it (the holder gives up after 5 s)."""
+    held, release, outcome = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        with h.consumer._lock:
+            held.set()
+            outcome.append(release.wait(5))
+
+    holder = threading.Thread(target=hold, name="committing")
+    holder.start()
+    assert held.wait(5)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join(5)
+    assert outcome == [True], "the body waited for the consumer's lock"
+
+
+def test_the_loops_calls_never_wait_for_the_consumers_lock() -> None:
+    h = AsyncHarness().owning(p0=10, p1=20)
+    h.fetcher.to_return = {**records(0, 10, 10), **records(1, 20, 2)}
+    delivery = _Delivery()  # as getone's, whose result reaches the loop while...
+    assert offsets(h.consumer._poll(0, 1, delivery)) == {tp(0): [10]}
+    with lock_busy(h):  # ...a commit holds the lock
+        h.consumer._deliver(delivery, handed=True)
+        assert h.aio.position(tp(0)) == 11
+        h.aio.pause(tp(0))
+        assert h.aio.paused() == {tp(0)}
+        metrics = h.aio.metrics()
+        assert metrics.positions == {tp(0): 11, tp(1): 20} and metrics.paused == {tp(0)}
+    # Applied before the next poll hands anything out.
+    assert offsets(h.consumer._poll(0, None, None)) == {tp(1): [20, 21]}
+    assert h.consumer.position(tp(0)) == 11 and h.consumer.paused() == {tp(0)}
+    with lock_busy(h):
+        h.aio.resume(tp(0))
+        assert h.aio.paused() == frozenset()
+    h.fetcher.to_return = records(0, 11, 2)
+    assert offsets(h.consumer._poll(0, None, None)) == {tp(0): [11, 12]}
