@@ -30,6 +30,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar, overload
 
+from coordination._engine.clock import SYSTEM_CLOCK, Clock
 from coordination.errors import CoordinatorStateError
 
 log = logging.getLogger("recipes")
@@ -41,24 +42,33 @@ _CLOSED = object()  # ends the iterators
 
 
 class LoopBridge:
-    """The loop of one async recipe: set by ``start()``, used from the recipe's threads."""
+    """The loop of one async recipe: set by ``start()``, used from the recipe's threads.
 
-    def __init__(self) -> None:
+    Its waits come from ``clock`` (the recipe's, so that a simulated clock runs the async
+    face too; default: the system's), and it tells the loop's thread by the clock's
+    ``current_thread()``.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self._loop_thread: object = None
         # Callbacks scheduled from the loop itself: a reference keeps each task alive.
         self._scheduled: set[asyncio.Task[None]] = set()
 
-    def bind(self) -> None:
-        """Remember the running loop (call from ``start()``, on the loop)."""
-        self.loop = asyncio.get_running_loop()
+    def bind(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Remember the loop (call from ``start()``, on the loop; default: the running one).
+
+        Args:
+            loop: anything with an asyncio loop's ``call_soon_threadsafe``, ``create_task``
+                and ``is_closed`` (the simulator's loop), running on this thread.
+        """
+        self.loop = loop if loop is not None else asyncio.get_running_loop()
+        self._loop_thread = self.clock.current_thread()
 
     def on_loop(self) -> bool:
         """Whether the calling thread is the one running the loop: it must not wait for it."""
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        return running is self.loop
+        return self._loop_thread is not None and self.clock.current_thread() is self._loop_thread
 
     @overload
     def wrap(self, callback: None) -> None: ...
@@ -80,7 +90,8 @@ class LoopBridge:
         once; what it raises is logged.
 
         Raises:
-            CoordinatorStateError: the loop is gone (or the recipe never started).
+            CoordinatorStateError: the loop is gone (or the recipe never started), or it
+                cancelled the callback (it is shutting down).
         """
         loop = self.loop
         if loop is None or loop.is_closed():
@@ -96,10 +107,23 @@ class LoopBridge:
             self._scheduled.add(task)
             task.add_done_callback(self._scheduled_done)
             return
+        done = self.clock.event()
+        failed: list[BaseException] = []
+
+        def finished(task: asyncio.Task[None]) -> None:
+            if task.cancelled():
+                failed.append(CoordinatorStateError("the event loop cancelled the callback"))
+            elif task.exception() is not None:
+                failed.append(task.exception())  # type: ignore[arg-type]
+            done.set()
+
         try:
-            asyncio.run_coroutine_threadsafe(call(), loop).result()
-        except RuntimeError as e:  # the loop stopped meanwhile
+            loop.call_soon_threadsafe(lambda: loop.create_task(call()).add_done_callback(finished))
+        except RuntimeError as e:  # the loop closed meanwhile
             raise CoordinatorStateError(f"the event loop is gone: {e}") from e
+        done.wait()
+        if failed:
+            raise failed[0]
 
     def _scheduled_done(self, task: asyncio.Task[None]) -> None:
         self._scheduled.discard(task)

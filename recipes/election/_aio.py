@@ -71,8 +71,10 @@ class AsyncLeaderElection:
             on_leader_change=self._leader_changed,
             **kwargs,
         )
-        # A deposition the loop notices is told from a thread of the election (it would wait
+        # The bridge waits on the election's clock (a simulated one runs this face too), and
+        # a deposition the loop notices is told from a thread of the election (it would wait
         # for the loop, on the loop).
+        self._bridge.clock = self.election._ctx.clock
         self.election._elector.must_not_wait = self._bridge.on_loop
 
     # ------------------------------------------------------------------ lifecycle

@@ -66,6 +66,7 @@ class AsyncTaskDistribution:
             on_task_error=self._bridge.wrap(on_task_error),
             **{**kwargs, "hooks": [*_hooks(kwargs.get("hooks")), watcher]},
         )
+        self._bridge.clock = self.distribution._ctx.clock  # the bridge waits on the recipe's
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ._consumers import ConsumersDriver
-from ._election import ElectionDriver
+from ._election import AsyncElectionDriver, ElectionDriver
 from ._history import Driver, History, HistorySettings, Result
 from ._shards import ShardsDriver
 from ._tasks import TasksDriver
@@ -18,6 +18,7 @@ from ._tasks import TasksDriver
 RECIPES: dict[str, Callable[[HistorySettings], Driver]] = {
     "engine": ShardsDriver,
     "election": ElectionDriver,
+    "election-async": AsyncElectionDriver,
     "tasks": TasksDriver,
     "consumer": ConsumersDriver,
 }
