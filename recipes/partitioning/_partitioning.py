@@ -221,9 +221,9 @@ class ConsumerPartitioning(Coordinator):
         return PROTOCOL_TYPE
 
     def owned(self) -> frozenset[TopicPartition]:
-        """The partitions this member owns now."""
-        with self._lock:
-            return self._owned
+        """The partitions this member owns now. Never waits: the lock may be held across a
+        metadata request (a pattern's topics), and an event loop asks this."""
+        return self._owned  # a frozenset, only ever replaced whole
 
     def subscription(self) -> frozenset[str]:
         """The topics this member subscribes to now (for a pattern: those that match)."""

@@ -246,13 +246,13 @@ def test_seek_takes_effect_on_the_next_getone() -> None:
 
 
 @contextlib.contextmanager
-def lock_busy(h: AsyncHarness) -> Iterator[None]:
-    """The consumer's lock held by another thread (a commit's round trip) meanwhile; fails
-    if the body waited for it (the holder gives up after 5 s)."""
+def lock_busy(h: AsyncHarness, lock: Any = None) -> Iterator[None]:
+    """The consumer's lock (or ``lock``) held by another thread meanwhile (a commit's round
+    trip); fails if the body waited for it (the holder gives up after 5 s)."""
     held, release, outcome = threading.Event(), threading.Event(), []
 
     def hold() -> None:
-        with h.consumer._lock:
+        with lock or h.consumer._lock:
             held.set()
             outcome.append(release.wait(5))
 
@@ -287,3 +287,11 @@ def test_the_loops_calls_never_wait_for_the_consumers_lock() -> None:
         assert h.aio.paused() == frozenset()
     h.fetcher.to_return = records(0, 11, 2)
     assert offsets(h.consumer._poll(0, None, None)) == {tp(0): [11, 12]}
+
+
+def test_assignment_never_waits_for_the_members_lock() -> None:
+    # The member holds its lock across a metadata request when its subscription is a
+    # pattern (while it joins); the loop asks for the assignment meanwhile.
+    h = AsyncHarness().owning(p0=10, p1=20)
+    with lock_busy(h, h.consumer.group._lock):
+        assert h.aio.assignment() == {tp(0), tp(1)}
