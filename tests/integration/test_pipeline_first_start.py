@@ -20,7 +20,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from coordination.testing import NEWEST_KAFKA, KafkaCluster
 from recipes.pipeline._cluster import WorkerProcess
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 def test_three_workers_start_at_once_from_empty_package_caches(
@@ -59,7 +59,7 @@ def start_three(kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     ]
     try:
         for w in workers:
-            w.wait_for("started", timeout=420)
+            w.wait_for("started", timeout=600)
     finally:
         for w in workers:
             w.close()
