@@ -62,10 +62,11 @@ _JOBS: Final = "jobs"
 # jobs/<owner>/<run>.lock: held (flock) by the live process whose run it is.
 _LOCK_SUFFIX: Final = ".lock"
 
-# The lock files of the job runs this process holds. A cleaner in this process never takes
-# them for dead: flock would tell on a local filesystem, but on NFS Linux emulates flock
-# with POSIX record locks, which never conflict within one process.
-_LIVE_RUNS: set[str] = set()
+# The lock files (device, inode) of the job runs this process holds. A cleaner in this
+# process never takes them for dead: flock would tell on a local filesystem, but on NFS Linux
+# emulates flock with POSIX record locks, which never conflict within one process. The file
+# is open while its run lives, so its inode cannot be reused meanwhile.
+_LIVE_RUNS: set[tuple[int, int]] = set()
 _LIVE_RUNS_LOCK = threading.Lock()
 
 # Parsed from the right: Kafka topic names may contain "-" (and "." and "_"),
@@ -355,6 +356,8 @@ class PipelineOutput:
         jobs = self.root / _JOBS
         for owner in sorted(_listdir(jobs)):
             owner_dir = jobs / owner
+            if not owner_dir.is_dir():
+                continue  # not ours
             for entry in sorted(_listdir(owner_dir)):
                 if entry.endswith(_LOCK_SUFFIX) and _remove_if_dead(
                     owner_dir / entry, owner_dir / entry.removesuffix(_LOCK_SUFFIX)
@@ -846,10 +849,11 @@ class _JobRun:
             raise PipelineOutputError(f"{owner_dir}: could not claim a job run")
         self.path = owner_dir / run
         self._lock_path = lock
+        held = os.fstat(fd)
         with _LIVE_RUNS_LOCK:
-            _LIVE_RUNS.add(str(lock))
+            _LIVE_RUNS.add((held.st_dev, held.st_ino))
         # Garbage collected without close(): the lock goes, the run is left for a cleaner.
-        self._release = weakref.finalize(self, _release_run, fd, str(lock))
+        self._release = weakref.finalize(self, _release_run, fd, (held.st_dev, held.st_ino))
 
     def close(self) -> None:
         # Directory first, lock file next, lock last: a cleaner that finds the lock file
@@ -860,22 +864,23 @@ class _JobRun:
         self._release()
 
 
-def _release_run(fd: int, lock: str) -> None:
+def _release_run(fd: int, identity: tuple[int, int]) -> None:
     with _LIVE_RUNS_LOCK:
-        _LIVE_RUNS.discard(lock)
+        _LIVE_RUNS.discard(identity)
     os.close(fd)
 
 
 def _remove_if_dead(lock: Path, run_dir: Path) -> bool:
     """Delete ``run_dir`` and ``lock`` if no live process holds ``lock``; whether it did."""
-    with _LIVE_RUNS_LOCK:
-        if str(lock) in _LIVE_RUNS:
-            return False
     try:
         fd = os.open(lock, os.O_RDWR)
     except OSError:
         return False  # gone (another cleaner removed it) or not a file of ours
     try:
+        opened = os.fstat(fd)
+        with _LIVE_RUNS_LOCK:
+            if (opened.st_dev, opened.st_ino) in _LIVE_RUNS:
+                return False  # a run of this process
         try:
             if not _try_lock(fd) or not _same_file(fd, lock):
                 return False  # alive, or removed by another cleaner since we opened it

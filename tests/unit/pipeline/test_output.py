@@ -443,6 +443,18 @@ class TestJobRuns:
         assert output.remove_dead_jobs() == 0
         assert mine.is_dir() and theirs.is_dir()
 
+    def test_runs_of_this_process_are_kept_where_locks_do_not_conflict_within_it(
+        self, output, tmp_path, monkeypatch
+    ):
+        # On NFS, Linux emulates flock with POSIX record locks, which one process never
+        # conflicts with: the process's own runs must be known without the lock, whatever
+        # spelling of the output's path the cleaner uses.
+        mine = job_in(output, "worker")
+        monkeypatch.setattr(_output, "_try_lock", lambda fd: True)
+        (tmp_path / "link").symlink_to(output.root)
+        assert PipelineOutput(tmp_path / "link").remove_dead_jobs() == 0
+        assert mine.is_dir()
+
     def test_a_restart_beside_its_live_predecessor_keeps_its_jobs(self, output, other_worker):
         proc, predecessor_job = other_worker
         mine = job_in(output, "w1")  # the restarted w1, while the old w1 still runs
