@@ -264,9 +264,11 @@ def _get_or_create(builder: SparkSession.Builder, settings: Mapping[str, Any]) -
     marks it; processes that waited find the mark and start at once (at the
     same time as each other: resolution from a warm cache only reads it).
     """
+    from pyspark import SparkContext
+
     packages = str(settings.get("spark.jars.packages", "")).strip()
-    if not packages:
-        return builder.getOrCreate()
+    if not packages or SparkContext._active_spark_context is not None:
+        return builder.getOrCreate()  # nothing to resolve, or the JVM runs already
     ivy = _ivy_dir(settings)
     mark = ivy / (_RESOLVED_MARK + hashlib.sha256(packages.encode()).hexdigest()[:16])
     if mark.exists():

@@ -109,3 +109,15 @@ def test_the_default_ivy_directory_is_the_jvms(monkeypatch: pytest.MonkeyPatch) 
     assert _spark._ivy_dir({}) == Path("/fresh/.ivy2.5.2")
     monkeypatch.setenv("_JAVA_OPTIONS", "-Duser.home=/last")
     assert _spark._ivy_dir({}) == Path("/last/.ivy2.5.2")
+
+
+def test_a_running_jvm_resolves_nothing_and_marks_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # getOrCreate returns the process's session: no JVM starts, so no packages are
+    # resolved, and marking the cache warm for these packages would be a lie.
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_active_spark_context", object())
+    assert start_at_once(Builder(), settings(tmp_path / "ivy"), n=1) == ["session"]
+    assert not (tmp_path / "ivy").exists()
