@@ -21,7 +21,7 @@ its position is established (it is being read).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,7 +143,7 @@ class ConsumersDriver(DriverBase):
         return [CooperativeStickyAssignor(), RangeAssignor()]
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
-        from coordination.errors import CoordinationError, CoordinatorStateError
+        from coordination.errors import CoordinationError
         from recipes.partitioning import (
             Consumer,
             InMemoryTopicMetadata,
@@ -194,9 +194,17 @@ class ConsumersDriver(DriverBase):
         )
         self.members[process.name] = _Member(process, consumer)
         consumer.start()
+        self._consume(consumer, clock, trace, me, commit)
+
+    def _consume(
+        self, consumer: Any, clock: Scheduler, trace: Trace, me: str, commit: Callable[[str], None]
+    ) -> None:
+        """The application's poll loop, until the consumer is closed."""
+        from coordination.errors import CoordinationError, CoordinatorStateError
+
         rng = clock.random()
         idle = clock.event()
-        while True:  # the application's poll loop
+        while True:
             try:
                 batch = consumer.poll(timeout_ms=500)
             except CoordinatorStateError:
@@ -308,3 +316,71 @@ class ConsumersDriver(DriverBase):
                 if tp not in positions:
                     unread.append(tp.partition)
         return f"partitions owned but not positioned: {sorted(unread)}" if unread else None
+
+
+class AsyncConsumersDriver(ConsumersDriver):
+    """The consumer driven as :class:`recipes.partitioning.AsyncConsumer` drives it: each
+    poll runs with a delivery (``Consumer._poll``) on the member's fetch thread, and "the
+    loop" then takes its records (``getone``: one record; ``getmany``: all, or up to
+    ``max_records``) or refuses them (a call cancelled before or after its poll ran), maybe
+    only after other threads ran (the result on its way to the loop: a revocation's commit,
+    a loss). Pauses go through the lock-free queue, as the loop's ``pause()`` does. The
+    application commits after every record it was handed, as docs/partitioning.md's loop.
+
+    Checked on top of the consumer's invariants, with "returned" meaning handed out: a
+    commit never passes a record that was refused or not yet handed out.
+
+    The real ``AsyncConsumer`` is not run here: it awaits ``asyncio`` futures and worker
+    threads that the simulator's scheduler cannot run (its ``SimLoop`` runs a coroutine to
+    its end in one step); what it adds on top of this driver is that plumbing.
+    """
+
+    name = "consumer-async"
+
+    def _consume(
+        self, consumer: Any, clock: Scheduler, trace: Trace, me: str, commit: Callable[[str], None]
+    ) -> None:
+        from coordination.errors import CoordinationError, CoordinatorStateError
+        from recipes.partitioning._consumer import _Delivery
+
+        rng = clock.random()
+        idle = clock.event()
+        while True:
+            style = rng.random()
+            max_records = 1 if style < 0.5 else None if style < 0.75 else rng.randint(2, 10)
+            delivery = _Delivery()
+            if rng.random() < 0.02:  # cancelled before its poll ran
+                consumer._deliver(delivery, handed=False)
+            try:
+                batch = consumer._poll(500, max_records, delivery)
+            except CoordinatorStateError:
+                return  # closed
+            except CoordinationError as e:
+                consumer._deliver(delivery, handed=False)
+                trace(f"{me}: getmany failed: {type(e).__name__}")
+                continue
+            if batch and rng.random() < 0.3:
+                clock.sleep(rng.uniform(0.0, 0.05), idle)  # on its way to the loop
+            if delivery.outcome is not None:
+                continue  # refused before the poll: it took nothing
+            if batch and rng.random() < 0.1:
+                consumer._deliver(delivery, handed=False)  # cancelled after the poll ran
+                trace(f"{me}: a getmany of {sum(map(len, batch.values()))} was cancelled")
+                continue
+            # Handed out: getmany returns right after confirming, with no wait between
+            # (here, taking the lock may let other threads run: recorded first).
+            for tp, records in batch.items():
+                self._returned(tp, [r.offset for r in records])
+            consumer._deliver(delivery, handed=True)
+            for records in batch.values():
+                for _ in records:
+                    clock.sleep(rng.uniform(0.001, 0.01), idle)  # handling it
+                    if rng.random() < 0.5:
+                        commit("after a record")
+            draw = rng.random()
+            if draw < 0.03:
+                owned = sorted(consumer.assignment())
+                if owned:
+                    consumer._pause_soon([rng.choice(owned)], pause=True)
+            elif draw < 0.1 and consumer._paused_now():
+                consumer._pause_soon(consumer._paused_now(), pause=False)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ._consumers import ConsumersDriver
+from ._consumers import AsyncConsumersDriver, ConsumersDriver
 from ._election import AsyncElectionDriver, ElectionDriver
 from ._history import Driver, History, HistorySettings, Result
 from ._shards import ShardsDriver
@@ -21,6 +21,7 @@ RECIPES: dict[str, Callable[[HistorySettings], Driver]] = {
     "election-async": AsyncElectionDriver,
     "tasks": TasksDriver,
     "consumer": ConsumersDriver,
+    "consumer-async": AsyncConsumersDriver,
 }
 
 
