@@ -132,7 +132,12 @@ class AsyncConsumer:
             CoordinatorStateError: the consumer was closed.
         """
         delivery = _Delivery()
-        future = self._fetching.submit(self.consumer._poll, timeout_ms, max_records, delivery)
+        try:
+            future = self._fetching.submit(self.consumer._poll, timeout_ms, max_records, delivery)
+        except RuntimeError as e:  # the fetch thread was shut down by close()
+            raise CoordinatorStateError(
+                f"consumer of group {self.consumer.group.group_id!r} is closed"
+            ) from e
         try:
             records = await asyncio.wrap_future(future)
         except BaseException:

@@ -295,3 +295,19 @@ def test_assignment_never_waits_for_the_members_lock() -> None:
     h = AsyncHarness().owning(p0=10, p1=20)
     with lock_busy(h, h.consumer.group._lock):
         assert h.aio.assignment() == {tp(0), tp(1)}
+
+
+def test_async_for_ends_when_another_task_closes_the_consumer() -> None:
+    h = AsyncHarness().owning(p0=0)
+    h.fetcher.to_return = records(0, 0, 3)
+
+    async def scenario() -> None:
+        seen: list[int] = []
+        async for record in h.aio:
+            seen.append(record.offset)
+            if len(seen) == 2:
+                h.transport.prepare(m.LeaveGroupResponse(error_code=0))
+                await h.aio.close(timeout=0)  # as another task would, between two records
+        assert seen == [0, 1]
+
+    on_a_loop(h, scenario)
