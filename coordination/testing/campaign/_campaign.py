@@ -201,6 +201,7 @@ class Campaign:
             ("java-1", java, True),
             ("java-2", java, False),
             ("rdkafka-1", [python, "-m", "tests.interop.rdkafka_peer"], False),
+            ("oursasync-1", [python, "-m", "coordination.testing.campaign._async_consumer"], False),
         ]
         for name, base, static in peers:
             self.members.add(
