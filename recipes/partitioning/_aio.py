@@ -64,10 +64,19 @@ class AsyncConsumer:
         ``on_partitions_revoked`` and no record of an added partition is returned before
         ``on_partitions_assigned`` has finished.
 
+    Guarantees (those of :meth:`Consumer.poll`, kept by the consumer underneath):
+        a record is handed out only while its partition is owned and unpaused, at its
+        position; the position (what :meth:`commit` commits) moves past a record only when
+        :meth:`getone` or :meth:`getmany` returns it, so committing after each record loses
+        nothing mid-batch; a call cancelled after its fetch ran gives its records back;
+        :meth:`pause`, :meth:`seek` and a revoked or lost partition take effect on the
+        next call.
+
     Threads:
         Fetching runs on one thread of its own (one :meth:`getmany` at a time, in order);
         :meth:`commit`, :meth:`seek` and the other calls that ask the brokers run on worker
-        threads, between the fetcher's short slices. The loop never blocks.
+        threads, between the fetcher's short slices. The loop never blocks: the calls that
+        answer at once never wait for the consumer's lock.
     """
 
     def __init__(
