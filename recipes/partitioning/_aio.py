@@ -155,6 +155,12 @@ class AsyncConsumer:
             # commit or position reads the positions. Never waits for the lock.
             self.consumer._deliver(delivery, handed=False)
             raise
+        # Revoked or lost while the records travelled to the loop: not handed out (their
+        # positions go with the partitions).
+        owned, withdrawn = self.consumer.assignment(), self.consumer._withdrawn
+        for tp in [tp for tp in records if tp not in owned or tp in withdrawn]:
+            del records[tp]
+            delivery.spans.pop(tp, None)
         self.consumer._deliver(delivery, handed=True)
         return records
 

@@ -367,6 +367,11 @@ class AsyncConsumersDriver(ConsumersDriver):
                 consumer._deliver(delivery, handed=False)  # cancelled after the poll ran
                 trace(f"{me}: a getmany of {sum(map(len, batch.values()))} was cancelled")
                 continue
+            # As getmany: records of a partition revoked or lost meanwhile are not handed.
+            owned, withdrawn = consumer.assignment(), consumer._withdrawn
+            for tp in [tp for tp in batch if tp not in owned or tp in withdrawn]:
+                del batch[tp]
+                delivery.spans.pop(tp, None)
             # Handed out: getmany returns right after confirming, with no wait between
             # (here, taking the lock may let other threads run: recorded first).
             for tp, records in batch.items():

@@ -311,3 +311,17 @@ def test_async_for_ends_when_another_task_closes_the_consumer() -> None:
         assert seen == [0, 1]
 
     on_a_loop(h, scenario)
+
+
+def test_records_of_a_partition_lost_while_they_travel_to_the_loop_are_not_handed_out() -> None:
+    h = AsyncHarness().owning(p0=0, p1=10)
+    h.fetcher.to_return = {**records(0, 0, 3), **records(1, 10, 3)}
+
+    async def scenario() -> None:
+        task = asyncio.create_task(h.aio.getmany(timeout_ms=1000))
+        await asyncio.sleep(0)  # one step of the task: it submits its poll, then waits
+        h.aio._fetching.submit(lambda: None).result(5)  # the poll ran (blocking the loop)
+        h.consumer.group.on_join_prepare(-1, "")  # then the membership is lost
+        assert await task == {}  # its records may be another member's already
+
+    on_a_loop(h, scenario)
