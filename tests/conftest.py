@@ -21,11 +21,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordination.testing import KAFKA_3, NEWEST_KAFKA, KafkaCluster
+from coordination.testing import KafkaCluster
 
-VERSIONS = [
-    v for v in os.environ.get("KAFKA_VERSIONS", f"{NEWEST_KAFKA},{KAFKA_3}").split(",") if v
-]
+from ._versions import VERSIONS
 
 
 def _docker_available() -> bool:

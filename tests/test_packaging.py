@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import coordination
+from tests._versions import ON_ONE_KAFKA_VERSION
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +64,7 @@ def test_the_wheel_is_named_versioned_and_licensed_as_the_package_says(wheel: Pa
     assert {n.split("/", 1)[0] for n in names} >= {"coordination", "recipes"}
 
 
+@ON_ONE_KAFKA_VERSION
 def test_a_fresh_install_runs_the_readmes_election_in_two_processes(
     venv: Path, kafka: str, tmp_path: Path
 ) -> None:

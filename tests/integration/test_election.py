@@ -19,7 +19,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from coordination._transport.wakeups import KafkaWakeups
 from coordination.testing import KafkaCluster
 from recipes.election import LeaderElection, LeaderInfo, Leadership
-from tests.conftest import VERSIONS
+from tests._versions import VERSIONS
 
 from .members import FAST, EventProcess, new_group, wait_until
 

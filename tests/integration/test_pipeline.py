@@ -8,8 +8,14 @@ import pytest
 
 from recipes.pipeline._demo import run_demo
 from recipes.pipeline._output import PipelineOutput
+from tests._versions import ON_ONE_KAFKA_VERSION
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.spark,
+    pytest.mark.timeout(600),
+    ON_ONE_KAFKA_VERSION,
+]
 
 
 def test_results_are_exact_after_two_workers_are_killed(kafka: str, tmp_path: Path) -> None:

@@ -16,8 +16,14 @@ import pytest
 from recipes.pipeline._demo import run_demo
 from recipes.pipeline._output import PipelineOutput
 from recipes.pipeline._spark_cluster import SparkStandalone
+from tests._versions import ON_ONE_KAFKA_VERSION
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.spark,
+    pytest.mark.timeout(900),
+    ON_ONE_KAFKA_VERSION,
+]
 
 EVENTS = 12_000
 

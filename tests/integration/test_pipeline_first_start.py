@@ -17,17 +17,21 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from coordination.testing import NEWEST_KAFKA, KafkaCluster
 from recipes.pipeline._cluster import WorkerProcess
+from tests._versions import ON_ONE_KAFKA_VERSION
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.spark,
+    pytest.mark.timeout(900),
+    ON_ONE_KAFKA_VERSION,  # what is tested is Spark's start, not the broker
+]
 
 
 def test_three_workers_start_at_once_from_empty_package_caches(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with KafkaCluster(brokers=1, version=NEWEST_KAFKA) as cluster:
-        start_three(cluster.bootstrap_servers, tmp_path, monkeypatch)
+    start_three(kafka, tmp_path, monkeypatch)
 
 
 def start_three(kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

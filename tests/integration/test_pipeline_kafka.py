@@ -23,6 +23,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from recipes.pipeline import BATCH_COLUMN, OffsetRange, PipelineOutput, kafka_rows
 from recipes.pipeline._cluster import WorkerProcess
+from tests._versions import ON_ONE_KAFKA_VERSION
 
 from . import pipeline_jobs
 
@@ -157,6 +158,7 @@ def test_ranges_of_two_topics_read_by_one_scan_keep_their_own_results(
     assert results[1] == expected
 
 
+@ON_ONE_KAFKA_VERSION
 def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
     kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
