@@ -593,6 +593,7 @@ def stage_rows(
     if pipeline.batches_together:
         results = results.drop(BATCH_COLUMN)
     path = output.new_staging_path(offsets)
+    writing = True
     try:
         # coalesce(1): a batch's results are small, and one file per batch
         # keeps the published tree (and later reads) from filling with empty parts.
@@ -602,6 +603,7 @@ def stage_rows(
             .option(_COMMITTER_KEY.removeprefix("spark.hadoop."), _COMMITTER_VERSION)
             .parquet(str(path))
         )
+        writing = False
         rows = int(written.get["rows"]) if written is not None else 0
         if written is not None:
             _no_stray_rows(pipeline, written)
@@ -617,11 +619,28 @@ def stage_rows(
             window_ms=pipeline.window_ms,
             files=files,
         )
-    except BaseException:
+    except BaseException as exc:
         # A failed attempt leaves no partial directory behind (a crash here
-        # leaves one; a later cleanup_orphans removes it).
+        # leaves one; a later cleanup_orphans removes it). But not while Spark may
+        # still write there: see _write_over.
+        if not _write_over(writing, exc):
+            raise
         shutil.rmtree(path, ignore_errors=True)
         raise
+
+
+def _write_over(writing: bool, exc: BaseException) -> bool:
+    """Whether a write interrupted by ``exc`` has stopped writing its files.
+
+    A Spark error (an Exception) comes back once the JVM's job has ended. An
+    interruption of the Python call (KeyboardInterrupt, a timeout's signal: not
+    an Exception) does not stop the job, which goes on writing and committing
+    in the JVM: deleting its directory then breaks the live job (Hadoop's
+    committer finds its ``_temporary`` directory gone) and leaves a partial
+    tree it recreates. Such a directory is left for cleanup_orphans (staging)
+    or remove_dead_jobs (a job directory).
+    """
+    return not writing or isinstance(exc, Exception)
 
 
 _RANGE_COLUMN: Final = "_coordination_range"
@@ -690,6 +709,8 @@ def stage_many(
     schema = results.drop(_RANGE_COLUMN).schema
     job = output.new_job_path(owner)
     staged_paths: list[Path] = []
+    writing = True
+    live = False  # the write was interrupted while Spark may still write the job
     try:
         # One task writes every range's (small) results: one file per range.
         (
@@ -699,6 +720,7 @@ def stage_many(
             .partitionBy(_RANGE_COLUMN)
             .parquet(str(job))
         )
+        writing = False
         dirs = [job / f"{_RANGE_COLUMN}={i}" for i in range(len(ranges))]
         if pipeline.batches_together:
             counts.no_stray_rows(pipeline)
@@ -724,12 +746,14 @@ def stage_many(
                 )
             )
         return staged
-    except BaseException:
+    except BaseException as exc:
         for path in staged_paths:
             shutil.rmtree(path, ignore_errors=True)
+        live = not _write_over(writing, exc)
         raise
     finally:
-        shutil.rmtree(job, ignore_errors=True)
+        if not live:
+            shutil.rmtree(job, ignore_errors=True)
 
 
 class _RangeCounts:

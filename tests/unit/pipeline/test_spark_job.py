@@ -325,6 +325,18 @@ class TestExactlyOnce:
             stage_batch(spark, output, batch_of([(0, event("a", 1, "1"))], 0, 1))
         assert output.staged() == []
 
+    def test_an_interrupted_write_leaves_its_directory_to_the_job_still_writing(
+        self, spark: SparkSession, output, monkeypatch
+    ):
+        # Ctrl-C or a timeout's signal stops the Python call, not Spark's job, which
+        # goes on writing in the JVM: deleting its directory broke its commit
+        # ("_temporary/0 does not exist"). cleanup_orphans removes it later.
+        interrupt_writes(monkeypatch)
+        with pytest.raises(Interrupted):
+            stage_batch(spark, output, batch_of([(0, event("a", 1, "1"))], 0, 1))
+        [left] = output.staged()
+        assert (output.staging_dir / left / "_temporary" / "0").is_dir()
+
     @pytest.mark.parametrize("seed", [7, 8])
     def test_handovers_with_different_batch_boundaries_give_exact_totals(
         self, spark: SparkSession, output, seed
@@ -407,6 +419,26 @@ class TestCommitter:
         manifest = output.read_manifest(published)
         assert list(manifest["files"]) == [part.name]
         assert manifest["files"][part.name] == manifest["rows"] > 0
+
+
+class Interrupted(BaseException):
+    """Like KeyboardInterrupt or pytest-timeout's failure: not an Exception."""
+
+
+def interrupt_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interrupt the Python call of each staging write once Spark's job has set up its output."""
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    write = DataFrameWriter.parquet
+
+    def interrupted(self: DataFrameWriter, path: str, *args: object, **kwargs: object) -> None:
+        if "staging" not in Path(path).parts and "jobs" not in Path(path).parts:
+            write(self, path, *args, **kwargs)  # type: ignore[arg-type]
+            return  # the test's own input files
+        (Path(path) / "_temporary" / "0").mkdir(parents=True)  # as the job's setup does
+        raise Interrupted
+
+    monkeypatch.setattr(DataFrameWriter, "parquet", interrupted)
 
 
 def stage_in_one_job(
@@ -494,6 +526,23 @@ class TestSeveralPartitionsInOneJob:
             )
         # The run (its lock file and directory) lives until the output is closed; its jobs do not.
         assert not any((output.root / "jobs" / "w1").glob("*/*"))
+
+    def test_an_interrupted_write_leaves_the_job_still_writing_its_directory(
+        self, spark: SparkSession, output, monkeypatch
+    ):
+        interrupt_writes(monkeypatch)
+        records = generate(40, seed=33)
+        with pytest.raises(Interrupted):
+            self.stage(
+                spark,
+                output,
+                [batch_of(records, 0, 40, partition=0), batch_of(records, 0, 40, partition=1)],
+            )
+        assert output.staged() == []
+        [job] = (output.root / "jobs" / "w1").glob("*/*")
+        assert (job / "_temporary" / "0").is_dir()
+        output.close()  # the job is over: its run goes
+        assert not job.exists()
 
     def test_a_range_without_results_is_staged_empty(self, spark: SparkSession, output):
         valid = generate(50, seed=30)
