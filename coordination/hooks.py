@@ -243,8 +243,10 @@ class HookCaller:
 
 
 def check_hooks(hooks: Any) -> tuple[CoordinationHooks, ...]:
-    """``hooks`` as a tuple, or a ConfigurationError naming what is wrong."""
+    """``hooks`` as a tuple (None: no hooks), or a ConfigurationError naming what is wrong."""
 
+    if hooks is None:  # every recipe and face takes it, as the async task face always did
+        return ()
     if isinstance(hooks, CoordinationHooks):
         raise ConfigurationError("hooks must be a list of CoordinationHooks, e.g. hooks=[h]")
     try:

@@ -64,7 +64,7 @@ class AsyncTaskDistribution:
             start_task=self._bridge.wrap(start_task),
             stop_task=self._bridge.wrap(stop_task),
             on_task_error=self._bridge.wrap(on_task_error),
-            **{**kwargs, "hooks": [*_hooks(kwargs.get("hooks")), watcher]},
+            **{**kwargs, "hooks": [*check_hooks(kwargs.get("hooks")), watcher]},
         )
         self._bridge.clock = self.distribution._ctx.clock  # the bridge waits on the recipe's
 
@@ -130,11 +130,6 @@ class AsyncTaskDistribution:
         """The tasks this worker runs, now and after every start or stop, until closed."""
         async for running in self._changes.iterate(self.running):
             yield running
-
-
-def _hooks(given: object) -> tuple[CoordinationHooks, ...]:
-    """The user's ``hooks`` setting, checked as the threaded recipe checks it (None: none)."""
-    return () if given is None else check_hooks(given)
 
 
 class _RunningWatcher(CoordinationHooks):

@@ -194,6 +194,11 @@ def test_bad_hooks_are_refused_with_what_to_give(hooks: object, message: str) ->
         CoordinatorConfig.from_settings(GROUP, {"bootstrap_servers": "x:1", "hooks": hooks})
 
 
+def test_no_hooks_may_be_said_with_none_as_with_an_empty_list() -> None:
+    config = CoordinatorConfig.from_settings(GROUP, {"bootstrap_servers": "x:1", "hooks": None})
+    assert config.hooks == ()
+
+
 def test_engine_log_records_carry_group_member_and_generation(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
