@@ -16,6 +16,7 @@ uniquely.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import fcntl
 import json
@@ -32,6 +33,14 @@ _START_TIMEOUT = 300.0  # a first run downloads Kafka's jars from Maven Central
 # The servers this process started: they outlive its tests (a Popen dropped while its process
 # runs warns, and warnings are errors in this suite).
 _started: list[subprocess.Popen[bytes]] = []
+
+
+@atexit.register
+def _leave_running() -> None:
+    # They stop by themselves once the run's controller is gone; not waited for here.
+    for server in _started:
+        if server.poll() is None:
+            server.returncode = 0  # Popen warns at exit about a child it thinks still runs
 
 
 def _state_dir() -> Path:
@@ -115,7 +124,8 @@ def _serve(version: str, owner: int, state: Path) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    with KafkaCluster(brokers=1, version=version) as cluster:
+    # Four test processes use it at once for the whole run: more heap than a one-test broker.
+    with KafkaCluster(brokers=1, version=version, heap="768m") as cluster:
         written = state.with_suffix(".tmp")
         written.write_text(
             json.dumps({"bootstrap_servers": cluster.bootstrap_servers, "pid": os.getpid()})

@@ -63,3 +63,24 @@ def kafka(request: pytest.FixtureRequest) -> Iterator[str]:
         return
     with KafkaCluster(brokers=1, version=version) as cluster:
         yield cluster.bootstrap_servers
+
+
+# The longest files, started first in a parallel run (a file's tests run in one process, so
+# one of these started last would be the run's tail): the CPU-bound simulation, the fault
+# campaign, and the Spark pipeline's runs.
+_LONGEST_FIRST = (
+    "tests/simulation/test_simulation.py",
+    "tests/campaign/test_campaign.py",
+    "tests/integration/test_pipeline_kafka.py",
+    "tests/integration/test_pipeline_cluster.py",
+    "tests/integration/test_pipeline.py",
+    "tests/integration/test_pipeline_first_start.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return _LONGEST_FIRST.index(path) if path in _LONGEST_FIRST else len(_LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order

@@ -287,8 +287,33 @@ class KafkaTransport:
         except Exception:
             self._manager.close()
         finally:
-            self._net.stop(timeout_ms=5000)
-            self._net.close()  # its wakeup socket pair
+            if self._stop_io_thread():
+                self._net.close()  # its selector and wakeup socket pair
+
+    def _stop_io_thread(self, timeout_s: float = 30.0) -> bool:
+        """Stop kafka-python's I/O thread; True once it has ended.
+
+        Its loop clears its stop flag when it starts: a stop asked for before the new thread
+        ran (a transport closed right after its first use, or on a loaded machine) was
+        forgotten, the loop ran on, and the selector closed under it failed the thread with
+        "I/O operation on closed epoll object". So the stop is asked again until the thread
+        has ended; the selector is closed only then.
+        """
+        thread: threading.Thread | None = getattr(self._net, "_io_thread", None)
+        self._net.stop(timeout_ms=100)  # fails the calls still waiting on the loop
+        deadline = time.monotonic() + timeout_s
+        while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+            self._net._stop = True  # what stop() sets, for the loop that missed it
+            self._net.wakeup()
+            thread.join(0.1)
+        if thread is not None and thread.is_alive():
+            log.warning(
+                "kafka-python's I/O thread did not stop within %.0f s of close(); its "
+                "selector is left open",
+                timeout_s,
+            )
+            return False
+        return True
 
     async def _close_connections(self) -> None:
         self._manager.close()
