@@ -194,12 +194,23 @@ def sharing(
             if items[0].timeline:
                 time.sleep(0.1)  # a close that does not wait for the batch would miss it
             if member._transport.closed:
+                member.failed_sends += 1
                 raise TransportError("transport is closed")
             what = [item.value.get("event", item.value.get("generation")) for item in items]
             produced.append((threading.current_thread().name, what))
 
         wakeups._produce = produce  # type: ignore[method-assign]
-        wakeups._transport = SimpleNamespace(closed=False)  # type: ignore[assignment]
+        wakeups.failed_sends = 0  # type: ignore[attr-defined]
+
+        def send_kafka(*args: Any, member: Any = wakeups, **kwargs: Any) -> Any:
+            # A retry looks the partition up again: a closed transport refuses it too.
+            if member._transport.closed:
+                raise TransportError("transport is closed")
+            raise AssertionError("only a closed transport's lookups are expected here")
+
+        wakeups._transport = SimpleNamespace(  # type: ignore[assignment]
+            closed=False, send_kafka=send_kafka
+        )
         wakeups._route = _Route(partition=3, leader=1, produce_node=1, fetch_node="in")
         wakeups._timeline_route = wakeups._route
         wakeups._listener = listener
@@ -322,7 +333,10 @@ def test_a_sender_stopping_before_its_batch_went_out_gives_it_to_another(
     sender.record_rebalance({"generation": 1})
     other.record_rebalance({"generation": 1})
     sender._transport.closed = True  # type: ignore[misc]  # closing: its sends fail
-    time.sleep(0.45)  # its batch fell due and failed; it retries after a backoff
+    # Its batch fell due and failed; it retries after a backoff (its lookups fail too).
+    deadline = time.monotonic() + 5
+    while sender.failed_sends == 0 and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.01)
     sender.close(1)
     wait_for(produced, 1)
     assert produced == [("publisher-1", [1, 1])]
