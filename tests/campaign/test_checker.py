@@ -309,6 +309,21 @@ def test_a_zombie_that_consumed_after_losing_its_generation_is_not_an_owner_twic
     assert len(check(h).partitions_twice) == 1
 
 
+def test_a_restarted_member_assigned_and_lost_at_once_without_acting_is_fine() -> None:
+    # A new process's first assignment reports generation -1 (its membership was reset before
+    # the callback ran) and is lost in the same instant: it never owned the partition for any
+    # time, so it overlaps nobody. Had it been handed records meanwhile, it would.
+    h = clean()
+    h.consumers["ours-1#3"] = [
+        ev("assigned", 5.0, partitions=[[TOPIC, 0]], generation=-1),
+        ev("lost", 5.0, partitions=[[TOPIC, 0]], generation=-1),
+    ]
+    assert check(h).partitions_twice == []
+    h.consumers["ours-1#3"].insert(1, records(5.2, 0, 10, 10))
+    h.consumers["ours-1#3"][2] = ev("lost", 5.5, partitions=[[TOPIC, 0]], generation=-1)
+    assert len(check(h).partitions_twice) == 1
+
+
 def test_a_zombie_reading_from_an_old_committed_offset_is_at_least_once() -> None:
     # Seen in a long run (seed 1000): ours-2 read its start offset, was frozen past its
     # session, resumed, announced its (dead) generation's assignment and handed out records

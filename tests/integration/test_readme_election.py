@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,10 @@ def readme_example() -> str:
     text = (ROOT / "README.md").read_text()
     after = text[text.index("Save this as `elect.py`") :]
     start = after.index("```python\n") + len("```python\n")
-    return after[start : after.index("```", start)]
+    code = after[start : after.index("```", start)]
+    # A group of its own: the tests of a run share their brokers, and this test runs twice.
+    assert '"elect-demo"' in code
+    return code.replace('"elect-demo"', f'"elect-demo-{uuid.uuid4().hex[:8]}"')
 
 
 class Demo:

@@ -30,7 +30,9 @@ ASYNC_HISTORIES = int(os.environ.get("SIMULATION_ASYNC_HISTORIES", "200"))
 def start_cli(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     return subprocess.Popen(
-        [sys.executable, "-m", "coordination.testing.simulation", *args],
+        # At a lower priority: simulated time does not care how fast it runs, and the tests
+        # beside it in a parallel run (real heartbeats, sessions, timeouts) do.
+        ["nice", "-n", "10", sys.executable, "-m", "coordination.testing.simulation", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

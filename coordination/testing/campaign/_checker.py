@@ -420,6 +420,12 @@ def ownerships(history: History) -> list[Ownership]:
                     if tp not in open_:
                         continue
                     start, first_gen, epoch = open_.pop(tp)
+                    acted = last_activity.get(tp, float("-inf")) >= start
+                    if kind == "lost" and first_gen < 0 and not acted:
+                        # Reported by a membership already gone (-1) with no generation known
+                        # before (a new process), and lost before it did anything: it never
+                        # acted as owner, and no generation can place it.
+                        continue
                     end = t if kind == "revoked" else max(start, last_activity.get(tp, start))
                     out.append(
                         Ownership(
