@@ -72,8 +72,12 @@ async def demo(bootstrap: str, topic: str, group: str) -> tuple[list[str], list[
             # the members of one generation, and the second might otherwise join first.
             await first.start()
             await first.wait_for_leader(timeout=30)
-            old = first.leadership()
-            assert old is not None, "the only member leads"
+            # The group named it leader; it leads once its fencing token is stored.
+            deadline = asyncio.get_running_loop().time() + 30
+            while (old := first.leadership()) is None:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise TimeoutError("the only member did not take the lead in 30 s")
+                await asyncio.sleep(0.05)
             await second.start()
             await write(producer, topic, old.token, "first: hello")
             await first.close()  # deposed; it keeps its old token, as a paused leader would

@@ -68,6 +68,9 @@ def test_a_handoff_seen_through_coroutine_callbacks_and_the_change_iterator(kafk
             leadership = first.leadership()
             assert leadership is not None
 
+            # The other member learns the outcome on its own (its SyncGroup answer): wait for
+            # it, so that its view starts at the leader, not at "nobody yet".
+            await asyncio.wait_for(other.wait_for_leader(), 30)
             seen: list[LeaderInfo | None] = []
 
             async def watch() -> None:
