@@ -298,7 +298,19 @@ class BrokerDriver(Driver):
                 timeout_s=10,
             )
             if found.error_code == 0:
-                return CoordinatorNode(found.node_id, found.host, found.port)
+                node = CoordinatorNode(found.node_id, found.host, found.port)
+                # The broker names the partition's leader before that partition's group
+                # coordinator has loaded it (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS):
+                # a scenario starts once the coordinator answers for the group.
+                described = transport.send(
+                    m.DescribeGroupRequest(group),
+                    m.DescribeGroupResponse,
+                    coordinator=node,
+                    timeout_s=10,
+                )
+                if described.error_code == 0:
+                    return node
+                found = described  # type: ignore[assignment]
             assert time.monotonic() < deadline, f"no coordinator for {group}: {found}"
             time.sleep(0.2)  # COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists
 
