@@ -23,6 +23,7 @@ from coordination.testing import messages as m
 from recipes.partitioning import AsyncConsumer, InMemoryTopicMetadata, RangeAssignor
 from recipes.partitioning._consumer import _Delivery
 
+from ..test_async_faces import on_a_loop as run_on_a_loop
 from .test_consumer_positions import FakeFetcher, Harness, Record, T, committed, tp
 
 
@@ -91,22 +92,12 @@ def offsets(batch: dict[Any, list[Any]]) -> dict[Any, list[int]]:
 def on_a_loop(
     h: AsyncHarness, scenario: Callable[[], Coroutine[Any, Any, None]], within_s: float = 10
 ) -> None:
-    """Run ``scenario`` on an event loop of its own thread; fail if the loop hangs."""
-    failed: list[BaseException] = []
-
-    def main() -> None:
-        try:
-            asyncio.run(scenario())
-        except BaseException as e:
-            failed.append(e)
-
-    loop_thread = threading.Thread(target=main, name="event-loop", daemon=True)
-    loop_thread.start()
-    loop_thread.join(within_s)
-    h.aio._fetching.shutdown(wait=False, cancel_futures=True)
-    assert not loop_thread.is_alive(), "the event loop hangs"
-    if failed:
-        raise failed[0]
+    """Run ``scenario`` on an event loop of its own thread; fail if the loop hangs. The
+    fetch thread is let go either way."""
+    try:
+        run_on_a_loop(scenario, within_s)
+    finally:
+        h.aio._fetching.shutdown(wait=False, cancel_futures=True)
 
 
 def test_a_commit_after_one_record_of_a_batch_commits_that_record_only() -> None:
