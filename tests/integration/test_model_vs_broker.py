@@ -291,7 +291,8 @@ class BrokerDriver(Driver):
         transport = self._transport("finder")
         deadline = time.monotonic() + 60
         while True:
-            found = transport.send(
+            last: object
+            found = last = transport.send(
                 m.FindCoordinatorRequest(group),
                 m.FindCoordinatorResponse,
                 coordinator=None,
@@ -310,8 +311,8 @@ class BrokerDriver(Driver):
                 )
                 if described.error_code == 0:
                     return node
-                found = described  # type: ignore[assignment]
-            assert time.monotonic() < deadline, f"no coordinator for {group}: {found}"
+                last = described
+            assert time.monotonic() < deadline, f"no coordinator for {group}: {last}"
             time.sleep(0.2)  # COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists
 
     def start(self, pending: Pending) -> None:
