@@ -86,12 +86,14 @@ class AsyncConsumer:
         listener: AsyncRebalanceListener | RebalanceListener | None = None,
         **kwargs: Any,
     ) -> None:
-        self._bridge = LoopBridge()
+        # The bridge waits on the consumer's clock (a simulated one runs this face too).
+        self._bridge = LoopBridge(kwargs.get("clock"))
         # One thread fetches, so that getmany calls never overlap (the consumer's rule:
         # one thread polls).
         self._fetching = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"async-consumer-fetch|{group_id}"
         )
+        self._closed = False
         self.consumer = Consumer(group_id, listener=_OnTheLoop(self._bridge, listener), **kwargs)
 
     # ------------------------------------------------------------------ lifecycle
@@ -105,6 +107,7 @@ class AsyncConsumer:
         """Leave the group (the listener's ``on_partitions_revoked`` runs on the loop) and
         stop fetching."""
         await asyncio.to_thread(self.consumer.close, timeout)
+        self._closed = True
         self._fetching.shutdown(wait=False, cancel_futures=True)
 
     async def __aenter__(self) -> Self:
@@ -140,15 +143,15 @@ class AsyncConsumer:
         Raises:
             CoordinatorStateError: the consumer was closed.
         """
-        delivery = _Delivery()
-        try:
-            future = self._fetching.submit(self.consumer._poll, timeout_ms, max_records, delivery)
-        except RuntimeError as e:  # the fetch thread was shut down by close()
+        if self._closed:
             raise CoordinatorStateError(
                 f"consumer of group {self.consumer.group.group_id!r} is closed"
-            ) from e
+            )
+        delivery = _Delivery()
         try:
-            records = await asyncio.wrap_future(future)
+            records = await asyncio.get_running_loop().run_in_executor(
+                self._fetching, self.consumer._poll, timeout_ms, max_records, delivery
+            )
         except BaseException:
             # Cancelled (the poll may have run, or still be running, on the fetch thread),
             # or the poll failed: whatever it took is given back before the next poll,

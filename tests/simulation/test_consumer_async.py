@@ -1,7 +1,8 @@
-"""The consumer driven as AsyncConsumer drives it (``consumer-async``): getone, getmany with
-and without ``max_records``, calls cancelled before and after their poll ran, a commit after
-every record handed out, through fault histories; and the checker that catches a
-cancellation that loses what its poll took."""
+"""The consumer through its asyncio face, as shipped (``consumer-async``: AsyncConsumer on
+asyncio's own event loop on simulated time): ``async for``, getone, getmany with and without
+``max_records``, calls cancelled before, while and after their fetch ran, commits after
+records handed out, through fault histories; and the checker that catches a cancellation
+that loses what its fetch took."""
 
 from __future__ import annotations
 

@@ -21,10 +21,12 @@ its position is established (it is being read).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._asyncio import SimEventLoop
 from ._group_coordinator import GroupLog, OffsetRecord, OffsetTombstone
 from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
 from ._network import SimTransport
@@ -319,73 +321,188 @@ class ConsumersDriver(DriverBase):
 
 
 class AsyncConsumersDriver(ConsumersDriver):
-    """The consumer driven as :class:`recipes.partitioning.AsyncConsumer` drives it: each
-    poll runs with a delivery (``Consumer._poll``) on the member's fetch thread, and "the
-    loop" then takes its records (``getone``: one record; ``getmany``: all, or up to
-    ``max_records``) or refuses them (a call cancelled before or after its poll ran), maybe
-    only after other threads ran (the result on its way to the loop: a revocation's commit,
-    a loss). Pauses go through the lock-free queue, as the loop's ``pause()`` does. The
-    application commits after every record it was handed, as docs/partitioning.md's loop.
+    """The consumer through its asyncio face, as shipped: each member runs a
+    :class:`recipes.partitioning.AsyncConsumer` on an asyncio event loop of its own
+    (:class:`SimEventLoop`: asyncio's loop on simulated time). Its application either
+    iterates (``async for``, as docs/partitioning.md's loop) or mixes ``getone()`` and
+    ``getmany()`` (some with ``max_records``), a share of them cancelled by
+    ``asyncio.wait_for`` before, while or after their fetch runs; it commits after records it
+    was handed, pauses and resumes through the loop-side calls, and its listener's
+    callbacks are coroutines (a slow one awaits; the revocation commits).
 
-    Checked on top of the consumer's invariants, with "returned" meaning handed out: a
-    commit never passes a record that was refused or not yet handed out.
-
-    The real ``AsyncConsumer`` is not run here: it awaits ``asyncio`` futures and worker
-    threads that the simulator's scheduler cannot run (its ``SimLoop`` runs a coroutine to
-    its end in one step); what it adds on top of this driver is that plumbing.
+    Checked on top of the consumer's invariants, with "returned" meaning handed to the
+    application: a commit never passes a record that was not handed out (a cancelled call's
+    records included); listener callbacks run on the member's loop; every loop keeps
+    turning (nothing makes it wait for itself).
     """
 
     name = "consumer-async"
+    _TICK_S = 0.05
 
-    def _consume(
-        self, consumer: Any, clock: Scheduler, trace: Trace, me: str, commit: Callable[[str], None]
+    def __init__(self, settings: HistorySettings) -> None:
+        super().__init__(settings)
+        # By process name: the member's loop, and when its ticker last ran.
+        self.loops: dict[str, tuple[Process, SimEventLoop]] = {}
+        self.ticks: dict[str, float] = {}
+        self.faces: dict[str, Any] = {}
+        self._violation: str | None = None
+
+    def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        from coordination.errors import CoordinationError
+        from recipes.partitioning import (
+            AsyncConsumer,
+            AsyncRebalanceListener,
+            InMemoryTopicMetadata,
+            PartitionsNotOwnedError,
+        )
+
+        process = host.process
+        assert process is not None
+        me = process.name
+        if self.topic is None:
+            self.topic = SimTopic(clock.monotonic())
+            self.metadata = InMemoryTopicMetadata({TOPIC: PARTITIONS})
+            self.log = transport.cluster.log
+        driver = self
+        loop = SimEventLoop(clock, me)
+        loop_thread = clock.current_thread()
+        face: Any = None
+
+        def on_the_loop(what: str) -> None:
+            if clock.current_thread() is not loop_thread and self._violation is None:
+                self._violation = f"{me}: {what} ran off its event loop"
+
+        async def commit(why: str) -> None:
+            try:
+                await face.commit(timeout=5.0)
+            except (PartitionsNotOwnedError, CoordinationError) as e:
+                trace(f"{me}: commit ({why}) failed: {type(e).__name__}")
+
+        class Listener(AsyncRebalanceListener):
+            async def on_partitions_revoked(self, partitions: frozenset[Any]) -> None:
+                on_the_loop("on_partitions_revoked")
+                await asyncio.sleep(driver.slow_seconds(host))
+                await commit("on revocation")
+                trace(f"{me}: revoked {sorted(p for _, p in partitions)}")
+
+            async def on_partitions_lost(self, partitions: frozenset[Any]) -> None:
+                on_the_loop("on_partitions_lost")
+                trace(f"{me}: lost {sorted(p for _, p in partitions)}")
+
+            async def on_partitions_assigned(self, partitions: frozenset[Any]) -> None:
+                on_the_loop("on_partitions_assigned")
+                await asyncio.sleep(driver.slow_seconds(host))
+                trace(f"{me}: assigned {sorted(p for _, p in partitions)}")
+
+        face = AsyncConsumer(
+            GROUP,
+            topics=[TOPIC],
+            assignors=self._assignors(clock),
+            listener=Listener(),
+            topic_metadata=self.metadata,
+            transport=transport,
+            clock=clock,
+            fetcher=SimFetcher(self.topic, clock, transport),
+            group_instance_id=host.instance_id,
+            **self.settings.member_settings(),
+        )
+        self.members[me] = _Member(process, face.consumer)
+        self.faces[me] = face
+        self.loops[me] = (process, loop)
+        self.ticks[me] = clock.monotonic()
+        loop.run_until_complete(self._application(face, clock, trace, me, commit))
+
+    async def _application(
+        self, face: Any, clock: Scheduler, trace: Trace, me: str, commit: Callable[[str], Any]
     ) -> None:
         from coordination.errors import CoordinationError, CoordinatorStateError
-        from recipes.partitioning._consumer import _Delivery
 
         rng = clock.random()
-        idle = clock.event()
-        while True:
-            style = rng.random()
-            max_records = 1 if style < 0.5 else None if style < 0.75 else rng.randint(2, 10)
-            delivery = _Delivery()
-            if rng.random() < 0.02:  # cancelled before its poll ran
-                consumer._deliver(delivery, handed=False)
+        ticker = asyncio.get_running_loop().create_task(self._tick(me, clock))
+        try:
+            await face.start()
+            if rng.random() < 0.3:
+                async for record in face:  # the documented loop
+                    self._returned(record, [record.offset])
+                    await asyncio.sleep(rng.uniform(0.001, 0.01))  # handling it
+                    await commit("after a record")
+                return
+            while True:
+                try:
+                    batch = await self._take(face, rng, trace, me)
+                except CoordinatorStateError:
+                    return  # closed
+                except CoordinationError as e:
+                    trace(f"{me}: getmany failed: {type(e).__name__}")
+                    continue
+                for tp, records in batch.items():
+                    self._returned(tp, [r.offset for r in records])
+                for records in batch.values():
+                    for _ in records:
+                        await asyncio.sleep(rng.uniform(0.001, 0.01))  # handling it
+                        if rng.random() < 0.5:
+                            await commit("after a record")
+                draw = rng.random()
+                if draw < 0.03:
+                    owned = sorted(face.assignment())
+                    if owned:
+                        face.pause(rng.choice(owned))
+                elif draw < 0.1 and face.paused():
+                    face.resume(*face.paused())
+        finally:
+            ticker.cancel()
+            del self.ticks[me]  # the application is over: its loop has nothing left to run
+
+    async def _take(self, face: Any, rng: Any, trace: Trace, me: str) -> dict[Any, list[Any]]:
+        """One ``getone()`` or ``getmany()``, maybe cancelled: what it handed out."""
+        style = rng.random()
+        if style < 0.4:
+            call = face.getone()
+        else:
+            call = face.getmany(500, max_records=None if style < 0.7 else rng.randint(2, 10))
+        if rng.random() < 0.15:
             try:
-                batch = consumer._poll(500, max_records, delivery)
-            except CoordinatorStateError:
-                return  # closed
-            except CoordinationError as e:
-                consumer._deliver(delivery, handed=False)
-                trace(f"{me}: getmany failed: {type(e).__name__}")
+                result = await asyncio.wait_for(call, rng.uniform(0.0, 0.15))
+            except asyncio.TimeoutError:
+                trace(f"{me}: a {'getone' if style < 0.4 else 'getmany'} was cancelled")
+                return {}
+        else:
+            result = await call
+        if style < 0.4:
+            return {result: [result]}  # a record names its partition
+        return dict(result)
+
+    async def _tick(self, me: str, clock: Scheduler) -> None:
+        while True:
+            self.ticks[me] = clock.monotonic()
+            await asyncio.sleep(self._TICK_S)
+
+    def close(self, host: Host) -> None:
+        name = None if host.process is None else host.process.name
+        if name not in self.loops:
+            return
+        _, loop = self.loops[name]
+        face = self.faces[name]
+        if loop.is_closed():
+            return  # its process was killed meanwhile
+        done = loop.clock.event()
+
+        def closing() -> None:
+            loop.create_task(face.close(10.0)).add_done_callback(lambda _: done.set())
+
+        loop.call_soon_threadsafe(closing)
+        done.wait(30.0)
+
+    def check(self, now: float) -> None:
+        if self._violation is not None:
+            raise Violation(self._violation)
+        super().check(now)
+
+    def settled(self, live: list[Host]) -> str | None:
+        for name, (process, loop) in list(self.loops.items()):
+            if process.dead or name not in self.ticks:
                 continue
-            if batch and rng.random() < 0.3:
-                clock.sleep(rng.uniform(0.0, 0.05), idle)  # on its way to the loop
-            if delivery.outcome is not None:
-                continue  # refused before the poll: it took nothing
-            if batch and rng.random() < 0.1:
-                consumer._deliver(delivery, handed=False)  # cancelled after the poll ran
-                trace(f"{me}: a getmany of {sum(map(len, batch.values()))} was cancelled")
-                continue
-            # As getmany: records of a partition revoked or lost meanwhile are not handed.
-            owned, withdrawn = consumer.assignment(), consumer._withdrawn
-            for tp in [tp for tp in batch if tp not in owned or tp in withdrawn]:
-                del batch[tp]
-                delivery.spans.pop(tp, None)
-            # Handed out: getmany returns right after confirming, with no wait between
-            # (here, taking the lock may let other threads run: recorded first).
-            for tp, records in batch.items():
-                self._returned(tp, [r.offset for r in records])
-            consumer._deliver(delivery, handed=True)
-            for records in batch.values():
-                for _ in records:
-                    clock.sleep(rng.uniform(0.001, 0.01), idle)  # handling it
-                    if rng.random() < 0.5:
-                        commit("after a record")
-            draw = rng.random()
-            if draw < 0.03:
-                owned = sorted(consumer.assignment())
-                if owned:
-                    consumer._pause_soon([rng.choice(owned)], pause=True)
-            elif draw < 0.1 and consumer._paused_now():
-                consumer._pause_soon(consumer._paused_now(), pause=False)
+            stalled = loop.time() - self.ticks[name]
+            if process.paused_until is None and stalled > 1.0:
+                return f"{name}'s event loop stopped turning {stalled:.1f}s ago"
+        return super().settled(live)

@@ -11,13 +11,12 @@ and tokens start over, as docs/election.md says.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from typing import Any
 
+from ._asyncio import SimEventLoop
 from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
 from ._network import SimTransport
-from ._scheduler import Process, Scheduler, SimulationError
+from ._scheduler import Process, Scheduler
 
 
 class ElectionDriver(DriverBase):
@@ -117,120 +116,44 @@ class ElectionDriver(DriverBase):
         return None if len(leaders) == 1 else f"{len(leaders)} leaders: {leaders}"
 
 
-class SimLoop:
-    """An event loop on the simulator's clock: one thread of the member's process that runs
-    what other threads hand it (``call_soon_threadsafe``) and the tasks it makes, between
-    turns of the application (``turn``). Enough of asyncio's loop for the recipes' async
-    faces (``recipes/_aio.py``); a callback that awaits real asyncio is refused."""
-
-    def __init__(self, clock: Scheduler, turn: Callable[[], object], every_s: float) -> None:
-        self._clock = clock
-        self._turn = turn
-        self._every_s = every_s
-        self._ready: deque[Callable[[], object]] = deque()
-        self._wake = clock.event()
-        self.last_turn = clock.monotonic()
-
-    # ------------------------------------------------------------------ asyncio's loop
-
-    def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any) -> None:
-        self._ready.append(lambda: callback(*args))
-        self._wake.set()
-
-    def create_task(self, coro: Coroutine[Any, Any, None]) -> _SimTask:
-        task = _SimTask(self, coro)
-        self.call_soon_threadsafe(task.step)
-        return task
-
-    def is_closed(self) -> bool:
-        return False
-
-    def now(self) -> float:
-        return self._clock.monotonic()
-
-    # ------------------------------------------------------------------ its thread
-
-    def run_forever(self) -> None:
-        """Run handed-over callbacks and the application's turns, forever (until killed)."""
-        while True:
-            while self._ready:
-                self._ready.popleft()()
-            self._turn()
-            self.last_turn = self._clock.monotonic()
-            self._wake.wait(self._every_s)
-            self._wake.clear()
-
-
-class _SimTask:
-    """A coroutine run to its end in one step on a :class:`SimLoop` (asyncio's Task's
-    ``add_done_callback``, ``cancelled``, ``exception``)."""
-
-    def __init__(self, loop: SimLoop, coro: Coroutine[Any, Any, None]) -> None:
-        self._loop = loop
-        self._coro = coro
-        self._done = False
-        self._exception: BaseException | None = None
-        self._callbacks: list[Callable[[Any], object]] = []
-
-    def step(self) -> None:
-        try:
-            self._coro.send(None)
-        except StopIteration:
-            pass
-        except Exception as e:
-            self._exception = e
-        else:
-            self._coro.close()
-            self._exception = SimulationError("a simulated callback awaited real asyncio")
-        self._done = True
-        for callback in self._callbacks:
-            callback(self)
-
-    def add_done_callback(self, callback: Callable[[Any], object]) -> None:
-        if self._done:
-            self._loop.call_soon_threadsafe(callback, self)
-        else:
-            self._callbacks.append(callback)
-
-    def cancelled(self) -> bool:
-        return False
-
-    def exception(self) -> BaseException | None:
-        return self._exception
-
-
 class AsyncElectionDriver(ElectionDriver):
-    """The election through its asyncio face (``AsyncLeaderElection``): its callbacks run on
-    each member's loop, whose application reads ``is_leader`` at every turn (every 10 ms),
-    so that the loop is often the first to see a lease ran out. Checked on top: every
-    loop keeps turning (none waits for itself), and ``on_deposed`` runs on the loop."""
+    """The election through its asyncio face (``AsyncLeaderElection``), as shipped, on an
+    asyncio event loop of the member's own (:class:`SimEventLoop`: asyncio's loop on
+    simulated time): the application starts and closes it with ``await``, its callbacks
+    run on the loop, and the application reads ``is_leader`` every 10 ms, so that the loop
+    is often the first to see a lease ran out. Checked on top: every loop keeps turning
+    (none waits for itself), and ``on_elected`` and ``on_deposed`` run on the loop."""
 
     name = "election-async"
     _TURN_S = 0.01
 
     def __init__(self, settings: HistorySettings) -> None:
         super().__init__(settings)
-        self.loops: dict[str, tuple[Process, SimLoop]] = {}  # by process name
+        # By process name: the member's loop and face, and when the application last turned.
+        self.loops: dict[str, tuple[Process, SimEventLoop, Any]] = {}
+        self.turns: dict[str, float] = {}
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         from recipes.election import AsyncLeaderElection, Leadership
 
         process = host.process
         assert process is not None
-        loop_thread: list[object] = []
+        name = process.name
+        loop = SimEventLoop(clock, name)
+        loop_thread = clock.current_thread()
 
         def on_the_loop(what: str) -> None:
-            if clock.current_thread() not in loop_thread and self._violation is None:
-                self._violation = f"{process.name}: {what} ran off its event loop"
+            if clock.current_thread() is not loop_thread and self._violation is None:
+                self._violation = f"{name}: {what} ran off its event loop"
 
-        def elected(leadership: Leadership) -> None:
+        async def elected(leadership: Leadership) -> None:
             on_the_loop("on_elected")
             self.take_slow(host, clock)  # a slow callback holds the loop up
-            trace(f"{process.name}: elected, token {leadership.token}")
+            trace(f"{name}: elected, token {leadership.token}")
 
         def deposed(leadership: Leadership) -> None:
             on_the_loop("on_deposed")
-            trace(f"{process.name}: deposed ({leadership.reason})")
+            trace(f"{name}: deposed ({leadership.reason})")
 
         face = AsyncLeaderElection(
             GROUP,
@@ -242,24 +165,40 @@ class AsyncElectionDriver(ElectionDriver):
             group_instance_id=host.instance_id,
             **self.settings.member_settings(),
         )
-        loop = SimLoop(clock, lambda: face.is_leader, self._TURN_S)
+        self.members[name] = (process, face.election)
+        self.loops[name] = (process, loop, face)
+        self.turns[name] = clock.monotonic()
 
-        def run_loop() -> None:
-            loop_thread.append(clock.current_thread())
-            face._bridge.bind(cast(asyncio.AbstractEventLoop, loop))
-            loop.run_forever()
+        async def application() -> None:
+            await face.start()
+            while True:
+                face.is_leader  # noqa: B018 (read for its effect: it may depose)
+                self.turns[name] = clock.monotonic()
+                await asyncio.sleep(self._TURN_S)
 
-        clock.thread(run_loop, f"{process.name}-loop").start()
-        self.members[process.name] = (process, face.election)
-        self.loops[process.name] = (process, loop)
-        face.election.start()
+        loop.run_until_complete(application())
+
+    def close(self, host: Host) -> None:
+        name = None if host.process is None else host.process.name
+        if name not in self.loops:
+            return
+        _, loop, face = self.loops[name]
+        if loop.is_closed():
+            return  # its process was killed meanwhile
+        done = loop.clock.event()
+
+        def closing() -> None:
+            loop.create_task(face.close(10.0)).add_done_callback(lambda _: done.set())
+
+        loop.call_soon_threadsafe(closing)
+        done.wait(30.0)
 
     def settled(self, live: list[Host]) -> str | None:
         # A loop that waits for itself never turns again (and never runs a callback).
-        for name, (process, loop) in list(self.loops.items()):
-            now = loop.now()
+        for name, (process, loop, _) in list(self.loops.items()):
             if process.dead:
-                del self.loops[name]
-            elif process.paused_until is None and now - loop.last_turn > 1.0:
-                return f"{name}'s event loop stopped turning {now - loop.last_turn:.1f}s ago"
+                continue
+            stalled = loop.time() - self.turns[name]
+            if process.paused_until is None and stalled > 1.0:
+                return f"{name}'s event loop stopped turning {stalled:.1f}s ago"
         return super().settled(live)

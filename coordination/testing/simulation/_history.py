@@ -126,11 +126,14 @@ class DriverBase:
 
     def take_slow(self, host: Host, clock: Scheduler, longest_s: float | None = None) -> None:
         """Called in a user callback of ``host``: take the time a slow-callback fault gave."""
-        seconds = self._slow.pop(host.index, 0.0)
-        if longest_s is not None:
-            seconds = min(seconds, longest_s)
+        seconds = self.slow_seconds(host, longest_s)
         if seconds:
             clock.sleep(seconds, clock.event())
+
+    def slow_seconds(self, host: Host, longest_s: float | None = None) -> float:
+        """How long ``host``'s next user callback is to take (a slow-callback fault), once."""
+        seconds = self._slow.pop(host.index, 0.0)
+        return seconds if longest_s is None else min(seconds, longest_s)
 
     def group_deleted(self) -> None:
         pass
@@ -217,7 +220,7 @@ class History:
 
     def run(self) -> Result:
         handler = _TraceHandler(self.trace)
-        loggers = [logging.getLogger("coordination"), logging.getLogger("recipes")]
+        loggers = [logging.getLogger(name) for name in ("coordination", "recipes", "asyncio")]
         saved = [(lg.level, lg.propagate) for lg in loggers]
         for lg in loggers:
             if self.log_to_trace:

@@ -21,7 +21,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from greenlet import GreenletExit, getcurrent, greenlet
 
@@ -41,6 +41,9 @@ class Process:
         self.paused_until: float | None = None
         self.tasks: set[_Task] = set()
         self.deferred: list[_Task] = []  # woken while paused
+        # Called once its threads unwound after a kill: what the process held beside its
+        # threads (an asyncio loop's pending coroutines) is dropped without running on.
+        self.at_kill: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"<Process {self.name}{' dead' if self.dead else ''}>"
@@ -49,7 +52,16 @@ class Process:
 class _Task:
     """One simulated thread: a greenlet and what it waits for."""
 
-    __slots__ = ("done", "greenlet", "name", "process", "thread", "token", "value")
+    __slots__ = (
+        "asyncio_loop",
+        "done",
+        "greenlet",
+        "name",
+        "process",
+        "thread",
+        "token",
+        "value",
+    )
 
     def __init__(self, name: str, process: Process | None, thread: SimThread) -> None:
         self.name = name
@@ -59,6 +71,16 @@ class _Task:
         self.token: object | None = None  # the wait it is parked in; None when runnable
         self.value: Any = None  # what woke it
         self.done = False
+        # The asyncio loop this thread runs (a ``SimEventLoop``): asyncio keeps "the running
+        # loop" once per OS thread, which every simulated thread shares, so the scheduler
+        # enters the loop before resuming its thread and leaves it after.
+        self.asyncio_loop: _AsyncioLoop | None = None
+
+
+class _AsyncioLoop(Protocol):
+    def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
 
 
 class Timer:
@@ -178,6 +200,9 @@ class Scheduler:
         for task in sorted(process.tasks, key=lambda t: t.name):
             self._unwind_task(task)
         process.tasks.clear()
+        for release in process.at_kill:
+            release()
+        process.at_kill.clear()
 
     def _unwind_task(self, task: _Task) -> None:
         if task.greenlet is None or task.done or task.greenlet.dead:
@@ -202,13 +227,20 @@ class Scheduler:
         self._ready.clear()
         self._timers.clear()
         failures = len(self.failures)
+        processes: dict[str, Process] = {}
         for task in sorted(self._started, key=lambda t: t.name):
             if task.process is not None:
                 task.process.dead = True
                 task.process.deferred.clear()
+                processes[task.process.name] = task.process
             # A thread's cleanup failing now changes nothing.
             with contextlib.suppress(Exception):
                 self._unwind_task(task)
+        for process in processes.values():
+            for release in process.at_kill:
+                with contextlib.suppress(Exception):
+                    release()
+            process.at_kill.clear()
         del self.failures[failures:]  # what a forced unwinding raised tells nothing
         self._started.clear()
         self._ready.clear()
@@ -254,7 +286,12 @@ class Scheduler:
                 assert g is not None and self._hub is not None
                 if g.parent is not self._hub:
                     g.parent = self._hub
+                loop = task.asyncio_loop
+                if loop is not None:
+                    loop.enter()
                 g.switch(task.value)
+                if task.asyncio_loop is not None:
+                    task.asyncio_loop.leave()
                 self._current = None
                 for probe in self.probes:
                     probe()
@@ -475,6 +512,8 @@ class SimLock:
             self._owner, self._count = me, 1
             return True
         if me is self._scheduler._hub_task:
+            if not blocking:
+                return False  # (a killed process's cleanup, run as the history ends)
             raise SimulationError("the scheduler found a lock held by a waiting thread")
         if self._owner is me:
             if not self._reentrant:
