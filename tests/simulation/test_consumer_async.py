@@ -36,3 +36,16 @@ def test_the_checker_finds_a_cancelled_getmany_that_loses_its_records(
     assert summary.failures, "commits past records of cancelled calls went unnoticed"
     failure = summary.failures[0]
     assert failure.violation is not None and "never returned record" in failure.violation
+
+
+def test_an_async_history_replays_exactly_from_its_seed() -> None:
+    # asyncio's loop on simulated time adds nothing that depends on the run: its tasks,
+    # timers and worker threads follow the seed.
+    from coordination.testing.simulation._consumers import AsyncConsumersDriver
+    from coordination.testing.simulation._history import History, HistorySettings
+
+    first = History(AsyncConsumersDriver, 7, HistorySettings(faults=30), log_to_trace=True).run()
+    again = History(AsyncConsumersDriver, 7, HistorySettings(faults=30), log_to_trace=True).run()
+    assert first.ok and len(first.trace) > 100
+    assert first.trace == again.trace
+    assert (first.steps, first.simulated_s) == (again.steps, again.simulated_s)

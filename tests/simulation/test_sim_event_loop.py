@@ -143,3 +143,24 @@ def test_a_killed_process_drops_its_loops_pending_coroutines_without_warnings() 
     assert sorted(cleaned) == ["generator", "task"]
     assert loop_box[0].is_closed()
     assert asyncio.events._get_running_loop() is None
+
+
+def test_a_process_killed_while_its_loop_waits_inside_a_coroutine_unwinds_cleanly() -> None:
+    # The kill's GreenletExit comes out of the wait inside the coroutine, whose cleanup
+    # awaits (as an ``async with`` does): that cleanup still finds its loop running.
+    clock = Scheduler(seed=5)
+    process = Process("p")
+
+    async def blocks_the_loop() -> None:
+        try:
+            clock.sleep(10.0, clock.event())  # a callback that blocks its loop
+        finally:
+            await asyncio.sleep(0.001)
+
+    def run() -> None:
+        SimEventLoop(clock, "app").run_until_complete(blocks_the_loop())
+
+    clock.spawn(run, "main", process)
+    clock.run(1001.0)
+    clock.kill(process)
+    assert clock.failures == []

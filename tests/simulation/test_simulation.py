@@ -21,9 +21,10 @@ from coordination.testing.simulation._shards import ShardsDriver
 
 # CI's share: at least 2,000 histories of 100 faults per recipe.
 CI_HISTORIES = int(os.environ.get("SIMULATION_HISTORIES", "2000"))
-# The asyncio faces (the election's loop reading is_leader every 10 ms; the consumer's
-# getone/getmany with cancellations) are thin shells over the recipes above; their histories
-# cost four times as much (every turn of the loop is a step).
+# The asyncio faces (AsyncLeaderElection, its loop reading is_leader every 20 ms;
+# AsyncConsumer, getone/getmany with cancellations) are thin shells over the recipes above,
+# run on asyncio's own loop; their histories cost several times as much (every turn of a
+# loop is a step, through asyncio's machinery).
 ASYNC_HISTORIES = int(os.environ.get("SIMULATION_ASYNC_HISTORIES", "200"))
 
 

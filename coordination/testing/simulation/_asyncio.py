@@ -40,6 +40,9 @@ Ts = TypeVarTuple("Ts")
 # A coroutine that catches the cancellation of a killed process and awaits again is thrown
 # into again, this many times, then closed.
 _UNWIND_ATTEMPTS = 10
+# How often a loop with work ready lets other threads run first (as the OS may preempt it);
+# every time would double the steps of a history (asyncio runs a turn in two passes).
+_YIELD_WHEN_BUSY = 0.2
 
 
 class _Selector:
@@ -55,7 +58,7 @@ class _Selector:
             self.wake.wait()
         elif timeout > 0:
             self.wake.wait(timeout)
-        else:
+        elif self._clock.rng.random() < _YIELD_WHEN_BUSY:
             self._clock.yield_now()  # others may run between two turns of a busy loop
         self.wake.clear()
         return []
@@ -176,8 +179,15 @@ class SimEventLoop(asyncio.BaseEventLoop):
     def _make_task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
         task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **kwargs)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
         return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            # Retrieved: a task that a kill unwound ends with GreenletExit, which asyncio
+            # would report from the garbage collector, after the history.
+            task.exception()
 
     def _settle(
         self, future: asyncio.Future[T], result: Any = None, error: BaseException | None = None
@@ -202,6 +212,9 @@ class SimEventLoop(asyncio.BaseEventLoop):
         # Each task's coroutine is unwound as a cancellation unwinds it (a close would skip
         # an async generator it is inside of: Python closes only the outer frames).
         for task in list(self._tasks):
+            if task.done():  # its done callbacks never ran (the kill unwound the loop first)
+                self._task_done(task)
+                continue
             task._log_destroy_pending = False  # type: ignore[attr-defined]
             coro = task.get_coro()
             for _ in range(_UNWIND_ATTEMPTS):

@@ -120,12 +120,12 @@ class AsyncElectionDriver(ElectionDriver):
     """The election through its asyncio face (``AsyncLeaderElection``), as shipped, on an
     asyncio event loop of the member's own (:class:`SimEventLoop`: asyncio's loop on
     simulated time): the application starts and closes it with ``await``, its callbacks
-    run on the loop, and the application reads ``is_leader`` every 10 ms, so that the loop
+    run on the loop, and the application reads ``is_leader`` every 20 ms, so that the loop
     is often the first to see a lease ran out. Checked on top: every loop keeps turning
     (none waits for itself), and ``on_elected`` and ``on_deposed`` run on the loop."""
 
     name = "election-async"
-    _TURN_S = 0.01
+    _TURN_S = 0.02
 
     def __init__(self, settings: HistorySettings) -> None:
         super().__init__(settings)

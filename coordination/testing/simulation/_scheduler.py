@@ -212,6 +212,9 @@ class Scheduler:
             task.done = True
             return
         self._current = task
+        loop = task.asyncio_loop
+        if loop is not None:
+            loop.enter()  # what the loop runs while it unwinds still sees it
         try:
             task.greenlet.parent = getcurrent()
             task.greenlet.throw(GreenletExit)
@@ -219,6 +222,8 @@ class Scheduler:
             pass
         finally:
             self._current = None
+            if loop is not None:
+                loop.leave()
 
     def shutdown(self) -> None:
         """End the simulation: every thread still waiting unwinds, as if killed. (A
