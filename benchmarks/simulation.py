@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from coordination.testing.simulation._history import HistorySettings
-from coordination.testing.simulation._runner import RECIPES, run_seeds, with_fixed_hash_seed
+from coordination.testing.simulation import HistorySettings, with_fixed_hash_seed
+from devtools.simulation import RECIPES, run_seeds
 
 GOAL_PER_MINUTE = 1000
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from coordination.testing.campaign import Campaign, Settings
+from devtools.campaign import Campaign, Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 

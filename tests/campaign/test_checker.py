@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coordination.testing.campaign import History, check, load
-from coordination.testing.campaign._checker import Event
+from devtools.campaign import History, check, load
+from devtools.campaign._checker import Event
 
 TOPIC = "stream"
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from coordination.testing import free_port
-from coordination.testing.campaign._proxy import ProxyFleet
+from devtools.campaign._proxy import ProxyFleet
 
 
 class _Echo(socketserver.BaseRequestHandler):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from coordination.testing.simulation._runner import run_seeds
+from devtools.simulation import run_seeds
 
 
 def test_async_consumers_lose_nothing_through_fault_histories() -> None:
@@ -41,8 +41,8 @@ def test_the_checker_finds_a_cancelled_getmany_that_loses_its_records(
 def test_an_async_history_replays_exactly_from_its_seed() -> None:
     # asyncio's loop on simulated time adds nothing that depends on the run: its tasks,
     # timers and worker threads follow the seed.
-    from coordination.testing.simulation._consumers import AsyncConsumersDriver
-    from coordination.testing.simulation._history import History, HistorySettings
+    from coordination.testing.simulation import History, HistorySettings
+    from devtools.simulation.consumers import AsyncConsumersDriver
 
     first = History(AsyncConsumersDriver, 7, HistorySettings(faults=30), log_to_trace=True).run()
     again = History(AsyncConsumersDriver, 7, HistorySettings(faults=30), log_to_trace=True).run()

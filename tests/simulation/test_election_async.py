@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordination.testing.simulation._runner import run_seeds
+from devtools.simulation import run_seeds
 
 
 @pytest.mark.timeout(300)

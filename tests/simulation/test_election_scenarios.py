@@ -4,8 +4,8 @@ reach, checked by the same checker (tokens never repeat across members, never go
 from __future__ import annotations
 
 from coordination._protocol import messages as m
-from coordination.testing.simulation._election import ElectionDriver
-from coordination.testing.simulation._history import History, HistorySettings
+from coordination.testing.simulation import History, HistorySettings
+from devtools.simulation.election import ElectionDriver
 
 # Past the broker's check for expired groups (every 600 s): an empty group without
 # committed offsets is dropped there, and its generations start over.

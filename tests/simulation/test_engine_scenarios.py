@@ -3,9 +3,9 @@ checked by the engine's checker (no shard held by two living members, each with 
 
 from __future__ import annotations
 
-from coordination.testing.simulation._history import History, HistorySettings
+from coordination.testing.simulation import History, HistorySettings
 from coordination.testing.simulation._network import NetworkSettings
-from coordination.testing.simulation._shards import ShardsDriver
+from devtools.simulation.shards import ShardsDriver
 
 CUT_OFF_S = 8.0  # longer than the lease, min(session 6 s, rebalance 10 s)
 LOAD_S = 5.0  # how long the new coordinator loads the group

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from coordination._engine.membership import GroupMembership
-from coordination.testing.simulation._history import History, HistorySettings
-from coordination.testing.simulation._runner import run_seeds
-from coordination.testing.simulation._shards import ShardsDriver
+from coordination.testing.simulation import History, HistorySettings
+from devtools.simulation import run_seeds
+from devtools.simulation.shards import ShardsDriver
 
 # CI's share: at least 2,000 histories of 100 faults per recipe.
 CI_HISTORIES = int(os.environ.get("SIMULATION_HISTORIES", "2000"))
@@ -33,7 +33,7 @@ def start_cli(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         # At a lower priority: simulated time does not care how fast it runs, and the tests
         # beside it in a parallel run (real heartbeats, sessions, timeouts) do.
-        ["nice", "-n", "10", sys.executable, "-m", "coordination.testing.simulation", *args],
+        ["nice", "-n", "10", sys.executable, "-m", "devtools.simulation", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -210,7 +210,7 @@ def test_the_checker_finds_a_cooperative_leader_that_does_not_withhold_owned_par
 def test_the_checker_finds_a_member_that_keeps_rejoining(monkeypatch: pytest.MonkeyPatch) -> None:
     # A member that asks for a rejoin after every join floods the coordinator: a liveness
     # bug no ownership invariant sees (the tasks worker's rejoin storm was such a loop).
-    from coordination.testing.simulation import _shards
+    from devtools.simulation import shards as _shards
 
     real = _shards._ShardMember.on_join_complete
 

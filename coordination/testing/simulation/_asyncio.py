@@ -12,7 +12,9 @@ with three parts replaced:
 - ``run_in_executor`` runs its function on a simulated thread of the loop's process: a new
   one for the default executor (``asyncio.to_thread``), one per executor object otherwise,
   taking its calls in order as a one-thread ``ThreadPoolExecutor`` does. A call cancelled
-  before its thread took it never runs, as with a real executor.
+  before its thread took it never runs, as with a real executor. Its result reaches the
+  loop at once or, three times in ten, up to 50 ms later (the OS ran other threads first),
+  so that a cancellation can land while a result travels to the loop.
 
 Every simulated thread lives on one OS thread, where asyncio keeps "the running loop"; the
 scheduler sets it to the loop of the thread it resumes (``_Task.asyncio_loop``) and clears
@@ -43,6 +45,9 @@ _UNWIND_ATTEMPTS = 10
 # How often a loop with work ready lets other threads run first (as the OS may preempt it);
 # every time would double the steps of a history (asyncio runs a turn in two passes).
 _YIELD_WHEN_BUSY = 0.2
+# How often, and up to how late, a worker thread's result reaches its loop late.
+_LATE_RESULTS = 0.3
+_LATE_RESULT_S = 0.05
 
 
 class _Selector:
@@ -200,8 +205,16 @@ class SimEventLoop(asyncio.BaseEventLoop):
             else:
                 future.set_result(result)
 
-        with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
-            self.call_soon_threadsafe(settle)
+        def hand_over() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
+                self.call_soon_threadsafe(settle)
+
+        # Now, or a little later (the OS ran other threads first): a call cancelled while
+        # its result travels to the loop is a window real programs meet.
+        if self._clock.rng.random() < _LATE_RESULTS:
+            self._clock.call_later(self._clock.rng.uniform(0.0, _LATE_RESULT_S), hand_over)
+        else:
+            hand_over()
 
     # ------------------------------------------------------------------ end of a history
 

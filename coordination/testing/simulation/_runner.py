@@ -8,21 +8,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ._consumers import AsyncConsumersDriver, ConsumersDriver
-from ._election import AsyncElectionDriver, ElectionDriver
 from ._history import Driver, History, HistorySettings, Result
-from ._shards import ShardsDriver
-from ._tasks import TasksDriver
 
-# The recipes the simulator runs, by name.
-RECIPES: dict[str, Callable[[HistorySettings], Driver]] = {
-    "engine": ShardsDriver,
-    "election": ElectionDriver,
-    "election-async": AsyncElectionDriver,
-    "tasks": TasksDriver,
-    "consumer": ConsumersDriver,
-    "consumer-async": AsyncConsumersDriver,
-}
+DriverFactory = Callable[[HistorySettings], Driver]
+"""What makes a history's driver: a :class:`Driver` class (or a function) taking the
+history's settings."""
 
 
 @dataclass
@@ -53,19 +43,18 @@ class Summary:
 
 
 def run_seeds(
-    recipe: str,
+    driver: DriverFactory,
     seeds: Iterable[int],
     settings: HistorySettings | None = None,
     *,
     stop_at_first: bool = False,
     on_result: Callable[[Result], None] | None = None,
 ) -> Summary:
-    """Run one history per seed; failures keep their trace."""
-    factory = RECIPES[recipe]
-    summary = Summary(recipe)
+    """Run one history per seed of ``driver``'s members; failures keep their trace."""
+    summary = Summary(_name(driver))
     started = time.perf_counter()
     for seed in seeds:
-        result = History(factory, seed, settings).run()
+        result = History(driver, seed, settings).run()
         summary.histories += 1
         summary.faults += result.faults
         summary.steps += result.steps
@@ -84,9 +73,14 @@ def run_seeds(
     return summary
 
 
-def replay(recipe: str, seed: int, settings: HistorySettings | None = None) -> Result:
+def replay(driver: DriverFactory, seed: int, settings: HistorySettings | None = None) -> Result:
     """One history again, with the members' log records in its trace."""
-    return History(RECIPES[recipe], seed, settings, log_to_trace=True).run()
+    return History(driver, seed, settings, log_to_trace=True).run()
+
+
+def _name(driver: DriverFactory) -> str:
+    name = getattr(driver, "name", None)
+    return name if isinstance(name, str) else getattr(driver, "__name__", "driver")
 
 
 def with_fixed_hash_seed(argv: list[str]) -> None:

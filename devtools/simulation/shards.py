@@ -11,11 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..._coordinator import Coordinator
-from ..._types import Member, ProtocolMetadata
-from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
-from ._network import SimTransport
-from ._scheduler import Scheduler
+from coordination import Coordinator, Member, ProtocolMetadata
+from coordination.testing.simulation import (
+    GROUP,
+    DriverBase,
+    HistorySettings,
+    Host,
+    Scheduler,
+    SimTransport,
+    Trace,
+    Violation,
+)
 
 SHARDS = tuple(f"s{i}" for i in range(6))
 

@@ -11,9 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
-from ._network import SimTransport
-from ._scheduler import Process, Scheduler
+from coordination.testing.simulation import (
+    GROUP,
+    DriverBase,
+    HistorySettings,
+    Host,
+    Process,
+    Scheduler,
+    SimTransport,
+    Trace,
+    Violation,
+)
 
 TASKS = {f"t{i}": 1.0 for i in range(12)}
 STOP_TIMEOUT_MS = 2_000

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import CoordinationError
+from coordination.errors import CoordinationError
+
 from ._checker import History, Report, check
 from ._cluster import ProxiedCluster, create_topic, find_coordinator
 from ._load import load, read_events
@@ -71,7 +72,7 @@ BROKER_FAULTS = frozenset({"broker_kill", "coordinator_kill", "network"})
 
 
 def _repo_root() -> Path:
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     if not (root / "tests" / "interop" / "peers.py").exists():
         raise CampaignError(
             f"the campaign's consumer peers live in tests/interop of a source checkout; "
@@ -166,7 +167,7 @@ class Campaign:
                     "election",
                     static,
                     _command(
-                        [python, "-m", "coordination.testing.campaign._election_member"],
+                        [python, "-m", "devtools.campaign._election_member"],
                         bootstrap=bootstrap,
                         group=self.groups["election"],
                         topic=ELECTION_TOPIC,
@@ -185,7 +186,7 @@ class Campaign:
                     "task",
                     static,
                     _command(
-                        [python, "-m", "coordination.testing.campaign._task_worker"],
+                        [python, "-m", "devtools.campaign._task_worker"],
                         bootstrap=bootstrap,
                         group=self.groups["tasks"],
                         tasks=str(s.tasks),
@@ -201,7 +202,7 @@ class Campaign:
             ("java-1", java, True),
             ("java-2", java, False),
             ("rdkafka-1", [python, "-m", "tests.interop.rdkafka_peer"], False),
-            ("oursasync-1", [python, "-m", "coordination.testing.campaign._async_consumer"], False),
+            ("oursasync-1", [python, "-m", "devtools.campaign._async_consumer"], False),
         ]
         for name, base, static in peers:
             self.members.add(
@@ -227,7 +228,7 @@ class Campaign:
                 "producer",
                 False,
                 _command(
-                    [python, "-m", "coordination.testing.campaign._producer"],
+                    [python, "-m", "devtools.campaign._producer"],
                     bootstrap=bootstrap,
                     topic=STREAM_TOPIC,
                     partitions=str(s.partitions),

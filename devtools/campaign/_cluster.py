@@ -14,8 +14,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from .._broker import KafkaCluster, _Node
-from .._ports import free_port
+from coordination.testing import free_port
+from coordination.testing._broker import KafkaCluster, _Node
 
 # Settings where acknowledged data must survive the loss of one broker.
 DURABLE_CONFIG: Mapping[str, str] = {

@@ -1,6 +1,6 @@
 """A fault campaign against a real Kafka cluster, checked in the spirit of Jepsen.
 
-Run it with ``python -m coordination.testing.campaign --faults 120`` (see ``--help`` and
+Run it with ``python -m devtools.campaign --faults 120`` (see ``--help`` and
 docs/campaign.md). The checker (:func:`check` over a :class:`History`) is pure and can be
 re-run on a finished run's directory with ``--check DIR``.
 """

@@ -9,7 +9,7 @@ each commit. It records (see ``_record.py`` for the clock):
   before the ``leadership.check()`` that let it through, ``acked`` once the commit returned;
 * ``write_failed`` ``{token, error}``: a write that did not commit.
 
-    python -m coordination.testing.campaign._election_member --bootstrap B --group G \
+    python -m devtools.campaign._election_member --bootstrap B --group G \
         --name NAME --topic T [--instance-id ID]
 """
 

@@ -4,7 +4,7 @@ docs/partitioning.md's asyncio loop reads: ``getone``, ``getmany`` with and with
 ``max_records``, some of them cancelled by a short ``asyncio.wait_for`` (their records are
 given back, not lost), and a commit of the positions (what was handed out) after each.
 
-    python -m coordination.testing.campaign._async_consumer --bootstrap HOST:PORT
+    python -m devtools.campaign._async_consumer --bootstrap HOST:PORT
         --group G --topics T [--group-instance-id I] [--client-id C]
 """
 

@@ -8,7 +8,7 @@ Each task it runs is a thread doing a unit of work every ``--tick`` seconds, onl
   ``stop_task`` has ended the task's thread;
 * ``unit`` ``{task}``: a unit of work; ``t`` was read just before the ``owns()`` check.
 
-    python -m coordination.testing.campaign._task_worker --bootstrap B --group G \
+    python -m devtools.campaign._task_worker --bootstrap B --group G \
         --name NAME --tasks 50 [--instance-id ID]
 """
 

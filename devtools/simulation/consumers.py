@@ -26,11 +26,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._asyncio import SimEventLoop
-from ._group_coordinator import GroupLog, OffsetRecord, OffsetTombstone
-from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
-from ._network import SimTransport
-from ._scheduler import Process, Scheduler
+from coordination.testing.simulation import (
+    GROUP,
+    DriverBase,
+    GroupLog,
+    HistorySettings,
+    Host,
+    OffsetRecord,
+    OffsetTombstone,
+    Process,
+    Scheduler,
+    SimEventLoop,
+    SimTransport,
+    Trace,
+    Violation,
+)
 
 TOPIC = "events"
 PARTITIONS = 6

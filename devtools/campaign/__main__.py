@@ -1,8 +1,8 @@
-"""``python -m coordination.testing.campaign``: run a fault campaign, or check a finished one.
+"""``python -m devtools.campaign``: run a fault campaign, or check a finished one.
 
-    python -m coordination.testing.campaign --faults 120 [--seed 7] [--duration 600]
-    python -m coordination.testing.campaign --quick          # what CI runs (~5 min)
-    python -m coordination.testing.campaign --check RUN_DIR  # re-run the checker only
+    python -m devtools.campaign --faults 120 [--seed 7] [--duration 600]
+    python -m devtools.campaign --quick          # what CI runs (~5 min)
+    python -m devtools.campaign --check RUN_DIR  # re-run the checker only
 
 The last line printed is ``name=value`` figures; the exit status is 1 if the checker found
 any violation (or the liveness bound given with ``--max-unowned`` was exceeded), 2 if the
@@ -27,7 +27,7 @@ QUICK = {"faults": 110, "spacing": 2.4}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coordination.testing.campaign")
+    parser = argparse.ArgumentParser(prog="python -m devtools.campaign")
     parser.add_argument("--faults", type=int, help="inject this many faults")
     parser.add_argument("--duration", type=float, help="inject faults for this many seconds")
     parser.add_argument("--seed", type=int, help="chooses the faults (default: random)")

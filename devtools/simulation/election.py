@@ -13,10 +13,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ._asyncio import SimEventLoop
-from ._history import GROUP, DriverBase, HistorySettings, Host, Trace, Violation
-from ._network import SimTransport
-from ._scheduler import Process, Scheduler
+from coordination.testing.simulation import (
+    GROUP,
+    DriverBase,
+    HistorySettings,
+    Host,
+    Process,
+    Scheduler,
+    SimEventLoop,
+    SimTransport,
+    Trace,
+    Violation,
+)
 
 
 class ElectionDriver(DriverBase):

@@ -4,7 +4,7 @@ It records ``acked`` ``{topic, partition, offset, value}`` for every record the 
 acknowledged and ``failed`` ``{value, error}`` for those it did not; on SIGTERM it flushes
 what is in flight and ends.
 
-    python -m coordination.testing.campaign._producer --bootstrap B --topic T \
+    python -m devtools.campaign._producer --bootstrap B --topic T \
         --partitions 6 [--rate 40]
 """
 
