@@ -3,14 +3,16 @@
 Operators should not need a member's logs to learn who is in a group, who leads and who
 runs what. :func:`describe_group` asks the group's coordinator (DescribeGroups, a read that
 does not join: no rebalance) for every member's metadata and assignment and decodes them by
-the group's protocol type: ``consumer`` (Kafka's consumer protocol, any client), the
-election's and the tasks' (this project's recipes); unknown types keep their raw bytes.
-A protocol type of your own gets decoded once you :func:`register_decoder` for it.
+the group's protocol type. Each decoder is named by the package that owns the protocol
+(entry points ``coordination.group_decoders``: this project's recipes name ``consumer``,
+Kafka's consumer protocol from any client, ``election`` and ``tasks``); unknown types keep
+their raw bytes. A protocol type of your own gets decoded once you name its decoder there
+or :func:`register_decoder` it.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
 import json
 import logging
 import math
@@ -132,32 +134,44 @@ class GroupDecoder(Protocol):
         ...
 
 
-# Decoders of this project's protocols, imported when first needed.
-_BUILT_IN = {
-    "consumer": "recipes.partitioning._describe",
-    "election": "recipes.election._describe",
-    "tasks": "recipes.tasks._describe",
-}
+# Where installed packages name their decoders (pyproject.toml's entry points): this
+# project's recipes name theirs there, and so can yours; loaded when first needed.
+DECODER_ENTRY_POINTS: Final = "coordination.group_decoders"
 _registered: dict[str, GroupDecoder] = {}
 
 
 def register_decoder(protocol_type: str, decoder: GroupDecoder) -> None:
-    """Decode groups of ``protocol_type`` with ``decoder`` in :func:`describe_group`."""
+    """Decode groups of ``protocol_type`` with ``decoder`` in :func:`describe_group`.
+
+    A package can instead name its decoder (a module or object with ``describe_member`` and
+    ``summarize``) under the entry-point group ``coordination.group_decoders``, keyed by the
+    protocol type, so that ``coordination describe`` finds it without importing it first::
+
+        [project.entry-points."coordination.group_decoders"]
+        shards = "myservice.shards_describe"
+    """
     _registered[protocol_type] = decoder
 
 
 def _decoder(protocol_type: str) -> GroupDecoder | None:
     if protocol_type in _registered:
         return _registered[protocol_type]
-    module = _BUILT_IN.get(protocol_type)
-    if module is None:
-        return None
-    try:
-        decoder: GroupDecoder = importlib.import_module(module)
-    except ImportError as e:  # the recipes are not installed
-        log.debug("no decoder for protocol type %r: %s", protocol_type, e)
-        return None
-    return decoder
+    for entry in importlib.metadata.entry_points(group=DECODER_ENTRY_POINTS):
+        if entry.name != protocol_type:
+            continue
+        try:
+            decoder: GroupDecoder = entry.load()
+        except ImportError as e:  # named, but its package is broken or half-installed
+            log.warning(
+                "the decoder of protocol type %r (%s) does not import: %s",
+                protocol_type,
+                entry.value,
+                e,
+            )
+            return None
+        _registered[protocol_type] = decoder
+        return decoder
+    return None
 
 
 def list_groups(**settings: Any) -> list[GroupListing]:
