@@ -23,40 +23,22 @@ import resource
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordination import Coordinator, Member, ProtocolMetadata
 from coordination.testing import running_kafka
+from examples.shards import ShardOwner
 
 SETTINGS: dict[str, Any] = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 1_000}
 
 
-class Idle(Coordinator):
-    def protocol_type(self) -> str:
-        return "wakeup-cost"
+class Idle(ShardOwner):
+    """The example's shard owner, silent: nothing happens once it is stable."""
 
-    def metadata(self) -> Sequence[ProtocolMetadata]:
-        return [ProtocolMetadata("v1", b"")]
-
-    def perform_assignment(
-        self, leader_id: str, protocol: str, members: Sequence[Member]
-    ) -> Mapping[str, bytes]:
-        return {m.member_id: b"" for m in members}
-
-    def on_join_prepare(self, generation: int, member_id: str) -> None:
-        pass
-
-    def on_join_complete(
-        self, generation: int, member_id: str, protocol: str, assignment: bytes
-    ) -> None:
-        pass
-
-    def on_leave_prepare(self) -> None:
+    def report(self, generation: int) -> None:
         pass
 
 
@@ -92,7 +74,9 @@ def measure(bootstrap: str, n: int, window_s: float, layout: str) -> dict[str, f
             return {"wakeup_topic": None}
         return {"client_id": f"idle-{i}"} if layout == "alone" else {}
 
-    members = [Idle(group, bootstrap_servers=bootstrap, **SETTINGS, **extra(i)) for i in range(n)]
+    members = [
+        Idle(group, f"m{i}", bootstrap_servers=bootstrap, **SETTINGS, **extra(i)) for i in range(n)
+    ]
     try:
         for m in members:
             m.start()

@@ -1,4 +1,4 @@
-"""The ``coordination`` command: a local Kafka broker, the demo, and groups seen from outside."""
+"""The ``coordination`` command: a local Kafka broker, and groups seen from outside."""
 
 from __future__ import annotations
 
@@ -32,14 +32,6 @@ def main(argv: list[str] | None = None) -> int:
         default=9092,
         help="port of the first broker (default 9092; the next ones follow)",
     )
-
-    demo = commands.add_parser("demo", help="a few members join a group, one leaves")
-    demo.add_argument(
-        "--bootstrap-servers",
-        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
-        help="an existing Kafka (default: start a local broker)",
-    )
-    demo.add_argument("-v", "--verbose", action="store_true", help="log what the engine does")
 
     groups = commands.add_parser("groups", help="list the cluster's groups")
     _connection_arguments(groups)
@@ -85,21 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(KeyboardInterrupt):
                 stop.wait()
         return 0
-
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(message)s",
-    )
-    logging.getLogger("kafka").setLevel(logging.ERROR)
-    from ._demo import run
-
-    if args.bootstrap_servers:
-        run(args.bootstrap_servers)
-    else:
-        print("starting a local Kafka broker...", flush=True)
-        with KafkaCluster(1) as cluster:
-            run(cluster.bootstrap_servers)
-    return 0
+    raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
 
 # kafka-python's connection settings the inspection commands take as --flags.

@@ -8,10 +8,8 @@ no instant may two living members each hold a shard with a lease above zero.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coordination import Coordinator, Member, ProtocolMetadata
 from coordination.testing.simulation import (
     GROUP,
     DriverBase,
@@ -22,54 +20,38 @@ from coordination.testing.simulation import (
     Trace,
     Violation,
 )
+from examples.shards import SHARDS, ShardOwner
 
-SHARDS = tuple(f"s{i}" for i in range(6))
 
+class _ShardMember(ShardOwner):
+    """examples/shards.py's ShardOwner, its callbacks slowed by the slow-callback fault and
+    what it owns written to the trace."""
 
-class _ShardMember(Coordinator):
     def __init__(
         self, driver: ShardsDriver, host: Host, trace: Trace, clock: Scheduler, **settings: Any
     ) -> None:
-        super().__init__(GROUP, clock=clock, **settings)
+        super().__init__(GROUP, host.name, clock=clock, **settings)
         self.scheduler = clock
         self.host = host
         assert host.process is not None
         self.process = host.process  # this incarnation's; the host may get a new one
         self.trace = trace
         self.driver = driver
-        self.owned: frozenset[str] = frozenset()
-
-    def protocol_type(self) -> str:
-        return "sim-shards"
-
-    def metadata(self) -> Sequence[ProtocolMetadata]:
-        return [ProtocolMetadata("v1", b"")]
-
-    def perform_assignment(
-        self, leader_id: str, protocol: str, members: Sequence[Member]
-    ) -> Mapping[str, bytes]:
-        ids = sorted(m.member_id for m in members)
-        plan: dict[str, list[str]] = {i: [] for i in ids}
-        for n, shard in enumerate(SHARDS):
-            plan[ids[n % len(ids)]].append(shard)
-        return {i: ",".join(s).encode() for i, s in plan.items()}
 
     def on_join_prepare(self, generation: int, member_id: str) -> None:
         self.driver.take_slow(self.host, self.scheduler)
         if self.owned:
             self.trace(f"{self.process.name}: releases {sorted(self.owned)}")
-        self.owned = frozenset()
+        super().on_join_prepare(generation, member_id)
 
     def on_join_complete(
         self, generation: int, member_id: str, protocol: str, assignment: bytes
     ) -> None:
         self.driver.take_slow(self.host, self.scheduler)
-        shards = frozenset(s for s in assignment.decode().split(",") if s)
-        self.owned = shards
-        self.trace(f"{self.process.name}: owns {sorted(shards)} in generation {generation}")
+        super().on_join_complete(generation, member_id, protocol, assignment)
 
-    def on_leave_prepare(self) -> None:
-        self.owned = frozenset()
+    def report(self, generation: int) -> None:
+        self.trace(f"{self.process.name}: owns {sorted(self.owned)} in generation {generation}")
 
 
 class ShardsDriver(DriverBase):

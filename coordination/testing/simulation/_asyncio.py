@@ -109,7 +109,7 @@ class SimEventLoop(asyncio.BaseEventLoop):
         self._calls = 0
         # Its unfinished tasks, held here: asyncio holds them weakly, and one whose thread
         # was killed would be collected (its coroutine finalised) at a random moment.
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: dict[asyncio.Task[Any], None] = {}  # in the order made (a replay's)
         self.set_task_factory(self._make_task)
         current = clock._current
         if current is not None and current.process is not None:
@@ -183,12 +183,12 @@ class SimEventLoop(asyncio.BaseEventLoop):
 
     def _make_task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
         task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **kwargs)
-        self._tasks.add(task)
+        self._tasks[task] = None
         task.add_done_callback(self._task_done)
         return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if not task.cancelled():
             # Retrieved: a task that a kill unwound ends with GreenletExit, which asyncio
             # would report from the garbage collector, after the history.

@@ -223,7 +223,9 @@ class History:
         loggers = [logging.getLogger(name) for name in ("coordination", "recipes", "asyncio")]
         saved = [(lg.level, lg.propagate) for lg in loggers]
         for lg in loggers:
-            if self.log_to_trace:
+            # asyncio's own records (a future's exception never retrieved...) come from the
+            # garbage collector, at moments no seed decides: never in a trace.
+            if self.log_to_trace and lg.name != "asyncio":
                 lg.addHandler(handler)
                 lg.setLevel(logging.INFO)
             else:
