@@ -357,8 +357,7 @@ class Coordinator(abc.ABC):
             _offsets.commit(self._engine, offsets, generation, timeout)
         except CoordinationError as e:
             error = str(e)
-            self._engine.emit(
-                "on_commit_failed",
+            self._engine.hooks.commit_failed(
                 lambda: CommitFailed(
                     group_id=self._config.group_id,
                     member_id=self._engine.peek_generation().member_id,

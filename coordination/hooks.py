@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import ConfigurationError
 
@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("coordination.hooks")
+
+_Event = TypeVar("_Event")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,7 +216,12 @@ class CoordinationHooks:
 
 class HookCaller:
     """Calls every hook's method for an event, and keeps a failing hook from harming the
-    member (internal: the engine and the recipes hold one each)."""
+    member (internal: the engine and the recipes hold one each).
+
+    One typed method per event (``rebalance_started``, ``lease_at_risk``, ...), so that a
+    misspelt event, or the wrong event for a method, is a type error. Each takes the event,
+    or a function that builds it: that runs only when some hook listens, so a member
+    without hooks builds nothing. Call them without holding the member's lock."""
 
     def __init__(self, hooks: Sequence[CoordinationHooks]) -> None:
         self._hooks = tuple(hooks)
@@ -224,7 +231,54 @@ class HookCaller:
     def __bool__(self) -> bool:
         return bool(self._hooks)
 
+    def rebalance_started(self, event: RebalanceStarted | Callable[[], RebalanceStarted]) -> None:
+        self._dispatch(CoordinationHooks.on_rebalance_started, event)
+
+    def rebalance_finished(
+        self, event: RebalanceFinished | Callable[[], RebalanceFinished]
+    ) -> None:
+        self._dispatch(CoordinationHooks.on_rebalance_finished, event)
+
+    def rebalance_failed(self, event: RebalanceFailed | Callable[[], RebalanceFailed]) -> None:
+        self._dispatch(CoordinationHooks.on_rebalance_failed, event)
+
+    def heartbeat_failed(self, event: HeartbeatFailed | Callable[[], HeartbeatFailed]) -> None:
+        self._dispatch(CoordinationHooks.on_heartbeat_failed, event)
+
+    def lease_at_risk(self, event: LeaseAtRisk | Callable[[], LeaseAtRisk]) -> None:
+        self._dispatch(CoordinationHooks.on_lease_at_risk, event)
+
+    def elected(self, event: Elected | Callable[[], Elected]) -> None:
+        self._dispatch(CoordinationHooks.on_elected, event)
+
+    def deposed(self, event: Deposed | Callable[[], Deposed]) -> None:
+        self._dispatch(CoordinationHooks.on_deposed, event)
+
+    def task_started(self, event: TaskStarted | Callable[[], TaskStarted]) -> None:
+        self._dispatch(CoordinationHooks.on_task_started, event)
+
+    def task_stopped(self, event: TaskStopped | Callable[[], TaskStopped]) -> None:
+        self._dispatch(CoordinationHooks.on_task_stopped, event)
+
+    def task_overran(self, event: TaskOverran | Callable[[], TaskOverran]) -> None:
+        self._dispatch(CoordinationHooks.on_task_overran, event)
+
+    def commit_failed(self, event: CommitFailed | Callable[[], CommitFailed]) -> None:
+        self._dispatch(CoordinationHooks.on_commit_failed, event)
+
+    def _dispatch(
+        self,
+        method: Callable[[CoordinationHooks, _Event], None],
+        event: _Event | Callable[[], _Event],
+    ) -> None:
+        """Call each hook's override of ``method`` (named through the base class, so that
+        mypy checks the name and the event's type)."""
+        if self._hooks:
+            self.emit(method.__name__, event() if callable(event) else event)
+
     def emit(self, method: str, event: Any) -> None:
+        """Call each hook's ``method`` with ``event`` (the typed methods above go through
+        this; prefer them)."""
         for hook in self._hooks:
             try:
                 getattr(hook, method)(event)

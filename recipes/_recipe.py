@@ -161,7 +161,7 @@ class RecipeContext:
         callback_lock: held while a user callback runs (see :meth:`callback`).
         log: the recipe's logger; its records carry the group, member id and generation
             as ``extra`` fields.
-        hooks: the member's hooks (the ``hooks`` setting); call :meth:`emit`.
+        hooks: the member's hooks (the ``hooks`` setting); call its typed methods.
     """
 
     name: str
@@ -197,12 +197,6 @@ class RecipeContext:
     @property
     def member_id(self) -> str:
         return self.member.member_id
-
-    def emit(self, method: str, event: Callable[[], object]) -> None:
-        """Tell the hooks (if any) of an event; ``event`` makes it, only when someone
-        listens."""
-        if self.hooks:
-            self.hooks.emit(method, event())
 
     def rejoin(self, reason: str) -> None:
         """Ask the member to rejoin, unless the recipe is closed."""
@@ -443,8 +437,7 @@ class Recipe(abc.ABC):
         lease, ctx = self._lease, self._ctx
 
         def at_risk() -> object:
-            ctx.emit(
-                "on_lease_at_risk",
+            ctx.hooks.lease_at_risk(
                 lambda: LeaseAtRisk(
                     group_id=ctx.group_id, member_id=ctx.member_id, remaining_s=lease.remaining()
                 ),

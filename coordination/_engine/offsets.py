@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
@@ -27,9 +27,7 @@ from ..errors import (
 )
 from . import classify
 from .classify import Api, Next, Reaction
-
-if TYPE_CHECKING:
-    from .membership import GroupMembership
+from .core import MemberCore
 
 log = logging.getLogger("coordination.offsets")
 
@@ -52,7 +50,7 @@ def _decide(api: Api, codes: set[int]) -> tuple[int, Reaction]:
 
 
 def commit(
-    engine: GroupMembership,
+    engine: MemberCore,
     offsets: Mapping[tuple[str, int], OffsetAndMetadata],
     generation: Generation | None,
     timeout_s: float,
@@ -129,7 +127,7 @@ def commit(
 
 
 def _landed(
-    engine: GroupMembership,
+    engine: MemberCore,
     offsets: Mapping[tuple[str, int], OffsetAndMetadata],
     deadline: float,
 ) -> bool:
@@ -146,7 +144,7 @@ def _landed(
 
 
 def fetch(
-    engine: GroupMembership, partitions: Iterable[tuple[str, int]], timeout_s: float
+    engine: MemberCore, partitions: Iterable[tuple[str, int]], timeout_s: float
 ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
     """The group's committed offsets of ``partitions`` (None where nothing is committed)."""
     cfg = engine.config
@@ -175,7 +173,7 @@ def fetch(
         return result
 
 
-def describe(engine: GroupMembership, timeout_s: float) -> msg.DescribeGroupResponse:
+def describe(engine: MemberCore, timeout_s: float) -> msg.DescribeGroupResponse:
     """The group as its coordinator stores it now; GROUP_ID_NOT_FOUND is an answer (a group
     that does not exist), every other refusal raises."""
     group_id = engine.config.group_id
@@ -196,7 +194,7 @@ def describe(engine: GroupMembership, timeout_s: float) -> msg.DescribeGroupResp
 
 
 def _send(
-    engine: GroupMembership,
+    engine: MemberCore,
     request: msg.OffsetCommitRequest | msg.OffsetFetchRequest | msg.DescribeGroupRequest,
     response_type: type[R],
     deadline: float,
@@ -227,9 +225,7 @@ def _send(
         return None
 
 
-def _retried(
-    engine: GroupMembership, reaction: Reaction, code: int, deadline: float, api: str
-) -> bool:
+def _retried(engine: MemberCore, reaction: Reaction, code: int, deadline: float, api: str) -> bool:
     """Prepare the retry the reaction asks for; False if it asks for none."""
     if reaction.next is Next.FIND_COORDINATOR:
         engine.forget_coordinator(f"{api} returned {error_name(code)}")
@@ -239,7 +235,7 @@ def _retried(
     return True
 
 
-def _backoff(engine: GroupMembership, deadline: float, api: str, why: str = "") -> None:
+def _backoff(engine: MemberCore, deadline: float, api: str, why: str = "") -> None:
     wait_s = engine.config.retry_backoff_ms / 1000
     if engine.clock.monotonic() + wait_s > deadline:
         raise CoordinationTimeoutError(

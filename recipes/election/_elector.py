@@ -275,8 +275,7 @@ class Elector(GroupListener):
         ctx.log.info(
             "election %s: %s elected leader (token %d)", self.group_id, self.identity, token
         )
-        ctx.emit(
-            "on_elected",
+        ctx.hooks.elected(
             lambda: Elected(
                 group_id=ctx.group_id, member_id=member_id, identity=self.identity, token=token
             ),
@@ -515,8 +514,7 @@ class Elector(GroupListener):
     def _deposed(self, leadership: Leadership, reason: str, rejoin: bool) -> None:
         """What follows a deposition: the hooks, ``on_deposed``, then the rejoin."""
         ctx = self.ctx
-        ctx.emit(
-            "on_deposed",
+        ctx.hooks.deposed(
             lambda: Deposed(
                 group_id=ctx.group_id,
                 member_id=ctx.member_id,

@@ -162,8 +162,7 @@ class TaskRunner:
                 ctx.changed.notify_all()
             self.lease.wake()
             if ctx.hooks:
-                ctx.hooks.emit(
-                    "on_task_started",
+                ctx.hooks.task_started(
                     TaskStarted(group_id=ctx.group_id, member_id=ctx.member_id, task=task),
                 )
 
@@ -220,8 +219,7 @@ class TaskRunner:
                 self._counts["stop_timeouts"] += 1
                 self._late.add(task)
             if ctx.hooks:
-                ctx.hooks.emit(
-                    "on_task_overran",
+                ctx.hooks.task_overran(
                     TaskOverran(
                         group_id=ctx.group_id,
                         member_id=ctx.member_id,
@@ -260,8 +258,7 @@ class TaskRunner:
             done.set()
             ctx.changed.notify_all()
         took = ctx.clock.monotonic() - began
-        ctx.emit(
-            "on_task_stopped",
+        ctx.hooks.task_stopped(
             lambda: TaskStopped(
                 group_id=ctx.group_id,
                 member_id=ctx.member_id,
