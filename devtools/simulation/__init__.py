@@ -12,10 +12,10 @@ from typing import Any
 from coordination.testing.simulation import DriverFactory, Result, Summary
 from coordination.testing.simulation import replay as _replay
 from coordination.testing.simulation import run_seeds as _run_seeds
+from examples.shards_simulation import ShardsDriver
 
 from .consumers import AsyncConsumersDriver, ConsumersDriver
 from .election import AsyncElectionDriver, ElectionDriver
-from .shards import ShardsDriver
 from .tasks import TasksDriver
 
 # The recipes the simulator runs, by name.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from coordination.testing.simulation import History, HistorySettings
 from coordination.testing.simulation._network import NetworkSettings
-from devtools.simulation.shards import ShardsDriver
+from examples.shards_simulation import ShardsDriver
 
 CUT_OFF_S = 8.0  # longer than the lease, min(session 6 s, rebalance 10 s)
 LOAD_S = 5.0  # how long the new coordinator loads the group

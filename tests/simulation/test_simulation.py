@@ -17,7 +17,7 @@ import pytest
 from coordination._engine.membership import GroupMembership
 from coordination.testing.simulation import History, HistorySettings
 from devtools.simulation import run_seeds
-from devtools.simulation.shards import ShardsDriver
+from examples.shards_simulation import ShardsDriver
 
 # CI's share: at least 2,000 histories of 100 faults per recipe.
 CI_HISTORIES = int(os.environ.get("SIMULATION_HISTORIES", "2000"))
@@ -210,7 +210,7 @@ def test_the_checker_finds_a_cooperative_leader_that_does_not_withhold_owned_par
 def test_the_checker_finds_a_member_that_keeps_rejoining(monkeypatch: pytest.MonkeyPatch) -> None:
     # A member that asks for a rejoin after every join floods the coordinator: a liveness
     # bug no ownership invariant sees (the tasks worker's rejoin storm was such a loop).
-    from devtools.simulation import shards as _shards
+    from examples import shards_simulation as _shards
 
     real = _shards._ShardMember.on_join_complete
 
