@@ -3,10 +3,10 @@ event loop, and the fan-out of changes to async iterators.
 
 Design (the same for the election, the task distribution and the consumer):
 
-* The async face is a thin shell over the threaded recipe. It calls the threaded recipe's
-  own methods (blocking ones on a worker thread, ``asyncio.to_thread``) and keeps no state
-  of its own, so the threaded recipe's proven paths, its lease and its heartbeats do not
-  depend on the loop being responsive.
+* The async face is a thin shell over the threaded recipe (:class:`AsyncFace`: one
+  lifecycle for all). It calls the threaded recipe's own methods (blocking ones on a worker
+  thread, ``asyncio.to_thread``) and keeps no state of its own, so the threaded recipe's
+  proven paths, its lease and its heartbeats do not depend on the loop being responsive.
 * The user's callbacks (coroutine functions or plain ones) run on the loop that started the
   recipe. The recipe's thread that calls one waits until it has finished
   (:meth:`LoopBridge.run`), so callbacks keep the order and the guarantees of the threaded
@@ -28,7 +28,10 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Generic, TypeVar, overload
+from types import TracebackType
+from typing import Any, Generic, Protocol, TypeVar, overload
+
+from typing_extensions import Self
 
 from coordination._engine.clock import SYSTEM_CLOCK, Clock
 from coordination.errors import CoordinatorStateError
@@ -129,6 +132,49 @@ class LoopBridge:
         self._scheduled.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("a recipe's callback raised", exc_info=task.exception())
+
+
+class _Closable(Protocol):
+    """The threaded recipe under an async face."""
+
+    def start(self) -> None: ...
+
+    def close(self, timeout: float = ...) -> None: ...
+
+
+class AsyncFace:
+    """The lifecycle every recipe's async face shares: ``start`` binds the loop and starts
+    the threaded recipe on a worker thread, ``close`` closes it there (its callbacks run on
+    the loop meanwhile), ``async with`` does both. A face sets ``_bridge`` and ``_recipe``."""
+
+    _bridge: LoopBridge
+    _recipe: _Closable
+
+    async def start(self) -> None:
+        """Join the group (connects on a worker thread; the loop stays free)."""
+        self._bridge.bind()
+        await asyncio.to_thread(self._recipe.start)
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Leave the group (on a worker thread; the recipe's callbacks run on the loop
+        meanwhile), then end this face's iterators."""
+        await asyncio.to_thread(self._recipe.close, timeout)
+        self._closed()
+
+    def _closed(self) -> None:
+        """What the face ends once its recipe is closed (iterators, threads)."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
 
 
 class Changes(Generic[T]):

@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any
 
-from typing_extensions import Self
-
-from .._aio import Changes, LoopBridge
+from .._aio import AsyncFace, Changes, LoopBridge
 from ._election import ElectionMetrics, LeaderElection
 from ._leadership import LeaderInfo, Leadership
 
 AsyncCallback = Callable[[Any], Awaitable[None] | None]
 
 
-class AsyncLeaderElection:
+class AsyncLeaderElection(AsyncFace):
     """:class:`LeaderElection` with an asyncio face.
 
     Example:
@@ -74,6 +71,7 @@ class AsyncLeaderElection:
         # The bridge waits on the election's clock (a simulated one runs this face too), and
         # a deposition the loop notices is told from a thread of the election (it would wait
         # for the loop, on the loop).
+        self._recipe = self.election
         self._bridge.clock = self.election._ctx.clock
         self.election._elector.must_not_wait = self._bridge.on_loop
 
@@ -81,25 +79,14 @@ class AsyncLeaderElection:
 
     async def start(self) -> None:
         """Join the election (connects on a worker thread; the loop stays free)."""
-        self._bridge.bind()
-        await asyncio.to_thread(self.election.start)
+        await super().start()
 
     async def close(self, timeout: float = 30.0) -> None:
-        """Leave the election; a leader is deposed first (its ``on_deposed`` runs)."""
-        await asyncio.to_thread(self.election.close, timeout)
+        """Leave the election; a leader is deposed first (its ``on_deposed`` runs on the loop)."""
+        await super().close(timeout)
+
+    def _closed(self) -> None:
         self._changes.close()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # ------------------------------------------------------------------ queries and waits
 

@@ -7,15 +7,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator, Iterable, Mapping
-from types import TracebackType
 from typing import Any
-
-from typing_extensions import Self
 
 from coordination import OffsetAndMetadata
 from coordination.errors import CoordinatorStateError
 
-from .._aio import LoopBridge
+from .._aio import AsyncFace, LoopBridge
 from ._consumer import Consumer, ConsumerMetrics, _Delivery
 from ._listener import RebalanceListener
 from .protocol import TopicPartition
@@ -45,7 +42,7 @@ class AsyncRebalanceListener:
         await self.on_partitions_revoked(partitions)
 
 
-class AsyncConsumer:
+class AsyncConsumer(AsyncFace):
     """:class:`Consumer` with an asyncio face.
 
     Example:
@@ -93,34 +90,20 @@ class AsyncConsumer:
         self._fetching = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"async-consumer-fetch|{group_id}"
         )
-        self._closed = False
+        self._is_closed = False
         self.consumer = Consumer(group_id, listener=_OnTheLoop(self._bridge, listener), **kwargs)
+        self._recipe = self.consumer
 
     # ------------------------------------------------------------------ lifecycle
-
-    async def start(self) -> None:
-        """Join the group and start the fetcher (on a worker thread; the loop stays free)."""
-        self._bridge.bind()
-        await asyncio.to_thread(self.consumer.start)
 
     async def close(self, timeout: float = 30.0) -> None:
         """Leave the group (the listener's ``on_partitions_revoked`` runs on the loop) and
         stop fetching."""
-        await asyncio.to_thread(self.consumer.close, timeout)
-        self._closed = True
+        await super().close(timeout)
+
+    def _closed(self) -> None:
+        self._is_closed = True
         self._fetching.shutdown(wait=False, cancel_futures=True)
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # ------------------------------------------------------------------ records
 
@@ -143,7 +126,7 @@ class AsyncConsumer:
         Raises:
             CoordinatorStateError: the consumer was closed.
         """
-        if self._closed:
+        if self._is_closed:
             raise CoordinatorStateError(
                 f"consumer of group {self.consumer.group.group_id!r} is closed"
             )

@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from types import TracebackType
 from typing import Any
-
-from typing_extensions import Self
 
 from coordination.hooks import CoordinationHooks, TaskStarted, TaskStopped, check_hooks
 
-from .._aio import Changes, LoopBridge, MaybeAsync
+from .._aio import AsyncFace, Changes, LoopBridge, MaybeAsync
 from ._distribution import TaskDistribution
 from ._group import GroupView
 from ._runner import TaskMetrics
 from ._sources import TaskSpec
 
 
-class AsyncTaskDistribution:
+class AsyncTaskDistribution(AsyncFace):
     """:class:`TaskDistribution` with an asyncio face.
 
     Example:
@@ -66,32 +63,18 @@ class AsyncTaskDistribution:
             on_task_error=self._bridge.wrap(on_task_error),
             **{**kwargs, "hooks": [*check_hooks(kwargs.get("hooks")), watcher]},
         )
+        self._recipe = self.distribution
         self._bridge.clock = self.distribution._ctx.clock  # the bridge waits on the recipe's
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
-        """Join the group (connects on a worker thread; the loop stays free)."""
-        self._bridge.bind()
-        await asyncio.to_thread(self.distribution.start)
-
     async def close(self, timeout: float = 30.0) -> None:
         """Stop every task (their ``stop_task`` runs on the loop), leave, and end the
         iterators."""
-        await asyncio.to_thread(self.distribution.close, timeout)
+        await super().close(timeout)
+
+    def _closed(self) -> None:
         self._changes.close()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # ------------------------------------------------------------------ queries and waits
 
