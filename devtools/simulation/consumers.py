@@ -154,11 +154,30 @@ class ConsumersDriver(DriverBase):
             return [CooperativeStickyAssignor()]
         return [CooperativeStickyAssignor(), RangeAssignor()]
 
+    def _settings(self, host: Host, transport: SimTransport, clock: Scheduler) -> dict[str, Any]:
+        """A member's consumer settings: the topic (made by the first member), the group's
+        rebalance protocol, the simulated fetcher, transport and clock."""
+        from recipes.partitioning import InMemoryTopicMetadata
+
+        if self.topic is None:
+            self.topic = SimTopic(clock.monotonic())
+            self.metadata = InMemoryTopicMetadata({TOPIC: PARTITIONS})
+            self.log = transport.cluster.log
+        return {
+            "topics": [TOPIC],
+            "assignors": self._assignors(clock),
+            "topic_metadata": self.metadata,
+            "transport": transport,
+            "clock": clock,
+            "fetcher": SimFetcher(self.topic, clock, transport),
+            "group_instance_id": host.instance_id,
+            **self.settings.member_settings(),
+        }
+
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         from coordination.errors import CoordinationError
         from recipes.partitioning import (
             Consumer,
-            InMemoryTopicMetadata,
             PartitionsNotOwnedError,
             RebalanceListener,
         )
@@ -166,10 +185,6 @@ class ConsumersDriver(DriverBase):
         process = host.process
         assert process is not None
         me = process.name
-        if self.topic is None:
-            self.topic = SimTopic(clock.monotonic())
-            self.metadata = InMemoryTopicMetadata({TOPIC: PARTITIONS})
-            self.log = transport.cluster.log
         driver = self
         consumer: Any = None
 
@@ -192,18 +207,7 @@ class ConsumersDriver(DriverBase):
                 driver.take_slow(host, clock)
                 trace(f"{me}: assigned {sorted(p for _, p in partitions)}")
 
-        consumer = Consumer(
-            GROUP,
-            topics=[TOPIC],
-            assignors=self._assignors(clock),
-            listener=Listener(),
-            topic_metadata=self.metadata,
-            transport=transport,
-            clock=clock,
-            fetcher=SimFetcher(self.topic, clock, transport),
-            group_instance_id=host.instance_id,
-            **self.settings.member_settings(),
-        )
+        consumer = Consumer(GROUP, listener=Listener(), **self._settings(host, transport, clock))
         self.members[process.name] = _Member(process, consumer)
         consumer.start()
         self._consume(consumer, clock, trace, me, commit)
@@ -362,17 +366,12 @@ class AsyncConsumersDriver(ConsumersDriver):
         from recipes.partitioning import (
             AsyncConsumer,
             AsyncRebalanceListener,
-            InMemoryTopicMetadata,
             PartitionsNotOwnedError,
         )
 
         process = host.process
         assert process is not None
         me = process.name
-        if self.topic is None:
-            self.topic = SimTopic(clock.monotonic())
-            self.metadata = InMemoryTopicMetadata({TOPIC: PARTITIONS})
-            self.log = transport.cluster.log
         driver = self
         loop = SimEventLoop(clock, me)
         loop_thread = clock.current_thread()
@@ -404,18 +403,7 @@ class AsyncConsumersDriver(ConsumersDriver):
                 await asyncio.sleep(driver.slow_seconds(host))
                 trace(f"{me}: assigned {sorted(p for _, p in partitions)}")
 
-        face = AsyncConsumer(
-            GROUP,
-            topics=[TOPIC],
-            assignors=self._assignors(clock),
-            listener=Listener(),
-            topic_metadata=self.metadata,
-            transport=transport,
-            clock=clock,
-            fetcher=SimFetcher(self.topic, clock, transport),
-            group_instance_id=host.instance_id,
-            **self.settings.member_settings(),
-        )
+        face = AsyncConsumer(GROUP, listener=Listener(), **self._settings(host, transport, clock))
         self.members[me] = _Member(process, face.consumer)
         self.faces[me] = face
         self.loops[me] = (process, loop)
