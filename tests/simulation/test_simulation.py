@@ -193,14 +193,14 @@ def test_the_checker_finds_a_cooperative_leader_that_does_not_withhold_owned_par
     # COOPERATIVE rebalancing is safe only because the leader's cooperative-sticky withholds
     # a partition its owner has not revoked yet; an assignor that moves it at once gives it
     # to two members for the time of a rebalance.
-    from recipes.partitioning.assignors import _sticky_core, cooperative_sticky
+    from recipes.partitioning.assignors import _sticky_core
 
     real = _sticky_core.sticky_assign
 
     def eager(*args: Any, cooperative: bool, **kwargs: Any) -> Any:
         return real(*args, cooperative=False, **kwargs)
 
-    monkeypatch.setattr(cooperative_sticky, "sticky_assign", eager)
+    monkeypatch.setattr(_sticky_core, "sticky_assign", eager)
     summary = run_seeds("consumer", range(60), stop_at_first=True)
     assert summary.failures, "a leader that moves owned partitions at once went unnoticed"
     failure = summary.failures[0]

@@ -28,13 +28,14 @@ the rack pass of the general builder) is written plainly, one partition at a tim
 
 from __future__ import annotations
 
+import abc
 import heapq
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain, compress, repeat
 from operator import add, itemgetter
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from coordination.errors import AssignmentError
 
@@ -46,9 +47,9 @@ from ..protocol import (
     _IdPartitions,
     _PartitionSpace,
 )
-from .base import PartitionRacks, gc_paused, subscribed_partition_counts
+from .base import PartitionAssignor, PartitionRacks, gc_paused, subscribed_partition_counts
 
-__all__ = ["MemberClaim", "sticky_assign"]
+__all__ = ["AbstractStickyAssignor", "MemberClaim", "sticky_assign"]
 
 _partition_of = itemgetter(1)
 
@@ -183,6 +184,57 @@ def sticky_assign(
         return _sticky_assign(
             partitions_per_topic, subscriptions, claims, cooperative, partition_racks
         )
+
+
+class AbstractStickyAssignor(PartitionAssignor):
+    """What ``sticky`` and ``cooperative-sticky`` share: one :meth:`assign` (Java's name).
+
+    A subclass says how a member's claim is read from its subscription (:meth:`_claim`)
+    and whether partitions change hands in two rounds (:attr:`_cooperative`).
+    """
+
+    rack_aware = True
+
+    _cooperative: ClassVar[bool]
+    """Withhold partitions that would move from a member still owning them (KIP-429)."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def _claim(subscription: Subscription) -> MemberClaim:
+        """What the member says it owned, and since which generation."""
+
+    def assign(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        partition_racks: PartitionRacks | None = None,
+    ) -> dict[str, Assignment]:
+        """Balanced, sticky assignment from the members' claims.
+
+        Args:
+            partitions_per_topic: partition count of each known topic.
+            subscriptions: each member id's subscription.
+            partition_racks: the racks of each partition's replicas, per topic
+                (KIP-881); with members' ``rack_id``, partitions go to members on one
+                of their racks where balance allows, as Java's assignor does.
+
+        Returns:
+            Each member id's assignment, partitions sorted. The cooperative assignor
+            withholds partitions still owned elsewhere: they are in nobody's assignment.
+
+        Raises:
+            ConfigurationError: a partition count is negative.
+        """
+        with gc_paused():
+            claims = {member: self._claim(sub) for member, sub in subscriptions.items()}
+            return sticky_assign(
+                partitions_per_topic,
+                subscriptions,
+                claims,
+                cooperative=self._cooperative,
+                partition_racks=partition_racks,
+            )
 
 
 def _sticky_assign(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from ..protocol import (
     Assignment,
@@ -12,13 +12,12 @@ from ..protocol import (
     decode_cooperative_sticky_user_data,
     encode_cooperative_sticky_user_data,
 )
-from ._sticky_core import MemberClaim, sticky_assign
-from .base import PartitionAssignor, PartitionRacks, gc_paused
+from ._sticky_core import AbstractStickyAssignor, MemberClaim
 
 __all__ = ["CooperativeStickyAssignor"]
 
 
-class CooperativeStickyAssignor(PartitionAssignor):
+class CooperativeStickyAssignor(AbstractStickyAssignor):
     """The sticky algorithm for the cooperative protocol (KIP-429); Kafka's recommended one.
 
     Java's ``CooperativeStickyAssignor``. The assignment is computed as by
@@ -46,7 +45,7 @@ class CooperativeStickyAssignor(PartitionAssignor):
     """
 
     name = "cooperative-sticky"
-    rack_aware = True
+    _cooperative = True
 
     def __init__(self) -> None:
         self._generation = -1
@@ -81,48 +80,15 @@ class CooperativeStickyAssignor(PartitionAssignor):
         """
         self._generation = generation_id
 
-    def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
-        *,
-        partition_racks: PartitionRacks | None = None,
-    ) -> dict[str, Assignment]:
-        """Balanced, sticky assignment that withholds partitions still owned elsewhere.
-
-        Args:
-            partitions_per_topic: partition count of each known topic.
-            subscriptions: each member id's subscription.
-            partition_racks: the racks of each partition's replicas, per topic
-                (KIP-881); with members' ``rack_id``, partitions go to members on one
-                of their racks where balance allows, as Java's assignor does.
-
-        Returns:
-            Each member id's assignment, partitions sorted. Withheld partitions are in
-            nobody's assignment.
-
-        Raises:
-            ConfigurationError: a partition count is negative.
-        """
-        with gc_paused():
-            claims = {member: _claim(sub) for member, sub in subscriptions.items()}
-            return sticky_assign(
-                partitions_per_topic,
-                subscriptions,
-                claims,
-                cooperative=True,
-                partition_racks=partition_racks,
-            )
-
-
-def _claim(subscription: Subscription) -> MemberClaim:
-    if subscription.generation_id >= 0:
-        return MemberClaim(subscription.owned_partitions, subscription.generation_id)
-    if subscription.user_data is None:
-        return MemberClaim(subscription.owned_partitions, -1)
-    try:
-        generation = decode_cooperative_sticky_user_data(subscription.user_data)
-    except ConsumerProtocolError:
-        # As Java: user data that is not a generation counts as "no generation".
-        generation = -1
-    return MemberClaim(subscription.owned_partitions, generation)
+    @staticmethod
+    def _claim(subscription: Subscription) -> MemberClaim:
+        if subscription.generation_id >= 0:
+            return MemberClaim(subscription.owned_partitions, subscription.generation_id)
+        if subscription.user_data is None:
+            return MemberClaim(subscription.owned_partitions, -1)
+        try:
+            generation = decode_cooperative_sticky_user_data(subscription.user_data)
+        except ConsumerProtocolError:
+            # As Java: user data that is not a generation counts as "no generation".
+            generation = -1
+        return MemberClaim(subscription.owned_partitions, generation)

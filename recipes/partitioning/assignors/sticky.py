@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from ..protocol import (
     Assignment,
@@ -12,13 +12,12 @@ from ..protocol import (
     decode_sticky_user_data,
     encode_sticky_user_data,
 )
-from ._sticky_core import MemberClaim, sticky_assign
-from .base import PartitionAssignor, PartitionRacks, gc_paused
+from ._sticky_core import AbstractStickyAssignor, MemberClaim
 
 __all__ = ["StickyAssignor"]
 
 
-class StickyAssignor(PartitionAssignor):
+class StickyAssignor(AbstractStickyAssignor):
     """Balanced assignment that moves as few partitions as possible (eager protocol).
 
     Java's ``StickyAssignor`` (KIP-54), the eager sibling of
@@ -43,7 +42,7 @@ class StickyAssignor(PartitionAssignor):
     """
 
     name = "sticky"
-    rack_aware = True
+    _cooperative = False
 
     def __init__(self) -> None:
         self._partitions: Sequence[TopicPartition] | None = None
@@ -72,46 +71,14 @@ class StickyAssignor(PartitionAssignor):
         self._partitions = assignment.partitions
         self._generation = generation_id
 
-    def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
-        *,
-        partition_racks: PartitionRacks | None = None,
-    ) -> dict[str, Assignment]:
-        """Balanced, sticky assignment from the members' user data.
-
-        Args:
-            partitions_per_topic: partition count of each known topic.
-            subscriptions: each member id's subscription.
-            partition_racks: the racks of each partition's replicas, per topic
-                (KIP-881); with members' ``rack_id``, partitions go to members on one
-                of their racks where balance allows, as Java's assignor does.
-
-        Returns:
-            Each member id's assignment, partitions sorted.
-
-        Raises:
-            ConfigurationError: a partition count is negative.
-        """
-        with gc_paused():
-            claims = {member: _claim(sub) for member, sub in subscriptions.items()}
-            return sticky_assign(
-                partitions_per_topic,
-                subscriptions,
-                claims,
-                cooperative=False,
-                partition_racks=partition_racks,
-            )
-
-
-def _claim(subscription: Subscription) -> MemberClaim:
-    # Java reads an eager member's previous assignment only from its user data; user data
-    # it cannot parse counts as owning nothing.
-    if not subscription.user_data:
-        return MemberClaim((), -1)
-    try:
-        data = decode_sticky_user_data(subscription.user_data)
-    except ConsumerProtocolError:
-        return MemberClaim((), -1)
-    return MemberClaim(data.partitions, -1 if data.generation is None else data.generation)
+    @staticmethod
+    def _claim(subscription: Subscription) -> MemberClaim:
+        # Java reads an eager member's previous assignment only from its user data; user data
+        # it cannot parse counts as owning nothing.
+        if not subscription.user_data:
+            return MemberClaim((), -1)
+        try:
+            data = decode_sticky_user_data(subscription.user_data)
+        except ConsumerProtocolError:
+            return MemberClaim((), -1)
+        return MemberClaim(data.partitions, -1 if data.generation is None else data.generation)
