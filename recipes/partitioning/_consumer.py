@@ -30,7 +30,7 @@ from coordination.errors import (
 )
 
 from ._fetcher import KafkaRecordFetcher, RecordFetcher
-from ._listener import RebalanceListener
+from ._listener import ForwardingListener, RebalanceListener
 from ._metadata import TopicMetadata
 from ._partitioning import ConsumerPartitioning
 from .assignors import PartitionAssignor
@@ -193,7 +193,7 @@ class Consumer:
             topics=topics,
             pattern=pattern,
             assignors=assignors,
-            listener=_Handover(self),
+            listener=ForwardingListener(self._revoked, self._assigned),
             topic_metadata=topic_metadata,
             transport=transport,
             clock=clock,
@@ -744,7 +744,7 @@ class Consumer:
     # The user's listener runs without self._lock: it may wait for another thread that
     # polls or commits (the partitions are still owned meanwhile, so those still work).
 
-    def _revoked(self, partitions: frozenset[TopicPartition], lost: bool) -> None:
+    def _revoked(self, partitions: frozenset[TopicPartition], *, lost: bool) -> None:
         if lost:
             # They may be another member's already: not one more record of them.
             self._withdrawn = self._withdrawn | partitions
@@ -918,19 +918,3 @@ class _Delivery:
         # Set by _take: each partition's epoch then and the records reserved.
         self.spans: dict[TopicPartition, tuple[int, list[Any]]] = {}
         self.outcome: str | None = None  # "handed" or "refused", set once by the caller
-
-
-class _Handover(RebalanceListener):
-    """Applies ownership changes to the consumer's fetcher around the user's listener."""
-
-    def __init__(self, consumer: Consumer) -> None:
-        self._consumer = consumer
-
-    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
-        self._consumer._revoked(partitions, lost=False)
-
-    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        self._consumer._revoked(partitions, lost=True)
-
-    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
-        self._consumer._assigned(partitions)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 from .protocol import TopicPartition
 
 
@@ -50,3 +53,32 @@ class RebalanceListener:
     def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
         """These partitions were lost with the membership; do not commit them."""
         self.on_partitions_revoked(partitions)
+
+
+class _Release(Protocol):
+    def __call__(self, partitions: frozenset[TopicPartition], *, lost: bool) -> None: ...
+
+
+class ForwardingListener(RebalanceListener):
+    """Hands ownership changes to two functions of the object that keeps the partitions.
+
+    ``release(partitions, lost=...)`` gets revoked (``lost=False``) and lost (``lost=True``)
+    partitions, ``take(partitions)`` assigned ones: the shape in which the
+    :class:`~recipes.partitioning.Consumer` and the pipeline worker apply a change to their
+    own state (internal).
+    """
+
+    def __init__(
+        self, release: _Release, take: Callable[[frozenset[TopicPartition]], None]
+    ) -> None:
+        self._release = release
+        self._take = take
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        self._release(partitions, lost=False)
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        self._release(partitions, lost=True)
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        self._take(partitions)

@@ -30,10 +30,10 @@ from recipes.partitioning import (
     Consumer,
     ConsumerPartitioning,
     CooperativeStickyAssignor,
-    RebalanceListener,
     TopicPartition,
 )
 from recipes.partitioning._consumer import FETCH_SETTINGS
+from recipes.partitioning._listener import ForwardingListener
 
 from ._definition import Pipeline, windowed_sum
 from ._output import OffsetRange, PipelineOutput, PipelineOutputError, StagedBatch, StagedFilesError
@@ -104,20 +104,6 @@ class _WorkerConsumer(Consumer):
 
     def _new_group(self, group_id: str, **kwargs: Any) -> ConsumerPartitioning:
         return _Membership(self._worker, group_id, **kwargs)
-
-
-class _Listener(RebalanceListener):
-    def __init__(self, worker: PipelineWorker) -> None:
-        self._worker = worker
-
-    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
-        self._worker._give_up(partitions, lost=False)
-
-    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        self._worker._give_up(partitions, lost=True)
-
-    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
-        self._worker._take(partitions)
 
 
 class PipelineWorker:
@@ -311,7 +297,7 @@ class PipelineWorker:
             group_id,
             topics=list(pipeline.topics),
             assignors=[CooperativeStickyAssignor()],
-            listener=_Listener(self),
+            listener=ForwardingListener(self._give_up, self._take),
             auto_offset_reset="earliest",
             # Batches end at the last stable offset: aborted records are never read.
             isolation_level="read_committed",
