@@ -21,6 +21,7 @@ from ._groups import rebalance_timeline as rebalance_timeline
 from ._groups import register_decoder as register_decoder
 from ._metrics import MemberMetrics as MemberMetrics
 from ._metrics import RebalanceRecord as RebalanceRecord
+from ._protocol.error_codes import ErrorCode as ErrorCode
 from ._types import NO_GENERATION as NO_GENERATION
 from ._types import Generation as Generation
 from ._types import Member as Member
@@ -34,6 +35,7 @@ __all__ = [
     "NO_GENERATION",
     "Coordinator",
     "CoordinatorConfig",
+    "ErrorCode",
     "Generation",
     "GroupDecoder",
     "GroupDescription",

@@ -314,12 +314,14 @@ POLICIES: Final[tuple[Policy, ...]] = (
     Policy(E.INVALID_REQUEST, find_coordinator=FATAL),
     # Known codes with no reaction of their own: every request reacts as to any other code.
     Policy(E.UNKNOWN_SERVER_ERROR),
+    Policy(E.OFFSET_OUT_OF_RANGE),
     Policy(E.UNKNOWN_TOPIC_OR_PARTITION),
     Policy(E.OFFSET_METADATA_TOO_LARGE),
     Policy(E.INVALID_COMMIT_OFFSET_SIZE),
     Policy(E.TOPIC_AUTHORIZATION_FAILED, TopicAuthorizationError),
     Policy(E.NON_EMPTY_GROUP),
     Policy(E.GROUP_ID_NOT_FOUND),
+    Policy(E.TOPIC_ALREADY_EXISTS),
 )
 
 BY_CODE: Final[dict[int, Policy]] = {p.code: p for p in POLICIES}

@@ -1,6 +1,6 @@
-"""Kafka protocol error codes that the group membership APIs can return.
+"""Kafka protocol error codes that the group membership APIs (and the requests beside them) return.
 
-Internal: no compatibility guarantee. The numbers and names are Kafka's
+Public as ``coordination.ErrorCode``. The numbers and names are Kafka's
 (``org.apache.kafka.common.protocol.Errors``); the descriptions say what the
 code means for a group member.
 """
@@ -15,6 +15,7 @@ class ErrorCode(enum.IntEnum):
 
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
     UNKNOWN_TOPIC_OR_PARTITION = 3
     REQUEST_TIMED_OUT = 7
     OFFSET_METADATA_TOO_LARGE = 12
@@ -32,6 +33,7 @@ class ErrorCode(enum.IntEnum):
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
     INVALID_REQUEST = 42
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -45,6 +47,7 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN_SERVER_ERROR: "the broker hit an unexpected error (for a SyncGroup this "
     "is often an assignment larger than the broker's message size limit)",
     ErrorCode.NONE: "no error",
+    ErrorCode.OFFSET_OUT_OF_RANGE: "the requested offset is outside the partition's range",
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "the topic or partition does not exist",
     ErrorCode.REQUEST_TIMED_OUT: "the broker timed the request out",
     ErrorCode.OFFSET_METADATA_TOO_LARGE: "the commit's metadata string is longer than the "
@@ -68,6 +71,7 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "the principal is not authorized for the group",
     ErrorCode.UNSUPPORTED_VERSION: "the broker does not support the request version "
     "(static membership needs JoinGroup v5, Kafka 2.3 or newer)",
+    ErrorCode.TOPIC_ALREADY_EXISTS: "the topic already exists",
     ErrorCode.INVALID_REQUEST: "the broker rejected the request as malformed",
     ErrorCode.NON_EMPTY_GROUP: "the group is not empty",
     ErrorCode.GROUP_ID_NOT_FOUND: "the group does not exist",

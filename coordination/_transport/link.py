@@ -36,6 +36,7 @@ import kafka.errors as kafka_errors
 from kafka.protocol.broker_version_data import BrokerVersionData
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from .._protocol.error_codes import ErrorCode
 from ..errors import TlsError
 from .base import TransportError
 
@@ -43,7 +44,6 @@ log = logging.getLogger("coordination.transport")
 
 T = TypeVar("T")
 
-_UNSUPPORTED_VERSION = 35
 # ApiVersions v3 (Kafka 2.4+) first; an older broker answers UNSUPPORTED_VERSION and v0 works.
 _API_VERSIONS_FIRST = 3
 # A connect in progress looks this often whether close() was called.
@@ -290,9 +290,9 @@ class DirectConnection:
                 version=api_version, client_software_name=name, client_software_version=version
             )
             response = self._round_trip(sock, request, deadline)
-            if response.error_code == _UNSUPPORTED_VERSION:
+            if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
                 continue
-            if response.error_code != 0:
+            if response.error_code != ErrorCode.NONE:
                 raise TransportError(f"{self}: ApiVersions returned error {response.error_code}")
             return BrokerVersionData(
                 api_versions={v.api_key: (v.min_version, v.max_version) for v in response.api_keys}

@@ -43,6 +43,7 @@ from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
+from .._protocol.error_codes import ErrorCode
 from .base import TransportError, Wake
 from .kafka import KafkaTransport
 
@@ -67,11 +68,6 @@ LISTEN_WAIT_MS = 10_000
 _WARN_AFTER_S = 30.0
 _BACKOFF_S = (0.1, 5.0)
 
-# Kafka error codes the channel tells apart.
-_NONE = 0
-_OFFSET_OUT_OF_RANGE = 1
-_UNKNOWN_TOPIC_OR_PARTITION = 3
-_TOPIC_ALREADY_EXISTS = 36
 # Errors no retry can fix: the channel is off for this member.
 _UNUSABLE = {
     17: "INVALID_TOPIC_EXCEPTION",
@@ -453,7 +449,7 @@ class KafkaWakeups:
         per rebalance of 50 members in one process)."""
         response = self._send(self._metadata_request(), None)
         topic = response.topics[0]
-        if topic.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+        if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             if not create:
                 raise _Unusable(f"topic {self._topic!r} does not exist")
             self._create_topic()
@@ -502,9 +498,9 @@ class KafkaWakeups:
             topics=[topic], timeout_ms=int(self._timeout_s * 1000), validate_only=False
         )
         result = self._send(request, None).topics[0]
-        if result.error_code not in (_NONE, _TOPIC_ALREADY_EXISTS):
+        if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             self._check(result.error_code, f"creating topic {self._topic!r}")
-        if result.error_code == _NONE:
+        if result.error_code == ErrorCode.NONE:
             log.info("created the wake-up topic %r (%d partitions)", self._topic, PARTITIONS)
 
     def _end_offset(self, route: _Route, timestamp: int = -1) -> int:
@@ -646,11 +642,11 @@ class KafkaWakeups:
         self._wake(f"member {wakeup.member} announced: {wakeup.event}", wakeup.left, probed=probed)
 
     def _check(self, code: int, what: str, route: _Route | None = None) -> None:
-        if code == _NONE:
+        if code == ErrorCode.NONE:
             return
         if code in _UNUSABLE:
             raise _Unusable(f"{what}: {_UNUSABLE[code]}")
-        if code == _OFFSET_OUT_OF_RANGE:
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             raise _OutOfRange(f"{what}: OFFSET_OUT_OF_RANGE")
         if route is not None:
             self._forget_route()  # most partition errors mean its leader moved

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from coordination import OffsetAndMetadata
+from coordination import ErrorCode, OffsetAndMetadata
 from coordination._lease import LeaseGuard, engine_clock
 from coordination.errors import CommitFailedError, ConfigurationError, CoordinationError
 from recipes.partitioning import (
@@ -55,7 +55,6 @@ Every event has ``event`` (its kind), ``worker`` (the worker's name) and ``t``
 machine can be merged into one timeline).
 """
 
-_REBALANCE_IN_PROGRESS: Final = 27  # Kafka error code
 # kafka-python connection settings that Spark's Kafka source needs in its own spelling.
 _SECURITY_SETTINGS: Final = ("security_protocol", "sasl_mechanism", "ssl_cafile")
 
@@ -778,7 +777,7 @@ class PipelineWorker:
                     )
                 return
             except CommitFailedError as e:
-                if e.code != _REBALANCE_IN_PROGRESS or clock.monotonic() >= deadline:
+                if e.code != ErrorCode.REBALANCE_IN_PROGRESS or clock.monotonic() >= deadline:
                     raise
                 log.info("%s: commit met a rebalance in progress; retrying", self.name)
                 clock.sleep(0.2, clock.event())
