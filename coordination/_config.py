@@ -221,9 +221,7 @@ class CoordinatorConfig:
             "request_timeout_ms",
             "max_assignment_bytes",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigurationError(f"{name} must be a positive integer (ms), got {value!r}")
+            check_int(name, getattr(self, name), minimum=1, rule="a positive integer (ms)")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigurationError(
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
@@ -354,6 +352,30 @@ def split_server(server: str) -> tuple[str, int]:
 def _check_servers(given: Any) -> None:
     for server in bootstrap_list(given):
         split_server(server)
+
+
+def check_int(
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    rule: str | None = None,
+    error: type[ValueError] = ConfigurationError,
+) -> int:
+    """``value`` if it is an int (a bool is not) of at least ``minimum``; else raise ``error``.
+
+    The message reads ``"<name> must be <rule>, got <value>"``; ``rule`` defaults to
+    ``"an int"`` or ``"an int >= <minimum>"``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (minimum is not None and value < minimum)
+    ):
+        if rule is None:
+            rule = "an int" if minimum is None else f"an int >= {minimum}"
+        raise error(f"{name} must be {rule}, got {value!r}")
+    return value
 
 
 def check_part(argument: str, value: object, interface: type) -> None:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._config import CoordinatorConfig
+from ._config import CoordinatorConfig, check_int
 from ._engine.clock import Clock, Event, Thread
 from .errors import ConfigurationError
 
@@ -96,8 +96,7 @@ class LeaseGuard:
                 ``lease_margin_ms``.
         """
         margin = config.heartbeat_interval_ms if margin_ms is None else margin_ms
-        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-            raise ConfigurationError(f"lease_margin_ms must be an int >= 0, got {margin!r}")
+        check_int("lease_margin_ms", margin, minimum=0)
         guaranteed_ms = min(config.session_timeout_ms, config.rebalance_timeout_ms)
         reserve_ms = 0 if reserve is None else reserve[1]
         floor_ms = margin + reserve_ms

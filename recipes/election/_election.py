@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar
 
 from coordination import MemberMetrics
+from coordination._config import check_int
 from coordination._engine.clock import Clock
 from coordination._transport.base import Transport
 from coordination.errors import ConfigurationError, CoordinationTimeoutError
@@ -192,8 +193,7 @@ class LeaderElection(Recipe):
                 "identity must be a non-empty string telling the others how to reach this "
                 "member, e.g. 'http://host:8080'"
             )
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ConfigurationError(f"priority must be an int, got {priority!r}")
+        check_int("priority", priority)
         if not -(2**63) <= priority < 2**63:
             # Other members' decoders refuse metadata outside int64: this member would never
             # take part in an election.

@@ -16,7 +16,7 @@ import kafka.errors as kafka_errors
 from typing_extensions import Self
 
 from coordination import Generation, MemberMetrics, OffsetAndMetadata
-from coordination._config import check_part
+from coordination._config import check_int, check_part
 from coordination._engine.clock import Clock
 from coordination._lease import engine_clock
 from coordination._transport.base import Transport
@@ -342,10 +342,8 @@ class Consumer:
     ) -> dict[TopicPartition, list[Any]]:
         """:meth:`poll`; with a ``delivery``, the returned records are reserved for it,
         and the positions move past them once it is confirmed (see :class:`_Delivery`)."""
-        if max_records is not None and (
-            isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
-        ):
-            raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
+        if max_records is not None:
+            check_int("max_records", max_records, minimum=1, error=ValueError)
         if not self._started:
             self.start()
         deadline = self._clock.monotonic() + timeout_ms / 1000
@@ -722,8 +720,7 @@ class Consumer:
             PartitionsNotOwnedError: this consumer does not own ``partition``.
             ValueError: ``offset`` is not an int >= 0.
         """
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"seek needs an offset >= 0, got {offset!r}")
+        check_int("seek's offset", offset, minimum=0, error=ValueError)
         tp = TopicPartition(*partition)
         with self._lock:
             if tp not in self._group.owned():

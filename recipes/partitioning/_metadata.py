@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, Protocol
 
+from coordination._config import check_int
 from coordination._engine.clock import Clock
 
 log = logging.getLogger("recipes.partitioning")
@@ -76,8 +77,9 @@ class InMemoryTopicMetadata:
         """
         if not isinstance(topic, str) or not topic:
             raise ValueError(f"a topic needs a non-empty name, got {topic!r}")
-        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
-            raise ValueError(f"topic {topic!r}: count must be a positive int, got {count!r}")
+        check_int(
+            f"topic {topic!r}: count", count, minimum=1, rule="a positive int", error=ValueError
+        )
         self._counts = {**self._counts, topic: count}
 
     def delete_topic(self, topic: str) -> None:

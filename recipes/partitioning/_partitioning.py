@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coordination import Coordinator, Member, ProtocolMetadata
-from coordination._config import check_part
+from coordination._config import check_int, check_part
 from coordination._engine.clock import Clock, Thread
 from coordination._lease import engine_clock
 from coordination._transport.base import Transport
@@ -174,14 +174,7 @@ class ConsumerPartitioning(Coordinator):
                 "unless it says otherwise"
             )
         self.rebalance_protocol = max(common, key=lambda p: p.value)
-        if (
-            isinstance(metadata_max_age_ms, bool)
-            or not isinstance(metadata_max_age_ms, int)
-            or (metadata_max_age_ms <= 0)
-        ):
-            raise ConfigurationError(
-                f"metadata_max_age_ms must be a positive int, got {metadata_max_age_ms!r}"
-            )
+        check_int("metadata_max_age_ms", metadata_max_age_ms, minimum=1, rule="a positive int")
         self._listener = listener or RebalanceListener()
         self._rack_id = rack_id
         self._metadata_max_age_s = metadata_max_age_ms / 1000

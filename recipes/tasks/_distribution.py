@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final
 
+from coordination._config import check_int
 from coordination._engine.clock import Clock
 from coordination._transport.base import Transport
 from coordination.errors import ConfigurationError
@@ -199,8 +200,7 @@ class TaskDistribution(Recipe):
         if not isinstance(worker_id, str) or not worker_id.strip():
             raise ConfigurationError("worker_id must be a non-empty string, e.g. the host name")
         for name, value in (("max_delay_ms", max_delay_ms), ("stop_timeout_ms", stop_timeout_ms)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")
+            check_int(name, value, minimum=0)
         if not isinstance(balance, Balance):
             raise ConfigurationError(f"balance must be a Balance, got {balance!r}")
         if capacity is not None:
