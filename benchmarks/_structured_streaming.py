@@ -26,8 +26,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recipes.pipeline import WINDOWED_SUM_KEYS, WINDOWED_SUM_TOTALS, spark_session
-from recipes.pipeline._spark import aggregate_events, parse_events
+from recipes.pipeline import (
+    WINDOWED_SUM_KEYS,
+    WINDOWED_SUM_TOTALS,
+    aggregate_events,
+    parse_events,
+    spark_session,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -238,11 +238,20 @@ class UnsupportedVersionError(FatalBrokerError):
     hint = "Static membership (group_instance_id) needs Kafka 2.3 or newer; unset it or upgrade"
 
 
+# The class each broker code raises: the error column of the engine's table
+# (coordination/_engine/classify.py), which registers it here when it loads (importing any
+# part of the package loads it). The table refers to the classes above, so it is the one
+# that imports: this module imports nothing of the engine.
+_CLASS_OF_CODE: dict[int, type[BrokerError]] = {}
+
+
+def _register_classes(classes: dict[int, type[BrokerError]]) -> None:
+    """Record the class raised for each code (called once, by the engine's error table)."""
+    _CLASS_OF_CODE.update(classes)
+
+
 def broker_error(code: int, *, group_id: str, member_id: str = "", api: str = "") -> BrokerError:
     """Build the error class the engine's error table gives ``code`` (``BrokerError`` for
     codes it does not list)."""
-    # The table (coordination/_engine/classify.py) refers to the classes above.
-    from ._engine.classify import error_class
-
-    cls = error_class(code)
+    cls = _CLASS_OF_CODE.get(code, BrokerError)
     return cls(code, group_id=group_id, member_id=member_id, api=api)

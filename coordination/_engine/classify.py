@@ -39,6 +39,7 @@ from ..errors import (
     RetriableBrokerError,
     TopicAuthorizationError,
     UnsupportedVersionError,
+    _register_classes,
 )
 
 
@@ -325,6 +326,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
 )
 
 BY_CODE: Final[dict[int, Policy]] = {p.code: p for p in POLICIES}
+_register_classes({p.code: p.error for p in POLICIES})  # what broker_error() raises
 
 
 def reaction(api: Api, code: int) -> Reaction:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from coordination.errors import CoordinationError
 
-if TYPE_CHECKING:
-    from ._elector import Elector
+from .._recipe import RecipeContext
 
 LEASE_RAN_OUT = "its membership lease ran out: no heartbeat was confirmed in time"
 
@@ -41,6 +40,33 @@ class LeaderInfo:
     token: int
 
 
+class _Lease(Protocol):
+    def holds(self) -> bool: ...
+
+
+class LeadershipOwner(Protocol):
+    """What a :class:`Leadership` asks of the election that made it (``_elector.Elector``).
+
+    Declared here, so that the leadership does not import the election's machinery, which
+    imports it."""
+
+    identity: str
+    transactional_id: str
+
+    @property
+    def ctx(self) -> RecipeContext: ...
+
+    @property
+    def lease(self) -> _Lease: ...
+
+    @property
+    def group_id(self) -> str: ...
+
+    def depose(
+        self, leadership: Leadership, reason: str, *, rejoin: bool = False, expected: bool = False
+    ) -> None: ...
+
+
 class Leadership:
     """This member's leadership, from its election until it is lost.
 
@@ -64,7 +90,7 @@ class Leadership:
             election's clock (``threading.Event``'s interface).
     """
 
-    def __init__(self, elector: Elector, token: int, generation_id: int) -> None:
+    def __init__(self, elector: LeadershipOwner, token: int, generation_id: int) -> None:
         self._elector = elector
         self.token = token
         self.identity = elector.identity

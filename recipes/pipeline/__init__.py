@@ -13,10 +13,7 @@ a worker or a Spark job does.
 """
 
 from ._definition import BATCH_COLUMN as BATCH_COLUMN
-from ._definition import WINDOWED_SUM_KEYS as WINDOWED_SUM_KEYS
-from ._definition import WINDOWED_SUM_TOTALS as WINDOWED_SUM_TOTALS
 from ._definition import Pipeline as Pipeline
-from ._definition import windowed_sum as windowed_sum
 from ._output import OffsetRange as OffsetRange
 from ._output import PipelineOutput as PipelineOutput
 from ._output import PipelineOutputError as PipelineOutputError
@@ -27,14 +24,17 @@ from ._sinks import DeltaSink as DeltaSink
 from ._sinks import ParquetSink as ParquetSink
 from ._sinks import Sink as Sink
 from ._spark import Batch as Batch
-from ._spark import aggregate_events as aggregate_events
 from ._spark import kafka_rows as kafka_rows
-from ._spark import parse_events as parse_events
 from ._spark import read_results as read_results
 from ._spark import spark_session as spark_session
 from ._spark import stage_batch as stage_batch
 from ._spark import stage_many as stage_many
 from ._spark import stage_rows as stage_rows
+from ._windowed_sum import WINDOWED_SUM_KEYS as WINDOWED_SUM_KEYS
+from ._windowed_sum import WINDOWED_SUM_TOTALS as WINDOWED_SUM_TOTALS
+from ._windowed_sum import aggregate_events as aggregate_events
+from ._windowed_sum import parse_events as parse_events
+from ._windowed_sum import windowed_sum as windowed_sum
 from ._worker import PipelineWorker as PipelineWorker
 from ._worker import WorkerEvent as WorkerEvent
 

@@ -20,9 +20,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ._definition import WINDOWED_SUM_KEYS, WINDOWED_SUM_TOTALS, Pipeline, windowed_sum
+from ._definition import Pipeline
 from ._sinks import DeltaSink, ParquetSink, Sink
-from ._spark import DEFAULT_WINDOW_MS
+from ._windowed_sum import (
+    DEFAULT_WINDOW_MS,
+    WINDOWED_SUM_KEYS,
+    WINDOWED_SUM_TOTALS,
+    windowed_sum,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,17 +25,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_COLUMN",
     "KAFKA_COLUMNS",
-    "WINDOWED_SUM_KEYS",
-    "WINDOWED_SUM_TOTALS",
     "Pipeline",
-    "windowed_sum",
 ]
-
-WINDOWED_SUM_KEYS: tuple[str, ...] = ("key", "window_start_ms")
-"""The columns that identify a row of :func:`windowed_sum`'s results (merged on by a DeltaSink)."""
-
-WINDOWED_SUM_TOTALS: tuple[str, ...] = ("event_count", "value_sum")
-"""The columns of :func:`windowed_sum`'s results that add up (a DeltaSink adds them)."""
 
 KAFKA_COLUMNS: tuple[str, ...] = (
     "key",
@@ -172,41 +163,3 @@ class Pipeline:
                 "(parse it yourself with parse=) or set batches_together=False"
             )
         return rows
-
-
-def windowed_sum(topics: str | Sequence[str], sink: Sink, *, window_ms: int = 60_000) -> Pipeline:
-    """Count and sum JSON events ``{"key", "ts_ms", "value"}`` per key and tumbling window.
-
-    The demo's pipeline. Valid events, rejected ones, the exact decimal sums
-    and the window arithmetic are described at :func:`~recipes.pipeline.parse_events`
-    and :func:`~recipes.pipeline.aggregate_events`. With a
-    :class:`~recipes.pipeline.DeltaSink` the results are merged on
-    ``(key, window_start_ms)``, adding ``event_count`` and ``value_sum``, so the
-    table holds final totals. It takes several batches at once
-    (``batches_together``): both its steps carry :data:`BATCH_COLUMN` and the
-    sums group by it.
-
-    Example:
-        windowed_sum("events", DeltaSink("/data/totals", staging="/data/staging",
-                                         key_columns=WINDOWED_SUM_KEYS,
-                                         add_columns=WINDOWED_SUM_TOTALS),
-                     window_ms=10_000)
-
-    Args:
-        topics: The input topic or topics.
-        sink: Where results go.
-        window_ms: The tumbling window in milliseconds; fixed for the life of the sink.
-    """
-    from ._spark import aggregate_events, parse_events
-
-    if window_ms <= 0:
-        raise ConfigurationError(f"window_ms must be > 0, got {window_ms}")
-    return Pipeline(
-        topics=(topics,) if isinstance(topics, str) else tuple(topics),
-        sink=sink,
-        parse=parse_events,
-        transform=lambda events: aggregate_events(events, window_ms),
-        name=f"windowed-sum-{window_ms}ms",
-        window_ms=window_ms,
-        batches_together=True,
-    )

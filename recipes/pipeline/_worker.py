@@ -35,10 +35,11 @@ from recipes.partitioning import (
 from recipes.partitioning._consumer import FETCH_SETTINGS
 from recipes.partitioning._listener import ForwardingListener
 
-from ._definition import Pipeline, windowed_sum
+from ._definition import Pipeline
 from ._output import OffsetRange, PipelineOutput, PipelineOutputError, StagedBatch, StagedFilesError
 from ._sinks import ParquetSink
-from ._spark import DEFAULT_WINDOW_MS, Batch, spark_session, stage_batch, stage_many
+from ._spark import Batch, spark_session, stage_batch, stage_many
+from ._windowed_sum import DEFAULT_WINDOW_MS, windowed_sum
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

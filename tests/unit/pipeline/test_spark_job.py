@@ -29,16 +29,18 @@ from recipes.pipeline._output import (
     StagedFilesError,
 )
 from recipes.pipeline._spark import (
-    DEFAULT_WINDOW_MS,
-    MAX_ABS_VALUE,
     Batch,
-    aggregate_events,
-    parse_events,
     read_results,
     records_dataframe,
     spark_session,
     stage_batch,
     stage_many,
+)
+from recipes.pipeline._windowed_sum import (
+    DEFAULT_WINDOW_MS,
+    MAX_ABS_VALUE,
+    aggregate_events,
+    parse_events,
 )
 
 if TYPE_CHECKING:
