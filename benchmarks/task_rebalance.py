@@ -40,7 +40,7 @@ from typing import Any
 from coordination.testing import running_kafka
 from recipes.tasks import TaskDistribution, TaskSpec
 from recipes.tasks._assignor import WorkerState
-from recipes.tasks._group import TaskGroup
+from recipes.tasks._task_group import TaskGroup
 
 WORKERS = 10
 TASKS = 200

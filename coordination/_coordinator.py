@@ -14,7 +14,7 @@ from ._config import CoordinatorConfig, check_part
 from ._engine import offsets as _offsets
 from ._engine.clock import Clock
 from ._engine.membership import GroupMembership
-from ._groups import GroupDescription, group_description
+from ._inspection import GroupDescription, group_description
 from ._logging import MemberLogAdapter
 from ._metrics import MemberMetrics
 from ._transport.base import Transport

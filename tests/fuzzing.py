@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from coordination.__main__ import timeline_line
-from coordination._groups import decode_timeline_record
+from coordination._inspection import decode_timeline_record
 from coordination._metrics import RebalanceRecord
 from coordination.errors import CoordinationError, ProtocolCodecError
 from recipes.election._wire import (

@@ -560,7 +560,7 @@ class KafkaWakeups:
     def read_timeline(self, since_ms: int) -> list[bytes]:
         """The values of the group's timeline records published since ``since_ms`` (epoch ms),
         in the topic's order, undecoded: anyone with WRITE on the topic may have written
-        them (``coordination._groups.decode_timeline_record`` checks them).
+        them (``coordination._inspection.decode_timeline_record`` checks them).
 
         Reads the group's partition from the first record at or after ``since_ms`` to its
         end, without joining or creating anything.

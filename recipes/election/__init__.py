@@ -7,8 +7,8 @@ whose transactional producer the broker fences once a newer leader exists.
 
 from ._aio import AsyncLeaderElection as AsyncLeaderElection
 from ._choice import choose_leader as choose_leader
-from ._election import ElectionMetrics as ElectionMetrics
-from ._election import LeaderElection as LeaderElection
+from ._leader_election import ElectionMetrics as ElectionMetrics
+from ._leader_election import LeaderElection as LeaderElection
 from ._leadership import DuplicateIdentityError as DuplicateIdentityError
 from ._leadership import LeaderInfo as LeaderInfo
 from ._leadership import Leadership as Leadership

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from .._aio import AsyncFace, Changes, LoopBridge
-from ._election import ElectionMetrics, LeaderElection
+from ._leader_election import ElectionMetrics, LeaderElection
 from ._leadership import LeaderInfo, Leadership
 
 AsyncCallback = Callable[[Any], Awaitable[None] | None]

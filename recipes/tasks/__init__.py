@@ -17,13 +17,13 @@ from ._errors import TaskError as TaskError
 from ._errors import TaskStartError as TaskStartError
 from ._errors import TaskStopError as TaskStopError
 from ._errors import TaskStopTimeoutError as TaskStopTimeoutError
-from ._group import GroupView as GroupView
 from ._runner import TaskMetrics as TaskMetrics
 from ._sources import CallableTasks as CallableTasks
 from ._sources import StaticTasks as StaticTasks
 from ._sources import TaskSource as TaskSource
 from ._sources import TaskSpec as TaskSpec
 from ._sources import TopicTasks as TopicTasks
+from ._task_group import GroupView as GroupView
 
 __all__ = [
     "AsyncTaskDistribution",

@@ -12,9 +12,9 @@ from coordination.hooks import CoordinationHooks, TaskStarted, TaskStopped, chec
 
 from .._aio import AsyncFace, Changes, LoopBridge, MaybeAsync
 from ._distribution import TaskDistribution
-from ._group import GroupView
 from ._runner import TaskMetrics
 from ._sources import TaskSpec
+from ._task_group import GroupView
 
 
 class AsyncTaskDistribution(AsyncFace):

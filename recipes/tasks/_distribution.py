@@ -1,7 +1,7 @@
 """The task distribution recipe: named tasks spread over a group of workers, Connect style.
 
 :class:`TaskDistribution` is the public face; the group side (what a worker reports, what
-the leader assigns, acting on assignments) is ``_group.py``, and running the tasks
+the leader assigns, acting on assignments) is ``_task_group.py``, and running the tasks
 (threads, stop timeouts, the lease watchdog's action) is ``_runner.py``.
 """
 
@@ -19,9 +19,9 @@ from coordination.errors import ConfigurationError
 from .._recipe import Recipe
 from ._assignor import Balance, WorkerState
 from ._errors import TaskError
-from ._group import GroupView, TaskGroup
 from ._runner import TaskMetrics, TaskRunner, WorkerSettings
 from ._sources import CallableTasks, StaticTasks, TaskSource, TaskSpec
+from ._task_group import GroupView, TaskGroup
 
 log = logging.getLogger("recipes.tasks")
 

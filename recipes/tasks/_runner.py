@@ -2,7 +2,7 @@
 stops every one of them when the membership lease runs low.
 
 It decides nothing about which tasks are this worker's (that is the group side's,
-``_group.py``); it keeps what it has started, what waits to start and what is stopping,
+``_task_group.py``); it keeps what it has started, what waits to start and what is stopping,
 which is exactly what the worker reports as its own in every JoinGroup.
 """
 

@@ -23,7 +23,7 @@ from coordination import (
 from coordination._config import CoordinatorConfig
 from coordination._engine import offsets
 from coordination._engine.membership import GroupMembership
-from coordination._groups import GroupDescription, group_description
+from coordination._inspection import GroupDescription, group_description
 from coordination._protocol.error_codes import ErrorCode as E
 from coordination.testing import ManualClock, ScriptedTransport, TransportError
 from coordination.testing import messages as m

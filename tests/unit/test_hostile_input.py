@@ -12,7 +12,7 @@ import tracemalloc
 
 import pytest
 
-from coordination._groups import decode_timeline_record
+from coordination._inspection import decode_timeline_record
 from coordination.errors import ProtocolCodecError
 from recipes.election._wire import decode_candidate, decode_outcome
 
