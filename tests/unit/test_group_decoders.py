@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coordination import _groups
+from coordination import _inspection
 
 
 def test_each_recipe_names_the_decoder_of_its_protocol_type() -> None:
@@ -16,14 +16,14 @@ def test_each_recipe_names_the_decoder_of_its_protocol_type() -> None:
     import recipes.partitioning._describe
     import recipes.tasks._describe
 
-    assert _groups._decoder("consumer") is recipes.partitioning._describe
-    assert _groups._decoder("election") is recipes.election._describe
-    assert _groups._decoder("tasks") is recipes.tasks._describe
-    assert _groups._decoder("no-such-type") is None
+    assert _inspection._decoder("consumer") is recipes.partitioning._describe
+    assert _inspection._decoder("election") is recipes.election._describe
+    assert _inspection._decoder("tasks") is recipes.tasks._describe
+    assert _inspection._decoder("no-such-type") is None
 
 
 def test_a_registered_decoder_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_groups, "_registered", {})
+    monkeypatch.setattr(_inspection, "_registered", {})
 
     class Mine:
         def describe_member(
@@ -35,12 +35,12 @@ def test_a_registered_decoder_wins(monkeypatch: pytest.MonkeyPatch) -> None:
             return {}
 
     mine = Mine()
-    _groups.register_decoder("election", mine)
-    assert _groups._decoder("election") is mine
+    _inspection.register_decoder("election", mine)
+    assert _inspection._decoder("election") is mine
 
 
 def test_the_core_imports_no_recipe_by_name() -> None:
     # The decoders are named in the recipes' package metadata, not in the core's code.
     import inspect
 
-    assert "recipes." not in inspect.getsource(_groups)
+    assert "recipes." not in inspect.getsource(_inspection)
