@@ -19,6 +19,8 @@ from typing import Any, Final
 
 from .errors import ConfigurationError
 from .hooks import CoordinationHooks, check_hooks
+from .parts import check_int as check_int  # moved to coordination.parts; re-exports for now
+from .parts import check_part as check_part
 
 log = logging.getLogger("coordination.config")
 
@@ -352,45 +354,3 @@ def split_server(server: str) -> tuple[str, int]:
 def _check_servers(given: Any) -> None:
     for server in bootstrap_list(given):
         split_server(server)
-
-
-def check_int(
-    name: str,
-    value: object,
-    *,
-    minimum: int | None = None,
-    rule: str | None = None,
-    error: type[ValueError] = ConfigurationError,
-) -> int:
-    """``value`` if it is an int (a bool is not) of at least ``minimum``; else raise ``error``.
-
-    The message reads ``"<name> must be <rule>, got <value>"``; ``rule`` defaults to
-    ``"an int"`` or ``"an int >= <minimum>"``.
-    """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or (minimum is not None and value < minimum)
-    ):
-        if rule is None:
-            rule = "an int" if minimum is None else f"an int >= {minimum}"
-        raise error(f"{name} must be {rule}, got {value!r}")
-    return value
-
-
-def check_part(argument: str, value: object, interface: type) -> None:
-    """Raise ConfigurationError if ``value`` (passed as ``argument=``; None: the default)
-    lacks a method of ``interface`` (a Protocol), so that a wrong object fails at
-    construction, naming the argument, rather than later on a background thread."""
-    if value is None:
-        return
-    methods = [
-        name for name, member in vars(interface).items()
-        if callable(member) and not name.startswith("_")
-    ]  # fmt: skip
-    missing = [m for m in methods if not callable(getattr(value, m, None))]
-    if missing:
-        raise ConfigurationError(
-            f"{argument}= must be a {interface.__name__} ({', '.join(methods)}); the "
-            f"{type(value).__name__} given has no {', '.join(missing)}"
-        )

@@ -10,17 +10,18 @@ from typing import Any
 
 from typing_extensions import Self
 
-from ._config import CoordinatorConfig, check_part
+from ._config import CoordinatorConfig
 from ._engine import offsets as _offsets
-from ._engine.clock import Clock
 from ._engine.membership import GroupMembership
 from ._inspection import GroupDescription, group_description
 from ._logging import MemberLogAdapter
 from ._metrics import MemberMetrics
-from ._transport.base import Transport
 from ._types import Generation, Member, MemberState, OffsetAndMetadata, ProtocolMetadata
+from .clock import Clock
 from .errors import CoordinationError
 from .hooks import CommitFailed
+from .parts import check_part
+from .transport import Transport
 
 log = logging.getLogger("coordination")
 
@@ -215,6 +216,13 @@ class Coordinator(abc.ABC):
     def group_id(self) -> str:
         """The group this member belongs to."""
         return self._config.group_id
+
+    @property
+    def clock(self) -> Clock:
+        """The clock this member's time and waits come from: the ``clock=`` it was given, or
+        :data:`coordination.clock.SYSTEM_CLOCK`. Its membership lease is counted on it, so
+        work the lease guards waits on it (``LeaseGuard.start_watchdog(member.clock, ...)``)."""
+        return self._engine.clock
 
     @property
     def config(self) -> CoordinatorConfig:

@@ -33,7 +33,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 from typing_extensions import Self
 
-from coordination._engine.clock import SYSTEM_CLOCK, Clock
+from coordination.clock import SYSTEM_CLOCK, Clock
 from coordination.errors import CoordinatorStateError
 
 log = logging.getLogger("recipes")

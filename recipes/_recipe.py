@@ -24,11 +24,11 @@ from typing import Any, ClassVar, TypeVar
 from typing_extensions import Self
 
 from coordination import Coordinator, Member, MemberState, ProtocolMetadata
-from coordination._engine.clock import Clock, Condition, Event, Lock
-from coordination._lease import LeaseGuard, engine_clock
-from coordination._transport.base import Transport
+from coordination.clock import Clock, Condition, Event, Lock
 from coordination.errors import CoordinationTimeoutError, CoordinatorStateError
 from coordination.hooks import HookCaller, LeaseAtRisk
+from coordination.lease import LeaseGuard
+from coordination.transport import Transport
 
 V = TypeVar("V")
 
@@ -220,7 +220,7 @@ class Recipe(abc.ABC):
         * user callbacks run one at a time (:meth:`RecipeContext.callback`), and an
           exception they raise is logged, never propagated into the group's threads;
         * :meth:`_guard_lease` and :meth:`_watch_lease`: the membership-lease guard
-          (:class:`coordination._lease.LeaseGuard`) and its watchdog on the clock, both
+          (:class:`coordination.lease.LeaseGuard`) and its watchdog on the clock, both
           closed with the recipe.
 
     Locking:
@@ -265,7 +265,7 @@ class Recipe(abc.ABC):
         options = {"transport": transport, "clock": clock, **self._DEFAULTS, **settings}
         member = RecipeMember(group_id, protocol, options)
         self._member = member
-        clock_ = engine_clock(member)
+        clock_ = member.clock
         lock = clock_.rlock()
         self._ctx = RecipeContext(
             name=f"{self._KIND} of group {group_id!r}",
@@ -410,7 +410,7 @@ class Recipe(abc.ABC):
     def _guard_lease(
         self, margin_ms: int | None, *, why: str, reserve: tuple[str, int] | None = None
     ) -> LeaseGuard:
-        """Make the recipe's lease guard (see :class:`coordination._lease.LeaseGuard`).
+        """Make the recipe's lease guard (see :class:`coordination.lease.LeaseGuard`).
 
         Raises:
             ConfigurationError: the margin is invalid or leaves no room.

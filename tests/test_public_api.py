@@ -19,18 +19,42 @@ def public_names(module: object) -> list[str]:
 
 MODULES = [
     "coordination",
+    "coordination.clock",
     "coordination.errors",
+    "coordination.lease",
+    "coordination.parts",
     "coordination.testing",
     "recipes.election",
     "recipes.partitioning",
     "recipes.partitioning.assignors",
     "recipes.partitioning.protocol",
     "recipes.tasks",
+    "coordination.transport",
 ]
 
 
 # Packages whose __init__ re-exports a curated surface (a plain module also shows its imports).
-PACKAGES = [m for m in MODULES if m != "recipes.partitioning.protocol"]
+PLAIN_MODULES = {
+    "coordination.clock",
+    "coordination.lease",
+    "coordination.parts",
+    "coordination.transport",
+    "recipes.partitioning.protocol",
+}
+PACKAGES = [m for m in MODULES if m not in PLAIN_MODULES]
+
+
+@pytest.mark.parametrize("module_name", sorted(PLAIN_MODULES - {"recipes.partitioning.protocol"}))
+def test_a_public_module_exports_what_it_defines_or_names_in_its_docs(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    for name in module.__all__:
+        assert hasattr(module, name), (module_name, name)
+    defined = {
+        n
+        for n, obj in vars(module).items()
+        if not n.startswith("_") and getattr(obj, "__module__", None) == module_name
+    }
+    assert defined <= set(module.__all__) | {"R"}, (module_name, defined - set(module.__all__))
 
 
 @pytest.mark.parametrize("module_name", PACKAGES)
@@ -72,6 +96,32 @@ def test_recipes_take_the_transport_and_clock_a_coordinator_takes(recipe: str) -
         assert params[arg].default is None, (recipe, arg)
         assert params[arg].annotation == expected[arg].annotation, (recipe, arg)
         assert f"{arg}:" in (inspect.getdoc(cls.__init__) or ""), (recipe, arg)
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        "coordination.Coordinator",
+        "recipes.election.LeaderElection",
+        "recipes.tasks.TaskDistribution",
+        "recipes.partitioning.ConsumerPartitioning",
+        "recipes.partitioning.Consumer",
+    ],
+)
+def test_the_transport_and_clock_parameters_name_the_public_types(member: str) -> None:
+    import coordination.clock
+    import coordination.transport
+
+    module_name, _, name = member.rpartition(".")
+    init = getattr(importlib.import_module(module_name), name).__init__
+    params = inspect.signature(init).parameters
+    for arg, public in (
+        ("transport", coordination.transport.Transport),
+        ("clock", coordination.clock.Clock),
+    ):
+        annotation = eval(params[arg].annotation, init.__globals__)  # noqa: S307
+        assert annotation == public | None, (member, arg, annotation)
+        assert public.__module__ == f"coordination.{arg}"
 
 
 def _make(kind: str, **parts: object) -> object:

@@ -1,113 +1,19 @@
-"""The interface between the membership engine and the network."""
+"""The wake-up channel's interface; the transport's moved to :mod:`coordination.transport`.
+
+Internal, no compatibility guarantee. The transport's names are re-exported here so that
+old imports keep working; import them from ``coordination.transport``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from .._protocol.messages import Request, Response
-from ..errors import ConnectionFailedError
-
-R = TypeVar("R", bound=Response)
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorNode:
-    """The broker that coordinates the group, as FindCoordinator named it."""
-
-    node_id: int
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port} (node {self.node_id})"
-
-
-class TransportError(Exception):
-    """A request got no response: disconnected, timed out, or the broker is unreachable.
-
-    ``fatal`` is set for failures retrying cannot fix (TLS or SASL rejected);
-    ``error_type`` is then the error the member stops with.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        fatal: bool = False,
-        error_type: type[ConnectionFailedError] = ConnectionFailedError,
-    ) -> None:
-        super().__init__(message)
-        self.fatal = fatal
-        self.error_type = error_type
-
-    def stop_error(self, context: str) -> ConnectionFailedError:
-        """The error a member stops with for this failure, ``context`` naming where."""
-        return self.error_type(f"{context}: {self}")
-
-
-class FollowUp(Protocol):
-    """A request for one broker that may ride on the coordinator's connection right behind
-    another request: the broker handles one connection's requests one at a time, in order,
-    so the follow-up is handled only once the request before it has been answered, a round
-    trip sooner than if it were sent after that answer came back."""
-
-    broker_id: int
-    """The broker it is for: it rides along only when that broker is the coordinator."""
-    leads: bool
-    """It goes ahead of the request rather than behind it (on the same connection, so the
-    broker handles it first)."""
-
-    def request(self) -> Any:
-        """The request, in the transport's own form."""
-        ...
-
-    def answered(self, response: Any) -> None:
-        """Its response, or the TransportError it got instead."""
-        ...
-
-
-class Transport(Protocol):
-    """Sends group requests and returns their responses, blocking the calling thread.
-
-    Implementations must be safe to call from two threads at once: the engine's
-    membership thread and its heartbeat thread each send their own requests.
-    """
-
-    def send(
-        self,
-        request: Request,
-        response_type: type[R],
-        *,
-        coordinator: CoordinatorNode | None,
-        timeout_s: float,
-        then: FollowUp | None = None,
-    ) -> R:
-        """Send ``request`` to ``coordinator`` (or any broker if None); return the response.
-
-        ``then``: sent right behind ``request`` on the same connection if the coordinator
-        is ``then.broker_id`` and the transport can; its answer goes to ``then.answered``.
-        Otherwise it is not sent at all, and the caller's ``then`` learns nothing.
-
-        Raises:
-            TransportError: no response arrived within ``timeout_s``, or the connection failed.
-        """
-        ...
-
-    def disconnect(self, coordinator: CoordinatorNode) -> None:
-        """Drop the connection to a coordinator that this member no longer trusts."""
-        ...
-
-    def warm_up(self, coordinator: CoordinatorNode) -> None:
-        """Prepare, ahead of their first use, whatever this member's later requests to
-        ``coordinator`` need (the membership thread calls it once, when its first join is
-        done, so that the cost lands outside any rebalance). Best effort: never raises."""
-        ...
-
-    def close(self) -> None:
-        """Release every connection and thread; later sends fail with TransportError."""
-        ...
+from ..transport import CoordinatorNode as CoordinatorNode
+from ..transport import FollowUp as FollowUp
+from ..transport import R as R
+from ..transport import Transport as Transport
+from ..transport import TransportError as TransportError
 
 
 class Wake(Protocol):

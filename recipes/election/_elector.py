@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from coordination import Generation, Member, OffsetAndMetadata
-from coordination._lease import LeaseGuard
 from coordination.errors import CommitFailedError, CoordinationError, ProtocolCodecError
 from coordination.hooks import Deposed, Elected
+from coordination.lease import LeaseGuard
 
 from .._recipe import GroupListener, RecipeContext
 from ._choice import choose_leader

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar
 
 from coordination import MemberMetrics
-from coordination._config import check_int
-from coordination._engine.clock import Clock
-from coordination._transport.base import Transport
+from coordination.clock import Clock
 from coordination.errors import ConfigurationError, CoordinationTimeoutError
+from coordination.parts import check_int
+from coordination.transport import Transport
 
 from .._recipe import Recipe
 from ._elector import ElectionCallbacks, Elector

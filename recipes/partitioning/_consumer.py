@@ -16,10 +16,7 @@ import kafka.errors as kafka_errors
 from typing_extensions import Self
 
 from coordination import Generation, MemberMetrics, OffsetAndMetadata
-from coordination._config import check_int, check_part
-from coordination._engine.clock import Clock
-from coordination._lease import engine_clock
-from coordination._transport.base import Transport
+from coordination.clock import Clock
 from coordination.errors import (
     ConfigurationError,
     ConnectionFailedError,
@@ -28,6 +25,8 @@ from coordination.errors import (
     CoordinatorStateError,
     broker_error,
 )
+from coordination.parts import check_int, check_part
+from coordination.transport import Transport
 
 from ._fetcher import KafkaRecordFetcher, RecordFetcher
 from ._listener import ForwardingListener, RebalanceListener
@@ -199,7 +198,7 @@ class Consumer:
             clock=clock,
             **settings,
         )
-        self._clock = engine_clock(self._group)
+        self._clock = self._group.clock
         self._fetch_config = {
             **self._group.config.client_settings(),
             **fetch,

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, Protocol
 
-from coordination._config import check_int
-from coordination._engine.clock import Clock
+from coordination.clock import Clock
+from coordination.parts import check_int
 
 log = logging.getLogger("recipes.partitioning")
 

@@ -9,11 +9,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coordination import Coordinator, Member, ProtocolMetadata
-from coordination._config import check_int, check_part
-from coordination._engine.clock import Clock, Thread
-from coordination._lease import engine_clock
-from coordination._transport.base import Transport
+from coordination.clock import Clock, Thread
 from coordination.errors import ConfigurationError, ProtocolCodecError
+from coordination.parts import check_int, check_part
+from coordination.transport import Transport
 from recipes._recipe import ClockTimer
 
 from ._listener import RebalanceListener
@@ -151,7 +150,7 @@ class ConsumerPartitioning(Coordinator):
                 )
             rack_id = client_rack
         super().__init__(group_id, transport=transport, clock=clock, **settings)
-        self._clock = engine_clock(self)
+        self._clock = self.clock
         self._assignors = (
             list(assignors)
             if assignors is not None

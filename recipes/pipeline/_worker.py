@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from coordination import ErrorCode, OffsetAndMetadata
-from coordination._lease import LeaseGuard, engine_clock
 from coordination.errors import CommitFailedError, ConfigurationError, CoordinationError
+from coordination.lease import LeaseGuard
 from recipes.partitioning import (
     Consumer,
     ConsumerPartitioning,
@@ -303,7 +303,7 @@ class PipelineWorker:
             isolation_level="read_committed",
             **settings,
         )
-        self._clock = engine_clock(self.group)
+        self._clock = self.group.clock
         # Reads self.group at each check: the member it is then.
         self._lease = LeaseGuard(
             lambda: self.group.membership_lease(),

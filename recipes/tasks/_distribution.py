@@ -11,10 +11,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final
 
-from coordination._config import check_int
-from coordination._engine.clock import Clock
-from coordination._transport.base import Transport
+from coordination.clock import Clock
 from coordination.errors import ConfigurationError
+from coordination.parts import check_int
+from coordination.transport import Transport
 
 from .._recipe import Recipe
 from ._assignor import Balance, WorkerState

@@ -14,9 +14,9 @@ from dataclasses import dataclass, fields
 from typing import Final
 
 from coordination import MemberState
-from coordination._engine.clock import Event
-from coordination._lease import LeaseGuard
+from coordination.clock import Event
 from coordination.hooks import TaskOverran, TaskStarted, TaskStopped
+from coordination.lease import LeaseGuard
 
 from .._recipe import RecipeContext
 from ._assignor import Balance

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from coordination._engine.clock import SYSTEM_CLOCK, Clock, Thread
+from coordination.clock import SYSTEM_CLOCK, Clock, Thread
 from coordination.errors import ConfigurationError
 
 log = logging.getLogger("recipes.tasks")
