@@ -25,8 +25,8 @@ from ._config import CoordinatorConfig
 from ._metrics import RebalanceRecord
 from ._protocol import messages as m
 from ._protocol.error_codes import ErrorCode
-from ._transport.base import CoordinatorNode, TransportError
 from .errors import ConfigurationError, CoordinationError, ProtocolCodecError, broker_error
+from .transport import CoordinatorNode, TransportError
 
 log = logging.getLogger("coordination.groups")
 

@@ -119,7 +119,7 @@ def test_the_transport_and_clock_parameters_name_the_public_types(member: str) -
         ("transport", coordination.transport.Transport),
         ("clock", coordination.clock.Clock),
     ):
-        annotation = eval(params[arg].annotation, init.__globals__)  # noqa: S307
+        annotation = eval(params[arg].annotation, init.__globals__)
         assert annotation == public | None, (member, arg, annotation)
         assert public.__module__ == f"coordination.{arg}"
 

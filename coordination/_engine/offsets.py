@@ -17,7 +17,6 @@ from typing import TypeVar
 
 from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
-from .._transport.base import TransportError
 from .._types import Generation, OffsetAndMetadata
 from ..errors import (
     CommitFailedError,
@@ -25,6 +24,7 @@ from ..errors import (
     CoordinationTimeoutError,
     broker_error,
 )
+from ..transport import TransportError
 from . import classify
 from .classify import Api, Next, Reaction
 from .core import MemberCore

@@ -31,7 +31,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest as KFindCoordinatorRe
 from .._config import bootstrap_list, split_server
 from .._protocol import messages as m
 from ..errors import AuthenticationFailedError, ConfigurationError, TlsError
-from .base import CoordinatorNode, FollowUp, TransportError
+from ..transport import CoordinatorNode, FollowUp, TransportError
 from .link import DirectConnection, DirectSettings, certificate_advice
 
 log = logging.getLogger("coordination.transport")

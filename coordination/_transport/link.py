@@ -38,7 +38,7 @@ from kafka.protocol.metadata import ApiVersionsRequest
 
 from .._protocol.error_codes import ErrorCode
 from ..errors import TlsError
-from .base import TransportError
+from ..transport import TransportError
 
 log = logging.getLogger("coordination.transport")
 

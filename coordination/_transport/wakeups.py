@@ -44,7 +44,8 @@ from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
 from .._protocol.error_codes import ErrorCode
-from .base import TransportError, Wake
+from ..transport import TransportError
+from .base import Wake
 from .kafka import KafkaTransport
 
 log = logging.getLogger("coordination.wakeups")

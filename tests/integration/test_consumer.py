@@ -11,7 +11,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from coordination import OffsetAndMetadata, errors
-from coordination._engine.clock import SYSTEM_CLOCK
+from coordination.clock import SYSTEM_CLOCK
 from coordination.testing import NEWEST_KAFKA, KafkaCluster
 from recipes.partitioning import (
     Consumer,

@@ -30,13 +30,13 @@ from kafka.errors import TopicAlreadyExistsError
 
 from coordination._protocol import messages as m
 from coordination._protocol.error_codes import error_name
-from coordination._transport.base import CoordinatorNode
 from coordination._transport.kafka import KafkaTransport
 from coordination.testing.simulation._group_coordinator import (
     BrokerSettings,
     GroupCoordinatorModel,
     GroupLog,
 )
+from coordination.transport import CoordinatorNode
 from tests.simulation.test_group_coordinator import ManualTimers
 
 pytestmark = pytest.mark.integration

@@ -156,7 +156,7 @@ def test_the_checker_finds_a_worker_that_keeps_its_tasks_without_a_lease(
     # The task distribution stops its tasks margin + stop_timeout_ms before the lease ends
     # and hands a task over only once its owner released it or left: a lease a few seconds
     # too long stays hidden there. A worker that never lets its lease stop anything does not.
-    from coordination._lease import LeaseGuard
+    from coordination.lease import LeaseGuard
 
     monkeypatch.setattr(LeaseGuard, "holds", lambda self: True)
     monkeypatch.setattr(LeaseGuard, "remaining", lambda self: 60.0)

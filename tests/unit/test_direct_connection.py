@@ -24,10 +24,10 @@ from kafka.protocol.consumer import group as kgroup
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from coordination._protocol import messages as m
-from coordination._transport.base import CoordinatorNode, TransportError
 from coordination._transport.kafka import KafkaTransport
 from coordination._transport.link import DirectConnection, DirectSettings
 from coordination.errors import TlsError
+from coordination.transport import CoordinatorNode, TransportError
 
 _API_VERSIONS = 18
 _HEARTBEAT = 12

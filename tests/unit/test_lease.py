@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from coordination import CoordinatorConfig
-from coordination._engine.clock import Event
-from coordination._lease import LeaseGuard
+from coordination.clock import Event
 from coordination.errors import ConfigurationError
+from coordination.lease import LeaseGuard
 from coordination.testing import ManualClock
 
 # session 10 s, heartbeat 3 s: with the default margin the lease is low at 3 s or less.

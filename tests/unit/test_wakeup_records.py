@@ -18,8 +18,8 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from coordination._transport import wakeups as wakeups_module
-from coordination._transport.base import TransportError
 from coordination._transport.wakeups import KafkaWakeups, _Route, _SharedListener
+from coordination.transport import TransportError
 
 
 def channel() -> tuple[KafkaWakeups, list[tuple[str, int | None]]]:

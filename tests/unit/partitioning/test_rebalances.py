@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from coordination import OffsetAndMetadata
-from coordination._engine.clock import Event
 from coordination._protocol.error_codes import ErrorCode as E
+from coordination.clock import Event
 from coordination.errors import CommitFailedError
 from coordination.testing import ManualClock, ScriptedTransport
 from coordination.testing import messages as m
