@@ -69,8 +69,8 @@ class Coordinator(abc.ABC):
 
     What a callback may call:
         ``generation()``, ``generation_if_stable()``, ``member_id``, ``state``,
-        ``is_leader``, ``membership_lease()``, ``metrics()`` and ``request_rejoin()`` are
-        safe anywhere.
+        ``is_leader``, ``membership_lease()``, ``clock``, ``metrics()`` and
+        ``request_rejoin()`` are safe anywhere.
         ``close()`` and ``ensure_active_group()`` must not be called from a
         callback: they wait for the membership thread, which is running the
         callback (``close`` raises :class:`~coordination.errors.CoordinatorStateError`).
