@@ -116,11 +116,12 @@ class Coordinator(abc.ABC):
 
         Args:
             group_id: the group to join (Kafka ``group.id``).
-            transport: where requests go; default: Kafka, through kafka-python. Tests pass a
+            transport: where requests go (a :class:`coordination.transport.Transport`);
+                default: Kafka, through kafka-python. Tests pass a
                 ``coordination.testing.ScriptedTransport``, a simulation its simulated network.
             clock: where time and every wait of the member come from (its threads, locks,
-                events); default: the system's. Tests pass a ``coordination.testing.ManualClock``
-                or a simulation's clock.
+                events; a :class:`coordination.clock.Clock`); default: the system's. Tests pass
+                a ``coordination.testing.ManualClock`` or a simulation's clock.
             **settings: the fields of :class:`CoordinatorConfig` (``session_timeout_ms``,
                 ``group_instance_id``, ...) and kafka-python's connection settings
                 (``bootstrap_servers`` (required), ``security_protocol``, ``ssl_*``, ``sasl_*``),

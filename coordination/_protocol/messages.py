@@ -35,11 +35,15 @@ def truncate_reason(reason: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FindCoordinatorRequest:
+    """Which broker coordinates the group ``key`` (Kafka's FindCoordinator)."""
+
     key: str
 
 
 @dataclass(frozen=True, slots=True)
 class FindCoordinatorResponse:
+    """The group's coordinator (``node_id``, ``host``, ``port``), or why none."""
+
     error_code: int
     node_id: int = -1
     host: str = ""
@@ -50,6 +54,8 @@ class FindCoordinatorResponse:
 
 @dataclass(frozen=True, slots=True)
 class JoinGroupRequest:
+    """Join the group, offering ``protocols`` (name, metadata) most preferred first."""
+
     group_id: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
@@ -62,6 +68,8 @@ class JoinGroupRequest:
 
 @dataclass(frozen=True, slots=True)
 class JoinGroupResponseMember:
+    """One member as the leader sees it in a JoinGroup response."""
+
     member_id: str
     group_instance_id: str | None
     metadata: bytes
@@ -69,6 +77,8 @@ class JoinGroupResponseMember:
 
 @dataclass(frozen=True, slots=True)
 class JoinGroupResponse:
+    """The new generation, its chosen protocol and leader; the leader also gets ``members``."""
+
     error_code: int
     generation_id: int = -1
     protocol_type: str | None = None
@@ -82,6 +92,8 @@ class JoinGroupResponse:
 
 @dataclass(frozen=True, slots=True)
 class SyncGroupRequest:
+    """Ask for this member's assignment; the leader sends everyone's in ``assignments``."""
+
     group_id: str
     generation_id: int
     member_id: str
@@ -93,6 +105,8 @@ class SyncGroupRequest:
 
 @dataclass(frozen=True, slots=True)
 class SyncGroupResponse:
+    """This member's assignment in the generation."""
+
     error_code: int
     protocol_type: str | None = None
     protocol_name: str | None = None
@@ -102,6 +116,8 @@ class SyncGroupResponse:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
+    """Keep this member's session alive in ``generation_id``."""
+
     group_id: str
     generation_id: int
     member_id: str
@@ -110,12 +126,16 @@ class HeartbeatRequest:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatResponse:
+    """Whether the generation still holds (``REBALANCE_IN_PROGRESS`` if not)."""
+
     error_code: int
     version: int = MAX_VERSIONS["Heartbeat"]
 
 
 @dataclass(frozen=True, slots=True)
 class LeaveGroupRequest:
+    """Leave the group now rather than at the end of the session."""
+
     group_id: str
     member_id: str
     group_instance_id: str | None
@@ -124,6 +144,8 @@ class LeaveGroupRequest:
 
 @dataclass(frozen=True, slots=True)
 class LeaveGroupResponse:
+    """Whether the broker accepted the departure."""
+
     error_code: int
     # Per-member error (LeaveGroup v3+); equal to error_code for older versions.
     member_error_code: int = 0
@@ -132,6 +154,8 @@ class LeaveGroupResponse:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitRequest:
+    """Commit offsets for the group, fenced by the member's generation."""
+
     group_id: str
     generation_id: int
     member_id: str
@@ -142,6 +166,8 @@ class OffsetCommitRequest:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitResponse:
+    """Each partition's outcome of an offset commit."""
+
     # (topic, partition, error code); the broker reports group-level errors per partition.
     partitions: tuple[tuple[str, int, int], ...]
     version: int = MAX_VERSIONS["OffsetCommit"]
@@ -149,6 +175,8 @@ class OffsetCommitResponse:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchRequest:
+    """The group's committed offsets for ``partitions``."""
+
     group_id: str
     partitions: tuple[tuple[str, int], ...]
     require_stable: bool = True
@@ -156,6 +184,8 @@ class OffsetFetchRequest:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchResponse:
+    """The committed offsets, per partition."""
+
     error_code: int
     # (topic, partition, committed offset or -1, metadata, error code).
     partitions: tuple[tuple[str, int, int, str | None, int], ...]
@@ -164,11 +194,15 @@ class OffsetFetchResponse:
 
 @dataclass(frozen=True, slots=True)
 class DescribeGroupRequest:
+    """The group's state, protocol and members (Kafka's DescribeGroups, one group)."""
+
     group_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class DescribedMember:
+    """One member of a described group."""
+
     member_id: str
     group_instance_id: str | None
     client_id: str
@@ -181,6 +215,8 @@ class DescribedMember:
 
 @dataclass(frozen=True, slots=True)
 class DescribeGroupResponse:
+    """The group's state, protocol and members."""
+
     error_code: int
     state: str = ""
     protocol_type: str = ""
