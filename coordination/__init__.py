@@ -2,7 +2,9 @@
 
 Subclass :class:`Coordinator` to build on the protocol that Kafka's consumer,
 Kafka Connect and Schema Registry are built on; or use a ready recipe from the
-``recipes`` package.
+``recipes`` package. A recipe of your own builds on the same public modules the
+recipes use: ``coordination.clock``, ``coordination.lease``, ``coordination.transport``
+and ``coordination.parts`` (docs/extending.md).
 """
 
 from __future__ import annotations
