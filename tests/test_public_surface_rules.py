@@ -115,7 +115,6 @@ KNOWN_CORE_TO_RECIPES = frozenset({
     ("coordination/testing/campaign/_election_member.py", "recipes.election"),
     ("coordination/testing/campaign/_task_worker.py", "recipes.tasks"),
     ("coordination/testing/simulation/_consumers.py", "recipes.partitioning"),
-    ("coordination/testing/simulation/_consumers.py", "recipes.partitioning._consumer"),
     ("coordination/testing/simulation/_election.py", "recipes.election"),
     ("coordination/testing/simulation/_tasks.py", "recipes.tasks"),
 })  # fmt: skip
