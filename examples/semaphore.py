@@ -12,7 +12,7 @@ they want a permit; the group's leader gives at most N of them one; each holder 
 permit only while its membership lease holds (``coordination.lease.LeaseGuard``), so a
 member cut off from the broker stops before the group can have given its permit away.
 tests/integration/test_example_semaphore.py runs it on a real broker,
-tests/simulation/test_example_semaphore.py on the deterministic simulator under faults.
+examples/semaphore_simulation.py on the deterministic simulator under faults.
 """
 
 from __future__ import annotations
