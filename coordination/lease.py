@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ._config import CoordinatorConfig, check_int
+from ._config import CoordinatorConfig
 from .clock import Clock, Event, Thread
 from .errors import ConfigurationError
+from .parts import check_int
 
 __all__ = ["LeaseGuard"]
 
