@@ -19,8 +19,7 @@ from typing import Any, Final
 
 from .errors import ConfigurationError
 from .hooks import CoordinationHooks, check_hooks
-from .parts import check_int as check_int  # moved to coordination.parts; re-exports for now
-from .parts import check_part as check_part
+from .parts import check_int
 
 log = logging.getLogger("coordination.config")
 

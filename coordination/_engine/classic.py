@@ -29,9 +29,9 @@ from typing import cast
 
 from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
-from .._transport.base import CoordinatorNode, TransportError
 from .._types import Generation, Member, MemberState, ProtocolMetadata
 from ..errors import AssignmentError
+from ..transport import CoordinatorNode, TransportError
 from .classify import Api, Next, Reaction, Reset
 from .core import Failed, Joined
 from .heartbeats import ClassicHeartbeats

@@ -22,8 +22,9 @@ from .._logging import MemberLogAdapter
 from .._metrics import MemberMetrics
 from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
-from .._transport.base import CoordinatorNode, Transport, TransportError, Wakeups
+from .._transport.base import Wakeups
 from .._types import NO_GENERATION, Generation, Member, MemberState, ProtocolMetadata
+from ..clock import SYSTEM_CLOCK, Clock, Thread
 from ..errors import (
     BrokerError,
     ConnectionFailedError,
@@ -34,10 +35,10 @@ from ..errors import (
     broker_error,
 )
 from ..hooks import HookCaller
+from ..transport import CoordinatorNode, Transport, TransportError
 from . import classify
 from .backoff import ExponentialBackoff
 from .classify import Api, Next, Reaction, Reset
-from .clock import SYSTEM_CLOCK, Clock, Thread
 from .heartbeat import HeartbeatTimers
 from .lease import SessionLease
 from .stats import RebalanceStats

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
-from .._transport.base import CoordinatorNode, TransportError
 from .._types import Generation, MemberState
 from ..errors import broker_error
 from ..hooks import HeartbeatFailed
+from ..transport import CoordinatorNode, TransportError
 from . import classify
 from .classify import Api, Next
 from .core import MemberCore, Stopped, routine

@@ -43,9 +43,9 @@ import dataclasses
 
 from .._protocol import messages as msg
 from .._protocol.error_codes import ErrorCode, error_name
-from .._transport.base import CoordinatorNode, FollowUp, TransportError
 from .._types import NO_GENERATION, MemberState
 from ..errors import CoordinationError, CoordinationTimeoutError, CoordinatorStateError
+from ..transport import CoordinatorNode, FollowUp, TransportError
 from . import classify
 from .classic import ClassicJoin
 from .classify import Api, Next

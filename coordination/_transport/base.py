@@ -1,19 +1,12 @@
-"""The wake-up channel's interface; the transport's moved to :mod:`coordination.transport`.
-
-Internal, no compatibility guarantee. The transport's names are re-exported here so that
-old imports keep working; import them from ``coordination.transport``.
-"""
+"""The wake-up channel's interface (internal). The transport's interface is public:
+:mod:`coordination.transport`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ..transport import CoordinatorNode as CoordinatorNode
-from ..transport import FollowUp as FollowUp
-from ..transport import R as R
-from ..transport import Transport as Transport
-from ..transport import TransportError as TransportError
+from ..transport import FollowUp
 
 
 class Wake(Protocol):

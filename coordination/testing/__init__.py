@@ -9,9 +9,9 @@ tests of error paths.
 from __future__ import annotations
 
 from .._protocol import messages as messages
-from .._transport.base import CoordinatorNode as CoordinatorNode
-from .._transport.base import Transport as Transport
-from .._transport.base import TransportError as TransportError
+from ..transport import CoordinatorNode as CoordinatorNode
+from ..transport import Transport as Transport
+from ..transport import TransportError as TransportError
 from ._broker import KAFKA_3 as KAFKA_3
 from ._broker import NEWEST_KAFKA as NEWEST_KAFKA
 from ._broker import BrokerStartError as BrokerStartError

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .._engine.clock import Event, ThreadingClock
 from .._protocol import messages as m
-from .._transport.base import CoordinatorNode, FollowUp, TransportError
+from ..clock import Event, ThreadingClock
+from ..transport import CoordinatorNode, FollowUp, TransportError
 
 R = TypeVar("R", bound=m.Response)
 

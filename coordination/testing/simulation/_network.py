@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from ..._protocol import messages as m
 from ..._protocol.error_codes import ErrorCode
-from ..._transport.base import CoordinatorNode, FollowUp, TransportError
+from ...transport import CoordinatorNode, FollowUp, TransportError
 from ._group_coordinator import BrokerSettings, GroupCoordinatorModel, GroupLog
 from ._scheduler import TIMED_OUT, Process, Scheduler, Timer, _Task
 

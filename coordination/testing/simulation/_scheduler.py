@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from greenlet import GreenletExit, getcurrent, greenlet
 
-from ..._engine.clock import Condition, Event, Lock, Thread
+from ...clock import Condition, Event, Lock, Thread
 
 
 class SimulationError(Exception):
