@@ -91,10 +91,11 @@ def demo(bootstrap_servers: str) -> None:
         leaving.close()
         _wait_all_agree(members)
         print(f"  ({len(members)} members stable in {time.monotonic() - started:.2f}s)")
-        print("\nevery shard has exactly one owner; done.", flush=True)
+        print("\nevery shard has exactly one owner; the others leave too:", flush=True)
     finally:
         for member in members:
-            member.close()
+            member.close()  # the last one may own everything for a moment, and say so
+    print("done.", flush=True)
 
 
 def _wait_all_agree(members: list[ShardOwner], timeout: float = 60.0) -> None:

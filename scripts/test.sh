@@ -7,4 +7,4 @@
 source "$(dirname "${BASH_SOURCE[0]}")/_setup.sh"
 .venv/bin/ruff check .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -n "${TEST_PROCESSES:-4}" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "${TEST_PROCESSES:-4}" --dist loadfile --durations=25 "$@"

@@ -340,7 +340,7 @@ class AsyncConsumersDriver(ConsumersDriver):
     (:class:`SimEventLoop`: asyncio's loop on simulated time). Its application either
     iterates (``async for``, as docs/partitioning.md's loop) or mixes ``getone()`` and
     ``getmany()`` (some with ``max_records``), a share of them cancelled by
-    ``asyncio.wait_for`` before, while or after their fetch runs; it commits after records it
+    ``asyncio.wait_for`` before, while or after their fetch runs; it commits after some records it
     was handed, pauses and resumes through the loop-side calls, and its listener's
     callbacks are coroutines (a slow one awaits; the revocation commits).
 
@@ -351,7 +351,7 @@ class AsyncConsumersDriver(ConsumersDriver):
     """
 
     name = "consumer-async"
-    _TICK_S = 0.05
+    _TICK_S = 0.25  # a loop that waits for itself stops for good: a second shows it
 
     def __init__(self, settings: HistorySettings) -> None:
         super().__init__(settings)
@@ -435,11 +435,17 @@ class AsyncConsumersDriver(ConsumersDriver):
                     continue
                 for tp, records in batch.items():
                     self._returned(tp, [r.offset for r in records])
+                # Handling takes 1-10 ms a record; a commit follows a quarter of them (the
+                # handling time since the last commit is taken in one wait: fewer steps).
+                handling = 0.0
                 for records in batch.values():
                     for _ in records:
-                        await asyncio.sleep(rng.uniform(0.001, 0.01))  # handling it
-                        if rng.random() < 0.5:
+                        handling += rng.uniform(0.001, 0.01)
+                        if rng.random() < 0.25:
+                            await asyncio.sleep(handling)
+                            handling = 0.0
                             await commit("after a record")
+                await asyncio.sleep(handling)
                 draw = rng.random()
                 if draw < 0.03:
                     owned = sorted(face.assignment())

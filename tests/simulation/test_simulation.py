@@ -25,7 +25,7 @@ CI_HISTORIES = int(os.environ.get("SIMULATION_HISTORIES", "2000"))
 # AsyncConsumer, getone/getmany with cancellations) are thin shells over the recipes above,
 # run on asyncio's own loop; their histories cost several times as much (every turn of a
 # loop is a step, through asyncio's machinery).
-ASYNC_HISTORIES = int(os.environ.get("SIMULATION_ASYNC_HISTORIES", "200"))
+ASYNC_HISTORIES = int(os.environ.get("SIMULATION_ASYNC_HISTORIES", "150"))
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
