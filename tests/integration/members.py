@@ -165,7 +165,8 @@ def main() -> None:
     """Run one member in this process, printing each event as a JSON line (for kill tests)."""
     bootstrap, group = sys.argv[1], sys.argv[2]
     instance = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
-    member = Listing(group, bootstrap_servers=bootstrap, group_instance_id=instance)
+    session: dict[str, Any] = {"session_timeout_ms": int(sys.argv[4])} if len(sys.argv) > 4 else {}
+    member = Listing(group, bootstrap_servers=bootstrap, group_instance_id=instance, **session)
 
     def emit(**event: Any) -> None:
         print(json.dumps(event), flush=True)

@@ -29,9 +29,12 @@ def start(created: list[Listing], kafka: str, group: str, n: int, **kw: Any) -> 
     return new
 
 
-def member_process(kafka: str, group: str, instance_id: str | None = None) -> EventProcess:
+def member_process(
+    kafka: str, group: str, instance_id: str | None = None, session_timeout_ms: int | None = None
+) -> EventProcess:
     """A ``Listing`` member in its own process, so that it can be killed or frozen."""
-    return EventProcess("tests.integration.members", kafka, group, instance_id or "-")
+    args = [instance_id or "-"] + ([] if session_timeout_ms is None else [str(session_timeout_ms)])
+    return EventProcess("tests.integration.members", kafka, group, *args)
 
 
 def test_three_members_agree_on_one_leader_and_its_assignment(kafka: str, members) -> None:
@@ -229,13 +232,15 @@ def test_a_static_member_restarting_within_its_session_causes_no_rebalance(
 ) -> None:
     group = new_group()
     pair = start(members, kafka, group, 2, session_timeout_ms=20_000)
-    static = member_process(kafka, group, instance_id="static-1")
+    # The restart must come within the static member's session: a new Python process takes
+    # seconds to start on a loaded machine, more than the 3 s sessions of the other tests.
+    static = member_process(kafka, group, instance_id="static-1", session_timeout_ms=20_000)
     processes.append(static)
     wait_until(lambda: settled(pair, 3) and bool(static.joined()), 30, "three members")
     generation = pair[0].last()[0]
     completed_before = [len(m.completed) for m in pair]
     static.close()  # a static member does not send LeaveGroup
-    again = member_process(kafka, group, instance_id="static-1")
+    again = member_process(kafka, group, instance_id="static-1", session_timeout_ms=20_000)
     processes.append(again)
     wait_until(lambda: bool(again.joined()), 30, "the static member to come back")
     time.sleep(2)  # several heartbeats: a rebalance would show by now
