@@ -218,10 +218,14 @@ def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
         for w in workers:
             w.close()
     producer.close()
-    # Every batch's records were counted by Spark, not by the worker.
-    batches = [e for w in workers for e in w.of("batch")]
-    assert {e["topic"] for e in batches} == set(topics)
-    assert sum(e["records"] for e in batches) == 6002
+    # Every published batch's records were counted by Spark (its manifest), not by the
+    # worker, each once. Read from the manifests, not from the workers' "batch" events: a
+    # batch that lands while its partition is handed over is reported by no worker (the
+    # next owner finds it landed), as seen in CI under load.
+    manifests = [output.read_manifest(path) for path in output.published_paths()]
+    ours = [m for m in manifests if m["topic"] in topics]
+    assert {m["topic"] for m in ours} == set(topics)
+    assert sum(m["records"] for m in ours) == 6002
 
     from recipes.pipeline import spark_session
 
