@@ -487,15 +487,7 @@ class AsyncConsumersDriver(ConsumersDriver):
             return
         _, loop = self.loops[name]
         face = self.faces[name]
-        if loop.is_closed():
-            return  # its process was killed meanwhile
-        done = loop.clock.event()
-
-        def closing() -> None:
-            loop.create_task(face.close(10.0)).add_done_callback(lambda _: done.set())
-
-        loop.call_soon_threadsafe(closing)
-        done.wait(30.0)
+        loop.run_from_thread(lambda: face.close(10.0), timeout=30.0)
 
     def check(self, now: float) -> None:
         if self._violation is not None:

@@ -191,15 +191,7 @@ class AsyncElectionDriver(ElectionDriver):
         if name not in self.loops:
             return
         _, loop, face = self.loops[name]
-        if loop.is_closed():
-            return  # its process was killed meanwhile
-        done = loop.clock.event()
-
-        def closing() -> None:
-            loop.create_task(face.close(10.0)).add_done_callback(lambda _: done.set())
-
-        loop.call_soon_threadsafe(closing)
-        done.wait(30.0)
+        loop.run_from_thread(lambda: face.close(10.0), timeout=30.0)
 
     def settled(self, live: list[Host]) -> str | None:
         # A loop that waits for itself never turns again (and never runs a callback).

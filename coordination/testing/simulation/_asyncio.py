@@ -28,7 +28,7 @@ import contextlib
 import sys
 from asyncio import events
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
@@ -149,6 +149,20 @@ class SimEventLoop(asyncio.BaseEventLoop):
         """The loop's thread waits: no loop runs until the scheduler enters one."""
         events._set_running_loop(None)
         sys.set_asyncgen_hooks(None, None)
+
+    def run_from_thread(
+        self, make: Callable[[], Coroutine[Any, Any, Any]], timeout: float | None = None
+    ) -> None:
+        """From another simulated thread: run ``make()``'s coroutine on this loop and wait
+        until it ends (or ``timeout``). Nothing to do once the loop is closed (its process
+        was killed)."""
+        if self.is_closed():
+            return
+        done = self._clock.event()
+        self.call_soon_threadsafe(
+            lambda: self.create_task(make()).add_done_callback(lambda _: done.set())
+        )
+        done.wait(timeout)
 
     def run_in_executor(
         self, executor: Executor | None, func: Callable[[Unpack[Ts]], T], *args: Unpack[Ts]
