@@ -67,14 +67,17 @@ def kafka(request: pytest.FixtureRequest) -> Iterator[str]:
 
 # The longest files, started first in a parallel run (a file's tests run in one process, so
 # one of these started last would be the run's tail): the CPU-bound simulation, the fault
-# campaign, and the Spark pipeline's runs.
+# campaign, and the Spark pipeline's runs. xdist hands each of the 4 processes two files at
+# the start (the 1st and 5th go to the first process, ...): the simulation's partner is a
+# short file, so nothing waits behind the simulation.
 _LONGEST_FIRST = (
     "tests/simulation/test_simulation.py",
     "tests/campaign/test_campaign.py",
     "tests/integration/test_pipeline_kafka.py",
+    "tests/integration/test_pipeline_first_start.py",
+    "tests/test_layering.py",
     "tests/integration/test_pipeline_cluster.py",
     "tests/integration/test_pipeline.py",
-    "tests/integration/test_pipeline_first_start.py",
 )
 
 
