@@ -22,7 +22,10 @@ Catch :class:`CoordinationError` to catch them all. The tree::
     │       ├── InvalidSessionTimeoutError        INVALID_SESSION_TIMEOUT
     │       ├── InvalidGroupIdError               INVALID_GROUP_ID
     │       ├── GroupMaxSizeReachedError          GROUP_MAX_SIZE_REACHED
-    │       └── UnsupportedVersionError           UNSUPPORTED_VERSION
+    │       ├── UnsupportedVersionError           UNSUPPORTED_VERSION
+    │       ├── UnreleasedInstanceIdError         UNRELEASED_INSTANCE_ID (consumer groups)
+    │       ├── UnsupportedAssignorError          UNSUPPORTED_ASSIGNOR (consumer groups)
+    │       └── InvalidRegularExpressionError     INVALID_REGULAR_EXPRESSION (consumer groups)
     ├── ProtocolCodecError                        metadata or assignment bytes could not be decoded
     └── AssignmentError                           perform_assignment raised or returned a bad plan
 
@@ -55,6 +58,7 @@ __all__ = [
     "GroupMaxSizeReachedError",
     "InconsistentGroupProtocolError",
     "InvalidGroupIdError",
+    "InvalidRegularExpressionError",
     "InvalidSessionTimeoutError",
     "MembershipLostError",
     "ProtocolCodecError",
@@ -62,6 +66,8 @@ __all__ = [
     "RetriableBrokerError",
     "TlsError",
     "TopicAuthorizationError",
+    "UnreleasedInstanceIdError",
+    "UnsupportedAssignorError",
     "UnsupportedVersionError",
     "broker_error",
 ]
@@ -236,6 +242,34 @@ class UnsupportedVersionError(FatalBrokerError):
     """The broker does not support a request version this member needs."""
 
     hint = "Static membership (group_instance_id) needs Kafka 2.3 or newer; unset it or upgrade"
+
+
+class UnreleasedInstanceIdError(FatalBrokerError):
+    """(Consumer groups, KIP-848) another member with this ``group_instance_id`` is still in
+    the group. Unlike the classic protocol, the broker refuses the *new* member."""
+
+    hint = (
+        "Stop the other process with this group_instance_id (or wait for its session to end) "
+        "before starting this one; give every instance its own id"
+    )
+
+
+class UnsupportedAssignorError(FatalBrokerError):
+    """(Consumer groups) the broker has no assignor by the name given."""
+
+    hint = (
+        "Set group_remote_assignor to one of the broker's group.consumer.assignors "
+        "('uniform' and 'range' by default), or leave it unset for the broker's default"
+    )
+
+
+class InvalidRegularExpressionError(FatalBrokerError):
+    """(Consumer groups) the broker cannot parse the subscription's pattern."""
+
+    hint = (
+        "The broker evaluates the pattern with RE2J on whole topic names: use RE2 syntax "
+        "(no lookarounds or backreferences)"
+    )
 
 
 # The class each broker code raises: the error column of the engine's table

@@ -33,11 +33,14 @@ from ..errors import (
     GroupMaxSizeReachedError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
+    InvalidRegularExpressionError,
     InvalidSessionTimeoutError,
     MembershipLostError,
     RebalanceRequiredError,
     RetriableBrokerError,
     TopicAuthorizationError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
     UnsupportedVersionError,
     _register_classes,
 )
@@ -54,6 +57,7 @@ class Api(enum.Enum):
     OFFSET_COMMIT = "OffsetCommit"
     OFFSET_FETCH = "OffsetFetch"
     DESCRIBE_GROUPS = "DescribeGroups"
+    CONSUMER_GROUP_HEARTBEAT = "ConsumerGroupHeartbeat"
 
 
 class Next(enum.Enum):
@@ -117,6 +121,7 @@ class Policy:
     offset_commit: Reaction | None = None
     offset_fetch: Reaction | None = None
     describe_groups: Reaction | None = None
+    consumer_group_heartbeat: Reaction | None = None
 
     @property
     def name(self) -> str:
@@ -137,6 +142,7 @@ class Policy:
             Api.OFFSET_COMMIT: self.offset_commit,
             Api.OFFSET_FETCH: self.offset_fetch,
             Api.DESCRIBE_GROUPS: self.describe_groups,
+            Api.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
         }[api]
 
 
@@ -159,6 +165,7 @@ DEFAULTS: Final[dict[Api, Reaction]] = {
     Api.OFFSET_COMMIT: RAISE,
     Api.OFFSET_FETCH: RAISE,
     Api.DESCRIBE_GROUPS: RAISE,
+    Api.CONSUMER_GROUP_HEARTBEAT: BACKOFF,
 }
 
 # The reactions each request's handler implements; a unit test holds the table to them.
@@ -193,6 +200,10 @@ HANDLED: Final[dict[Api, frozenset[Next]]] = {
     ),
     Api.OFFSET_FETCH: frozenset({Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}),
     Api.DESCRIBE_GROUPS: frozenset({Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}),
+    # KIP-848 (consumer_group.py): REJOIN loses the partitions and joins again at epoch 0.
+    Api.CONSUMER_GROUP_HEARTBEAT: frozenset(
+        {Next.RETRY_BACKOFF, Next.FIND_COORDINATOR, Next.REJOIN, Next.FATAL}
+    ),
 }
 
 POLICIES: Final[tuple[Policy, ...]] = (
@@ -209,6 +220,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         offset_commit=REDISCOVER,
         offset_fetch=REDISCOVER,
         describe_groups=REDISCOVER,
+        consumer_group_heartbeat=REDISCOVER,
     ),
     Policy(
         E.NOT_COORDINATOR,
@@ -221,6 +233,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         offset_commit=REDISCOVER,
         offset_fetch=REDISCOVER,
         describe_groups=REDISCOVER,
+        consumer_group_heartbeat=REDISCOVER,
     ),
     Policy(
         E.COORDINATOR_LOAD_IN_PROGRESS,
@@ -232,6 +245,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         offset_commit=BACKOFF,
         offset_fetch=BACKOFF,
         describe_groups=BACKOFF,
+        consumer_group_heartbeat=BACKOFF,
     ),
     Policy(
         E.REQUEST_TIMED_OUT,
@@ -281,6 +295,8 @@ POLICIES: Final[tuple[Policy, ...]] = (
         sync_group=Reaction(Next.RETRY_NOW, Reset.MEMBER),
         heartbeat=Reaction(Next.REJOIN, Reset.MEMBER),
         offset_commit=Reaction(Next.FENCED_COMMIT, Reset.MEMBER),
+        # KIP-848: the member keeps its id and joins again at epoch 0 (as Kafka's do).
+        consumer_group_heartbeat=Reaction(Next.REJOIN, Reset.GENERATION),
     ),
     # Fatal to the member: a person must act.
     Policy(
@@ -300,6 +316,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         join_group=FATAL,
         sync_group=FATAL,
         heartbeat=FATAL,
+        consumer_group_heartbeat=FATAL,
     ),
     Policy(
         E.INCONSISTENT_GROUP_PROTOCOL,
@@ -309,10 +326,42 @@ POLICIES: Final[tuple[Policy, ...]] = (
     ),
     Policy(E.INVALID_SESSION_TIMEOUT, InvalidSessionTimeoutError, join_group=FATAL),
     Policy(E.INVALID_GROUP_ID, InvalidGroupIdError, join_group=FATAL),
-    Policy(E.GROUP_MAX_SIZE_REACHED, GroupMaxSizeReachedError, join_group=FATAL),
-    Policy(E.UNSUPPORTED_VERSION, UnsupportedVersionError, join_group=FATAL),
+    Policy(
+        E.GROUP_MAX_SIZE_REACHED,
+        GroupMaxSizeReachedError,
+        join_group=FATAL,
+        consumer_group_heartbeat=FATAL,
+    ),
+    Policy(
+        E.UNSUPPORTED_VERSION,
+        UnsupportedVersionError,
+        join_group=FATAL,
+        consumer_group_heartbeat=FATAL,
+    ),
     # FindCoordinator: a malformed request will not get better (Kafka throws it too).
-    Policy(E.INVALID_REQUEST, find_coordinator=FATAL),
+    Policy(E.INVALID_REQUEST, find_coordinator=FATAL, consumer_group_heartbeat=FATAL),
+    # KIP-848 consumer groups. A fenced epoch: the partitions may be another's already.
+    Policy(
+        E.FENCED_MEMBER_EPOCH,
+        MembershipLostError,
+        consumer_group_heartbeat=Reaction(Next.REJOIN, Reset.GENERATION),
+        offset_commit=Reaction(Next.FENCED_COMMIT, Reset.GENERATION),
+    ),
+    # A commit made with an epoch the member has since moved past: nothing was committed;
+    # the member is still in the group (a heartbeat brings the current epoch).
+    Policy(
+        E.STALE_MEMBER_EPOCH,
+        RebalanceRequiredError,
+        consumer_group_heartbeat=Reaction(Next.REJOIN, Reset.GENERATION),
+        offset_commit=Reaction(Next.FENCED_COMMIT),
+    ),
+    Policy(E.UNRELEASED_INSTANCE_ID, UnreleasedInstanceIdError, consumer_group_heartbeat=FATAL),
+    Policy(E.UNSUPPORTED_ASSIGNOR, UnsupportedAssignorError, consumer_group_heartbeat=FATAL),
+    Policy(
+        E.INVALID_REGULAR_EXPRESSION,
+        InvalidRegularExpressionError,
+        consumer_group_heartbeat=FATAL,
+    ),
     # Known codes with no reaction of their own: every request reacts as to any other code.
     Policy(E.UNKNOWN_SERVER_ERROR),
     Policy(E.OFFSET_OUT_OF_RANGE),

@@ -41,6 +41,11 @@ class ErrorCode(enum.IntEnum):
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     UNSTABLE_OFFSET_COMMIT = 88
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 DESCRIPTIONS: dict[ErrorCode, str] = {
@@ -78,6 +83,16 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.MEMBER_ID_REQUIRED: "the broker assigned a member id; join again with it",
     ErrorCode.GROUP_MAX_SIZE_REACHED: "the group already has group.max.size members",
     ErrorCode.FENCED_INSTANCE_ID: "another member joined with the same group_instance_id",
+    ErrorCode.FENCED_MEMBER_EPOCH: "(consumer groups, KIP-848) the member's epoch is not the "
+    "one the broker holds for it: it lost its partitions and must join again",
+    ErrorCode.UNRELEASED_INSTANCE_ID: "(consumer groups) a member with this group_instance_id "
+    "is still in the group; the new one is refused",
+    ErrorCode.UNSUPPORTED_ASSIGNOR: "(consumer groups) the broker has no assignor of that name "
+    "(its group.consumer.assignors)",
+    ErrorCode.STALE_MEMBER_EPOCH: "(consumer groups) the request's member epoch is older than "
+    "the member's current one",
+    ErrorCode.INVALID_REGULAR_EXPRESSION: "(consumer groups) the broker cannot parse the "
+    "subscription's regular expression (RE2J syntax)",
 }
 
 

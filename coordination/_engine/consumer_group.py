@@ -1,0 +1,699 @@
+"""Kafka's consumer group protocol (KIP-848): one request, ConsumerGroupHeartbeat, and the
+assignment computed by the broker.
+
+A member of a KIP-848 group has no join phase, no leader and no ``perform_assignment``.
+It heartbeats with its subscription and its *member epoch*; the broker answers with the
+member's epoch and, when it changes, the member's assignment. The member *reconciles*:
+
+1. it gives up (``revoked``) the partitions it owns that the assignment leaves out,
+2. it takes (``assigned``) the new partitions of the assignment (the broker puts a
+   partition in an assignment only once its previous owner reported it released),
+3. it reports what it now owns in its next heartbeat, at once (the broker hands the
+   partitions it released to the others only then).
+
+No member waits for another: a slow member holds up only the partitions it gives up.
+
+Threads. The *heartbeat thread* sends every request and acts on every answer; the
+*reconcile thread* runs the recipe's callbacks (:class:`PartitionCallbacks`), one at a
+time, so that a slow callback never delays a heartbeat. Every callback runs on the
+reconcile thread, so ``lost`` always comes after an ``assigned`` it overtook.
+
+The membership lease. The broker removes a member that sends no heartbeat for its
+session, and gives away a partition the member was told to give up once the member's
+rebalance timeout passes without the member reporting it released. The lease
+(:meth:`ConsumerGroupMember.membership_lease`) runs out before either: from the sending of
+the last answered heartbeat, ``session_timeout_ms`` (which must not exceed the group's
+session timeout at the broker, ``group.consumer.session.timeout.ms``), and while a
+revocation is pending, ``rebalance_timeout_ms`` from the heartbeat whose answer asked for
+it.
+
+What it shares with the classic engine: finding the coordinator and the failure handling
+(:mod:`.core`), the statistics and hook events (:mod:`.stats`), the heartbeat timers
+(:mod:`.heartbeat`), offset commits and fetches (:mod:`.offsets`: the member epoch stands
+in the generation's place, as Kafka's OffsetCommit v9 reads it), and the error table
+(:mod:`.classify`, its ConsumerGroupHeartbeat column).
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .._config import CoordinatorConfig
+from .._protocol import consumer_group as cg
+from .._protocol.error_codes import ErrorCode, error_name
+from .._transport.base import Wakeups
+from .._types import NO_GENERATION, Generation, Member, MemberState, ProtocolMetadata
+from ..clock import Clock
+from ..errors import (
+    CoordinationError,
+    CoordinationTimeoutError,
+    CoordinatorStateError,
+    broker_error,
+)
+from ..transport import Transport, TransportError
+from . import classify
+from .classify import Api, Next
+from .core import MemberCore, Stopped, routine
+
+__all__ = [
+    "ConsumerGroupMember",
+    "PartitionCallbacks",
+    "Subscription",
+    "TopicIdPartition",
+]
+
+PROTOCOL_NAME = "consumer"
+
+# How often idle threads look at their stop flag even if nobody wakes them.
+_IDLE_WAIT_S = 1.0
+
+TopicIdPartition = tuple[uuid.UUID, int]
+"""A partition as the protocol names it: the topic's id and the partition number."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """What the member subscribes to: topic names, or a regular expression the broker
+    evaluates (RE2J, on whole topic names); the broker's assignor to use (None: the
+    broker's default) and the member's rack (Kafka's ``client.rack``)."""
+
+    topics: frozenset[str] | None = None
+    pattern: str | None = None
+    assignor: str | None = None
+    rack: str | None = None
+
+
+class PartitionCallbacks(Protocol):
+    """What a KIP-848 member calls (the consumer recipe implements it). Every method but
+    :meth:`subscription` and :meth:`topic_names` runs on the reconcile thread, one at a
+    time; none may close the member."""
+
+    def subscription(self) -> Subscription:
+        """The current subscription (read before every heartbeat; a change is sent)."""
+        ...
+
+    def topic_names(self, topic_ids: frozenset[uuid.UUID]) -> Mapping[uuid.UUID, str]:
+        """The names of those of ``topic_ids`` it can resolve (from fresh metadata if
+        needed); a partition of a topic left out is taken once its name is known."""
+        ...
+
+    def revoked(self, partitions: frozenset[tuple[str, int]]) -> None:
+        """Give up ``partitions`` (commit what was processed first): the broker gives them
+        to another member once the next heartbeat reports them released."""
+        ...
+
+    def assigned(self, partitions: frozenset[tuple[str, int]], generation: Generation) -> None:
+        """Take ``partitions`` (free: their previous owner released them)."""
+        ...
+
+    def lost(self, partitions: frozenset[tuple[str, int]]) -> None:
+        """``partitions`` may already belong to another member (fenced, session lost):
+        stop at once, commit nothing."""
+        ...
+
+    def leaving(self) -> None:
+        """The member is about to leave the group: give up everything (commit first)."""
+        ...
+
+
+def new_member_id() -> str:
+    """A member id made by the client, as KIP-1082 asks of ConsumerGroupHeartbeat v1:
+    a random UUID in Kafka's text form (URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+@dataclass(slots=True)
+class _Sent:
+    """What the last heartbeat told the broker: fields equal to these are sent as null."""
+
+    subscription: Subscription | None = None
+    owned: frozenset[TopicIdPartition] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Reconciled:
+    """The reconcile thread's outcome: what the member owns now, in ids and names."""
+
+    owned: frozenset[TopicIdPartition]
+    names: dict[TopicIdPartition, tuple[str, int]]
+
+
+class ConsumerGroupMember(MemberCore):
+    """One member of a KIP-848 consumer group (Kafka's ``ConsumerMembershipManager`` and
+    heartbeat request manager, in Python)."""
+
+    def __init__(
+        self,
+        callbacks: PartitionCallbacks,
+        config: CoordinatorConfig,
+        transport: Transport,
+        clock: Clock | None = None,
+        wakeups: Wakeups | None = None,
+    ) -> None:
+        super().__init__(_NoClassicCallbacks(), config, transport, clock, wakeups)
+        self._partitions = callbacks
+        self._member_id = new_member_id()
+        self._epoch = cg.JOIN_EPOCH
+        self._protocol_type = PROTOCOL_NAME
+        # The broker's latest assignment for this member (None until the first), and what
+        # the reconcile thread made of it.
+        self._target: frozenset[TopicIdPartition] | None = None
+        self._target_epoch = cg.JOIN_EPOCH
+        self._owned: frozenset[TopicIdPartition] = frozenset()
+        self._names: dict[TopicIdPartition, tuple[str, int]] = {}
+        # Set when the member lost its place (fenced, unknown, session): the reconcile thread
+        # calls ``lost`` for everything it owns before it takes anything again.
+        self._lose_all = False
+        # When the broker may give away the partitions a pending revocation names.
+        self._revoke_deadline: float | None = None
+        # The target the reconcile thread last worked on, and when.
+        self._tried: tuple[frozenset[TopicIdPartition] | None, float] = (None, 0.0)
+        self._lease_until: float | None = None
+        # Send every field in the next heartbeat (joining, after an error or a new coordinator).
+        self._send_full = True
+        self._sent = _Sent()
+        self._heartbeat_now = True
+
+    # ------------------------------------------------------------------ public view
+
+    @property
+    def member_id(self) -> str:
+        with self._lock:
+            return self._member_id
+
+    @property
+    def member_epoch(self) -> int:
+        with self._lock:
+            return self._epoch
+
+    def owned(self) -> frozenset[tuple[str, int]]:
+        """The partitions the member owns (handed to ``assigned`` and not given up since)."""
+        with self._lock:
+            return frozenset(self._names[p] for p in self._owned if p in self._names)
+
+    def membership_lease(self) -> float:
+        """Seconds during which the broker cannot have given this member's partitions to
+        another member; 0.0 if none (see the module docstring)."""
+        now = self._clock.monotonic()
+        with self._lock:
+            if self._lease_until is None or self._epoch <= 0:
+                return 0.0
+            until = self._lease_until
+            if self._revoke_deadline is not None:
+                until = min(until, self._revoke_deadline)
+        return max(0.0, until - now)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the heartbeat and reconcile threads (idempotent)."""
+        with self._lock:
+            if self._closing:
+                raise CoordinatorStateError(f"{self._who()}: the member is closed")
+            if self._threads:
+                return
+            group = self._config.group_id
+            self._threads = [
+                self._clock.thread(self._run_heartbeats, f"coordination-heartbeat|{group}"),
+                self._clock.thread(self._run_reconcile, f"coordination-reconcile|{group}"),
+            ]
+            for thread in self._threads:
+                thread.start()
+
+    def wait_stable(self, timeout_s: float | None) -> None:
+        """Block until the member has an epoch and owns its whole assignment, reported."""
+        deadline = None if timeout_s is None else self._clock.monotonic() + timeout_s
+        with self._lock:
+            while not self._stable_locked():
+                if self._fatal is not None:
+                    raise self._fatal
+                if self._closing:
+                    raise CoordinatorStateError(f"{self._who()}: the member is closed")
+                remaining = None if deadline is None else deadline - self._clock.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CoordinationTimeoutError(
+                        f"{self._who()}: not stable after {timeout_s}s (epoch {self._epoch}, "
+                        f"coordinator {self._coordinator or 'unknown'}, last problem: "
+                        f"{self._last_error or 'none'})"
+                    )
+                self._changed.wait(_IDLE_WAIT_S if remaining is None else min(remaining, 1.0))
+
+    def _stable_locked(self) -> bool:
+        return (
+            self._state is MemberState.STABLE
+            and self._target is not None
+            and self._owned == self._target
+            and self._sent.owned == self._owned
+            and not self._lose_all
+        )
+
+    def request_rejoin(self, reason: str) -> None:
+        """Send a full heartbeat now (the new protocol has no rejoin: the broker decides)."""
+        with self._lock:
+            self._rejoin_requests += 1
+            self._log.info("%s: full heartbeat requested: %s", self._who(), reason)
+            self._send_full = True
+            self._heartbeat_now = True
+            self._changed.notify_all()
+
+    def subscription_changed(self) -> None:
+        """The subscription changed: heartbeat now to tell the broker."""
+        with self._lock:
+            self._heartbeat_now = True
+            self._changed.notify_all()
+
+    def close(self, timeout_s: float, *, leave_group: bool = True) -> None:
+        """Give up the partitions, leave the group (epoch -1, or -2 for a static member,
+        whose assignment the broker keeps for a session), stop the threads."""
+        if self._clock.current_thread() in self._threads:
+            raise CoordinatorStateError(
+                f"{self._who()}: close() was called from a callback, on the member's own "
+                "thread; it would wait for itself. Call close() from another thread."
+            )
+        deadline = self._clock.monotonic() + timeout_s
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._stop.set()
+            self._changed.notify_all()
+        try:
+            left = False
+            if self._callback_lock.acquire(timeout=max(0.0, timeout_s / 2)):
+                try:
+                    if not self._leave_prepared:
+                        self._invoke("leaving", self._partitions.leaving)
+                        self._leave_prepared = True
+                        left = True
+                finally:
+                    self._callback_lock.release()
+            else:
+                self._log.warning(
+                    "%s: a callback is still running after %.1fs; not leaving the group "
+                    "while the member's work may run (the broker removes the member after "
+                    "its session)",
+                    self._who(),
+                    timeout_s / 2,
+                )
+            if left and leave_group and self._fatal is None:
+                self._leave(deadline)
+        finally:
+            self._transport.close()
+            for thread in self._threads:
+                thread.join(max(0.0, deadline - self._clock.monotonic()))
+            with self._lock:
+                self._state = MemberState.CLOSED
+                self._generation = NO_GENERATION
+                self._changed.notify_all()
+
+    def _leave(self, deadline: float) -> None:
+        with self._lock:
+            node = self._coordinator
+            joined = self._epoch > 0
+            member_id = self._member_id
+        if node is None or not joined:
+            return
+        epoch = cg.STATIC_LEAVE_EPOCH if self._config.is_static else cg.LEAVE_EPOCH
+        request = cg.ConsumerGroupHeartbeatRequest(
+            group_id=self._config.group_id,
+            member_id=member_id,
+            member_epoch=epoch,
+            instance_id=self._config.group_instance_id,
+        )
+        self._log.info("%s: leaving the group (epoch %d)", self._who(), epoch)
+        try:
+            response = self._transport.send(
+                request,
+                cg.ConsumerGroupHeartbeatResponse,
+                coordinator=node,
+                timeout_s=max(
+                    0.5,
+                    min(self._config.request_timeout_ms / 1000, deadline - self._clock.monotonic()),
+                ),
+            )
+        except TransportError as e:
+            self._log.info("%s: the leaving heartbeat got no answer (%s)", self._who(), e)
+            return
+        if response.error_code != ErrorCode.NONE:
+            self._log.info(
+                "%s: the leaving heartbeat returned %s (ignored: the session ends it)",
+                self._who(),
+                error_name(response.error_code),
+            )
+        with self._lock:
+            self._epoch = epoch
+            self._lease_until = None
+
+    # ------------------------------------------------------------------ heartbeat thread
+
+    def _run_heartbeats(self) -> None:
+        while not self._stop.is_set():
+            try:
+                delay = self.heartbeat_once()
+            except Stopped:
+                break
+            except CoordinationError:
+                if self._fatal is not None:
+                    break
+                self._log.exception("%s: error in the heartbeat thread", self._who())
+                delay = self._retry_backoff.next_delay()
+            except Exception:
+                self._log.exception("%s: unexpected error in the heartbeat thread", self._who())
+                delay = self._retry_backoff.next_delay()
+            with self._lock:
+                if self._stop.is_set() or self._fatal is not None:
+                    break
+                if delay > 0 and not self._heartbeat_now:
+                    self._changed.wait(min(delay, _IDLE_WAIT_S))
+
+    def heartbeat_once(self) -> float:
+        """Send a heartbeat if one is due; returns the seconds until the next is due."""
+        self.ensure_coordinator_ready(deadline=None)  # backs off between attempts
+        now = self._clock.monotonic()
+        with self._lock:
+            self._check_running()
+            if self._lose_all:
+                return _IDLE_WAIT_S  # rejoin once ``lost`` has run (the reconcile thread wakes it)
+            expired = self._epoch > 0 and self._timers.session_expired(now)
+        if expired:
+            # No heartbeat answered for a whole session: the broker has removed this member
+            # or is about to. Lose the partitions now; the rejoin tells which.
+            self._fenced("no heartbeat was answered within the session", self.member_epoch)
+            self._mark_coordinator_unknown("session timed out without a heartbeat answer")
+            return 0.0
+        with self._lock:
+            if not self._heartbeat_now and not self._timers.is_due(now):
+                return self._timers.time_to_next(now)
+            self._heartbeat_now = False
+            request = self._request_locked()
+            node = self._coordinator
+            self._timers.sent(now)
+            if self._epoch == cg.JOIN_EPOCH and self._state is MemberState.UNJOINED:
+                self._state = MemberState.PREPARING_REBALANCE
+                if self._stats.attempt(now, "the member is joining the group"):
+                    started = self._stats.started_event(self._member_id, "joining")
+                    self._hooks.rebalance_started(lambda: started)
+        assert node is not None
+        try:
+            response = self._transport.send(
+                request,
+                cg.ConsumerGroupHeartbeatResponse,
+                coordinator=node,
+                timeout_s=self._config.request_timeout_ms / 1000,
+            )
+        except TransportError as e:
+            if e.fatal:
+                self._fail(e.stop_error(f"{self._who()}: ConsumerGroupHeartbeat"))
+            self._heartbeat_failed(f"ConsumerGroupHeartbeat got no response: {e}", now)
+            self._mark_coordinator_unknown(f"ConsumerGroupHeartbeat got no response: {e}")
+            return 0.0
+        self._on_response(request, response, now)
+        with self._lock:
+            return self._timers.time_to_next(self._clock.monotonic())
+
+    def _request_locked(self) -> cg.ConsumerGroupHeartbeatRequest:
+        """The next heartbeat: every field when joining or after an error; otherwise only
+        what changed since the last one (Kafka reads null as unchanged)."""
+        cfg = self._config
+        subscription = self._partitions.subscription()
+        full = self._send_full or self._epoch == cg.JOIN_EPOCH
+        changed = full or subscription != self._sent.subscription
+        owned = self._owned if self._epoch != cg.JOIN_EPOCH else frozenset()
+        report_owned = full or owned != self._sent.owned
+        request = cg.ConsumerGroupHeartbeatRequest(
+            group_id=cfg.group_id,
+            member_id=self._member_id,
+            member_epoch=self._epoch,
+            instance_id=cfg.group_instance_id,
+            rack_id=subscription.rack if full else None,
+            rebalance_timeout_ms=cfg.rebalance_timeout_ms if full else -1,
+            subscribed_topic_names=(
+                tuple(sorted(subscription.topics or ()))
+                if changed and not subscription.pattern
+                else None
+            ),
+            subscribed_topic_regex=subscription.pattern if changed else None,
+            server_assignor=subscription.assignor if changed else None,
+            topic_partitions=_by_topic(owned) if report_owned else None,
+        )
+        self._sent = _Sent(subscription=subscription, owned=owned)
+        self._send_full = False
+        return request
+
+    def _on_response(
+        self,
+        request: cg.ConsumerGroupHeartbeatRequest,
+        response: cg.ConsumerGroupHeartbeatResponse,
+        sent_at: float,
+    ) -> None:
+        code = response.error_code
+        if code == ErrorCode.NONE:
+            self._on_success(request, response, sent_at)
+            return
+        reaction = classify.reaction(Api.CONSUMER_GROUP_HEARTBEAT, code)
+        reason = f"ConsumerGroupHeartbeat returned {error_name(code)}" + (
+            f" ({response.error_message})" if response.error_message else ""
+        )
+        error = broker_error(
+            code,
+            group_id=self._config.group_id,
+            member_id=request.member_id,
+            api=Api.CONSUMER_GROUP_HEARTBEAT.value,
+        )
+        self._heartbeat_failed(reason, sent_at)
+        if reaction.next is Next.FATAL:
+            self._fail(error)
+        elif reaction.next is Next.REJOIN:
+            self._fenced(reason, request.member_epoch)
+        elif reaction.next is Next.FIND_COORDINATOR:
+            self._mark_coordinator_unknown(reason)
+        else:
+            level = self._heartbeat_retries.level(self._clock.monotonic(), routine(error))
+            self._log.log(level, "%s: %s; retrying after backoff", self._who(), reason)
+            with self._lock:
+                self._timers.failed(self._clock.monotonic(), self._retry_backoff.next_delay())
+
+    def _on_success(
+        self,
+        request: cg.ConsumerGroupHeartbeatRequest,
+        response: cg.ConsumerGroupHeartbeatResponse,
+        sent_at: float,
+    ) -> None:
+        now = self._clock.monotonic()
+        with self._lock:
+            if request.member_epoch != self._epoch and self._epoch == cg.JOIN_EPOCH:
+                return  # fenced meanwhile: an answer to the old epoch says nothing
+            self._timers.received(now)
+            self._stats.heartbeat_answered(now)
+            self._heartbeat_retries.clear()
+            self._retry_backoff.reset()
+            if response.heartbeat_interval_ms > 0:
+                self._timers.interval = response.heartbeat_interval_ms / 1000
+            if response.member_id:
+                self._member_id = response.member_id
+            self._epoch = response.member_epoch
+            self._lease_until = sent_at + self._config.session_timeout_ms / 1000
+            self._generation = Generation(self._epoch, self._member_id, PROTOCOL_NAME)
+            if self._state is not MemberState.STABLE:
+                self._state = MemberState.STABLE
+            if response.assignment is not None:
+                target = frozenset(
+                    (t.topic_id, p) for t in response.assignment for p in t.partitions
+                )
+                if target != self._target:
+                    self._target = target
+                    self._target_epoch = self._epoch
+                    if self._owned - target:
+                        # The broker gives these away once this member reports them
+                        # released, or once the rebalance timeout passes without it.
+                        self._revoke_deadline = sent_at + self._config.rebalance_timeout_ms / 1000
+                    if self._stats.attempt(now, "the broker sent a new assignment"):
+                        started = self._stats.started_event(self._member_id, "new assignment")
+                        self._hooks.rebalance_started(lambda: started)
+            self._changed.notify_all()
+
+    def _heartbeat_failed(self, reason: str, sent_at: float) -> None:
+        with self._lock:
+            self._note_problem(reason)
+            self._send_full = True
+            self._timers.received(self._clock.monotonic())
+            self._stats.attempt_failed()
+        stats = self._stats
+        member_id = self._member_id
+        self._hooks.rebalance_failed(lambda: stats.failed_event(member_id, reason))
+
+    def _fenced(self, reason: str, sent_epoch: int) -> None:
+        """The broker no longer counts this member (fenced epoch, unknown member): its
+        partitions may be someone else's already. Lose them, rejoin at epoch 0 with the
+        same member id (as Kafka's clients do)."""
+        with self._lock:
+            if sent_epoch != self._epoch:
+                return  # already handled
+            self._log.warning(
+                "%s: %s; losing its partitions and joining again", self._who(), reason
+            )
+            self._epoch = cg.JOIN_EPOCH
+            self._generation = NO_GENERATION
+            self._state = MemberState.UNJOINED
+            self._lease_until = None
+            self._revoke_deadline = None
+            self._target = None
+            self._lose_all = True
+            self._send_full = True
+            self._heartbeat_now = False  # after the reconcile thread called lost
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------ reconcile thread
+
+    def _run_reconcile(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._reconcile_once()
+            except Stopped:
+                break
+            except CoordinationError:
+                if self._fatal is not None:
+                    break
+                self._log.exception("%s: error while reconciling", self._who())
+                self._sleep(self._retry_backoff.next_delay())
+            except Exception:
+                self._log.exception("%s: unexpected error while reconciling", self._who())
+                try:
+                    self._sleep(self._retry_backoff.next_delay())
+                except Stopped:
+                    break
+
+    def _reconcile_once(self) -> None:
+        with self._lock:
+            while not self._lose_all and not self._reconcile_due_locked():
+                self._check_running()
+                self._changed.wait(self._reconcile_wait_locked())
+            self._check_running()
+            if self._lose_all:
+                lost = frozenset(self._names[p] for p in self._owned if p in self._names)
+                self._owned = frozenset()
+                self._names = {}
+                self._lose_all = False
+            else:
+                lost = None
+                target, epoch, owned = self._target, self._target_epoch, self._owned
+                self._tried = (target, self._clock.monotonic())
+        if lost is not None:
+            self._invoke_serialized("lost", self._partitions.lost, lost)
+            with self._lock:
+                self._heartbeat_now = True  # rejoin now that nothing is held
+                self._changed.notify_all()
+            return
+        assert target is not None
+        reconciled = self._reconcile(target, epoch, owned)
+        with self._lock:
+            self._owned, self._names = reconciled.owned, reconciled.names
+            if self._lose_all:
+                return  # fenced while the callbacks ran: all of it goes to ``lost`` next
+            if not (self._owned - (self._target or frozenset())):
+                self._revoke_deadline = None
+            self._heartbeat_now = True  # report what it owns now, at once
+            if self._target == self._owned:
+                record = self._stats.finished(self._clock.monotonic(), self._generation, False)
+                finished = self._stats.finished_event(record)
+                self._hooks.rebalance_finished(lambda: finished)
+            self._changed.notify_all()
+
+    def _reconcile_due_locked(self) -> bool:
+        """A target not reconciled yet: new, or one whose topic names were missing at the
+        last try (tried again every ``retry_backoff_ms``)."""
+        if self._target is None or self._target == self._owned:
+            return False
+        tried_target, tried_at = self._tried
+        if tried_target != self._target:
+            return True
+        return self._clock.monotonic() >= tried_at + self._config.retry_backoff_ms / 1000
+
+    def _reconcile_wait_locked(self) -> float:
+        if self._target is not None and self._target != self._owned:
+            return max(0.001, self._config.retry_backoff_ms / 1000)
+        return _IDLE_WAIT_S
+
+    def _reconcile(
+        self, target: frozenset[TopicIdPartition], epoch: int, owned: frozenset[TopicIdPartition]
+    ) -> _Reconciled:
+        """Revoke first, then take what is new and named; returns what is owned after."""
+        with self._lock:
+            names = dict(self._names)
+        revoked = owned - target
+        if revoked:
+            self._invoke_serialized(
+                "revoked", self._partitions.revoked, frozenset(names[p] for p in revoked)
+            )
+            for p in revoked:
+                names.pop(p, None)
+        new = target - owned
+        unknown = frozenset(t for t, _ in new if not any(k[0] == t for k in names))
+        resolved = dict(self._partitions.topic_names(unknown)) if unknown else {}
+        topic_name = {t: n[0] for t_p, n in names.items() for t in (t_p[0],)}
+        topic_name.update(resolved)
+        added = frozenset(p for p in new if p[0] in topic_name)
+        for p in added:
+            names[p] = (topic_name[p[0]], p[1])
+        if added:
+            generation = Generation(epoch, self.member_id, PROTOCOL_NAME)
+            self._invoke_serialized(
+                "assigned",
+                self._partitions.assigned,
+                frozenset(names[p] for p in added),
+                generation,
+            )
+        if len(added) < len(new):
+            self._log.info(
+                "%s: %d assigned partitions wait for their topics' names",
+                self._who(),
+                len(new) - len(added),
+            )
+        return _Reconciled(owned=(owned - revoked) | added, names=names)
+
+
+def _by_topic(partitions: frozenset[TopicIdPartition]) -> tuple[cg.TopicIdPartitions, ...]:
+    by_topic: dict[uuid.UUID, list[int]] = {}
+    for topic_id, partition in partitions:
+        by_topic.setdefault(topic_id, []).append(partition)
+    return tuple(
+        cg.TopicIdPartitions(topic_id=t, partitions=tuple(sorted(ps)))
+        for t, ps in sorted(by_topic.items())
+    )
+
+
+class _NoClassicCallbacks:
+    """MemberCore's classic callbacks, which a KIP-848 member never calls (it has no
+    JoinGroup metadata, no leader, no join or sync)."""
+
+    rejoin_changes_metadata = False
+
+    def protocol_type(self) -> str:
+        return PROTOCOL_NAME
+
+    def metadata(self) -> Sequence[ProtocolMetadata]:
+        raise _not_classic()
+
+    def perform_assignment(
+        self, leader_id: str, protocol: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
+        raise _not_classic()
+
+    def on_join_prepare(self, generation: int, member_id: str) -> None:
+        raise _not_classic()
+
+    def on_join_complete(
+        self, generation: int, member_id: str, protocol: str, assignment: bytes
+    ) -> None:
+        raise _not_classic()
+
+    def on_leave_prepare(self) -> None:
+        raise _not_classic()
+
+
+def _not_classic() -> CoordinatorStateError:
+    return CoordinatorStateError("a KIP-848 member has no classic protocol callbacks")

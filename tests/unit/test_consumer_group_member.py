@@ -1,0 +1,326 @@
+"""The KIP-848 member's state machine (coordination/_engine/consumer_group.py), against a
+small model of the broker's side: epochs, the assignment, reconciliation, fencing, leaving.
+
+The model answers each ConsumerGroupHeartbeat as Kafka's group coordinator documents it:
+a joining member gets epoch 1 and its share; a member's assignment holds a partition only
+once no other member reports owning it; a member that does not report a revocation keeps
+its epoch. Threads run on real time with short intervals; the tests wait for conditions,
+never for durations.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from coordination._config import CoordinatorConfig
+from coordination._engine.consumer_group import (
+    ConsumerGroupMember,
+    Subscription,
+)
+from coordination._protocol import consumer_group as cg
+from coordination._protocol import messages as m
+from coordination._protocol.error_codes import ErrorCode
+from coordination._types import Generation
+from coordination.errors import CoordinatorStateError, UnsupportedAssignorError
+from coordination.transport import CoordinatorNode, TransportError
+
+ORDERS = uuid.UUID(int=1)
+AUDIT = uuid.UUID(int=2)
+NAMES = {ORDERS: "orders", AUDIT: "audit"}
+
+
+class Broker:
+    """The coordinator's side of ConsumerGroupHeartbeat for one member (the Transport)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: list[cg.ConsumerGroupHeartbeatRequest] = []
+        self.target: frozenset[tuple[uuid.UUID, int]] = frozenset({(ORDERS, 0), (ORDERS, 1)})
+        self.taken_by_others: frozenset[tuple[uuid.UUID, int]] = frozenset()
+        self.epoch = 0
+        self.errors: list[int] = []  # answered first, one per heartbeat
+        self.member_owned: frozenset[tuple[uuid.UUID, int]] = frozenset()
+        self.last_sent_assignment: frozenset[tuple[uuid.UUID, int]] | None = None
+        self.closed = False
+        self.events: list[str] = []
+
+    def send(
+        self,
+        request: Any,
+        response_type: type[Any],
+        *,
+        coordinator: CoordinatorNode | None,
+        timeout_s: float,
+        then: Any = None,
+    ) -> Any:
+        if self.closed:
+            raise TransportError("closed")
+        if isinstance(request, m.FindCoordinatorRequest):
+            return m.FindCoordinatorResponse(error_code=0, node_id=1, host="h", port=1)
+        assert isinstance(request, cg.ConsumerGroupHeartbeatRequest)
+        with self.lock:
+            self.requests.append(request)
+            if request.topic_partitions is not None:
+                self.member_owned = frozenset(
+                    (t.topic_id, p) for t in request.topic_partitions for p in t.partitions
+                )
+                self.events.append(f"reported {sorted(p for _, p in self.member_owned)}")
+            if self.errors:
+                return cg.ConsumerGroupHeartbeatResponse(error_code=self.errors.pop(0))
+            if request.member_epoch < 0:
+                self.events.append(f"left {request.member_epoch}")
+                return cg.ConsumerGroupHeartbeatResponse(
+                    error_code=0, member_id=request.member_id, member_epoch=request.member_epoch
+                )
+            if request.member_epoch == 0:
+                self.epoch += 1
+                self.last_sent_assignment = None
+            # Partitions another member still reports owning are held back (KIP-848).
+            usable = self.target - self.taken_by_others
+            assignment = None
+            if usable != self.last_sent_assignment:
+                self.last_sent_assignment = usable
+                assignment = _by_topic(usable)
+            return cg.ConsumerGroupHeartbeatResponse(
+                error_code=0,
+                member_id=request.member_id,
+                member_epoch=self.epoch,
+                heartbeat_interval_ms=20,
+                assignment=assignment,
+            )
+
+    def reassign(self, target: set[tuple[uuid.UUID, int]]) -> None:
+        with self.lock:
+            self.target = frozenset(target)
+            self.epoch += 1
+
+    def disconnect(self, coordinator: CoordinatorNode) -> None:
+        pass
+
+    def warm_up(self, coordinator: CoordinatorNode) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _by_topic(parts: frozenset[tuple[uuid.UUID, int]]) -> tuple[cg.TopicIdPartitions, ...]:
+    topics: dict[uuid.UUID, list[int]] = {}
+    for t, p in parts:
+        topics.setdefault(t, []).append(p)
+    return tuple(cg.TopicIdPartitions(t, tuple(sorted(ps))) for t, ps in sorted(topics.items()))
+
+
+class Recipe:
+    """The consumer's side: records every callback, in order."""
+
+    def __init__(self, broker: Broker, subscription: Subscription | None = None) -> None:
+        self.broker = broker
+        self.calls: list[tuple[str, frozenset[tuple[str, int]]]] = []
+        self.known = dict(NAMES)
+        self.sub = subscription or Subscription(topics=frozenset({"orders"}), assignor="uniform")
+        self.generations: list[Generation] = []
+
+    def subscription(self) -> Subscription:
+        return self.sub
+
+    def topic_names(self, topic_ids: frozenset[uuid.UUID]) -> Mapping[uuid.UUID, str]:
+        return {t: self.known[t] for t in topic_ids if t in self.known}
+
+    def _record(self, name: str, partitions: frozenset[tuple[str, int]]) -> None:
+        self.calls.append((name, partitions))
+        with self.broker.lock:
+            self.broker.events.append(f"{name} {sorted(p for _, p in partitions)}")
+
+    def revoked(self, partitions: frozenset[tuple[str, int]]) -> None:
+        self._record("revoked", partitions)
+
+    def assigned(self, partitions: frozenset[tuple[str, int]], generation: Generation) -> None:
+        self.generations.append(generation)
+        self._record("assigned", partitions)
+
+    def lost(self, partitions: frozenset[tuple[str, int]]) -> None:
+        self._record("lost", partitions)
+
+    def leaving(self) -> None:
+        self._record("leaving", frozenset())
+
+
+def member(
+    broker: Broker, recipe: Recipe | None = None, **settings: Any
+) -> tuple[ConsumerGroupMember, Recipe]:
+    recipe = recipe or Recipe(broker)
+    config = CoordinatorConfig.from_settings(
+        "g",
+        {
+            "bootstrap_servers": "h:1",
+            "session_timeout_ms": 6000,
+            "heartbeat_interval_ms": 100,
+            "rebalance_timeout_ms": 5000,
+            "retry_backoff_ms": 10,
+            **settings,
+        },
+    )
+    return ConsumerGroupMember(recipe, config, broker), recipe  # type: ignore[arg-type]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def test_a_member_joins_takes_its_assignment_and_reports_it() -> None:
+    broker = Broker()
+    cgm, recipe = member(broker)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        assert cgm.owned() == {("orders", 0), ("orders", 1)}
+        assert recipe.calls == [("assigned", frozenset({("orders", 0), ("orders", 1)}))]
+        join = broker.requests[0]
+        # A join sends everything; the member made its own id (KIP-1082).
+        assert join.member_epoch == 0 and join.member_id
+        assert join.subscribed_topic_names == ("orders",)
+        assert join.server_assignor == "uniform"
+        assert join.rebalance_timeout_ms == 5000
+        assert join.topic_partitions == ()
+        assert cgm.member_epoch == 1
+        assert recipe.generations[0] == Generation(1, join.member_id, "consumer")
+        assert cgm.membership_lease() > 5.0
+        # Later heartbeats send only what changed: the owned partitions once, then nothing.
+        wait_for(lambda: len(broker.requests) >= 4, "more heartbeats")
+        later = broker.requests[3]
+        assert later.subscribed_topic_names is None and later.rebalance_timeout_ms == -1
+        assert later.topic_partitions is None
+    finally:
+        cgm.close(5)
+
+
+def test_a_partition_is_revoked_before_the_heartbeat_reports_it_released() -> None:
+    broker = Broker()
+    cgm, recipe = member(broker)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        broker.reassign({(ORDERS, 0)})
+        wait_for(lambda: ("revoked", frozenset({("orders", 1)})) in recipe.calls, "revoke")
+        wait_for(lambda: "reported [0]" in broker.events, "the release reported")
+        assert broker.events.index("revoked [1]") < broker.events.index("reported [0]")
+        cgm.wait_stable(10)
+        assert cgm.owned() == {("orders", 0)}
+    finally:
+        cgm.close(5)
+
+
+def test_partitions_come_only_once_the_broker_frees_them() -> None:
+    broker = Broker()
+    broker.taken_by_others = frozenset({(ORDERS, 1)})
+    cgm, recipe = member(broker)
+    cgm.start()
+    try:
+        wait_for(lambda: cgm.owned() == {("orders", 0)}, "the free partition")
+        with broker.lock:
+            broker.taken_by_others = frozenset()
+        wait_for(lambda: cgm.owned() == {("orders", 0), ("orders", 1)}, "the freed partition")
+        assert [c[0] for c in recipe.calls] == ["assigned", "assigned"]
+    finally:
+        cgm.close(5)
+
+
+@pytest.mark.parametrize("code", [ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID])
+def test_a_fenced_member_loses_everything_then_joins_again_with_its_id(code: ErrorCode) -> None:
+    broker = Broker()
+    cgm, recipe = member(broker)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        first_id = broker.requests[0].member_id
+        joins_before = sum(r.member_epoch == 0 for r in broker.requests)
+        with broker.lock:
+            broker.errors.append(code)
+        wait_for(lambda: any(c[0] == "lost" for c in recipe.calls), "lost")
+        lost_at = recipe.calls.index(("lost", frozenset({("orders", 0), ("orders", 1)})))
+        wait_for(lambda: len(recipe.calls) > lost_at + 1, "assigned again")
+        assert recipe.calls[lost_at + 1][0] == "assigned"
+        rejoin = [r for r in broker.requests if r.member_epoch == 0][joins_before]
+        assert rejoin.member_id == first_id
+        assert rejoin.topic_partitions == ()
+        cgm.wait_stable(10)
+    finally:
+        cgm.close(5)
+
+
+def test_an_unknown_assignor_stops_the_member_with_a_typed_error() -> None:
+    broker = Broker()
+    broker.errors.append(ErrorCode.UNSUPPORTED_ASSIGNOR)
+    cgm, _ = member(broker)
+    cgm.start()
+    try:
+        with pytest.raises(UnsupportedAssignorError, match="group_remote_assignor"):
+            cgm.wait_stable(10)
+        assert isinstance(cgm.fatal_error, UnsupportedAssignorError)
+    finally:
+        cgm.close(5)
+
+
+@pytest.mark.parametrize(("instance", "epoch"), [(None, -1), ("node-1", -2)])
+def test_closing_gives_up_the_partitions_then_leaves(instance: str | None, epoch: int) -> None:
+    broker = Broker()
+    cgm, recipe = member(broker, group_instance_id=instance)
+    cgm.start()
+    cgm.wait_stable(10)
+    cgm.close(5)
+    assert recipe.calls[-1] == ("leaving", frozenset())
+    assert broker.events[-1] == f"left {epoch}"
+    assert cgm.membership_lease() == 0.0
+    with pytest.raises(CoordinatorStateError):
+        cgm.start()
+
+
+def test_the_lease_is_bounded_by_the_rebalance_timeout_while_a_revocation_waits() -> None:
+    broker = Broker()
+    gate = threading.Event()
+    recipe = Recipe(broker)
+    original = recipe.revoked
+
+    def slow_revoke(partitions: frozenset[tuple[str, int]]) -> None:
+        gate.wait(10)
+        original(partitions)
+
+    recipe.revoked = slow_revoke  # type: ignore[method-assign]
+    cgm, _ = member(broker, recipe, rebalance_timeout_ms=1000)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        assert cgm.membership_lease() > 5.0  # the session's
+        broker.reassign({(ORDERS, 0)})
+        wait_for(lambda: cgm.membership_lease() <= 1.0, "the lease bounded by the revocation")
+        gate.set()
+        wait_for(lambda: cgm.membership_lease() > 5.0, "the session's lease again")
+    finally:
+        gate.set()
+        cgm.close(5)
+
+
+def test_a_partition_of_a_topic_not_yet_named_waits_for_its_name() -> None:
+    broker = Broker()
+    broker.target = frozenset({(ORDERS, 0), (AUDIT, 0)})
+    recipe = Recipe(broker)
+    del recipe.known[AUDIT]
+    cgm, _ = member(broker, recipe)
+    cgm.start()
+    try:
+        wait_for(lambda: cgm.owned() == {("orders", 0)}, "the named topic's partition")
+        recipe.known[AUDIT] = "audit"  # the member asks again every retry_backoff_ms
+        wait_for(lambda: cgm.owned() == {("orders", 0), ("audit", 0)}, "the named partition")
+    finally:
+        cgm.close(5)
