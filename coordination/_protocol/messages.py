@@ -10,6 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
+from .consumer_group import (
+    CONSUMER_GROUP_DESCRIBE_MAX_VERSION,
+    CONSUMER_GROUP_HEARTBEAT_MAX_VERSION,
+)
+
+# The consumer group protocol's messages (KIP-848) live in consumer_group.py, its codec in
+# consumer_group_codec.py (kafka-python has no classes for them); they are requests and
+# responses like these.
+from .consumer_group import ConsumerGroupDescribeRequest as ConsumerGroupDescribeRequest
+from .consumer_group import ConsumerGroupDescribeResponse as ConsumerGroupDescribeResponse
+from .consumer_group import ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequest
+from .consumer_group import ConsumerGroupHeartbeatResponse as ConsumerGroupHeartbeatResponse
+
 # The newest version of each API the engine speaks (Kafka 3.2+ brokers offer all of them).
 MAX_VERSIONS: Final = {
     "FindCoordinator": 6,
@@ -23,6 +36,9 @@ MAX_VERSIONS: Final = {
     "OffsetFetch": 7,
     # v5 is the newest without KIP-1043's per-group error message, which nothing here reads.
     "DescribeGroups": 5,
+    # The consumer group protocol (KIP-848): Kafka 4.0+ only (consumer_group.py).
+    "ConsumerGroupHeartbeat": CONSUMER_GROUP_HEARTBEAT_MAX_VERSION,
+    "ConsumerGroupDescribe": CONSUMER_GROUP_DESCRIBE_MAX_VERSION,
 }
 # Kafka truncates KIP-800 reasons to this many characters (JoinGroupRequest.maybeTruncateReason).
 MAX_REASON_LENGTH: Final = 255
@@ -235,6 +251,8 @@ Request = (
     | OffsetCommitRequest
     | OffsetFetchRequest
     | DescribeGroupRequest
+    | ConsumerGroupHeartbeatRequest
+    | ConsumerGroupDescribeRequest
 )
 Response = (
     FindCoordinatorResponse
@@ -245,4 +263,6 @@ Response = (
     | OffsetCommitResponse
     | OffsetFetchResponse
     | DescribeGroupResponse
+    | ConsumerGroupHeartbeatResponse
+    | ConsumerGroupDescribeResponse
 )
