@@ -23,12 +23,15 @@ import json
 import random
 import struct
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from coordination.__main__ import timeline_line
 from coordination._inspection import decode_timeline_record
 from coordination._metrics import RebalanceRecord
+from coordination._protocol import consumer_group as cg
+from coordination._protocol import consumer_group_codec as cg_codec
 from coordination.errors import CoordinationError, ProtocolCodecError
 from recipes.election._wire import (
     Candidate,
@@ -209,6 +212,11 @@ def _hostile_binary() -> list[bytes]:
     out.append(b"\x00\x00\x00\x01w" + bytes(8) + b"\x01" + struct.pack(">d", float("inf")))
     out.append(b"\x00\x00\x00\x01w" + bytes(8) + b"\x01" + struct.pack(">d", -1.0))
     out.append(b"\x00\x00\x00\x05\x00\x01\xed\xa0\x80" + bytes(10))  # surrogate in UTF-8
+    # Flexible versions: unsigned varint lengths and counts at their largest, and too long.
+    for varint in (b"\xff\xff\xff\xff\x0f", b"\xfe\xff\xff\xff\x07", b"\xff" * 6):
+        out.append(varint + bytes(8))  # a first array or string
+        out.append(bytes(6) + varint + bytes(8))  # after a throttle time and error code
+        out.append(bytes(17) + b"\x01" + varint)  # a tagged field section
     return out
 
 
@@ -282,6 +290,65 @@ def check(
             f" ({len(data)} bytes)"
         ) from e
     return decoded is not None
+
+
+_CG_TOPICS = (
+    cg.TopicIdPartitions(uuid.UUID(int=0x0123456789ABCDEF), (0, 3, 7)),
+    cg.TopicIdPartitions(uuid.uuid5(uuid.NAMESPACE_DNS, "t"), ()),
+)
+
+
+def _heartbeat_response_samples(version: int) -> list[bytes]:
+    responses = [
+        cg.ConsumerGroupHeartbeatResponse(0, None, "m-1", 3, 5000, _CG_TOPICS, version=version),
+        cg.ConsumerGroupHeartbeatResponse(0, None, "m-1", 4, 5000, (), 10, version=version),
+        cg.ConsumerGroupHeartbeatResponse(110, "fenced", None, -1, version=version),
+    ]
+    return [cg_codec.encode(r, version) for r in responses]
+
+
+def _describe_response_samples(version: int) -> list[bytes]:
+    topics = tuple(
+        cg.DescribedTopicPartitions(t.topic_id, f"topic-{n}", t.partitions)
+        for n, t in enumerate(_CG_TOPICS)
+    )
+    member = cg.DescribedConsumerGroupMember(
+        "m-1", "static", "rack", 4, "client", "/127.0.0.1", ("a", "b"), "a.*", topics, topics[:1],
+        1 if version else -1,
+    )  # fmt: skip
+    groups = (
+        cg.DescribedConsumerGroup(0, "g", None, "Stable", 5, 5, "uniform", (member, member)),
+        cg.DescribedConsumerGroup(69, "h", "not found", "Dead"),
+    )
+    return [cg_codec.encode(cg.ConsumerGroupDescribeResponse(groups, 0, version), version)]
+
+
+def _heartbeat_request_samples() -> list[bytes]:
+    joining = cg.ConsumerGroupHeartbeatRequest(
+        "g", "m", 0, "i", "r", 300_000, ("a",), "a.*", "uniform", _CG_TOPICS
+    )
+    requests = [joining, cg.ConsumerGroupHeartbeatRequest("g", "m", 7)]
+    return [cg_codec.encode(r, 1) for r in requests]
+
+
+def _heartbeat_response_v0(data: bytes) -> object:
+    return cg_codec.decode(cg.ConsumerGroupHeartbeatResponse, data, 0)
+
+
+def _heartbeat_response_v1(data: bytes) -> object:
+    return cg_codec.decode(cg.ConsumerGroupHeartbeatResponse, data, 1)
+
+
+def _describe_response_v0(data: bytes) -> object:
+    return cg_codec.decode(cg.ConsumerGroupDescribeResponse, data, 0)
+
+
+def _describe_response_v1(data: bytes) -> object:
+    return cg_codec.decode(cg.ConsumerGroupDescribeResponse, data, 1)
+
+
+def _heartbeat_request_v1(data: bytes) -> object:
+    return cg_codec.decode(cg.ConsumerGroupHeartbeatRequest, data, 1)
 
 
 def _commit_metadata_samples() -> list[bytes]:
@@ -382,6 +449,37 @@ CASES: list[Case] = [
     Case("pipeline commit metadata", _pipeline_commit_metadata, _commit_metadata_samples, False),
     Case("pipeline manifest", decode_manifest, _manifest_samples, True, PipelineOutputError),
     Case("rebalance timeline record", _timeline_shown, _timeline_samples, True),
+    # The consumer group protocol's responses (KIP-848), from the broker.
+    Case(
+        "ConsumerGroupHeartbeat response v0",
+        _heartbeat_response_v0,
+        lambda: _heartbeat_response_samples(0),
+        False,
+    ),
+    Case(
+        "ConsumerGroupHeartbeat response v1",
+        _heartbeat_response_v1,
+        lambda: _heartbeat_response_samples(1),
+        False,
+    ),
+    Case(
+        "ConsumerGroupDescribe response v0",
+        _describe_response_v0,
+        lambda: _describe_response_samples(0),
+        False,
+    ),
+    Case(
+        "ConsumerGroupDescribe response v1",
+        _describe_response_v1,
+        lambda: _describe_response_samples(1),
+        False,
+    ),
+    Case(
+        "ConsumerGroupHeartbeat request v1",
+        _heartbeat_request_v1,
+        _heartbeat_request_samples,
+        False,
+    ),
 ]
 
 

@@ -151,3 +151,9 @@ class ConsumerGroupDescribeResponse:
     groups: tuple[DescribedConsumerGroup, ...]
     throttle_time_ms: int = 0
     version: int = CONSUMER_GROUP_DESCRIBE_MAX_VERSION
+
+    @property
+    def error_code(self) -> int:
+        """The first group's error code that is not 0, else 0 (Kafka's response has only
+        per-group codes; every other response here has an ``error_code``)."""
+        return next((g.error_code for g in self.groups if g.error_code), 0)

@@ -13,11 +13,15 @@ from typing import Final
 from .consumer_group import (
     CONSUMER_GROUP_DESCRIBE_MAX_VERSION,
     CONSUMER_GROUP_HEARTBEAT_MAX_VERSION,
-    ConsumerGroupDescribeRequest,
-    ConsumerGroupDescribeResponse,
-    ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
 )
+
+# The consumer group protocol's messages (KIP-848) live in consumer_group.py, its codec in
+# consumer_group_codec.py (kafka-python has no classes for them); they are requests and
+# responses like these.
+from .consumer_group import ConsumerGroupDescribeRequest as ConsumerGroupDescribeRequest
+from .consumer_group import ConsumerGroupDescribeResponse as ConsumerGroupDescribeResponse
+from .consumer_group import ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequest
+from .consumer_group import ConsumerGroupHeartbeatResponse as ConsumerGroupHeartbeatResponse
 
 # The newest version of each API the engine speaks (Kafka 3.2+ brokers offer all of them).
 MAX_VERSIONS: Final = {
@@ -32,7 +36,7 @@ MAX_VERSIONS: Final = {
     "OffsetFetch": 7,
     # v5 is the newest without KIP-1043's per-group error message, which nothing here reads.
     "DescribeGroups": 5,
-    # The consumer group protocol (KIP-848, Kafka 4.0+): consumer_group.py.
+    # The consumer group protocol (KIP-848): Kafka 4.0+ only (consumer_group.py).
     "ConsumerGroupHeartbeat": CONSUMER_GROUP_HEARTBEAT_MAX_VERSION,
     "ConsumerGroupDescribe": CONSUMER_GROUP_DESCRIBE_MAX_VERSION,
 }

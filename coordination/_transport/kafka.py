@@ -18,7 +18,7 @@ import time
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import kafka.errors as kafka_errors
 from kafka.net.manager import KafkaConnectionManager
@@ -29,8 +29,12 @@ from kafka.protocol.consumer import group as kgroup
 from kafka.protocol.metadata import FindCoordinatorRequest as KFindCoordinatorRequest
 
 from .._config import bootstrap_list, split_server
+from .._protocol import consumer_group as cg
+from .._protocol import consumer_group_codec as cg_codec
 from .._protocol import messages as m
-from ..errors import AuthenticationFailedError, ConfigurationError, TlsError
+from .._protocol.error_codes import ErrorCode
+from .._protocol.wire import Reader, decode_response_header
+from ..errors import AuthenticationFailedError, ConfigurationError, ProtocolCodecError, TlsError
 from ..transport import CoordinatorNode, FollowUp, TransportError
 from .link import DirectConnection, DirectSettings, certificate_advice
 
@@ -144,6 +148,8 @@ class KafkaTransport:
         except _REFUSALS as e:
             raise _refused(e) from e
         except kafka_errors.IncompatibleBrokerVersion as e:
+            if isinstance(kafka_request, _OwnCodecRequest):
+                return self._checked(kafka_request.unoffered(e), response_type)
             raise TransportError(f"broker does not support {type(request).__name__}: {e}") from e
         except (kafka_errors.KafkaError, OSError, RuntimeError) as e:
             raise TransportError(f"{type(request).__name__} got no response: {e!r}") from e
@@ -389,6 +395,8 @@ class KafkaTransport:
 
     @staticmethod
     def _encode(request: m.Request) -> Any:
+        if isinstance(request, cg.ConsumerGroupHeartbeatRequest | cg.ConsumerGroupDescribeRequest):
+            return _OwnCodecRequest(request)
         if isinstance(request, m.FindCoordinatorRequest):
             return KFindCoordinatorRequest(
                 key=request.key,
@@ -455,6 +463,8 @@ class KafkaTransport:
 
     @staticmethod
     def _decode(raw: Any) -> m.Response:
+        if isinstance(raw, cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse):
+            return raw  # decoded by _OwnCodecResponse
         version = raw.version
         if isinstance(raw, kgroup.JoinGroupResponse):
             return m.JoinGroupResponse(
@@ -708,7 +718,148 @@ def _exchange(direct: DirectConnection, request: Any, timeout_s: float, then: An
             return direct.exchange_pair(request, then, timeout_s)
         return direct.exchange(request, timeout_s)
     except kafka_errors.IncompatibleBrokerVersion as e:
+        if isinstance(request, _OwnCodecRequest) and then is None:
+            return request.unoffered(e)  # the broker's "answer", as Kafka's clients make it
         raise TransportError(f"broker does not support {type(request).__name__}: {e}") from e
+
+
+# The Kafka version that brought each API of the consumer group protocol out of early access.
+_NEEDED_KAFKA: Final = {
+    cg_codec.CONSUMER_GROUP_HEARTBEAT_KEY: "4.0",
+    cg_codec.CONSUMER_GROUP_DESCRIBE_KEY: "4.0",
+}
+
+
+class _OwnCodecRequest:
+    """A request of an API kafka-python has no classes for (the consumer group protocol's),
+    encoded by ``consumer_group_codec``, in the shape kafka-python's connections and
+    ``DirectConnection`` handle a request in: they choose its version from the broker's
+    ApiVersions (``API_KEY``, ``min_version``/``max_version``, and this request's own bounds
+    ``_min_version``/``_max_version``), set ``API_VERSION``, give it a header, frame it, and
+    read its answer with the class its header names."""
+
+    def __init__(
+        self, request: cg.ConsumerGroupHeartbeatRequest | cg.ConsumerGroupDescribeRequest
+    ) -> None:
+        self.request = request
+        kind = type(request)
+        self.API_KEY = cg_codec.api_key(kind)
+        self.name = kind.__name__.removesuffix("Request")
+        self.min_version = 0
+        self.max_version = cg_codec.max_version(kind)
+        # A topic regex needs v1 (Kafka 4.0); a broker offering only v0 gets no regex.
+        needs_v1 = (
+            isinstance(request, cg.ConsumerGroupHeartbeatRequest)
+            and request.subscribed_topic_regex is not None
+        )
+        self._min_version = 1 if needs_v1 else 0
+        self._max_version = m.MAX_VERSIONS[self.name]
+        self.API_VERSION: int | None = None
+        self.header: _OwnCodecHeader | None = None
+
+    def expect_response(self) -> bool:
+        return True
+
+    def with_header(self, correlation_id: int = 0, client_id: str = "kafka-python") -> None:
+        assert self.API_VERSION is not None
+        response = _OwnCodecResponse(self._response_type(), self.API_VERSION)
+        self.header = _OwnCodecHeader(correlation_id, client_id, response)
+
+    def encode(self, header: bool = False, framed: bool = False) -> bytes:
+        assert self.API_VERSION is not None
+        if header:
+            assert self.header is not None
+            data = cg_codec.encode_request(
+                self.request, self.API_VERSION, self.header.correlation_id, self.header.client_id
+            )
+        else:
+            data = cg_codec.encode(self.request, self.API_VERSION)
+        return struct.pack(">i", len(data)) + data if framed else data
+
+    def unoffered(
+        self, e: Exception
+    ) -> cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse:
+        """The answer to a request the broker offers no version of: UNSUPPORTED_VERSION, with
+        a message naming the Kafka version needed (as Kafka's clients answer it themselves)."""
+        needed = _NEEDED_KAFKA[self.API_KEY]
+        if self._min_version > 0:
+            message = (
+                f"{self.name} v{self._min_version} (a topic regex subscription) needs Kafka "
+                f"{needed} or newer, which this broker is not: {e}"
+            )
+        else:
+            message = (
+                f"this broker offers no {self.name} (API key {self.API_KEY}): the consumer "
+                f"group protocol (KIP-848) needs Kafka {needed} or newer, with "
+                f"group.coordinator.rebalance.protocols including consumer (its default)"
+            )
+        code = ErrorCode.UNSUPPORTED_VERSION
+        if isinstance(self.request, cg.ConsumerGroupHeartbeatRequest):
+            return cg.ConsumerGroupHeartbeatResponse(
+                error_code=code, error_message=message, member_epoch=-1, version=-1
+            )
+        return cg.ConsumerGroupDescribeResponse(
+            groups=tuple(
+                cg.DescribedConsumerGroup(error_code=code, group_id=g, error_message=message)
+                for g in self.request.group_ids
+            ),
+            version=-1,
+        )
+
+    def _response_type(
+        self,
+    ) -> type[cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse]:
+        if isinstance(self.request, cg.ConsumerGroupHeartbeatRequest):
+            return cg.ConsumerGroupHeartbeatResponse
+        return cg.ConsumerGroupDescribeResponse
+
+    def __repr__(self) -> str:
+        return f"{self.request!r} (v{self.API_VERSION})"
+
+
+class _OwnCodecHeader:
+    """The header of an ``_OwnCodecRequest``, as kafka-python's connections use one."""
+
+    def __init__(self, correlation_id: int, client_id: str, response: _OwnCodecResponse) -> None:
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self._response = response
+
+    def get_response_class(self) -> _OwnCodecResponse:
+        return self._response
+
+
+class _OwnCodecResponse:
+    """Reads the answer to an ``_OwnCodecRequest``: called as kafka-python's parser calls a
+    response class (``parse_header`` then ``decode`` of a buffer), or as DirectConnection
+    does (``decode`` of the bytes after the size, header included)."""
+
+    def __init__(
+        self,
+        kind: type[cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse],
+        version: int,
+    ) -> None:
+        self._kind = kind
+        self._version = version
+
+    def parse_header(self, buffer: Any) -> Any:
+        start = buffer.tell()
+        reader = Reader(buffer.read(), "response header")
+        try:
+            correlation_id = decode_response_header(reader)
+        except ProtocolCodecError as e:
+            raise ValueError(str(e)) from e  # what kafka-python's parser reports as such
+        buffer.seek(start + reader.position)
+        return types.SimpleNamespace(correlation_id=correlation_id)
+
+    def decode(self, data: Any, header: bool = False) -> Any:
+        payload = data.read() if hasattr(data, "read") else data
+        try:
+            if header:
+                return cg_codec.decode_response(self._kind, payload, self._version)[1]
+            return cg_codec.decode(self._kind, payload, self._version)
+        except ProtocolCodecError as e:
+            raise ValueError(str(e)) from e  # what kafka-python's parser reports as such
 
 
 def _direct_settings(configs: dict[str, Any]) -> DirectSettings | None:

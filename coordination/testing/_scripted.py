@@ -26,6 +26,8 @@ _RESPONSE_TYPES = (
     m.OffsetCommitResponse,
     m.OffsetFetchResponse,
     m.DescribeGroupResponse,
+    m.ConsumerGroupHeartbeatResponse,
+    m.ConsumerGroupDescribeResponse,
 )
 
 

@@ -167,7 +167,7 @@ def member(
             **settings,
         },
     )
-    return ConsumerGroupMember(recipe, config, broker), recipe  # type: ignore[arg-type]
+    return ConsumerGroupMember(recipe, config, broker), recipe
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
