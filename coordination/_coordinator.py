@@ -11,6 +11,7 @@ from typing import Any
 from typing_extensions import Self
 
 from ._config import CoordinatorConfig
+from ._connect import kafka_transport
 from ._engine import offsets as _offsets
 from ._engine.membership import GroupMembership
 from ._inspection import GroupDescription, group_description
@@ -136,23 +137,7 @@ class Coordinator(abc.ABC):
         check_part("transport", transport, Transport)
         wakeups = None
         if transport is None:
-            from ._transport.kafka import KafkaTransport
-
-            kafka = KafkaTransport(
-                client_id=self._config.client_id,
-                request_timeout_ms=self._config.request_timeout_ms,
-                connection=dict(self._config.connection),
-            )
-            if self._config.wakeup_topic is not None:
-                from ._transport.wakeups import KafkaWakeups
-
-                wakeups = KafkaWakeups(
-                    kafka,
-                    group_id=group_id,
-                    topic=self._config.wakeup_topic,
-                    request_timeout_ms=self._config.request_timeout_ms,
-                )
-            transport = kafka
+            transport, wakeups = kafka_transport(self._config)
         self._engine = GroupMembership(self, self._config, transport, clock, wakeups)
 
     # -- what a subclass implements ------------------------------------------------------

@@ -21,7 +21,7 @@ reconcile thread, so ``lost`` always comes after an ``assigned`` it overtook.
 The membership lease. The broker removes a member that sends no heartbeat for its
 session, and gives away a partition the member was told to give up once the member's
 rebalance timeout passes without the member reporting it released. The lease
-(:meth:`ConsumerGroupMember.membership_lease`) runs out before either: from the sending of
+(:meth:`ConsumerGroupMembership.membership_lease`) runs out before either: from the sending of
 the last answered heartbeat, ``session_timeout_ms`` (which must not exceed the group's
 session timeout at the broker, ``group.consumer.session.timeout.ms``), and while a
 revocation is pending, ``rebalance_timeout_ms`` from the heartbeat whose answer asked for
@@ -60,7 +60,7 @@ from .classify import Api, Next
 from .core import MemberCore, Stopped, routine
 
 __all__ = [
-    "ConsumerGroupMember",
+    "ConsumerGroupMembership",
     "PartitionCallbacks",
     "Subscription",
     "TopicIdPartition",
@@ -142,7 +142,7 @@ class _Reconciled:
     names: dict[TopicIdPartition, tuple[str, int]]
 
 
-class ConsumerGroupMember(MemberCore):
+class ConsumerGroupMembership(MemberCore):
     """One member of a KIP-848 consumer group (Kafka's ``ConsumerMembershipManager`` and
     heartbeat request manager, in Python)."""
 

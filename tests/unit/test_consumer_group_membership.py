@@ -20,7 +20,7 @@ import pytest
 
 from coordination._config import CoordinatorConfig
 from coordination._engine.consumer_group import (
-    ConsumerGroupMember,
+    ConsumerGroupMembership,
     Subscription,
 )
 from coordination._protocol import consumer_group as cg
@@ -154,7 +154,7 @@ class Recipe:
 
 def member(
     broker: Broker, recipe: Recipe | None = None, **settings: Any
-) -> tuple[ConsumerGroupMember, Recipe]:
+) -> tuple[ConsumerGroupMembership, Recipe]:
     recipe = recipe or Recipe(broker)
     config = CoordinatorConfig.from_settings(
         "g",
@@ -167,7 +167,7 @@ def member(
             **settings,
         },
     )
-    return ConsumerGroupMember(recipe, config, broker), recipe
+    return ConsumerGroupMembership(recipe, config, broker), recipe
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
