@@ -581,6 +581,7 @@ class ConsumerGroupMembership(MemberCore):
             else:
                 lost = None
                 target, epoch, owned = self._target, self._target_epoch, self._owned
+                first_try = self._tried[0] != target
                 self._tried = (target, self._clock.monotonic())
         if lost is not None:
             self._invoke_serialized("lost", self._partitions.lost, lost)
@@ -589,7 +590,7 @@ class ConsumerGroupMembership(MemberCore):
                 self._changed.notify_all()
             return
         assert target is not None
-        reconciled = self._reconcile(target, epoch, owned)
+        reconciled = self._reconcile(target, epoch, owned, first_try)
         with self._lock:
             self._owned, self._names = reconciled.owned, reconciled.names
             if self._lose_all:
@@ -619,7 +620,11 @@ class ConsumerGroupMembership(MemberCore):
         return _IDLE_WAIT_S
 
     def _reconcile(
-        self, target: frozenset[TopicIdPartition], epoch: int, owned: frozenset[TopicIdPartition]
+        self,
+        target: frozenset[TopicIdPartition],
+        epoch: int,
+        owned: frozenset[TopicIdPartition],
+        first_try: bool,
     ) -> _Reconciled:
         """Revoke first, then take what is new and named; returns what is owned after."""
         with self._lock:
@@ -647,9 +652,10 @@ class ConsumerGroupMembership(MemberCore):
                 frozenset(names[p] for p in added),
                 generation,
             )
-        if len(added) < len(new):
+        if len(added) < len(new) and first_try:
             self._log.info(
-                "%s: %d assigned partitions wait for their topics' names",
+                "%s: %d assigned partitions wait for their topics' names (asked again every "
+                "retry_backoff_ms)",
                 self._who(),
                 len(new) - len(added),
             )

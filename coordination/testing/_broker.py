@@ -50,6 +50,11 @@ TEST_BROKER_CONFIG: Final[Mapping[str, str]] = {
     "transaction.state.log.num.partitions": "4",
     "auto.create.topics.enable": "true",
     "log.flush.interval.messages": "1000000",
+    # KIP-848 consumer groups: test-sized session and heartbeat (45 s and 5 s by default).
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.heartbeat.interval.ms": "500",
 }
 
 # What Kafka's own start scripts give a broker's JVM (kafka-server-start.sh's heap,
