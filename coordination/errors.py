@@ -241,7 +241,11 @@ class GroupMaxSizeReachedError(FatalBrokerError):
 class UnsupportedVersionError(FatalBrokerError):
     """The broker does not support a request version this member needs."""
 
-    hint = "Static membership (group_instance_id) needs Kafka 2.3 or newer; unset it or upgrade"
+    hint = (
+        "Static membership (group_instance_id) needs Kafka 2.3 or newer, and the consumer "
+        "group protocol (group_protocol='consumer', KIP-848) Kafka 4.0 or newer; upgrade the "
+        "broker or unset the setting"
+    )
 
 
 class UnreleasedInstanceIdError(FatalBrokerError):

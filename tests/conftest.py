@@ -52,6 +52,11 @@ def kafka(request: pytest.FixtureRequest) -> Iterator[str]:
             container = KafkaContainer(f"apache/kafka:{version}").with_kraft()
             container.with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
             container.with_env("KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", "500")
+            # KIP-848 groups: the test brokers' session and heartbeat (TEST_BROKER_CONFIG).
+            container.with_env("KAFKA_GROUP_CONSUMER_MIN_SESSION_TIMEOUT_MS", "1000")
+            container.with_env("KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS", "6000")
+            container.with_env("KAFKA_GROUP_CONSUMER_MIN_HEARTBEAT_INTERVAL_MS", "100")
+            container.with_env("KAFKA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", "500")
             with container:
                 yield container.get_bootstrap_server()
             return

@@ -458,11 +458,14 @@ class ConsumerGroupMembership(MemberCore):
         reason = f"ConsumerGroupHeartbeat returned {error_name(code)}" + (
             f" ({response.error_message})" if response.error_message else ""
         )
+        api = Api.CONSUMER_GROUP_HEARTBEAT.value
         error = broker_error(
             code,
             group_id=self._config.group_id,
             member_id=request.member_id,
-            api=Api.CONSUMER_GROUP_HEARTBEAT.value,
+            api=f"{api} (the broker says: {response.error_message})"
+            if response.error_message
+            else api,
         )
         self._heartbeat_failed(reason, sent_at)
         if reaction.next is Next.FATAL:

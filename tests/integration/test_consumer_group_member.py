@@ -1,0 +1,143 @@
+"""A KIP-848 consumer group member (``coordination.consumer_group``) on a real broker.
+
+On Kafka 4: members join, the broker splits the partitions between them (a partition moves
+only after its owner revoked it and reported it released), commits are fenced by the
+member epoch, and a member that leaves hands its partitions to the others at once. On
+Kafka 3.9, which offers no ConsumerGroupHeartbeat, the member stops with a typed error
+naming the Kafka version it needs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+
+import pytest
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from coordination import Generation, OffsetAndMetadata
+from coordination.consumer_group import ConsumerGroupMember, Subscription
+from coordination.errors import CommitFailedError, UnsupportedVersionError
+
+from .._versions import VERSIONS
+
+pytestmark = pytest.mark.integration
+
+
+def on_kafka(major: str) -> pytest.MarkDecorator:
+    """Run on the tested Kafka versions of one major version only."""
+    versions = [v for v in VERSIONS if v.startswith(f"{major}.")]
+    return pytest.mark.parametrize("kafka", versions, indirect=True, ids=lambda v: f"kafka-{v}")
+
+
+PARTITIONS = 4
+Log = list[tuple[float, str, str, frozenset[tuple[str, int]]]]
+
+
+class Owner:
+    """Records every callback; ``log`` is shared by the members of one test, in order."""
+
+    def __init__(self, name: str, topic: str, ids: Mapping[uuid.UUID, str], log: Log) -> None:
+        self.name, self.topic, self.ids, self.log = name, topic, ids, log
+        self.lock = threading.Lock()
+
+    def subscription(self) -> Subscription:
+        return Subscription(topics=frozenset({self.topic}))
+
+    def topic_names(self, topic_ids: frozenset[uuid.UUID]) -> Mapping[uuid.UUID, str]:
+        return {t: self.ids[t] for t in topic_ids if t in self.ids}
+
+    def _note(self, what: str, partitions: frozenset[tuple[str, int]]) -> None:
+        with self.lock:
+            self.log.append((time.monotonic(), self.name, what, frozenset(partitions)))
+
+    def revoked(self, partitions: frozenset[tuple[str, int]]) -> None:
+        self._note("revoked", partitions)
+
+    def assigned(self, partitions: frozenset[tuple[str, int]], generation: Generation) -> None:
+        self._note("assigned", partitions)
+
+    def lost(self, partitions: frozenset[tuple[str, int]]) -> None:
+        self._note("lost", partitions)
+
+    def leaving(self) -> None:
+        self._note("leaving", frozenset())
+
+
+@pytest.fixture
+def topic(kafka: str) -> Iterator[tuple[str, dict[uuid.UUID, str]]]:
+    name = f"kip848-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+        deadline = time.monotonic() + 30
+        while True:
+            described = admin.describe_topics([name])[0]
+            if described.get("error_code") == 0 and described.get("topic_id"):
+                break
+            assert time.monotonic() < deadline, described
+            time.sleep(0.1)
+        yield name, {uuid.UUID(str(described["topic_id"])): name}
+    finally:
+        admin.close()
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@on_kafka("4")
+def test_members_split_the_partitions_and_a_leaver_hands_them_over(
+    kafka: str, topic: tuple[str, dict[uuid.UUID, str]]
+) -> None:
+    name, ids = topic
+    group = f"kip848-{uuid.uuid4().hex[:8]}"
+    log: Log = []
+    a = ConsumerGroupMember(group, Owner("a", name, ids, log), bootstrap_servers=kafka)
+    b = ConsumerGroupMember(group, Owner("b", name, ids, log), bootstrap_servers=kafka)
+    everything = {(name, p) for p in range(PARTITIONS)}
+    try:
+        a.ensure_active_group(timeout=30)
+        assert a.owned() == everything
+        b.start()
+        wait_until(lambda: len(b.owned()) == PARTITIONS // 2, "b's half")
+        wait_until(lambda: len(a.owned()) == PARTITIONS // 2, "a's half")
+        assert a.owned() | b.owned() == everything and not a.owned() & b.owned()
+        # Every partition b took, a had revoked first (the broker waits for the release).
+        for taken_at, _, _, parts in [e for e in log if e[1:3] == ("b", "assigned")]:
+            released = [t for t, w, x, p in log if (w, x) == ("a", "revoked") and parts <= p]
+            assert released and min(released) < taken_at, f"b took {sorted(parts)} first"
+        assert a.membership_lease() > 1.0 and b.member_epoch > 0
+
+        # Commits carry the member epoch: a's current one is accepted, a past one is not.
+        mine = sorted(a.owned())[0]
+        a.commit_offsets({mine: OffsetAndMetadata(7, "")})
+        assert a.committed_offsets([mine])[mine] == OffsetAndMetadata(7, "")
+        stale = Generation(a.member_epoch + 5, a.member_id, "consumer")
+        with pytest.raises(CommitFailedError):
+            a.commit_offsets({mine: OffsetAndMetadata(8, "")}, generation=stale, timeout=10)
+
+        a.close()
+        assert any(e[1:3] == ("a", "leaving") for e in log)
+        wait_until(lambda: b.owned() == everything, "b takes over a's partitions", 15)
+    finally:
+        a.close()
+        b.close()
+
+
+@on_kafka("3")
+def test_on_kafka_3_the_member_stops_with_the_version_it_needs(
+    kafka: str, topic: tuple[str, dict[uuid.UUID, str]]
+) -> None:
+    name, ids = topic
+    member = ConsumerGroupMember("kip848-old", Owner("a", name, ids, []), bootstrap_servers=kafka)
+    try:
+        with pytest.raises(UnsupportedVersionError, match=r"Kafka 4\.0"):
+            member.ensure_active_group(timeout=30)
+    finally:
+        member.close()
