@@ -28,6 +28,7 @@ from coordination.errors import (
 from coordination.parts import check_int, check_part
 from coordination.transport import Transport
 
+from ._broker_assigned import BrokerAssignedPartitioning
 from ._fetcher import KafkaRecordFetcher, RecordFetcher
 from ._listener import ForwardingListener, RebalanceListener
 from ._metadata import TopicMetadata
@@ -145,12 +146,20 @@ class Consumer:
         transport: Transport | None = None,
         clock: Clock | None = None,
         fetcher: RecordFetcher | None = None,
+        group_protocol: str = "classic",
+        group_remote_assignor: str | None = None,
         **settings: Any,
     ) -> None:
         """Validate the settings; nothing connects until :meth:`start` (or ``with``).
 
         Args:
             group_id, topics, pattern, assignors: as for :class:`ConsumerPartitioning`.
+            group_protocol: Kafka's ``group.protocol``: ``"classic"`` (JoinGroup and
+                SyncGroup; the group's leader assigns with ``assignors``) or ``"consumer"``
+                (KIP-848, Kafka 4.0+: the broker assigns, no group-wide barrier; see
+                :class:`BrokerAssignedPartitioning` and docs/partitioning.md).
+            group_remote_assignor: with ``group_protocol="consumer"``, the broker's assignor
+                (``"uniform"``, ``"range"``; None: the broker's default).
             listener: told of revoked, assigned and lost partitions.
             auto_offset_reset: where to start in a partition without a committed offset:
                 ``"earliest"`` or ``"latest"`` (Kafka ``auto.offset.reset``). The default is
@@ -187,17 +196,47 @@ class Consumer:
                 "fetcher= given, configure that fetcher instead"
             )
         self._user_listener = listener or RebalanceListener()
-        self._group = self._new_group(
-            group_id,
-            topics=topics,
-            pattern=pattern,
-            assignors=assignors,
-            listener=ForwardingListener(self._revoked, self._assigned),
-            topic_metadata=topic_metadata,
-            transport=transport,
-            clock=clock,
-            **settings,
-        )
+        forwarding = ForwardingListener(self._revoked, self._assigned)
+        self._group: ConsumerPartitioning | BrokerAssignedPartitioning
+        if group_protocol == "classic":
+            if group_remote_assignor is not None:
+                raise ConfigurationError(
+                    "group_remote_assignor is for group_protocol='consumer' (the broker "
+                    "assigns); the classic protocol's assignors are given as assignors=[...]"
+                )
+            self._group = self._new_group(
+                group_id,
+                topics=topics,
+                pattern=pattern,
+                assignors=assignors,
+                listener=forwarding,
+                topic_metadata=topic_metadata,
+                transport=transport,
+                clock=clock,
+                **settings,
+            )
+        elif group_protocol == "consumer":
+            if assignors is not None or "partition_assignment_strategy" in settings:
+                raise ConfigurationError(
+                    "group_protocol='consumer' has no client-side assignors (the broker "
+                    "assigns): pass group_remote_assignor='uniform' or 'range' instead"
+                )
+            self._group = BrokerAssignedPartitioning(
+                group_id,
+                topics=topics,
+                pattern=pattern,
+                group_remote_assignor=group_remote_assignor,
+                listener=forwarding,
+                topic_metadata=topic_metadata,
+                transport=transport,
+                clock=clock,
+                **settings,
+            )
+        else:
+            raise ConfigurationError(
+                f"group_protocol must be 'classic' or 'consumer' (Kafka's group.protocol), "
+                f"got {group_protocol!r}"
+            )
         self._clock = self._group.clock
         self._fetch_config = {
             **self._group.config.client_settings(),
@@ -257,7 +296,32 @@ class Consumer:
 
     @property
     def group(self) -> ConsumerPartitioning:
-        """The group member underneath (generation, metrics, is_leader, ...)."""
+        """The classic protocol's group member underneath (generation, metrics, is_leader,
+        ...).
+
+        Raises:
+            CoordinatorStateError: the consumer uses ``group_protocol="consumer"``: its
+                member is :attr:`broker_assigned`.
+        """
+        if not isinstance(self._group, ConsumerPartitioning):
+            raise CoordinatorStateError(
+                f"consumer of group {self._group.group_id!r} uses group_protocol='consumer': "
+                "its group member is consumer.broker_assigned"
+            )
+        return self._group
+
+    @property
+    def broker_assigned(self) -> BrokerAssignedPartitioning:
+        """The KIP-848 group member underneath (``group_protocol="consumer"``).
+
+        Raises:
+            CoordinatorStateError: the consumer uses the classic protocol (see :attr:`group`).
+        """
+        if not isinstance(self._group, BrokerAssignedPartitioning):
+            raise CoordinatorStateError(
+                f"consumer of group {self._group.group_id!r} uses the classic protocol: its "
+                "group member is consumer.group"
+            )
         return self._group
 
     def start(self) -> None:
