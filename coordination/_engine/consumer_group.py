@@ -56,7 +56,7 @@ from ..errors import (
 )
 from ..transport import Transport, TransportError
 from . import classify
-from .classify import Api, Next
+from .classify import Api, Next, Reset
 from .core import MemberCore, Stopped, routine
 
 __all__ = [
@@ -206,6 +206,17 @@ class ConsumerGroupMembership(MemberCore):
             if self._revoke_deadline is not None:
                 until = min(until, self._revoke_deadline)
         return max(0.0, until - now)
+
+    def react_to_fenced_request(self, sent: Generation, reset: Reset, api: str, code: int) -> None:
+        """A request of epoch ``sent`` was refused for its epoch (an OffsetCommit): a fenced
+        or unknown member loses its partitions and joins again; a stale epoch only means a
+        newer one exists, which the next heartbeat (sent now) brings."""
+        if code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
+            self._fenced(f"{api} returned {error_name(code)}", sent.generation_id)
+            return
+        with self._lock:
+            self._heartbeat_now = True
+            self._changed.notify_all()
 
     # ------------------------------------------------------------------ lifecycle
 

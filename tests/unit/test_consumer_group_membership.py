@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from coordination import OffsetAndMetadata
 from coordination._config import CoordinatorConfig
+from coordination._engine import offsets as offsets_api
 from coordination._engine.consumer_group import (
     ConsumerGroupMembership,
     Subscription,
@@ -27,7 +29,7 @@ from coordination._protocol import consumer_group as cg
 from coordination._protocol import messages as m
 from coordination._protocol.error_codes import ErrorCode
 from coordination._types import Generation
-from coordination.errors import CoordinatorStateError, UnsupportedAssignorError
+from coordination.errors import CommitFailedError, CoordinatorStateError, UnsupportedAssignorError
 from coordination.transport import CoordinatorNode, TransportError
 
 ORDERS = uuid.UUID(int=1)
@@ -322,5 +324,42 @@ def test_a_partition_of_a_topic_not_yet_named_waits_for_its_name() -> None:
         wait_for(lambda: cgm.owned() == {("orders", 0)}, "the named topic's partition")
         recipe.known[AUDIT] = "audit"  # the member asks again every retry_backoff_ms
         wait_for(lambda: cgm.owned() == {("orders", 0), ("audit", 0)}, "the named partition")
+    finally:
+        cgm.close(5)
+
+
+class CommitBroker(Broker):
+    """Also answers OffsetCommit, with ``commit_errors`` first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commit_errors: list[int] = []
+
+    def send(self, request: Any, response_type: type[Any], **kw: Any) -> Any:
+        if isinstance(request, m.OffsetCommitRequest):
+            code = self.commit_errors.pop(0) if self.commit_errors else 0
+            return m.OffsetCommitResponse(
+                partitions=tuple((t, p, code) for t, p, _, _ in request.offsets)
+            )
+        return super().send(request, response_type, **kw)
+
+
+def test_a_commit_refused_as_fenced_loses_the_partitions_a_stale_one_does_not() -> None:
+    broker = CommitBroker()
+    cgm, recipe = member(broker)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        offsets = {("orders", 0): OffsetAndMetadata(3, "")}
+        broker.commit_errors.append(ErrorCode.STALE_MEMBER_EPOCH)
+        with pytest.raises(CommitFailedError):
+            offsets_api.commit(cgm, offsets, None, 5)
+        assert not any(c[0] == "lost" for c in recipe.calls)  # still a member, still owns
+        assert cgm.member_epoch > 0
+        broker.commit_errors.append(ErrorCode.FENCED_MEMBER_EPOCH)
+        with pytest.raises(CommitFailedError):
+            offsets_api.commit(cgm, offsets, None, 5)
+        wait_for(lambda: any(c[0] == "lost" for c in recipe.calls), "lost")
+        cgm.wait_stable(10)  # joined again
     finally:
         cgm.close(5)
