@@ -37,6 +37,7 @@ in the generation's place, as Kafka's OffsetCommit v9 reads it), and the error t
 from __future__ import annotations
 
 import base64
+import random
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -120,10 +121,12 @@ class PartitionCallbacks(Protocol):
         ...
 
 
-def new_member_id() -> str:
+def new_member_id(rng: random.Random) -> str:
     """A member id made by the client, as KIP-1082 asks of ConsumerGroupHeartbeat v1:
-    a random UUID in Kafka's text form (URL-safe base64, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    a random (version 4) UUID in Kafka's text form (URL-safe base64, no padding). Drawn from
+    the clock's random source, so that a simulated history replays exactly."""
+    made = uuid.UUID(int=rng.getrandbits(128), version=4)
+    return base64.urlsafe_b64encode(made.bytes).rstrip(b"=").decode()
 
 
 @dataclass(slots=True)
@@ -132,14 +135,6 @@ class _Sent:
 
     subscription: Subscription | None = None
     owned: frozenset[TopicIdPartition] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Reconciled:
-    """The reconcile thread's outcome: what the member owns now, in ids and names."""
-
-    owned: frozenset[TopicIdPartition]
-    names: dict[TopicIdPartition, tuple[str, int]]
 
 
 class ConsumerGroupMembership(MemberCore):
@@ -156,7 +151,7 @@ class ConsumerGroupMembership(MemberCore):
     ) -> None:
         super().__init__(_NoClassicCallbacks(), config, transport, clock, wakeups)
         self._partitions = callbacks
-        self._member_id = new_member_id()
+        self._member_id = new_member_id(self._clock.random())
         self._epoch = cg.JOIN_EPOCH
         self._protocol_type = PROTOCOL_NAME
         # The broker's latest assignment for this member (None until the first), and what
@@ -173,10 +168,14 @@ class ConsumerGroupMembership(MemberCore):
         # The target the reconcile thread last worked on, and when.
         self._tried: tuple[frozenset[TopicIdPartition] | None, float] = (None, 0.0)
         self._lease_until: float | None = None
+        # When the first heartbeat since the last answered one was sent: the broker may have
+        # begun a revocation when any of them arrived, its rebalance timeout running since.
+        self._unanswered_since: float | None = None
         # Send every field in the next heartbeat (joining, after an error or a new coordinator).
         self._send_full = True
         self._sent = _Sent()
         self._heartbeat_now = True
+        self._rebalance_timeout_s = config.rebalance_timeout_ms / 1000
 
     # ------------------------------------------------------------------ public view
 
@@ -205,6 +204,9 @@ class ConsumerGroupMembership(MemberCore):
             until = self._lease_until
             if self._revoke_deadline is not None:
                 until = min(until, self._revoke_deadline)
+            if self._unanswered_since is not None:
+                # An answer lost on the way may have asked for a revocation.
+                until = min(until, self._unanswered_since + self._rebalance_timeout_s)
         return max(0.0, until - now)
 
     def react_to_fenced_request(self, sent: Generation, reset: Reset, api: str, code: int) -> None:
@@ -403,6 +405,8 @@ class ConsumerGroupMembership(MemberCore):
             request = self._request_locked()
             node = self._coordinator
             self._timers.sent(now)
+            if self._unanswered_since is None:
+                self._unanswered_since = now
             if self._epoch == cg.JOIN_EPOCH and self._state is MemberState.UNJOINED:
                 self._state = MemberState.PREPARING_REBALANCE
                 if self._stats.attempt(now, "the member is joining the group"):
@@ -511,6 +515,20 @@ class ConsumerGroupMembership(MemberCore):
                 self._member_id = response.member_id
             self._epoch = response.member_epoch
             self._lease_until = sent_at + self._config.session_timeout_ms / 1000
+            # A revocation this answer asks for may have begun when the first heartbeat
+            # after the last answered one arrived (an answer between was lost).
+            revoking_since = (
+                self._unanswered_since if self._unanswered_since is not None else sent_at
+            )
+            self._unanswered_since = None
+            if request.topic_partitions is not None and self._revoke_deadline is not None:
+                reported = frozenset(
+                    (t.topic_id, p) for t in request.topic_partitions for p in t.partitions
+                )
+                if not reported - (self._target or frozenset()):
+                    # The broker has the release (only its answer tells: the revocation's
+                    # deadline holds until then, whatever this member did meanwhile).
+                    self._revoke_deadline = None
             self._generation = Generation(self._epoch, self._member_id, PROTOCOL_NAME)
             if self._state is not MemberState.STABLE:
                 self._state = MemberState.STABLE
@@ -524,7 +542,7 @@ class ConsumerGroupMembership(MemberCore):
                     if self._owned - target:
                         # The broker gives these away once this member reports them
                         # released, or once the rebalance timeout passes without it.
-                        self._revoke_deadline = sent_at + self._config.rebalance_timeout_ms / 1000
+                        self._revoke_deadline = revoking_since + self._rebalance_timeout_s
                     if self._stats.attempt(now, "the broker sent a new assignment"):
                         started = self._stats.started_event(self._member_id, "new assignment")
                         self._hooks.rebalance_started(lambda: started)
@@ -555,6 +573,7 @@ class ConsumerGroupMembership(MemberCore):
             self._state = MemberState.UNJOINED
             self._lease_until = None
             self._revoke_deadline = None
+            self._unanswered_since = None
             self._target = None
             self._lose_all = True
             self._send_full = True
@@ -591,7 +610,8 @@ class ConsumerGroupMembership(MemberCore):
                 lost = frozenset(self._names[p] for p in self._owned if p in self._names)
                 self._owned = frozenset()
                 self._names = {}
-                self._lose_all = False
+                # ``_lose_all`` stays set until ``lost`` returned: the heartbeat thread
+                # rejoins only once the recipe holds nothing (its lease would cover them).
             else:
                 lost = None
                 target, epoch, owned = self._target, self._target_epoch, self._owned
@@ -600,17 +620,15 @@ class ConsumerGroupMembership(MemberCore):
         if lost is not None:
             self._invoke_serialized("lost", self._partitions.lost, lost)
             with self._lock:
+                self._lose_all = False
                 self._heartbeat_now = True  # rejoin now that nothing is held
                 self._changed.notify_all()
             return
         assert target is not None
-        reconciled = self._reconcile(target, epoch, owned, first_try)
+        self._reconcile(target, epoch, owned, first_try)
         with self._lock:
-            self._owned, self._names = reconciled.owned, reconciled.names
             if self._lose_all:
                 return  # fenced while the callbacks ran: all of it goes to ``lost`` next
-            if not (self._owned - (self._target or frozenset())):
-                self._revoke_deadline = None
             self._heartbeat_now = True  # report what it owns now, at once
             if self._target == self._owned:
                 record = self._stats.finished(self._clock.monotonic(), self._generation, False)
@@ -639,8 +657,14 @@ class ConsumerGroupMembership(MemberCore):
         epoch: int,
         owned: frozenset[TopicIdPartition],
         first_try: bool,
-    ) -> _Reconciled:
-        """Revoke first, then take what is new and named; returns what is owned after."""
+    ) -> None:
+        """Revoke first, then take what is new and named.
+
+        What the heartbeats report as owned is always at least what the recipe holds: a
+        revoked partition leaves ``_owned`` once ``revoked`` returned, an assigned one
+        enters it before ``assigned`` is called. Reporting less would let the broker hand a
+        partition to another member while this one still works on it.
+        """
         with self._lock:
             names = dict(self._names)
         revoked = owned - target
@@ -648,24 +672,20 @@ class ConsumerGroupMembership(MemberCore):
             self._invoke_serialized(
                 "revoked", self._partitions.revoked, frozenset(names[p] for p in revoked)
             )
-            for p in revoked:
-                names.pop(p, None)
+            with self._lock:
+                if self._lose_all:
+                    return  # fenced meanwhile: ``lost`` takes the rest
+                self._owned = self._owned - revoked
+                for p in revoked:
+                    self._names.pop(p, None)
+                self._heartbeat_now = True  # the release, reported at once
+                self._changed.notify_all()
         new = target - owned
-        unknown = frozenset(t for t, _ in new if not any(k[0] == t for k in names))
-        resolved = dict(self._partitions.topic_names(unknown)) if unknown else {}
-        topic_name = {t: n[0] for t_p, n in names.items() for t in (t_p[0],)}
-        topic_name.update(resolved)
+        topic_name = {p[0]: n[0] for p, n in names.items()}
+        unknown = frozenset(t for t, _ in new if t not in topic_name)
+        if unknown:
+            topic_name.update(self._partitions.topic_names(unknown))
         added = frozenset(p for p in new if p[0] in topic_name)
-        for p in added:
-            names[p] = (topic_name[p[0]], p[1])
-        if added:
-            generation = Generation(epoch, self.member_id, PROTOCOL_NAME)
-            self._invoke_serialized(
-                "assigned",
-                self._partitions.assigned,
-                frozenset(names[p] for p in added),
-                generation,
-            )
         if len(added) < len(new) and first_try:
             self._log.info(
                 "%s: %d assigned partitions wait for their topics' names (asked again every "
@@ -673,7 +693,21 @@ class ConsumerGroupMembership(MemberCore):
                 self._who(),
                 len(new) - len(added),
             )
-        return _Reconciled(owned=(owned - revoked) | added, names=names)
+        if not added:
+            return
+        with self._lock:
+            if self._lose_all or self._target != target:
+                return  # fenced, or a newer assignment: the next turn works from it
+            self._owned = self._owned | added
+            for p in added:
+                self._names[p] = (topic_name[p[0]], p[1])
+            taken = frozenset(self._names[p] for p in added)
+        self._invoke_serialized(
+            "assigned",
+            self._partitions.assigned,
+            taken,
+            Generation(epoch, self.member_id, PROTOCOL_NAME),
+        )
 
 
 def _by_topic(partitions: frozenset[TopicIdPartition]) -> tuple[cg.TopicIdPartitions, ...]:

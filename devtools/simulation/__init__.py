@@ -14,7 +14,7 @@ from coordination.testing.simulation import replay as _replay
 from coordination.testing.simulation import run_seeds as _run_seeds
 from examples.shards_simulation import ShardsDriver
 
-from .consumers import AsyncConsumersDriver, ConsumersDriver
+from .consumers import AsyncConsumersDriver, BrokerAssignedConsumersDriver, ConsumersDriver
 from .election import AsyncElectionDriver, ElectionDriver
 from .tasks import TasksDriver
 
@@ -26,6 +26,7 @@ RECIPES: dict[str, DriverFactory] = {
     "tasks": TasksDriver,
     "consumer": ConsumersDriver,
     "consumer-async": AsyncConsumersDriver,
+    "consumer-848": BrokerAssignedConsumersDriver,
 }
 
 

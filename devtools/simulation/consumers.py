@@ -22,6 +22,7 @@ its position is established (it is being read).
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,7 @@ from coordination.testing.simulation import (
 )
 
 TOPIC = "events"
+TOPIC_ID = uuid.UUID(int=0xE7E475)  # the topic's id, for KIP-848 assignments
 PARTITIONS = 6
 RECORDS_PER_S = 10.0  # per partition
 MAX_RECORDS = 25  # per partition per poll
@@ -122,7 +124,8 @@ class _Member:
     def __init__(self, process: Process, consumer: Any) -> None:
         self.process = process
         self.consumer = consumer
-        self.group = consumer.group
+        # ConsumerPartitioning (classic) or BrokerAssignedPartitioning (KIP-848).
+        self.group = consumer._group
 
 
 class ConsumersDriver(DriverBase):
@@ -332,6 +335,58 @@ class ConsumersDriver(DriverBase):
                 if tp not in positions:
                     unread.append(tp.partition)
         return f"partitions owned but not positioned: {sorted(unread)}" if unread else None
+
+
+class BrokerAssignedConsumersDriver(ConsumersDriver):
+    """The consumer on Kafka's consumer group protocol (KIP-848, ``group_protocol="consumer"``),
+    against the simulator's model of the KIP-848 coordinator: the broker assigns (uniform),
+    each member reconciles on its own.
+
+    Checked on top of the consumer's invariants: a member's epoch never goes back while it
+    stays in the group (it returns to 0 only when fenced, and rejoins above it). Static
+    membership is not modelled: every member is dynamic.
+    """
+
+    name = "consumer-848"
+
+    def __init__(self, settings: HistorySettings) -> None:
+        super().__init__(settings)
+        self.epochs: dict[str, int] = {}  # by process name: the highest epoch seen
+
+    def _settings(self, host: Host, transport: SimTransport, clock: Scheduler) -> dict[str, Any]:
+        from recipes.partitioning import InMemoryTopicMetadata
+
+        class WithIds(InMemoryTopicMetadata):
+            def topic_ids(self) -> dict[uuid.UUID, str]:
+                return {TOPIC_ID: TOPIC}
+
+        if self.topic is None:
+            self.topic = SimTopic(clock.monotonic())
+            self.metadata = WithIds({TOPIC: PARTITIONS})
+            self.log = transport.cluster.log
+            self.log.topics[TOPIC] = (TOPIC_ID, PARTITIONS)
+        return {
+            "topics": [TOPIC],
+            "group_protocol": "consumer",
+            "group_remote_assignor": "uniform",
+            "topic_metadata": self.metadata,
+            "transport": transport,
+            "clock": clock,
+            "fetcher": SimFetcher(self.topic, clock, transport),
+            **self.settings.member_settings(),
+        }
+
+    def check(self, now: float) -> None:
+        for name, member in self.members.items():
+            if member.process.dead:
+                continue
+            epoch = member.group.member._engine._epoch  # between steps: no lock needed
+            if epoch <= 0:
+                continue  # not in the group (joining, fenced, left): the broker gives the next
+            if epoch < self.epochs.get(name, 0):
+                raise Violation(f"{name}'s member epoch went back {self.epochs[name]} -> {epoch}")
+            self.epochs[name] = epoch
+        super().check(now)
 
 
 class AsyncConsumersDriver(ConsumersDriver):

@@ -24,12 +24,15 @@ response), the model takes the member that joined first.
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from ..._protocol import consumer_group as cg
 from ..._protocol import messages as msg
 from ..._protocol.error_codes import ErrorCode as E
+from ._consumer_group_coordinator import ConsumerGroupsModel, ConsumerGroupState
 
 Respond = Callable[[msg.Response], None]
 
@@ -127,6 +130,11 @@ class GroupLog:
         self._groups: dict[str, GroupRecord] = {}
         self._offsets: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
         self._member_ids = 0
+        # KIP-848 groups, as their coordinator persists them (the consumer group model's).
+        self.consumer_groups: dict[str, ConsumerGroupState] = {}
+        # The cluster's topics, by name: id and partition count (the KIP-848 model assigns
+        # them; a driver that uses KIP-848 groups fills it).
+        self.topics: dict[str, tuple[uuid.UUID, int]] = {}
 
     def append(self, entry: LogEntry) -> None:
         self.entries.append(entry)
@@ -405,6 +413,7 @@ class GroupCoordinatorModel:
         self._loading = False
         self._loaded_at_ms = 0
         self._cleanup_at_ms: int | None = None
+        self._consumer_groups = ConsumerGroupsModel(log.consumer_groups, log.topics, timers)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -427,7 +436,10 @@ class GroupCoordinatorModel:
 
     def _finish_load(self) -> None:
         self._loading = False
+        self._consumer_groups.load()
         for group_id in self.log.group_ids():
+            if self._consumer_groups.owns(group_id):
+                continue  # a KIP-848 group: the consumer group model has it
             record = self.log.group(group_id)
             group = _Group(group_id)
             self._groups[group_id] = group
@@ -467,6 +479,7 @@ class GroupCoordinatorModel:
         self._timers.clear()
         self._cleanup_at_ms = None
         self._loaded = self._loading = False
+        self._consumer_groups.unload()
         for group in groups.values():
             for member in group.members.values():
                 member.answer_join(
@@ -532,6 +545,12 @@ class GroupCoordinatorModel:
             respond(self._fetch(request))
         elif isinstance(request, msg.DescribeGroupRequest):
             respond(self._described(request))
+        elif isinstance(request, cg.ConsumerGroupHeartbeatRequest):
+            unavailable = self._unavailable()
+            if unavailable is not None:
+                respond(cg.ConsumerGroupHeartbeatResponse(error_code=unavailable))
+            else:
+                respond(self._consumer_groups.heartbeat(request))
         else:
             raise TypeError(f"the group coordinator model does not answer {type(request).__name__}")
         self._plan_cleanup()
@@ -1006,6 +1025,9 @@ class GroupCoordinatorModel:
         unavailable = self._unavailable()
         if unavailable is not None:
             return answer(unavailable)
+        if self._consumer_groups.owns(req.group_id):
+            epoch_error = self._consumer_groups.validate_commit(req)
+            return answer(epoch_error) if epoch_error is not None else self._write_offsets(req)
         group = self._groups.get(req.group_id)
         if group is None:
             if req.generation_id >= 0:
@@ -1020,6 +1042,9 @@ class GroupCoordinatorModel:
         if group.state in (State.STABLE, State.PREPARING_REBALANCE):
             # A commit keeps the session alive, like a heartbeat.
             self._restart_session(group, group.members[req.member_id])
+        return self._write_offsets(req)
+
+    def _write_offsets(self, req: msg.OffsetCommitRequest) -> msg.OffsetCommitResponse:
         results = []
         for topic, partition, offset, metadata in _sorted_offsets(req.offsets):
             if metadata is not None and len(metadata) > OFFSET_METADATA_MAX_BYTES:
@@ -1054,7 +1079,8 @@ class GroupCoordinatorModel:
         if unavailable is not None:
             return msg.OffsetFetchResponse(unavailable, ())
         # Offsets are answered whatever the group's state, even for an unknown group.
-        offsets = self.log.offsets(req.group_id) if req.group_id in self._groups else {}
+        known = req.group_id in self._groups or self._consumer_groups.owns(req.group_id)
+        offsets = self.log.offsets(req.group_id) if known else {}
         partitions = []
         for topic, partition in _by_topic(req.partitions):
             found = offsets.get((topic, partition))
