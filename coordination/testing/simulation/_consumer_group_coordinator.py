@@ -103,6 +103,7 @@ class ConsumerGroupsModel:
         self._clock = timers
         self.settings = settings
         self._sessions: dict[tuple[str, str], Cancellable] = {}
+        self._revocations: dict[tuple[str, str], Cancellable] = {}
 
     def _now_ms(self) -> int:
         return int(self._clock.now() * 1000)
@@ -113,15 +114,19 @@ class ConsumerGroupsModel:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Become the coordinator: every member's session starts afresh."""
+        """Become the coordinator: every member's session starts afresh, and so does the
+        rebalance timeout of a member that has partitions to revoke (as Kafka's onLoaded)."""
         for group in self._groups.values():
             for member in group.members.values():
                 self._restart_session(group, member)
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    self._start_revocation_timer(group, member)
 
     def unload(self) -> None:
-        for handle in self._sessions.values():
+        for handle in [*self._sessions.values(), *self._revocations.values()]:
             handle.cancel()
         self._sessions.clear()
+        self._revocations.clear()
 
     # -- ConsumerGroupHeartbeat --------------------------------------------------------------
 
@@ -245,11 +250,7 @@ class ConsumerGroupsModel:
             member.assigned = member.assigned - revoke
             member.pending_revocation = revoke
             member.state = MemberState.UNREVOKED_PARTITIONS
-            member.revoke_deadline_ms = self._now_ms() + member.rebalance_timeout_ms
-            self._clock.call_at(
-                member.revoke_deadline_ms / 1000,
-                lambda: self._revocation_overdue(group.group_id, member.member_id),
-            )
+            self._start_revocation_timer(group, member)
             return
         held_elsewhere: set[TopicIdPartition] = set()
         for other in group.members.values():
@@ -262,7 +263,19 @@ class ConsumerGroupsModel:
         unreleased = target - member.assigned
         member.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
 
+    def _start_revocation_timer(self, group: ConsumerGroupState, member: _Member) -> None:
+        key = (group.group_id, member.member_id)
+        old = self._revocations.pop(key, None)
+        if old is not None:
+            old.cancel()
+        member.revoke_deadline_ms = self._now_ms() + member.rebalance_timeout_ms
+        self._revocations[key] = self._clock.call_at(
+            member.revoke_deadline_ms / 1000,
+            lambda: self._revocation_overdue(group.group_id, member.member_id),
+        )
+
     def _revocation_overdue(self, group_id: str, member_id: str) -> None:
+        self._revocations.pop((group_id, member_id), None)
         group = self._groups.get(group_id)
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
@@ -292,9 +305,10 @@ class ConsumerGroupsModel:
             self._remove(group, member)
 
     def _remove(self, group: ConsumerGroupState, member: _Member) -> None:
-        handle = self._sessions.pop((group.group_id, member.member_id), None)
-        if handle is not None:
-            handle.cancel()
+        key = (group.group_id, member.member_id)
+        for handle in (self._sessions.pop(key, None), self._revocations.pop(key, None)):
+            if handle is not None:
+                handle.cancel()
         del group.members[member.member_id]
         group.target.pop(member.member_id, None)
         self._bump(group)
