@@ -23,6 +23,7 @@ from typing import Any, Final, Protocol
 
 from ._config import CoordinatorConfig
 from ._metrics import RebalanceRecord
+from ._protocol import consumer_group as cg
 from ._protocol import messages as m
 from ._protocol.error_codes import ErrorCode
 from .errors import ConfigurationError, CoordinationError, ProtocolCodecError, broker_error
@@ -84,7 +85,12 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
     summary: dict[str, Any] = field(default_factory=dict)
     """The decoder's view of the whole group: the election's leader and token, the tasks
-    each worker runs, the consumer partitions each member owns."""
+    each worker runs, the consumer partitions each member owns. For a KIP-848 group: its
+    group and assignment epochs, and each member's epoch, partitions and target."""
+    group_type: str = "classic"
+    """"classic" (JoinGroup, DescribeGroups), or "consumer" for a KIP-848 consumer group
+    (ConsumerGroupDescribe: ``protocol`` is then the broker's assignor, and each member's
+    ``decoded`` its epoch, assignment, target assignment and subscription)."""
 
     @property
     def exists(self) -> bool:
@@ -103,6 +109,7 @@ class GroupDescription:
         """A JSON-ready dict (bytes as hex)."""
         return {
             "group_id": self.group_id,
+            "group_type": self.group_type,
             "state": self.state,
             "protocol_type": self.protocol_type,
             "protocol": self.protocol,
@@ -509,7 +516,79 @@ class _Admin:
         if response.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
             error = broker_error(response.error_code, group_id=group_id, api="DescribeGroups")
             raise _NotReady(error) if response.error_code in _NOT_READY else error
-        return group_description(group_id, response)
+        described = group_description(group_id, response)
+        if described.exists:
+            return described
+        # Not a classic group: it may be a KIP-848 consumer group (Kafka 4+).
+        node = CoordinatorNode(found.node_id, found.host, found.port)
+        return self._describe_consumer_group(group_id, node) or described
+
+    def _describe_consumer_group(
+        self, group_id: str, node: CoordinatorNode
+    ) -> GroupDescription | None:
+        """The KIP-848 group ``group_id`` (ConsumerGroupDescribe); None if there is none, or
+        the broker has no such groups (older than Kafka 4.0)."""
+        try:
+            response = self.transport.send(
+                cg.ConsumerGroupDescribeRequest((group_id,)),
+                cg.ConsumerGroupDescribeResponse,
+                coordinator=node,
+                timeout_s=self.timeout_s,
+            )
+        except TransportError as e:
+            raise e.stop_error(f"group {group_id!r}: ConsumerGroupDescribe") from e
+        (group,) = response.groups or (None,)
+        if group is None or group.error_code in (
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            ErrorCode.UNSUPPORTED_VERSION,
+        ):
+            return None
+        if group.error_code != ErrorCode.NONE:
+            error = broker_error(group.error_code, group_id=group_id, api="ConsumerGroupDescribe")
+            raise _NotReady(error) if group.error_code in _NOT_READY else error
+        return consumer_group_description(group)
+
+
+def consumer_group_description(group: cg.DescribedConsumerGroup) -> GroupDescription:
+    """A KIP-848 consumer group as ConsumerGroupDescribe describes it."""
+
+    def partitions(assigned: Sequence[cg.DescribedTopicPartitions]) -> list[list[Any]]:
+        return sorted([t.topic_name, p] for t in assigned for p in t.partitions)
+
+    members = tuple(
+        MemberDescription(
+            member_id=x.member_id,
+            group_instance_id=x.instance_id,
+            client_id=x.client_id,
+            client_host=x.client_host,
+            metadata=b"",
+            assignment=b"",
+            decoded={
+                "member_epoch": x.member_epoch,
+                "assigned": partitions(x.assignment),
+                "target": partitions(x.target_assignment),
+                "subscribed_topics": sorted(x.subscribed_topic_names),
+                "subscribed_regex": x.subscribed_topic_regex,
+                "rack": x.rack_id,
+                # A classic member of a group being upgraded to (or from) the new protocol.
+                "classic_member": x.member_type == 0,
+            },
+        )
+        for x in sorted(group.members, key=lambda x: x.member_id)
+    )
+    return GroupDescription(
+        group_id=group.group_id,
+        state=group.group_state,
+        protocol_type="consumer",
+        protocol=group.assignor_name,
+        members=members,
+        summary={
+            "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "owned": {x.member_id: x.decoded["assigned"] for x in members if x.decoded is not None},
+        },
+        group_type="consumer",
+    )
 
 
 def group_description(group_id: str, response: m.DescribeGroupResponse) -> GroupDescription:

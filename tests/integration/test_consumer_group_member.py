@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from coordination import Generation, OffsetAndMetadata
+from coordination import Generation, OffsetAndMetadata, describe_group
 from coordination.consumer_group import ConsumerGroupMember, Subscription
 from coordination.errors import CommitFailedError, UnsupportedVersionError
 
@@ -113,6 +113,19 @@ def test_members_split_the_partitions_and_a_leaver_hands_them_over(
             released = [t for t, w, x, p in log if (w, x) == ("a", "revoked") and parts <= p]
             assert released and min(released) < taken_at, f"b took {sorted(parts)} first"
         assert a.membership_lease() > 1.0 and b.member_epoch > 0
+
+        # Seen from outside (ConsumerGroupDescribe): both members, what each owns, epochs.
+        described = describe_group(group, bootstrap_servers=kafka)
+        assert described.exists and described.group_type == "consumer"
+        assert described.protocol_type == "consumer" and described.protocol == "uniform"
+        by_id = {x.member_id: x.decoded for x in described.members}
+        assert set(by_id) == {a.member_id, b.member_id}
+        for member in (a, b):
+            decoded = by_id[member.member_id]
+            assert decoded is not None
+            assert {tuple(p) for p in decoded["assigned"]} == member.owned()
+            assert decoded["member_epoch"] == member.member_epoch
+        assert described.summary["group_epoch"] >= max(a.member_epoch, b.member_epoch)
 
         # Commits carry the member epoch: a's current one is accepted, a past one is not.
         mine = sorted(a.owned())[0]
