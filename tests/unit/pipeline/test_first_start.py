@@ -19,6 +19,15 @@ import pytest
 from recipes.pipeline import _spark
 
 
+@pytest.fixture(autouse=True)
+def no_running_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a worker's first start: no JVM yet. (A Spark test that ran before in this
+    process leaves its context active, and with one running nothing is resolved at all.)"""
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+
+
 class Builder:
     """Stands in for SparkSession.builder: getOrCreate takes a while and records overlaps."""
 
