@@ -40,6 +40,7 @@ from coordination._protocol.wire import (
 )
 from coordination._transport.kafka import KafkaTransport, _OwnCodecRequest
 from coordination.errors import ProtocolCodecError
+from coordination.testing import ScriptedTransport
 
 ORDERS = uuid.UUID("01234567-89ab-cdef-0fed-cba987654321")
 PAYMENTS = uuid.UUID("11111111-1111-1111-2222-222222222222")
@@ -527,3 +528,20 @@ def test_the_request_as_kafka_python_and_direct_connections_send_it() -> None:
     # A malformed answer is a ValueError, which both report as an unreadable answer.
     with pytest.raises(ValueError, match="truncated"):
         request.header.get_response_class().decode(answer[:-3], header=True)
+
+
+def test_the_scripted_transport_answers_them() -> None:
+    transport = ScriptedTransport()
+    answer = ConsumerGroupHeartbeatResponse(0, member_id="m", member_epoch=1)
+    transport.prepare(answer)
+    transport.prepare(ConsumerGroupDescribeResponse(()))
+    request = ConsumerGroupHeartbeatRequest("g", "m", 0)
+    got = transport.send(request, ConsumerGroupHeartbeatResponse, coordinator=None, timeout_s=1.0)
+    assert got == answer and transport.requests(ConsumerGroupHeartbeatRequest) == [request]
+    described = transport.send(
+        ConsumerGroupDescribeRequest(("g",)),
+        ConsumerGroupDescribeResponse,
+        coordinator=None,
+        timeout_s=1.0,
+    )
+    assert described.groups == () and described.error_code == 0
