@@ -317,7 +317,7 @@ def _describe_response_samples(version: int) -> list[bytes]:
         1 if version else -1,
     )  # fmt: skip
     groups = (
-        cg.DescribedConsumerGroup(0, "g", None, "Stable", 5, 5, "uniform", (member, member)),
+        cg.DescribedConsumerGroup(0, "g", None, "Stable", 5, 5, "uniform", (member,)),
         cg.DescribedConsumerGroup(69, "h", "not found", "Dead"),
     )
     return [cg_codec.encode(cg.ConsumerGroupDescribeResponse(groups, 0, version), version)]

@@ -19,9 +19,10 @@ from typing import Final
 
 CONSUMER_GROUP_HEARTBEAT_MAX_VERSION: Final = 1
 """v1 (Kafka 4.0) adds ``subscribed_topic_regex`` and has the member generate its own id
-(KIP-1082); v0 is Kafka 3.7-3.9's early access."""
+(KIP-1082); v0 is Kafka 3.7-3.9's early access (the codec speaks it, the Kafka transport
+sends v1 only: a 3.9 broker lists v0 and refuses it where the protocol is not enabled)."""
 CONSUMER_GROUP_DESCRIBE_MAX_VERSION: Final = 1
-"""v1 (Kafka 4.0, KIP-1099) adds each member's ``member_type``."""
+"""v1 (Kafka 4.0, KIP-1099) adds each member's ``member_type``; sent as v1 only, likewise."""
 
 JOIN_EPOCH: Final = 0
 """``member_epoch`` of a heartbeat that joins the group (or rejoins after being fenced)."""

@@ -158,17 +158,24 @@ class Reader:
         return self._fixed(_INT8) != 0  # as Kafka's readers: any non-zero byte is true
 
     def uvarint(self) -> int:
+        data, pos = self._data, self._pos
+        if pos < len(data) and data[pos] < 0x80:  # most lengths and counts: one byte
+            self._pos = pos + 1
+            return data[pos]
         value = 0
-        for index in range(_MAX_VARINT_BYTES):
-            if self._pos >= len(self._data):
+        for shift in range(0, 7 * _MAX_VARINT_BYTES, 7):
+            if pos >= len(data):
+                self._pos = pos
                 raise self.fail("truncated varint")
-            byte = self._data[self._pos]
-            self._pos += 1
-            value |= (byte & 0x7F) << (7 * index)
-            if not byte & 0x80:
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                self._pos = pos
                 if value > 0xFFFFFFFF:
                     raise self.fail("varint larger than 32 bits")
                 return value
+        self._pos = pos
         raise self.fail("varint longer than 5 bytes")
 
     def uuid(self) -> uuid.UUID:

@@ -723,11 +723,8 @@ def _exchange(direct: DirectConnection, request: Any, timeout_s: float, then: An
         raise TransportError(f"broker does not support {type(request).__name__}: {e}") from e
 
 
-# The Kafka version that brought each API of the consumer group protocol out of early access.
-_NEEDED_KAFKA: Final = {
-    cg_codec.CONSUMER_GROUP_HEARTBEAT_KEY: "4.0",
-    cg_codec.CONSUMER_GROUP_DESCRIBE_KEY: "4.0",
-}
+# The Kafka version that brought the consumer group protocol out of early access (GA, v1).
+_CONSUMER_PROTOCOL_KAFKA: Final = "4.0"
 
 
 class _OwnCodecRequest:
@@ -747,12 +744,9 @@ class _OwnCodecRequest:
         self.name = kind.__name__.removesuffix("Request")
         self.min_version = 0
         self.max_version = cg_codec.max_version(kind)
-        # A topic regex needs v1 (Kafka 4.0); a broker offering only v0 gets no regex.
-        needs_v1 = (
-            isinstance(request, cg.ConsumerGroupHeartbeatRequest)
-            and request.subscribed_topic_regex is not None
-        )
-        self._min_version = 1 if needs_v1 else 0
+        # v1 at least, Kafka 4.0's: v0 is Kafka 3.7-3.9's early access, which those brokers
+        # list in ApiVersions even where they refuse it (UNSUPPORTED_VERSION, no message).
+        self._min_version = 1
         self._max_version = m.MAX_VERSIONS[self.name]
         self.API_VERSION: int | None = None
         self.header: _OwnCodecHeader | None = None
@@ -781,18 +775,12 @@ class _OwnCodecRequest:
     ) -> cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse:
         """The answer to a request the broker offers no version of: UNSUPPORTED_VERSION, with
         a message naming the Kafka version needed (as Kafka's clients answer it themselves)."""
-        needed = _NEEDED_KAFKA[self.API_KEY]
-        if self._min_version > 0:
-            message = (
-                f"{self.name} v{self._min_version} (a topic regex subscription) needs Kafka "
-                f"{needed} or newer, which this broker is not: {e}"
-            )
-        else:
-            message = (
-                f"this broker offers no {self.name} (API key {self.API_KEY}): the consumer "
-                f"group protocol (KIP-848) needs Kafka {needed} or newer, with "
-                f"group.coordinator.rebalance.protocols including consumer (its default)"
-            )
+        message = (
+            f"this broker offers no {self.name} v{self._min_version} (API key {self.API_KEY}): "
+            f"the consumer group protocol (KIP-848) needs Kafka {_CONSUMER_PROTOCOL_KAFKA} "
+            "or newer, with group.coordinator.rebalance.protocols including consumer (its "
+            f"default); {e}"
+        )
         code = ErrorCode.UNSUPPORTED_VERSION
         if isinstance(self.request, cg.ConsumerGroupHeartbeatRequest):
             return cg.ConsumerGroupHeartbeatResponse(
