@@ -9,7 +9,7 @@ ZooKeeper server), both started for the run on loopback:
   node) -> the new leader's ``on_elected`` callback (kazoo: its leadership function starts);
 * crash failover: the leader's process is SIGKILLed -> the new leader's ``on_elected``.
 
-Every member is a separate process (``benchmarks/_failover_member.py``) and each election
+Every member is a separate process (``python -m devtools.member``) and each election
 has three, so a leader always has two would-be successors. The clock starts in this
 process just before it writes ``close`` to the leader's stdin or sends SIGKILL, and stops
 at the wall-clock time the successor printed on entering its callback (all processes run
@@ -82,7 +82,7 @@ from _zookeeper import ZooKeeperServer
 
 from coordination.testing import running_kafka
 
-MEMBER = Path(__file__).resolve().parent / "_failover_member.py"
+ROOT = Path(__file__).resolve().parents[1]
 MEMBERS = 3
 IMPLEMENTATIONS = ("ours", "kazoo")
 SCENARIOS = ("handoff", "failover")
@@ -100,12 +100,24 @@ class MemberProcess:
 
     def __init__(self, command: Sequence[str], identity: str, log: TextIO) -> None:
         self.identity = identity
+        # With FAILOVER_MEMBER_LOG=PATH, each member appends its log there (wall-clock times,
+        # one line per step and per request), to see where a handoff's time goes.
+        trace = os.environ.get("FAILOVER_MEMBER_LOG")
         self.process = subprocess.Popen(
-            [sys.executable, str(MEMBER), *command],
+            [
+                sys.executable,
+                "-m",
+                "devtools.member",
+                *command,
+                f"--name={identity}",
+                *([f"--log={trace}"] if trace else []),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         self._changed = threading.Condition()
         self.events: list[dict[str, Any]] = []
@@ -177,7 +189,7 @@ class Election(abc.ABC):
 
     @abc.abstractmethod
     def member_command(self, identity: str) -> list[str]:
-        """The member script's arguments for a new member."""
+        """``devtools.member``'s arguments for a new member (its ``--name`` is added)."""
 
     @abc.abstractmethod
     def settled(self) -> MemberProcess | None:
@@ -247,12 +259,12 @@ class OursElection(Election):
 
     def member_command(self, identity: str) -> list[str]:
         return [
-            "kafka",
-            self.bootstrap,
-            self.group,
-            identity,
+            "--recipe=election",
+            f"--bootstrap={self.bootstrap}",
+            f"--group={self.group}",
             f"--session-timeout-ms={self.session_timeout_ms}",
             f"--heartbeat-interval-ms={self.heartbeat_interval_ms}",
+            "--views",
         ]
 
     def settled(self) -> MemberProcess | None:
@@ -282,10 +294,9 @@ class KazooElection(Election):
 
     def member_command(self, identity: str) -> list[str]:
         return [
-            "kazoo",
-            self.hosts,
-            self.path,
-            identity,
+            "--recipe=kazoo-election",
+            f"--bootstrap={self.hosts}",
+            f"--group={self.path}",
             f"--session-timeout-ms={self.session_timeout_ms}",
         ]
 

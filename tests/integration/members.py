@@ -1,4 +1,5 @@
-"""Group members for the integration tests: in-process, or as a separate process to kill."""
+"""Group members for the integration tests: in-process, or as a separate process to kill
+(``devtools.member``)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from coordination import Coordinator, Member, ProtocolMetadata
+from devtools import member
 
 FAST = {
     "session_timeout_ms": 3000,
@@ -28,53 +29,12 @@ def new_group() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
 
 
-class Listing(Coordinator):
-    """The leader hands every member the sorted list of member ids and its own position."""
+class Listing(member.Listing):
+    """The leader hands every member the sorted list of member ids and its own position;
+    the test settings (``FAST``) unless told otherwise."""
 
-    def __init__(
-        self,
-        group_id: str,
-        *,
-        protocols: Sequence[str] = ("v1",),
-        protocol_type: str = "listing",
-        **settings: Any,
-    ) -> None:
+    def __init__(self, group_id: str, **settings: Any) -> None:
         super().__init__(group_id, **{**FAST, **settings})
-        self.protocols = list(protocols)
-        self._type = protocol_type
-        self.lock = threading.Lock()
-        self.completed: list[tuple[int, str, str, dict[str, Any]]] = []
-        self.prepared: list[tuple[int, str]] = []
-        self.assigned_as_leader: list[int] = []
-
-    def protocol_type(self) -> str:
-        return self._type
-
-    def metadata(self) -> Sequence[ProtocolMetadata]:
-        return [ProtocolMetadata(p, p.encode()) for p in self.protocols]
-
-    def perform_assignment(
-        self, leader_id: str, protocol: str, members: Sequence[Member]
-    ) -> Mapping[str, bytes]:
-        ids = sorted(m.member_id for m in members)
-        with self.lock:
-            self.assigned_as_leader.append(len(ids))
-        plan = {"leader": leader_id, "members": ids, "protocol": protocol}
-        return {i: json.dumps({**plan, "index": n}).encode() for n, i in enumerate(ids)}
-
-    def on_join_prepare(self, generation: int, member_id: str) -> None:
-        with self.lock:
-            self.prepared.append((generation, member_id))
-
-    def on_join_complete(
-        self, generation: int, member_id: str, protocol: str, assignment: bytes
-    ) -> None:
-        with self.lock:
-            self.completed.append((generation, member_id, protocol, json.loads(assignment)))
-
-    def last(self) -> tuple[int, str, str, dict[str, Any]]:
-        with self.lock:
-            return self.completed[-1]
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -104,15 +64,22 @@ def settled(members: Sequence[Listing], size: int) -> bool:
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def fast_args(**overrides: int) -> list[str]:
+    """``FAST`` (with ``overrides``) as ``devtools.member`` options."""
+    settings = {**FAST, **overrides}
+    return [f"--{key.replace('_', '-')}={value}" for key, value in settings.items()]
+
+
 class EventProcess:
-    """A ``python -m <module>`` child that prints JSON events; killable, freezable, closable.
+    """A member process (``python -m devtools.member RECIPE_ARGS``, see its docstring) that
+    prints JSON events; killable, freezable, closable.
 
     It closes gracefully when it reads ``close`` on its stdin.
     """
 
-    def __init__(self, module: str, *args: str) -> None:
+    def __init__(self, *args: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            [sys.executable, "-m", "devtools.member", *args],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -159,44 +126,3 @@ class EventProcess:
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
                 pipe.close()
-
-
-def main() -> None:
-    """Run one member in this process, printing each event as a JSON line (for kill tests)."""
-    bootstrap, group = sys.argv[1], sys.argv[2]
-    instance = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
-    session: dict[str, Any] = {"session_timeout_ms": int(sys.argv[4])} if len(sys.argv) > 4 else {}
-    member = Listing(group, bootstrap_servers=bootstrap, group_instance_id=instance, **session)
-
-    def emit(**event: Any) -> None:
-        print(json.dumps(event), flush=True)
-
-    original_prepare, original_complete = member.on_join_prepare, member.on_join_complete
-
-    def on_join_prepare(generation: int, member_id: str) -> None:
-        original_prepare(generation, member_id)
-        emit(event="prepare", generation=generation, member_id=member_id)
-
-    def on_join_complete(generation: int, member_id: str, protocol: str, assignment: bytes) -> None:
-        original_complete(generation, member_id, protocol, assignment)
-        emit(
-            event="joined",
-            generation=generation,
-            member_id=member_id,
-            members=json.loads(assignment)["members"],
-        )
-
-    member.on_join_prepare = on_join_prepare  # type: ignore[method-assign]
-    member.on_join_complete = on_join_complete  # type: ignore[method-assign]
-    member.start()
-    try:
-        for line in sys.stdin:
-            if line.strip() == "close":
-                break
-    finally:
-        member.close()
-        emit(event="closed")
-
-
-if __name__ == "__main__":
-    main()

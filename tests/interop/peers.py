@@ -541,7 +541,14 @@ def start_ours_peer(
     ``options`` as for :func:`start_java_peer`; ``assignor`` is any of ``range``,
     ``roundrobin``, ``sticky``, ``cooperative-sticky`` or a preference list.
     """
-    program = [sys.executable, "-m", "tests.interop.ours_peer"]
+    program = [
+        sys.executable,
+        "-m",
+        "devtools.member",
+        "--recipe=consumer",
+        "--clock=wall-ms",
+        "--no-stdin",
+    ]
     env = {**os.environ, "PYTHONPATH": str(HERE.parents[1])}
     return _start("ours", program, bootstrap_servers, group_id, topics, name, log_dir, options, env)
 
