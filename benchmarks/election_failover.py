@@ -56,21 +56,18 @@ from __future__ import annotations
 import abc
 import argparse
 import contextlib
-import json
 import logging
 import math
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from kazoo.client import KazooClient
 
@@ -81,8 +78,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _zookeeper import ZooKeeperServer
 
 from coordination.testing import running_kafka
+from devtools import member
 
-ROOT = Path(__file__).resolve().parents[1]
 MEMBERS = 3
 IMPLEMENTATIONS = ("ours", "kazoo")
 SCENARIOS = ("handoff", "failover")
@@ -95,48 +92,16 @@ class BenchmarkError(Exception):
     """A member failed, or an election did not settle or fail over in time."""
 
 
-class MemberProcess:
-    """One member process; a thread collects the JSON events it prints."""
+class MemberProcess(member.MemberProcess):
+    """One member process (``devtools.member``); a thread collects the JSON events it prints."""
 
     def __init__(self, command: Sequence[str], identity: str, log: TextIO) -> None:
         self.identity = identity
         # With FAILOVER_MEMBER_LOG=PATH, each member appends its log there (wall-clock times,
         # one line per step and per request), to see where a handoff's time goes.
         trace = os.environ.get("FAILOVER_MEMBER_LOG")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "devtools.member",
-                *command,
-                f"--name={identity}",
-                *([f"--log={trace}"] if trace else []),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        self._changed = threading.Condition()
-        self.events: list[dict[str, Any]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with contextlib.suppress(ValueError):  # a stray line from a library
-                event = json.loads(line)
-                with self._changed:
-                    self.events.append(event)
-                    self._changed.notify_all()
-
-    def last(self, *kinds: str) -> dict[str, Any] | None:
-        with self._changed:
-            found = [e for e in self.events if e["event"] in kinds]
-        return found[-1] if found else None
+        trace_log = [f"--log={trace}"] if trace else []
+        super().__init__(*command, f"--name={identity}", *trace_log, stderr=log)
 
     @property
     def leads(self) -> bool:
@@ -145,35 +110,17 @@ class MemberProcess:
 
     def elected_after(self, t: float) -> float | None:
         """When this member was elected after wall-clock time ``t``, if it was."""
-        with self._changed:
-            for event in self.events:
-                if event["event"] == "elected" and event["t"] > t:
-                    return float(event["t"])
+        for event in self.of("elected"):
+            if event["t"] > t:
+                return float(event["t"])
         return None
-
-    def request_close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write("close\n")
-        self.process.stdin.flush()
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
 
     def finish(self, timeout: float = 30.0) -> None:
         """Close the process if it still runs (kill it if it does not exit), reap it."""
-        if self.process.poll() is None:
-            with contextlib.suppress(OSError):
-                self.request_close()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._reader.join(5)
-        for pipe in (self.process.stdin, self.process.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
+        self.close(timeout)
 
 
 class Election(abc.ABC):

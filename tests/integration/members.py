@@ -3,12 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -70,59 +64,9 @@ def fast_args(**overrides: int) -> list[str]:
     return [f"--{key.replace('_', '-')}={value}" for key, value in settings.items()]
 
 
-class EventProcess:
-    """A member process (``python -m devtools.member RECIPE_ARGS``, see its docstring) that
-    prints JSON events; killable, freezable, closable.
-
-    It closes gracefully when it reads ``close`` on its stdin.
-    """
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "devtools.member", *args],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        self.pid = self.process.pid
-        self.events: list[dict[str, Any]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.events.append(json.loads(line))
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        """The events of one kind so far."""
-        return [e for e in list(self.events) if e["event"] == kind]
+class EventProcess(member.MemberProcess):
+    """A member process (``python -m devtools.member ARGS``, whose docstring lists the
+    options and events): killable, freezable, closable (``close`` on its stdin)."""
 
     def joined(self) -> list[dict[str, Any]]:
         return self.of("joined")
-
-    def signal(self, sig: int) -> None:
-        self.process.send_signal(sig)
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def close(self) -> None:
-        """Ask the process to close (resuming it if frozen); kill it if it does not."""
-        if self.process.poll() is None:
-            try:
-                self.process.send_signal(signal.SIGCONT)
-                assert self.process.stdin is not None
-                self.process.stdin.write("close\n")
-                self.process.stdin.flush()
-                self.process.wait(15)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
-        self._reader.join(5)  # the pipe ends when the process does
-        for pipe in (self.process.stdin, self.process.stdout):
-            if pipe is not None:
-                pipe.close()
