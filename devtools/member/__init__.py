@@ -18,7 +18,10 @@ Recipes (``--recipe``):
   short ``asyncio.wait_for``) committing after each batch: the arguments and events of the
   interoperability peers (``tests/interop/peers.py``), which Java and librdkafka peers share;
 * ``kazoo-election``: a kazoo ``Election`` contender (``--bootstrap`` is the ZooKeeper hosts,
-  ``--group`` the election path), the baseline of ``benchmarks/election_failover.py``.
+  ``--group`` the election path), the baseline of ``benchmarks/election_failover.py``;
+* ``shares``: a pool of members (``RangeShares``), each given a contiguous share of
+  ``--topic``'s ``--partitions``, started and stopped by commands that name the group
+  (no ``--group``): ``benchmarks/join_latency.py`` keeps the processes across groups.
 
 Group settings are passed through only when given (``--session-timeout-ms``,
 ``--heartbeat-interval-ms``, ``--rebalance-timeout-ms`` alias ``--max-poll-interval-ms``,
@@ -28,7 +31,8 @@ otherwise. Callers state the timings they rely on.
 **Output.** One JSON object a line on stdout, flushed at once (a SIGKILL loses at most a
 line): ``{"event": KIND, ...fields, "t": TIME}``, ``t`` read from ``--clock``: ``wall``
 (``time.time()``, the default), ``wall-ms`` (milliseconds, the peers' unit) or ``boot``
-(``CLOCK_BOOTTIME``, the campaign's; see :func:`boot_time`). All comparable between
+(``CLOCK_BOOTTIME``, the campaign's; see :func:`boot_time`) or ``perf``
+(``time.perf_counter()``, the system's monotonic clock on Linux). All comparable between
 processes on one host. The events:
 
 * every recipe: ``up {pid}`` once the member started (``started {topics}`` for the
@@ -49,11 +53,14 @@ processes on one host. The events:
   ``assigned``/``revoked``/``lost {partitions, generation, member_id}``, ``records
   {partitions: [[topic, partition, first, last, count]...]}``, ``committed {offsets}``,
   ``commit_failed {error}``;
-* kazoo-election: ``elected`` when it leads.
+* kazoo-election: ``elected`` when it leads;
+* shares: ``assigned {member, generation}`` (``t`` read in ``on_join_complete``), and the
+  answers to its commands: ``started``, ``t0``, ``stopped`` (``_shares.run_shares``).
 
 **Input and signals.** SIGTERM or SIGINT closes the member (it leaves its group) and the
 process exits 0. So does a line ``close`` on stdin, or the end of stdin, unless
-``--no-stdin`` (for a process started with stdin on ``/dev/null``). SIGSTOP/SIGCONT freeze
+``--no-stdin`` (for a process started with stdin on ``/dev/null``); other lines are a
+recipe's commands (only ``shares`` takes any). SIGSTOP/SIGCONT freeze
 and resume it, SIGKILL is a crash: nothing is done about them, that is what tests use them
 for.
 
@@ -69,6 +76,7 @@ from __future__ import annotations
 from ._io import CLOCKS, Output, Stopping, boot_time, group_settings
 from ._listing import Listing
 from ._process import ROOT, MemberProcess
+from ._shares import RangeShares, range_split
 from ._tasks import TaskRecorder
 
 __all__ = [
@@ -77,8 +85,10 @@ __all__ = [
     "Listing",
     "MemberProcess",
     "Output",
+    "RangeShares",
     "Stopping",
     "TaskRecorder",
     "boot_time",
     "group_settings",
+    "range_split",
 ]

@@ -13,6 +13,7 @@ from ._consumers import run_consumer, run_consumer_async
 from ._election import run_election, run_kazoo_election
 from ._io import CLOCKS, Output, Stopping
 from ._listing import run_listing
+from ._shares import run_shares
 from ._tasks import run_tasks
 
 _RUN: Final[dict[str, Callable[[argparse.Namespace, Output, Stopping], None]]] = {
@@ -22,6 +23,7 @@ _RUN: Final[dict[str, Callable[[argparse.Namespace, Output, Stopping], None]]] =
     "consumer": run_consumer,
     "consumer-async": run_consumer_async,
     "kazoo-election": run_kazoo_election,
+    "shares": run_shares,
 }
 
 
@@ -32,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--recipe", required=True, choices=list(_RUN))
     p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers (ZooKeeper hosts)")
-    p.add_argument("--group", required=True, help="the group id (the ZooKeeper election path)")
+    p.add_argument("--group", help="the group id (the ZooKeeper election path); not for shares")
     p.add_argument("--name", help="election identity; task worker id (unless static)")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="what t is read from")
     p.add_argument("--no-stdin", action="store_true", help="stop on SIGTERM/SIGINT only")
@@ -48,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     e = p.add_argument_group("election")
     e.add_argument("--ineligible", action="store_true")
     e.add_argument("--priority", type=int, default=0)
-    e.add_argument("--topic", help="write records here while leading")
+    e.add_argument("--topic", help="write records here while leading (shares: of this topic)")
     e.add_argument("--interval", type=float, default=0.1, help="seconds between writes")
     e.add_argument("--on-write-error", choices=("stop", "zombie", "retry"), default="stop")
     t = p.add_argument_group("tasks (the task set: --tasks, --task-count or --task-topic)")
@@ -58,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--tick", type=float, default=0.1, help="seconds between units of work")
     t.add_argument("--stop-timeout-ms", type=int)
     t.add_argument("--max-delay-ms", type=int)
+    s = p.add_argument_group("shares")
+    s.add_argument("--partitions", type=int, help="how many partitions the members share")
     c = p.add_argument_group("consumer, consumer-async")
     c.add_argument("--topics", default="")
     c.add_argument("--assignor", default="cooperative-sticky", help="a preference list")
@@ -77,7 +81,10 @@ def _log_to(path: str, name: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if not args.group and args.recipe != "shares":
+        cli.error(f"--recipe {args.recipe} needs --group")
     if args.log:
         _log_to(args.log, args.name or f"pid{os.getpid()}")
     stopping = Stopping()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import signal
 import sys
 import threading
@@ -25,6 +26,7 @@ CLOCKS: Final[dict[str, Callable[[], float]]] = {
     "wall": time.time,
     "wall-ms": lambda: time.time() * 1000,
     "boot": boot_time,
+    "perf": time.perf_counter,
 }
 # The group settings passed through to the recipe when given, by their Python names.
 _GROUP_SETTINGS: Final = (
@@ -59,23 +61,36 @@ class Output:
 
 
 class Stopping:
-    """When the member must close: SIGTERM, SIGINT, or ``close`` or the end of stdin."""
+    """When the member must close: SIGTERM, SIGINT, or ``close`` or the end of stdin. The
+    other lines of stdin are commands, queued for a recipe that takes any (``shares``)."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self._commands: queue.Queue[list[str] | None] = queue.Queue()
 
     def listen(self, *, stdin: bool) -> None:
         """Install the signal handlers (main thread only) and, if ``stdin``, its reader."""
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, frame: self.event.set())
+            signal.signal(sig, lambda signum, frame: self.stop())
         if stdin:
             threading.Thread(target=self._read, name="stdin", daemon=True).start()
 
+    def stop(self) -> None:
+        self.event.set()
+        self._commands.put(None)
+
     def _read(self) -> None:
         for line in sys.stdin:
-            if line.strip() == "close":
+            words = line.split()
+            if words == ["close"]:
                 break
-        self.event.set()
+            if words:
+                self._commands.put(words)
+        self.stop()
+
+    def next_command(self) -> list[str] | None:
+        """The next command's words, once one comes; None once the member must close."""
+        return self._commands.get()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.event.wait(timeout)
