@@ -9,7 +9,7 @@ ZooKeeper server), both started for the run on loopback:
   node) -> the new leader's ``on_elected`` callback (kazoo: its leadership function starts);
 * crash failover: the leader's process is SIGKILLed -> the new leader's ``on_elected``.
 
-Every member is a separate process (``benchmarks/_failover_member.py``) and each election
+Every member is a separate process (``python -m devtools.member``) and each election
 has three, so a leader always has two would-be successors. The clock starts in this
 process just before it writes ``close`` to the leader's stdin or sends SIGKILL, and stops
 at the wall-clock time the successor printed on entering its callback (all processes run
@@ -56,21 +56,18 @@ from __future__ import annotations
 import abc
 import argparse
 import contextlib
-import json
 import logging
 import math
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from kazoo.client import KazooClient
 
@@ -81,8 +78,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _zookeeper import ZooKeeperServer
 
 from coordination.testing import running_kafka
+from devtools import member
 
-MEMBER = Path(__file__).resolve().parent / "_failover_member.py"
 MEMBERS = 3
 IMPLEMENTATIONS = ("ours", "kazoo")
 SCENARIOS = ("handoff", "failover")
@@ -95,36 +92,16 @@ class BenchmarkError(Exception):
     """A member failed, or an election did not settle or fail over in time."""
 
 
-class MemberProcess:
-    """One member process; a thread collects the JSON events it prints."""
+class MemberProcess(member.MemberProcess):
+    """One member process (``devtools.member``); a thread collects the JSON events it prints."""
 
     def __init__(self, command: Sequence[str], identity: str, log: TextIO) -> None:
         self.identity = identity
-        self.process = subprocess.Popen(
-            [sys.executable, str(MEMBER), *command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
-        self._changed = threading.Condition()
-        self.events: list[dict[str, Any]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with contextlib.suppress(ValueError):  # a stray line from a library
-                event = json.loads(line)
-                with self._changed:
-                    self.events.append(event)
-                    self._changed.notify_all()
-
-    def last(self, *kinds: str) -> dict[str, Any] | None:
-        with self._changed:
-            found = [e for e in self.events if e["event"] in kinds]
-        return found[-1] if found else None
+        # With FAILOVER_MEMBER_LOG=PATH, each member appends its log there (wall-clock times,
+        # one line per step and per request), to see where a handoff's time goes.
+        trace = os.environ.get("FAILOVER_MEMBER_LOG")
+        trace_log = [f"--log={trace}"] if trace else []
+        super().__init__(*command, f"--name={identity}", *trace_log, stderr=log)
 
     @property
     def leads(self) -> bool:
@@ -133,35 +110,17 @@ class MemberProcess:
 
     def elected_after(self, t: float) -> float | None:
         """When this member was elected after wall-clock time ``t``, if it was."""
-        with self._changed:
-            for event in self.events:
-                if event["event"] == "elected" and event["t"] > t:
-                    return float(event["t"])
+        for event in self.of("elected"):
+            if event["t"] > t:
+                return float(event["t"])
         return None
-
-    def request_close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write("close\n")
-        self.process.stdin.flush()
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
 
     def finish(self, timeout: float = 30.0) -> None:
         """Close the process if it still runs (kill it if it does not exit), reap it."""
-        if self.process.poll() is None:
-            with contextlib.suppress(OSError):
-                self.request_close()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._reader.join(5)
-        for pipe in (self.process.stdin, self.process.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
+        self.close(timeout)
 
 
 class Election(abc.ABC):
@@ -177,7 +136,7 @@ class Election(abc.ABC):
 
     @abc.abstractmethod
     def member_command(self, identity: str) -> list[str]:
-        """The member script's arguments for a new member."""
+        """``devtools.member``'s arguments for a new member (its ``--name`` is added)."""
 
     @abc.abstractmethod
     def settled(self) -> MemberProcess | None:
@@ -247,12 +206,12 @@ class OursElection(Election):
 
     def member_command(self, identity: str) -> list[str]:
         return [
-            "kafka",
-            self.bootstrap,
-            self.group,
-            identity,
+            "--recipe=election",
+            f"--bootstrap={self.bootstrap}",
+            f"--group={self.group}",
             f"--session-timeout-ms={self.session_timeout_ms}",
             f"--heartbeat-interval-ms={self.heartbeat_interval_ms}",
+            "--views",
         ]
 
     def settled(self) -> MemberProcess | None:
@@ -282,10 +241,9 @@ class KazooElection(Election):
 
     def member_command(self, identity: str) -> list[str]:
         return [
-            "kazoo",
-            self.hosts,
-            self.path,
-            identity,
+            "--recipe=kazoo-election",
+            f"--bootstrap={self.hosts}",
+            f"--group={self.path}",
             f"--session-timeout-ms={self.session_timeout_ms}",
         ]
 

@@ -26,8 +26,8 @@ gives median [min .. max] and the mean, which for runs spread this way estimates
 the latency of a member arriving at a random moment.
 
 ``ours-procs`` is ours again, with the members spread over four worker processes started
-beforehand (``benchmarks/_join_worker.py``), as production runs one member per process; the
-new member starts in one of them, so Python's start-up is not measured.
+beforehand (``python -m devtools.member --recipe shares``), as production runs one member
+per process; the new member starts in one of them, so Python's start-up is not measured.
 
 Run (JDK 17+ and Maven needed; a Kafka 4.3.1 broker is started on loopback unless
 ``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS`` names one)::
@@ -45,6 +45,7 @@ import abc
 import argparse
 import contextlib
 import faulthandler
+import json
 import logging
 import os
 import queue
@@ -67,8 +68,9 @@ from kafka.errors import TopicAlreadyExistsError
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordination import Coordinator, Member, ProtocolMetadata
 from coordination.testing import resolve_classpath, running_kafka
+from devtools import member
+from devtools.member import RangeShares
 
 log = logging.getLogger("join_latency")
 
@@ -192,18 +194,6 @@ class Tracker:
         return generation, max(at for _, at in self._latest.values())
 
 
-def range_split(partitions: int, members: int) -> list[list[int]]:
-    """Partitions 0..partitions-1 in contiguous shares, the first ones one larger."""
-    share, extra = divmod(partitions, members)
-    shares = []
-    start = 0
-    for i in range(members):
-        size = share + (1 if i < extra else 0)
-        shares.append(list(range(start, start + size)))
-        start += size
-    return shares
-
-
 class Group(abc.ABC):
     """The members of one benchmark group, of one implementation."""
 
@@ -227,37 +217,6 @@ class Group(abc.ABC):
 # -- ours: coordination.Coordinator ---------------------------------------------------------
 
 
-class RangeCoordinator(Coordinator):
-    """A member that gets a contiguous share of the topic's partitions."""
-
-    def __init__(self, group_id: str, index: int, tracker: Tracker, **settings: Any) -> None:
-        super().__init__(group_id, **settings)
-        self._index = index
-        self._tracker = tracker
-
-    def protocol_type(self) -> str:
-        # Not "consumer": the broker must not take this for a consumer group.
-        return "join-latency"
-
-    def metadata(self) -> list[ProtocolMetadata]:
-        # Like a consumer's subscription: the topic it wants a share of.
-        return [ProtocolMetadata("range", TOPIC.encode())]
-
-    def perform_assignment(
-        self, leader_id: str, protocol: str, members: Sequence[Member]
-    ) -> Mapping[str, bytes]:
-        ids = sorted(m.member_id for m in members)
-        shares = range_split(PARTITIONS, len(ids))
-        return {
-            mid: ",".join(map(str, share)).encode() for mid, share in zip(ids, shares, strict=True)
-        }
-
-    def on_join_complete(
-        self, generation: int, member_id: str, protocol: str, assignment: bytes
-    ) -> None:
-        self._tracker.record(self._index, generation, time.perf_counter())
-
-
 class InProcessGroup(Group):
     """A group whose members live in this process, started one at a time."""
 
@@ -278,13 +237,19 @@ class OursGroup(InProcessGroup):
     def __init__(self, group_id: str, tracker: Tracker, bootstrap_servers: str) -> None:
         super().__init__(group_id, tracker)
         self._bootstrap_servers = bootstrap_servers
-        self._members: list[RangeCoordinator] = []
+        self._members: list[RangeShares] = []
 
     def _start_one(self) -> None:
-        member = RangeCoordinator(
+        index = len(self._members)
+
+        def on_assigned(generation: int, at: float) -> None:
+            self.tracker.record(index, generation, at)
+
+        member = RangeShares(
             self.group_id,
-            len(self._members),
-            self.tracker,
+            topic=TOPIC,
+            partitions=PARTITIONS,
+            on_assigned=on_assigned,
             bootstrap_servers=self._bootstrap_servers,
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
@@ -309,14 +274,11 @@ class OursGroup(InProcessGroup):
 
 class ProcessesGroup(Group):
     """Our members spread round-robin over worker processes started beforehand
-    (``benchmarks/_join_worker.py``); the new member starts in one of them, so its time does
+    (``devtools.member``'s ``shares``); the new member starts in one of them, so its time does
     not include starting Python."""
 
-    def __init__(
-        self, group_id: str, tracker: Tracker, bootstrap_servers: str, workers: list[_Worker]
-    ) -> None:
+    def __init__(self, group_id: str, tracker: Tracker, workers: list[_Worker]) -> None:
         super().__init__(group_id, tracker)
-        self._bootstrap = bootstrap_servers
         self._workers = workers
         self._count = 0
         for w in workers:
@@ -329,18 +291,16 @@ class ProcessesGroup(Group):
         self._count = count
         for worker, share in zip(self._workers, shares, strict=True):
             if share:
-                worker.command(
-                    f"start {self.group_id} {self._bootstrap} {' '.join(map(str, share))}"
-                )
+                worker.command(f"start {self.group_id} {' '.join(map(str, share))}")
         for worker, share in zip(self._workers, shares, strict=True):
             if share:
                 worker.expect("started", CONVERGE_TIMEOUT_S)
 
     def add_member(self) -> float:
         worker = self._workers[self._count % len(self._workers)]
-        worker.command(f"join {self.group_id} {self._bootstrap} {self._count}")
+        worker.command(f"join {self.group_id} {self._count}")
         self._count += 1
-        return float(worker.expect("t0", CONVERGE_TIMEOUT_S)[1])
+        return float(worker.expect("t0", CONVERGE_TIMEOUT_S)["t"])
 
     def close(self) -> None:
         try:
@@ -354,18 +314,38 @@ class ProcessesGroup(Group):
 
 
 class _Worker:
-    """One ``_join_worker.py`` process: commands in, lines out; ``assigned`` lines go to the
-    tracker in use, the others to whoever waits with :meth:`expect`."""
+    """One worker process, ``devtools.member``'s ``shares`` pool: commands in, JSON events
+    out; ``assigned`` events go to the tracker in use, the answers to whoever waits with
+    :meth:`expect`."""
 
-    def __init__(self) -> None:
+    def __init__(self, bootstrap_servers: str) -> None:
+        # With JOIN_WORKER_LOG=PATH, each worker appends its members' logs there (wall-clock
+        # times, one line per request), to see where a rebalance's time goes.
+        trace = os.environ.get("JOIN_WORKER_LOG")
         self._process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve().parent / "_join_worker.py")],
+            [
+                sys.executable,
+                "-m",
+                "devtools.member",
+                "--recipe=shares",
+                "--clock=perf",  # the system's monotonic clock on Linux, as in this process
+                f"--bootstrap={bootstrap_servers}",
+                f"--topic={TOPIC}",
+                f"--partitions={PARTITIONS}",
+                f"--session-timeout-ms={SESSION_TIMEOUT_MS}",
+                f"--heartbeat-interval-ms={HEARTBEAT_INTERVAL_MS}",
+                f"--rebalance-timeout-ms={REBALANCE_TIMEOUT_MS}",
+                f"--client-id={OURS_CLIENT_ID}",
+                *([f"--log={trace}"] if trace else []),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             bufsize=1,
+            cwd=member.ROOT,
+            env={**os.environ, "PYTHONPATH": str(member.ROOT)},
         )
-        self._lines: queue.Queue[list[str]] = queue.Queue()
+        self._lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self._tracker: Tracker | None = None
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -377,27 +357,28 @@ class _Worker:
         self._process.stdin.write(line + "\n")
         self._process.stdin.flush()
 
-    def expect(self, word: str, timeout_s: float) -> list[str]:
+    def expect(self, word: str, timeout_s: float) -> dict[str, Any]:
         try:
-            words = self._lines.get(timeout=timeout_s)
+            event = self._lines.get(timeout=timeout_s)
         except queue.Empty:
             raise BenchmarkError(f"a worker process did not answer {word!r}") from None
-        if words[0] != word:
-            raise BenchmarkError(f"a worker process answered {words}, expected {word!r}")
-        return words
+        if event["event"] != word:
+            raise BenchmarkError(f"a worker process answered {event}, expected {word!r}")
+        return event
 
     def _read(self) -> None:
         assert self._process.stdout is not None
         for line in self._process.stdout:
-            words = line.split()
-            if not words:
-                continue
-            if words[0] == "assigned":
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a stray line from a library
+            if event["event"] == "assigned":
                 tracker = self._tracker
                 if tracker is not None:
-                    tracker.record(int(words[1]), int(words[2]), float(words[3]))
-            else:
-                self._lines.put(words)
+                    tracker.record(event["member"], event["generation"], event["t"])
+            elif event["event"] != "up":
+                self._lines.put(event)
 
     def close(self) -> None:
         if self._process.stdin is not None:
@@ -821,10 +802,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "ours" in args.implementations:
             openers["ours"] = lambda g, t: OursGroup(g, t, bootstrap)
         if "ours-procs" in args.implementations:
-            processes = [_Worker() for _ in range(WORKER_PROCESSES)]
+            processes = [_Worker(bootstrap) for _ in range(WORKER_PROCESSES)]
             for process in processes:
                 stack.callback(process.close)
-            openers["ours-procs"] = lambda g, t: ProcessesGroup(g, t, bootstrap, processes)
+            openers["ours-procs"] = lambda g, t: ProcessesGroup(g, t, processes)
         if "kafka-python" in args.implementations:
             openers["kafka-python"] = lambda g, t: KafkaPythonGroup(g, t, bootstrap)
         if "java" in args.implementations:

@@ -167,12 +167,17 @@ class Campaign:
                     "election",
                     static,
                     _command(
-                        [python, "-m", "devtools.campaign._election_member"],
+                        _member(
+                            "election",
+                            # Writes while leading; a failed write gets a new producer.
+                            "--interval=0.2",
+                            "--on-write-error=retry",
+                        ),
                         bootstrap=bootstrap,
                         group=self.groups["election"],
                         topic=ELECTION_TOPIC,
                         session_timeout_ms=session,
-                        instance_id=name if static else None,
+                        group_instance_id=name if static else None,
                     ),
                 )
             )
@@ -186,23 +191,30 @@ class Campaign:
                     "task",
                     static,
                     _command(
-                        [python, "-m", "devtools.campaign._task_worker"],
+                        _member(
+                            "tasks",
+                            "--tick=0.5",
+                            "--stop-timeout-ms=1000",
+                            # A departed worker's tasks go to the others at once: the
+                            # campaign measures that.
+                            "--max-delay-ms=0",
+                        ),
                         bootstrap=bootstrap,
                         group=self.groups["tasks"],
-                        tasks=str(s.tasks),
+                        task_count=str(s.tasks),
                         session_timeout_ms=session,
-                        instance_id=name if static else None,
+                        group_instance_id=name if static else None,
                     ),
                 )
             )
         java = self._java_command()
         peers: list[tuple[str, list[str], bool]] = [
-            ("ours-1", [python, "-m", "tests.interop.ours_peer"], True),
-            ("ours-2", [python, "-m", "tests.interop.ours_peer"], False),
+            ("ours-1", _peer("consumer"), True),
+            ("ours-2", _peer("consumer"), False),
             ("java-1", java, True),
             ("java-2", java, False),
             ("rdkafka-1", [python, "-m", "tests.interop.rdkafka_peer"], False),
-            ("oursasync-1", [python, "-m", "devtools.campaign._async_consumer"], False),
+            ("oursasync-1", _peer("consumer-async"), False),
         ]
         for name, base, static in peers:
             self.members.add(
@@ -462,6 +474,34 @@ class Campaign:
         return fault
 
 
+def _member(recipe: str, *options: str) -> list[str]:
+    """A ``devtools.member`` process of the campaign: on its clock, stopped by SIGTERM (its
+    stdin is /dev/null), with the group settings every member process of a campaign has."""
+    return [
+        sys.executable,
+        "-m",
+        "devtools.member",
+        f"--recipe={recipe}",
+        "--clock=boot",
+        "--no-stdin",
+        "--heartbeat-interval-ms=500",
+        "--retry-backoff-ms=100",
+        *options,
+    ]
+
+
+def _peer(recipe: str) -> list[str]:
+    """One of our consumer peers: the peers' command line and events (times in epoch ms)."""
+    return [
+        sys.executable,
+        "-m",
+        "devtools.member",
+        f"--recipe={recipe}",
+        "--clock=wall-ms",
+        "--no-stdin",
+    ]
+
+
 def _command(base: list[str], **options: str | None) -> Callable[[str], list[str]]:
     """A member's command line: ``base`` and ``--option value`` pairs, plus ``--name``."""
     args = [
@@ -503,7 +543,7 @@ def _not_yet_working(history: History, settings: Settings) -> str:
     missing = []
     if not any(e["event"] == "wrote" for es in history.election.values() for e in es):
         missing.append("no leader has written")
-    units = {e["task"] for es in history.tasks.values() for e in es if e["event"] == "unit"}
+    units = {e["task"] for es in history.tasks.values() for e in es if e["event"] == "tick"}
     if len(units) < settings.tasks:
         missing.append(f"{settings.tasks - len(units)} tasks have done no work")
     consumed = {

@@ -208,7 +208,7 @@ def acting_leaderships(history: History) -> list[Span]:
                     spans.append(Span(process, token, current[0], current[1]))
                 token, current = str(e["token"]), [float(e["t"]), -math.inf]
             elif e["event"] == "wrote" and current is not None and str(e["token"]) == token:
-                current[1] = max(current[1], float(e["checked"]))
+                current[1] = max(current[1], float(e["checked_at"]))
         if current is not None and current[1] > -math.inf:
             spans.append(Span(process, token, current[0], max(current)))
     return spans
@@ -253,10 +253,10 @@ def token_regressions(history: History) -> list[Violation]:
     for record in history.election_log or []:
         token = int(record["token"])
         if highest is not None and token < highest[0]:
-            key = (str(record.get("writer")), token, int(record.get("seq", -1)))
+            key = (str(record.get("identity")), token, int(record.get("seq", -1)))
             out[key] = Violation(
                 "token_regression",
-                f"log offset {record.get('offset')}: token {token} by {record.get('writer')} "
+                f"log offset {record.get('offset')}: token {token} by {record.get('identity')} "
                 f"after token {highest[0]} at offset {highest[1].get('offset')}",
             )
         if highest is None or token > highest[0]:
@@ -277,7 +277,7 @@ def token_regressions(history: History) -> list[Violation]:
                 ),
             )
     writes = [
-        (float(e["acked"]), float(e["checked"]), int(e["token"]), int(e["seq"]), process)
+        (float(e["acked"]), float(e["checked_at"]), int(e["token"]), int(e["seq"]), process)
         for process, events in history.election.items()
         for e in events
         if e["event"] == "wrote"
@@ -320,10 +320,11 @@ def task_runs(history: History) -> list[Span]:
         current: dict[str, list[float]] = {}
         for e in events:
             kind = e["event"]
-            if kind not in ("started", "unit", "stopped"):
+            if kind not in ("started", "tick", "stopped"):
                 continue
-            task, t = str(e["task"]), float(e["t"])
-            if kind == "unit":
+            task = str(e["task"])
+            t = float(e["checked_at"] if kind == "tick" else e["t"])
+            if kind == "tick":
                 run = current.setdefault(task, [t, t])
                 run[1] = max(run[1], t)
                 continue
@@ -724,7 +725,7 @@ def check(history: History) -> Report:
                 1 for es in history.election.values() for e in es if e["event"] == "wrote"
             ),
             "task_units": sum(
-                1 for es in history.tasks.values() for e in es if e["event"] == "unit"
+                1 for es in history.tasks.values() for e in es if e["event"] == "tick"
             ),
             "produced": len(history.produced),
             "consumed": sum(len(v) for v in consumed.values()),

@@ -17,8 +17,13 @@ def ev(event: str, t: float, **fields: Any) -> Event:
     return {"event": event, "t": t, **fields}
 
 
+def unit(t: float, task: str) -> Event:
+    """A unit of work on ``task``, its ownership checked at ``t``."""
+    return ev("tick", t, task=task, checked_at=t)
+
+
 def wrote(token: int, seq: int, checked: float, acked: float) -> Event:
-    return ev("wrote", acked, token=token, seq=seq, checked=checked, acked=acked)
+    return ev("wrote", acked, token=token, seq=seq, checked_at=checked, acked=acked)
 
 
 def assigned(t: float, generation: int, *partitions: int) -> Event:
@@ -54,19 +59,19 @@ def clean() -> History:
         "leader-2#1": [ev("elected", 9.0, token=6), wrote(6, 0, 9.1, 9.2)],
     }
     h.election_log = [
-        {"event": "record", "offset": 0, "token": 5, "writer": "leader-1#1", "seq": 0},
-        {"event": "record", "offset": 3, "token": 5, "writer": "leader-1#1", "seq": 1},
-        {"event": "record", "offset": 6, "token": 6, "writer": "leader-2#1", "seq": 0},
+        {"event": "record", "offset": 0, "token": 5, "identity": "leader-1#1", "seq": 0},
+        {"event": "record", "offset": 3, "token": 5, "identity": "leader-1#1", "seq": 1},
+        {"event": "record", "offset": 6, "token": 6, "identity": "leader-2#1", "seq": 0},
     ]
     h.tasks = {
         "worker-1#1": [
             ev("up", 0.5, tasks=["task-00"]),
             ev("started", 1.0, task="task-00"),
-            ev("unit", 1.5, task="task-00"),
-            ev("unit", 2.0, task="task-00"),
+            unit(1.5, "task-00"),
+            unit(2.0, "task-00"),
             ev("stopped", 2.2, task="task-00"),
         ],
-        "worker-2#1": [ev("started", 2.5, task="task-00"), ev("unit", 3.0, task="task-00")],
+        "worker-2#1": [ev("started", 2.5, task="task-00"), unit(3.0, "task-00")],
     }
     h.consumers = {
         "ours-1#1": [
@@ -114,7 +119,7 @@ def test_token_regression_in_the_log() -> None:
     h = clean()
     assert h.election_log is not None
     h.election_log.append(
-        {"event": "record", "offset": 9, "token": 5, "writer": "leader-1#1", "seq": 7}
+        {"event": "record", "offset": 9, "token": 5, "identity": "leader-1#1", "seq": 7}
     )
     report = check(h)
     assert len(report.token_regressions) == 1
@@ -132,7 +137,7 @@ def test_token_regression_by_acknowledgements() -> None:
 def test_task_running_twice() -> None:
     h = clean()
     # worker-1 worked on at 2.8, after worker-2 started the task at 2.5.
-    h.tasks["worker-1#1"].insert(3, ev("unit", 2.8, task="task-00"))
+    h.tasks["worker-1#1"].insert(3, unit(2.8, "task-00"))
     report = check(h)
     assert len(report.tasks_twice) == 1
     assert "worker-1#1" in report.tasks_twice[0].detail

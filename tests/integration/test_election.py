@@ -21,7 +21,7 @@ from coordination.testing import KafkaCluster
 from recipes.election import LeaderElection, LeaderInfo, Leadership
 from tests._versions import VERSIONS
 
-from .members import FAST, EventProcess, new_group, wait_until
+from .members import FAST, EventProcess, fast_args, new_group, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -325,7 +325,16 @@ def test_a_leader_that_cannot_store_its_token_never_acts(kafka: str, elections) 
 
 
 def election_process(kafka: str, group: str, identity: str, *options: str) -> EventProcess:
-    return EventProcess("tests.integration.election_member", kafka, group, identity, *options)
+    """An election member in its own process (``devtools.member``), writing records with
+    ``--topic`` until a write fails (``--on-write-error=zombie``: and once after that)."""
+    return EventProcess(
+        "--recipe=election",
+        f"--bootstrap={kafka}",
+        f"--group={group}",
+        f"--name={identity}",
+        *fast_args(),
+        *options,
+    )
 
 
 def leaders_of(procs: list[EventProcess]) -> list[EventProcess]:
@@ -359,7 +368,7 @@ def test_frozen_leader_is_deposed_and_its_writes_are_fenced(kafka: str, processe
     group = new_group()
     topic = f"leader-writes-{uuid.uuid4().hex[:8]}"
     procs = [
-        election_process(kafka, group, f"http://p-{i}", "--topic", topic, "--zombie")
+        election_process(kafka, group, f"http://p-{i}", "--topic", topic, "--on-write-error=zombie")
         for i in range(2)
     ]
     processes.extend(procs)

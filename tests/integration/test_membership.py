@@ -15,7 +15,7 @@ import pytest
 
 from coordination import Member, MemberState, errors
 
-from .members import FAST, EventProcess, Listing, new_group, settled, wait_until
+from .members import FAST, EventProcess, Listing, fast_args, new_group, settled, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,8 +33,15 @@ def member_process(
     kafka: str, group: str, instance_id: str | None = None, session_timeout_ms: int | None = None
 ) -> EventProcess:
     """A ``Listing`` member in its own process, so that it can be killed or frozen."""
-    args = [instance_id or "-"] + ([] if session_timeout_ms is None else [str(session_timeout_ms)])
-    return EventProcess("tests.integration.members", kafka, group, *args)
+    session = {} if session_timeout_ms is None else {"session_timeout_ms": session_timeout_ms}
+    static = [] if instance_id is None else ["--group-instance-id", instance_id]
+    return EventProcess(
+        "--recipe=listing",
+        f"--bootstrap={kafka}",
+        f"--group={group}",
+        *fast_args(**session),
+        *static,
+    )
 
 
 def test_three_members_agree_on_one_leader_and_its_assignment(kafka: str, members) -> None:

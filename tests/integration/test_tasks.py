@@ -17,8 +17,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from recipes.tasks import TaskDistribution, TopicTasks
 
-from .members import FAST, EventProcess, new_group, wait_until
-from .task_worker import make_worker
+from .members import FAST, EventProcess, fast_args, new_group, wait_until
+from .task_worker import TASK_ARGS, make_worker
 
 pytestmark = pytest.mark.integration
 
@@ -272,7 +272,16 @@ def test_update_tasks_on_every_worker_reaches_the_right_worker(kafka: str, worke
 
 
 def task_process(kafka: str, group: str, worker_id: str, *options: str) -> EventProcess:
-    return EventProcess("tests.integration.task_worker", kafka, group, worker_id, *options)
+    """A task worker in its own process (``devtools.member``), reporting its views."""
+    return EventProcess(
+        "--recipe=tasks",
+        f"--bootstrap={kafka}",
+        f"--group={group}",
+        f"--name={worker_id}",
+        *fast_args(),
+        *TASK_ARGS,
+        *options,
+    )
 
 
 def running_on(p: EventProcess) -> set[str]:

@@ -1,11 +1,13 @@
 """Interoperability peers: other Kafka clients' consumers in a group with this library's members.
 
-Two kinds of peer, each a separate process that reports what it does as JSON lines (see
+Three kinds of peer, each a separate process that reports what it does as JSON lines (see
 ``java/PeerConsumer.java`` for the events):
 
 * ``java``: Kafka's own ``KafkaConsumer`` (kafka-clients 4.3.1, classic protocol),
   ``java/PeerConsumer.java`` compiled with ``javac`` against jars from Maven Central;
-* ``rdkafka``: librdkafka through confluent-kafka, ``rdkafka_peer.py``.
+* ``rdkafka``: librdkafka through confluent-kafka, ``rdkafka_peer.py``;
+* ``ours``: this library's ``Consumer``, ``python -m devtools.member --recipe consumer``
+  (the same arguments and events).
 
 Example:
     create_topic(kafka, "orders", partitions=6)
@@ -541,7 +543,14 @@ def start_ours_peer(
     ``options`` as for :func:`start_java_peer`; ``assignor`` is any of ``range``,
     ``roundrobin``, ``sticky``, ``cooperative-sticky`` or a preference list.
     """
-    program = [sys.executable, "-m", "tests.interop.ours_peer"]
+    program = [
+        sys.executable,
+        "-m",
+        "devtools.member",
+        "--recipe=consumer",
+        "--clock=wall-ms",
+        "--no-stdin",
+    ]
     env = {**os.environ, "PYTHONPATH": str(HERE.parents[1])}
     return _start("ours", program, bootstrap_servers, group_id, topics, name, log_dir, options, env)
 
