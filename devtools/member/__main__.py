@@ -65,6 +65,12 @@ def parser() -> argparse.ArgumentParser:
     c = p.add_argument_group("consumer, consumer-async")
     c.add_argument("--topics", default="")
     c.add_argument("--assignor", default="cooperative-sticky", help="a preference list")
+    c.add_argument(
+        "--group-protocol",
+        choices=("classic", "consumer"),
+        default="classic",
+        help="consumer: KIP-848 (the broker assigns, with its uniform assignor)",
+    )
     c.add_argument("--poll-ms", type=int, default=100)
     c.add_argument("--max-poll-records", type=int, default=500)
     return p

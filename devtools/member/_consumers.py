@@ -71,11 +71,16 @@ class _Membership:
 
 
 def _consumer_options(args: argparse.Namespace, emit: Output) -> dict[str, Any]:
+    protocol: dict[str, Any] = (
+        {"group_protocol": "consumer", "group_remote_assignor": "uniform"}
+        if args.group_protocol == "consumer"
+        else {"assignors": _assignors(args.assignor, emit)}
+    )
     return {
         "topics": args.topics.split(","),
-        "assignors": _assignors(args.assignor, emit),
         "bootstrap_servers": args.bootstrap,
         "max_poll_records": args.max_poll_records,
+        **protocol,
         **group_settings(args),
     }
 
@@ -107,7 +112,7 @@ def run_consumer(args: argparse.Namespace, emit: Output, stopping: Stopping) -> 
             membership.report("lost", partitions)
 
     consumer = Consumer(args.group, listener=Reporter(), **_consumer_options(args, emit))
-    membership.group = lambda: consumer.group
+    membership.group = lambda: consumer._group  # classic or KIP-848: both have generation()
     consumer.start()
     emit("started", topics=args.topics.split(","))
     try:
@@ -147,7 +152,7 @@ async def _consume_async(args: argparse.Namespace, emit: Output, stopping: Stopp
             membership.report("lost", partitions)
 
     consumer = AsyncConsumer(args.group, listener=Reporter(), **_consumer_options(args, emit))
-    membership.group = lambda: consumer.consumer.group
+    membership.group = lambda: consumer.consumer._group
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.event.set)

@@ -434,6 +434,7 @@ def _peer_args(
     group_instance_id: str | None = None,
     poll_ms: int = 100,
     max_poll_records: int = 500,
+    group_protocol: str = "classic",
 ) -> list[str]:
     """The command line every kind of peer takes (see rdkafka_peer.py's usage)."""
     args = [
@@ -460,6 +461,8 @@ def _peer_args(
     ]
     if group_instance_id:
         args += ["--group-instance-id", group_instance_id]
+    if group_protocol != "classic":
+        args += ["--group-protocol", group_protocol]
     return args
 
 
@@ -639,6 +642,8 @@ def wait_settled(
     partitions: Iterable[TopicPartition],
     timeout: float,
     quiet: float = 1.0,
+    *,
+    same_generation: bool = True,
 ) -> None:
     """Wait until the running ``peers`` agree on one assignment of ``partitions``.
 
@@ -646,6 +651,8 @@ def wait_settled(
     ``partitions`` exactly once each, and no rebalance callback has run for ``quiet``
     seconds. The generation matters: a peer that is still starting has not joined yet,
     and a lone first member owns everything in a complete, but not final, assignment.
+    ``same_generation=False`` for a KIP-848 group, whose members each have an epoch of
+    their own: then every running peer must own some of ``partitions``.
     """
     expected = frozenset(partitions)
     live = [p for p in peers if p.running]
@@ -657,7 +664,11 @@ def wait_settled(
             if not assigned:
                 return False
             generations.add(assigned[-1].get("generation"))
-        if len(generations) != 1 or ownership_problems(live, expected):
+        if same_generation and len(generations) != 1:
+            return False
+        if not same_generation and not all(p.owned() for p in live):
+            return False
+        if ownership_problems(live, expected):
             return False
         last = max(
             (float(e["t"]) for p in live for e in p.of("assigned", "revoked", "lost")),

@@ -101,10 +101,7 @@ class Peer:
             "bootstrap.servers": args.bootstrap,
             "group.id": args.group,
             "client.id": args.client_id,
-            "group.protocol": "classic",
-            "partition.assignment.strategy": ",".join(assignors),
-            "session.timeout.ms": args.session_timeout_ms,
-            "heartbeat.interval.ms": args.heartbeat_interval_ms,
+            "group.protocol": args.group_protocol,
             "max.poll.interval.ms": args.max_poll_interval_ms,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -112,6 +109,13 @@ class Peer:
             "error_cb": self._on_error,
             "logger": logger,
         }
+        if args.group_protocol == "consumer":
+            # KIP-848: the broker assigns and sets the session and heartbeat.
+            config["group.remote.assignor"] = "uniform"
+        else:
+            config["partition.assignment.strategy"] = ",".join(assignors)
+            config["session.timeout.ms"] = args.session_timeout_ms
+            config["heartbeat.interval.ms"] = args.heartbeat_interval_ms
         if args.group_instance_id:
             config["group.instance.id"] = args.group_instance_id
         self.consumer = Consumer(config)
@@ -220,6 +224,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--group-instance-id")
     parser.add_argument("--poll-ms", type=int, default=100)
     parser.add_argument("--max-poll-records", type=int, default=500)
+    parser.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic")
     return parser.parse_args(argv)
 
 

@@ -69,12 +69,18 @@ public final class PeerConsumer implements ConsumerRebalanceListener {
         props.put("bootstrap.servers", require(opts, "bootstrap"));
         props.put("group.id", require(opts, "group"));
         props.put("client.id", opts.getOrDefault("client-id", "java-peer"));
-        // The classic protocol: the one this library speaks (the default changes in Kafka 4).
-        props.put("group.protocol", "classic");
-        props.put("partition.assignment.strategy", assignorClasses(
-            opts.getOrDefault("assignor", "cooperative-sticky")));
-        props.put("session.timeout.ms", opts.getOrDefault("session-timeout-ms", "6000"));
-        props.put("heartbeat.interval.ms", opts.getOrDefault("heartbeat-interval-ms", "500"));
+        String protocol = opts.getOrDefault("group-protocol", "classic");
+        props.put("group.protocol", protocol);
+        if (protocol.equals("consumer")) {
+            // KIP-848: the broker assigns and sets the session and heartbeat; Java refuses
+            // the classic protocol's settings with it.
+            props.put("group.remote.assignor", "uniform");
+        } else {
+            props.put("partition.assignment.strategy", assignorClasses(
+                opts.getOrDefault("assignor", "cooperative-sticky")));
+            props.put("session.timeout.ms", opts.getOrDefault("session-timeout-ms", "6000"));
+            props.put("heartbeat.interval.ms", opts.getOrDefault("heartbeat-interval-ms", "500"));
+        }
         props.put("max.poll.interval.ms", opts.getOrDefault("max-poll-interval-ms", "30000"));
         props.put("max.poll.records", opts.getOrDefault("max-poll-records", "500"));
         if (opts.containsKey("group-instance-id")) {
