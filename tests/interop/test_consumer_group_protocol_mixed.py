@@ -77,3 +77,42 @@ def test_ours_java_and_rdkafka_share_a_consumer_protocol_group_through_joins_and
     for p in live:
         p.terminate()
     no_errors(peers)
+
+
+def test_a_live_classic_group_upgrades_to_the_consumer_protocol_member_by_member_and_back(
+    kafka: str, peers: list[PeerProcess], tmp_path: Path
+) -> None:
+    """Kafka converts a classic group of the ``consumer`` protocol type into a KIP-848 group
+    when a member of the new protocol joins it (online: the classic members stay, the broker
+    assigns to them through JoinGroup and SyncGroup), and back once the last member of the
+    new protocol left. Each kind is replaced, one member at a time, first by a member of the
+    new protocol, then by a classic one again: nothing lost, no partition owned twice."""
+    topic, group = new_name("upgrade"), new_name("group")
+    create_topic(kafka, topic, PARTITIONS)
+    everything = topic_partitions(topic, PARTITIONS)
+    produced = produce(kafka, topic, 120, PARTITIONS)
+    kinds = ("ours", "java", "rdkafka")
+    for kind in kinds:
+        peers.append(START[kind](kafka, group, [topic], name=f"{kind}-classic", log_dir=tmp_path))
+    wait_settled(peers, everything, SETTLE_S)
+    for target in ("consumer", "classic"):
+        for kind in kinds:
+            old = next(p for p in peers if p.running and p.kind == kind)
+            old.terminate()
+            name = f"{kind}-{target}"
+            peers.append(
+                START[kind](
+                    kafka, group, [topic], name=name, log_dir=tmp_path, group_protocol=target
+                )
+            )
+            live = [p for p in peers if p.running]
+            wait_settled(live, everything, SETTLE_S * 2, same_generation=False)
+            produced |= produce(kafka, topic, 30, PARTITIONS)
+        described = describe_group(group, bootstrap_servers=kafka)
+        expected_type = "consumer" if target == "consumer" else "classic"
+        assert described.group_type == expected_type, described
+    check_history(peers, produced)
+    for p in peers:
+        if p.running:
+            p.terminate()
+    no_errors(peers)
