@@ -536,13 +536,22 @@ class ConsumerGroupMembership(MemberCore):
                 target = frozenset(
                     (t.topic_id, p) for t in response.assignment for p in t.partitions
                 )
+                # What the broker may count as this member's and now waits to see released:
+                # it gives those away once the rebalance timeout passes without a heartbeat
+                # that reports them gone (whether this member ever took them or not).
+                if ((self._target or frozenset()) | self._owned) - target:
+                    deadline = revoking_since + self._rebalance_timeout_s
+                    if self._revoke_deadline is None or deadline < self._revoke_deadline:
+                        self._revoke_deadline = deadline
+                # Every assignment is acknowledged: the next heartbeat reports what the member
+                # owns (at once if there is nothing to reconcile), as Kafka's clients do; the
+                # broker leaves a revocation pending until it reads such a report.
+                self._sent = _Sent(subscription=self._sent.subscription, owned=None)
+                if target == self._owned:
+                    self._heartbeat_now = True
                 if target != self._target:
                     self._target = target
                     self._target_epoch = self._epoch
-                    if self._owned - target:
-                        # The broker gives these away once this member reports them
-                        # released, or once the rebalance timeout passes without it.
-                        self._revoke_deadline = revoking_since + self._rebalance_timeout_s
                     if self._stats.attempt(now, "the broker sent a new assignment"):
                         started = self._stats.started_event(self._member_id, "new assignment")
                         self._hooks.rebalance_started(lambda: started)

@@ -303,7 +303,7 @@ class Consumer:
             CoordinatorStateError: the consumer uses ``group_protocol="consumer"``: its
                 member is :attr:`broker_assigned`.
         """
-        if not isinstance(self._group, ConsumerPartitioning):
+        if isinstance(self._group, BrokerAssignedPartitioning):
             raise CoordinatorStateError(
                 f"consumer of group {self._group.group_id!r} uses group_protocol='consumer': "
                 "its group member is consumer.broker_assigned"
