@@ -2,10 +2,16 @@
 
 A recipe is a public class built on :class:`Recipe` plus a :class:`GroupListener` that holds
 the recipe's own group logic. The base owns the group member (a :class:`RecipeMember`, the
-private ``Coordinator`` subclass behind every recipe) and gives each recipe the same
-lifecycle, waits, callbacks and lease guard, so that a fix to one of them is made once.
-The member calls the listener and nothing else of the recipe: Kafka Connect's
-``WorkerCoordinator`` and ``WorkerRebalanceListener``, in Python.
+``Coordinator`` subclass behind every recipe) and gives each recipe the same lifecycle,
+waits, callbacks and lease guard, so that a fix to one of them is made once. The member
+calls the listener and nothing else of the recipe: Kafka Connect's ``WorkerCoordinator``
+and ``WorkerRebalanceListener``, in Python.
+
+A recipe whose public class must itself be a ``Coordinator`` (``ConsumerPartitioning``,
+documented and used as one) subclasses :class:`RecipeMember` instead, and takes the rest
+piecewise: a :class:`RecipeContext` (:meth:`RecipeContext.of`), the callback rule
+(:meth:`RecipeContext.callback`) and the lease guard (:func:`guard_lease`); its lifecycle
+and waits are the ``Coordinator``'s.
 
 Time and waiting come from the member's clock: the base's locks, condition and events, the
 lease watchdog's thread and every :class:`ClockTimer`. A recipe makes every other thread,
@@ -309,7 +315,8 @@ class Recipe(abc.ABC):
           :meth:`_wait` once closed;
         * :meth:`_wait`, the one blocking wait, on the clock's condition;
         * user callbacks run one at a time (:meth:`RecipeContext.callback`), and an
-          exception they raise is logged, never propagated into the group's threads;
+          exception they raise is logged, never propagated into the group's threads (the
+          one rule, and its one exception, are in :meth:`RecipeContext.callback`);
         * :meth:`_guard_lease` and :meth:`_watch_lease`: the membership-lease guard
           (:class:`coordination.lease.LeaseGuard`) and its watchdog on the clock, both
           closed with the recipe.
@@ -326,11 +333,11 @@ class Recipe(abc.ABC):
     _LOG: ClassVar[logging.Logger] = logging.getLogger("recipes")
     """Where the recipe logs."""
     _WAIT_POLL_S: ClassVar[float] = 0.25
+    """How often :meth:`_wait` asks again if nothing notifies it (the member's own state
+    and the lease change without telling the recipe)."""
     _DEFAULTS: ClassVar[Mapping[str, Any]] = {}
     """The recipe's own defaults of group settings, below the user's settings (a recipe that
     fails over faster than Kafka's consumer defaults allow sets them here)."""
-    """How often :meth:`_wait` asks again if nothing notifies it (the member's own state
-    and the lease change without telling the recipe)."""
 
     def __init__(
         self,
