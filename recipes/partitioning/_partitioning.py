@@ -195,7 +195,8 @@ class ConsumerPartitioning(RecipeMember):
             )
         self._metadata: TopicMetadata = topic_metadata
         self._ctx = RecipeContext.of(self, "partitioning", log)
-        self._lock = self._ctx.lock
+        self._lock = self._ctx.lock  # guards the ownership's state (held across a metadata
+        # request when a pattern's topics are read, so owned() never takes it)
         self._ownership = PartitionOwnership(
             self._ctx,
             assignors=self._assignors,
