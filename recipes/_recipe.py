@@ -2,10 +2,16 @@
 
 A recipe is a public class built on :class:`Recipe` plus a :class:`GroupListener` that holds
 the recipe's own group logic. The base owns the group member (a :class:`RecipeMember`, the
-private ``Coordinator`` subclass behind every recipe) and gives each recipe the same
-lifecycle, waits, callbacks and lease guard, so that a fix to one of them is made once.
-The member calls the listener and nothing else of the recipe: Kafka Connect's
-``WorkerCoordinator`` and ``WorkerRebalanceListener``, in Python.
+``Coordinator`` subclass behind every recipe) and gives each recipe the same lifecycle,
+waits, callbacks and lease guard, so that a fix to one of them is made once. The member
+calls the listener and nothing else of the recipe: Kafka Connect's ``WorkerCoordinator``
+and ``WorkerRebalanceListener``, in Python.
+
+A recipe whose public class must itself be a ``Coordinator`` (``ConsumerPartitioning``,
+documented and used as one) subclasses :class:`RecipeMember` instead, and takes the rest
+piecewise: a :class:`RecipeContext` (:meth:`RecipeContext.of`), the callback rule
+(:meth:`RecipeContext.callback`) and the lease guard (:func:`guard_lease`); its lifecycle
+and waits are the ``Coordinator``'s.
 
 Time and waiting come from the member's clock: the base's locks, condition and events, the
 lease watchdog's thread and every :class:`ClockTimer`. A recipe makes every other thread,
@@ -37,13 +43,31 @@ class GroupListener(abc.ABC):
     """What a recipe does at each step of the group protocol (Connect's
     ``WorkerRebalanceListener``, widened to the whole protocol).
 
+    A recipe that speaks one protocol implements :meth:`metadata`, :meth:`assign` and
+    :meth:`joined`; one that offers several (the consumer protocol: one per assignor)
+    overrides :meth:`protocols`, :meth:`assign_with` and :meth:`joined_with`, which are told
+    the protocol the group chose. A rebalance alone changes nothing for a cooperative
+    recipe; one that must give up work before it rejoins (the consumer protocol's EAGER
+    revocation) does so in :meth:`preparing`.
+
     Threads:
-        :meth:`metadata`, :meth:`assign`, :meth:`joined` and :meth:`lost` run on the
-        member's membership thread, one at a time, never concurrently; :meth:`leaving` runs
-        once, on the thread that closes the member (or on the membership thread, if a
-        callback still ran when ``close`` gave up waiting for it). None of them may close
-        the member: it would wait for itself.
+        Every method but :meth:`leaving` runs on the member's membership thread, one at a
+        time, never concurrently; :meth:`leaving` runs once, on the thread that closes the
+        member (or on the membership thread, if a callback still ran when ``close`` gave up
+        waiting for it). None of them may close the member: it would wait for itself.
+
+    Errors:
+        What a step raises is logged by the member, which goes on as
+        ``docs/threading.md`` says (``assign``: the leader rejoins after a backoff;
+        ``joined``: called again with the same assignment after a backoff). A step that
+        calls a user's callback does so through :meth:`RecipeContext.callback`, the one rule
+        for what a user's callback raises.
     """
+
+    def protocols(self, name: str) -> Sequence[ProtocolMetadata]:
+        """The protocols this member offers in its next JoinGroup, most preferred first, each
+        with its metadata. Default: the recipe's protocol ``name`` with :meth:`metadata`."""
+        return [ProtocolMetadata(name, self.metadata())]
 
     @abc.abstractmethod
     def metadata(self) -> bytes:
@@ -59,9 +83,28 @@ class GroupListener(abc.ABC):
         the rebalance (the leader rejoins after a backoff).
         """
 
+    def assign_with(
+        self, protocol: str, generation: int, leader_id: str, members: Sequence[Member]
+    ) -> Mapping[str, bytes]:
+        """:meth:`assign`, told the protocol the group chose among :meth:`protocols`.
+        Default: :meth:`assign`."""
+        return self.assign(generation, leader_id, members)
+
     @abc.abstractmethod
     def joined(self, generation: int, member_id: str, assignment: bytes) -> None:
         """This member joined ``generation`` as ``member_id`` and got ``assignment``."""
+
+    def joined_with(
+        self, protocol: str, generation: int, member_id: str, assignment: bytes
+    ) -> None:
+        """:meth:`joined`, told the protocol the group chose. Default: :meth:`joined`."""
+        self.joined(generation, member_id, assignment)
+
+    def preparing(self, generation: int, member_id: str) -> None:  # noqa: B027
+        """A rebalance begins: this member is about to send a JoinGroup, leaving generation
+        ``generation`` (-1: it has none, and :meth:`lost` follows). Default: nothing, as
+        for a cooperative recipe, which keeps its work through a rebalance. Must return
+        quickly: the group waits for this member's JoinGroup."""
 
     @abc.abstractmethod
     def lost(self) -> None:
@@ -88,42 +131,61 @@ class RecipeMember(Coordinator):
         """
         super().__init__(group_id, **options)
         self._protocol_type, self._protocol_name = protocol
-        self._listener: GroupListener | None = None
+        self._group_listener: GroupListener | None = None
 
     def listen(self, listener: GroupListener) -> None:
         """Hand the protocol's steps to ``listener`` (once, before :meth:`start`)."""
-        self._listener = listener
+        self._group_listener = listener
 
     @property
     def listener(self) -> GroupListener:
         """The recipe's listener."""
-        assert self._listener is not None, "the recipe has not given its listener yet"
-        return self._listener
+        assert self._group_listener is not None, "the recipe has not given its listener yet"
+        return self._group_listener
 
     def protocol_type(self) -> str:
         return self._protocol_type
 
     def metadata(self) -> Sequence[ProtocolMetadata]:
-        return [ProtocolMetadata(self._protocol_name, self.listener.metadata())]
+        return self.listener.protocols(self._protocol_name)
 
     def perform_assignment(
         self, leader_id: str, protocol: str, members: Sequence[Member]
     ) -> Mapping[str, bytes]:
-        return self.listener.assign(self.generation().generation_id, leader_id, members)
+        generation = self.generation().generation_id
+        return self.listener.assign_with(protocol, generation, leader_id, members)
 
     def on_join_prepare(self, generation: int, member_id: str) -> None:
-        # A rebalance alone changes nothing for a recipe (they are all cooperative); only a
-        # lost generation does: the group may already have given this member's work away.
+        self.listener.preparing(generation, member_id)
+        # A lost generation: the group may already have given this member's work away.
         if generation == -1:
             self.listener.lost()
 
     def on_join_complete(
         self, generation: int, member_id: str, protocol: str, assignment: bytes
     ) -> None:
-        self.listener.joined(generation, member_id, assignment)
+        self.listener.joined_with(protocol, generation, member_id, assignment)
 
     def on_leave_prepare(self) -> None:
         self.listener.leaving()
+
+
+def guard_lease(
+    member: Coordinator,
+    margin_ms: int | None,
+    *,
+    why: str,
+    reserve: tuple[str, int] | None = None,
+) -> LeaseGuard:
+    """The lease guard of a recipe's member (see :class:`coordination.lease.LeaseGuard`):
+    ``margin_ms`` is the recipe's ``lease_margin_ms`` setting (None: its default).
+
+    Raises:
+        ConfigurationError: the margin is invalid or leaves no room.
+    """
+    return LeaseGuard(
+        lambda: member.membership_lease(), member.config, margin_ms, why=why, reserve=reserve
+    )
 
 
 class ClockTimer:
@@ -174,17 +236,52 @@ class RecipeContext:
     log: logging.LoggerAdapter[logging.Logger]
     hooks: HookCaller
 
+    @classmethod
+    def of(cls, member: RecipeMember, kind: str, logger: logging.Logger) -> RecipeContext:
+        """The context of a new recipe of ``kind`` (e.g. ``"election"``) over ``member``,
+        logging to ``logger``; everything made from the member's clock."""
+        clock = member.clock
+        lock = clock.rlock()
+        return cls(
+            name=f"{kind} of group {member.config.group_id!r}",
+            member=member,
+            clock=clock,
+            lock=lock,
+            changed=clock.condition(lock),
+            stopped=clock.event(),
+            callback_lock=clock.rlock(),
+            log=member.member_logger(logger),
+            hooks=HookCaller(member.config.hooks),
+        )
+
     @property
     def closed(self) -> bool:
         """Whether the recipe was closed."""
         return self.stopped.is_set()
 
-    def callback(self, name: str, fn: Callable[..., object] | None, *args: Any) -> None:
+    def callback(
+        self, name: str, fn: Callable[..., object] | None, *args: Any, again: bool = False
+    ) -> None:
         """Run the user's callback ``fn(*args)`` (if any) while no other user callback of the
-        recipe runs; log what it raises, never let it reach the group's threads."""
+        recipe runs.
+
+        The one rule of every recipe for what a user's callback raises: the exception is
+        logged (with its traceback, on the recipe's logger), and the change the callback was
+        told of happens all the same: a deposed leader stays deposed, a revoked or lost
+        partition is given up. Never can it stop a group's thread or leave the recipe
+        half-changed. One kind of callback is told of work that must not begin before it
+        has returned (a consumer's ``on_partitions_assigned``: no record of the partitions
+        is returned before it): with ``again``, the exception goes on to the member's step
+        that called the callback, and the member (which logs it) calls that step again,
+        with the same assignment, after a backoff, until the callback returns or a new
+        rebalance supersedes it; the work waits meanwhile.
+        """
         if fn is None:
             return
         with self.callback_lock:
+            if again:
+                fn(*args)
+                return
             try:
                 fn(*args)
             except Exception:
@@ -218,7 +315,8 @@ class Recipe(abc.ABC):
           :meth:`_wait` once closed;
         * :meth:`_wait`, the one blocking wait, on the clock's condition;
         * user callbacks run one at a time (:meth:`RecipeContext.callback`), and an
-          exception they raise is logged, never propagated into the group's threads;
+          exception they raise is logged, never propagated into the group's threads (the
+          one rule, and its one exception, are in :meth:`RecipeContext.callback`);
         * :meth:`_guard_lease` and :meth:`_watch_lease`: the membership-lease guard
           (:class:`coordination.lease.LeaseGuard`) and its watchdog on the clock, both
           closed with the recipe.
@@ -235,11 +333,11 @@ class Recipe(abc.ABC):
     _LOG: ClassVar[logging.Logger] = logging.getLogger("recipes")
     """Where the recipe logs."""
     _WAIT_POLL_S: ClassVar[float] = 0.25
+    """How often :meth:`_wait` asks again if nothing notifies it (the member's own state
+    and the lease change without telling the recipe)."""
     _DEFAULTS: ClassVar[Mapping[str, Any]] = {}
     """The recipe's own defaults of group settings, below the user's settings (a recipe that
     fails over faster than Kafka's consumer defaults allow sets them here)."""
-    """How often :meth:`_wait` asks again if nothing notifies it (the member's own state
-    and the lease change without telling the recipe)."""
 
     def __init__(
         self,
@@ -265,19 +363,7 @@ class Recipe(abc.ABC):
         options = {"transport": transport, "clock": clock, **self._DEFAULTS, **settings}
         member = RecipeMember(group_id, protocol, options)
         self._member = member
-        clock_ = member.clock
-        lock = clock_.rlock()
-        self._ctx = RecipeContext(
-            name=f"{self._KIND} of group {group_id!r}",
-            member=member,
-            clock=clock_,
-            lock=lock,
-            changed=clock_.condition(lock),
-            stopped=clock_.event(),
-            callback_lock=clock_.rlock(),
-            log=member.member_logger(self._LOG),
-            hooks=HookCaller(member.config.hooks),
-        )
+        self._ctx = RecipeContext.of(member, self._KIND, self._LOG)
         self._lease: LeaseGuard | None = None
         self._started = False
 
@@ -415,10 +501,7 @@ class Recipe(abc.ABC):
         Raises:
             ConfigurationError: the margin is invalid or leaves no room.
         """
-        member = self._member
-        self._lease = LeaseGuard(
-            lambda: member.membership_lease(), member.config, margin_ms, why=why, reserve=reserve
-        )
+        self._lease = guard_lease(self._member, margin_ms, why=why, reserve=reserve)
         return self._lease
 
     def _watch_lease(

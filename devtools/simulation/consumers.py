@@ -310,7 +310,7 @@ class ConsumersDriver(DriverBase):
         # Cheap first: only a partition two living consumers own can be owned twice.
         seen: set[Any] = set()
         for member in self.members.values():
-            owned = member.group._owned  # without the lock: a check between steps
+            owned = member.group.owned()  # never takes the lock: a check between steps
             if member.process.dead or not owned:
                 continue
             if not seen.isdisjoint(owned):

@@ -174,9 +174,12 @@ class Consumer:
             fetcher: where the records come from (a :class:`RecordFetcher`); default:
                 kafka-python's ``KafkaConsumer``, made by :meth:`start` from the fetch
                 settings.
-            **settings: group settings (see :class:`coordination.Coordinator`) and
-                kafka-python fetch settings (``max_poll_records``, ``fetch_max_wait_ms``,
-                ``isolation_level``, ``value_deserializer``, ``bootstrap_timeout_ms``: how
+            **settings: group settings (see :class:`coordination.Coordinator`; with the
+                classic protocol also ``rack_id``, ``metadata_max_age_ms`` and
+                ``lease_margin_ms``, as for :class:`ConsumerPartitioning`) and kafka-python
+                fetch settings
+                (``max_poll_records``, ``fetch_max_wait_ms``, ``isolation_level``,
+                ``value_deserializer``, ``bootstrap_timeout_ms``: how
                 long :meth:`start` waits for the cluster (default 30000), ...), for the
                 default fetcher only.
 

@@ -24,6 +24,9 @@ class RebalanceListener:
       ``on_join_complete`` with the same assignment) with the same partitions, until it
       returns or a new rebalance supersedes it; partitions still owned after that rebalance
       are then announced with its assignment.
+    * If :meth:`on_partitions_revoked` or :meth:`on_partitions_lost` raises, the exception
+      is logged (logger ``recipes.partitioning``) and the partitions are given up all the
+      same: the recipes' one rule for a user's callback (see ``docs/partitioning.md``).
     * :meth:`on_partitions_lost` replaces "revoked" when the membership was taken away
       (session expired, fenced, generation lost): the partitions may already belong to
       another member, so nothing may be committed for them. By default it calls

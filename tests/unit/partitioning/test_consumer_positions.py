@@ -475,3 +475,26 @@ def test_metrics_report_paused_and_announcing_partitions_without_raising() -> No
     assert metrics.lag == {tp(0): 5, tp(1): 10} and metrics.total_lag == 15
     h.consumer.resume(tp(0))
     assert h.consumer.metrics().lag[tp(0)] == 89
+
+
+def test_a_listener_that_raises_on_a_loss_still_loses_the_partitions(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The recipes' one rule for what a user's callback raises: logged, and the loss
+    # happens all the same (no record of a lost partition is returned after it).
+    h = Harness()
+    h.join(0, 1)
+    h.offsets(lambda r: committed(p0=10, p1=20), 1)
+    assert h.engine.join_group_if_needed(deadline=None)
+
+    class FailsOnLoss(RebalanceListener):
+        def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+            raise RuntimeError("lost failed")
+
+    h.consumer._user_listener = FailsOnLoss()
+    with caplog.at_level("ERROR", logger="recipes.partitioning"):
+        h.consumer.group.on_join_prepare(-1, "")  # does not raise
+    assert "on_partitions_lost raised" in caplog.text
+    assert h.consumer.assignment() == frozenset() and h.consumer.position(tp(0)) is None
+    h.fetcher.to_return = {tp(0): [Record(10)]}
+    assert h.consumer.poll(0) == {}

@@ -323,3 +323,114 @@ def test_client_rack_is_the_subscriptions_rack_and_the_fetchers() -> None:
     assert decode_subscription(metadata.metadata).rack_id == "az-1"
     assert consumer._fetch_config["client_rack"] == "az-1"
     consumer.close()
+
+
+# ------------------------------------------------------------------ what a listener raises
+
+
+class Raises(Recorder):
+    """Records every call, then raises from those named."""
+
+    def __init__(self, *failing: str) -> None:
+        super().__init__()
+        self.failing = set(failing)
+
+    def _maybe_fail(self, what: str) -> None:
+        if what in self.failing:
+            raise RuntimeError(f"{what} failed")
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        super().on_partitions_assigned(partitions)
+        self._maybe_fail("assigned")
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        super().on_partitions_revoked(partitions)
+        self._maybe_fail("revoked")
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        super().on_partitions_lost(partitions)
+        self._maybe_fail("lost")
+
+
+@pytest.mark.parametrize(
+    ("step", "told"),
+    [("an eager rebalance", "revoked"), ("a lost generation", "lost"), ("leaving", "lost")],
+)
+def test_a_revocation_or_loss_that_raises_is_logged_and_gives_the_partitions_up(
+    step: str, told: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The recipes' one rule (RecipeContext.callback): logged, and the change happens all
+    # the same; the member's step goes on (nothing reaches the engine).
+    m, _ = member(RangeAssignor())
+    rec = Raises("revoked", "lost")
+    m._listener = rec
+    m.on_join_complete(1, "m-1", "range", assignment(0, 1))
+    with caplog.at_level("ERROR", logger="recipes.partitioning"):
+        if step == "an eager rebalance":
+            m.on_join_prepare(1, "m-1")
+        elif step == "a lost generation":
+            m.on_join_prepare(-1, "m-1")
+        else:
+            m.on_leave_prepare()  # never joined for real: its generation is -1, so lost
+    assert rec.calls[-1] == (told, tps(0, 1))
+    assert m.owned() == frozenset()
+    sub = decode_subscription(m.metadata()[0].metadata)
+    assert sub.owned_partitions == () and sub.generation_id == -1
+    (record,) = [r for r in caplog.records if f"on_partitions_{told} raised" in r.getMessage()]
+    assert record.exc_info is not None and f"{told} failed" in str(record.exc_info[1])
+
+
+def test_a_cooperative_revocation_that_raises_still_completes_the_assignment(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    m, _ = member(CooperativeStickyAssignor())
+    rec = Raises("revoked")
+    m._listener = rec
+    rejoins: list[str] = []
+    m.request_rejoin = rejoins.append  # type: ignore[method-assign,assignment]
+    m.on_join_complete(1, "m-1", "cooperative-sticky", assignment(0, 1, 2))
+    with caplog.at_level("ERROR", logger="recipes.partitioning"):
+        m.on_join_complete(2, "m-1", "cooperative-sticky", assignment(0, 3))  # does not raise
+    assert rec.calls[-2:] == [("revoked", tps(1, 2)), ("assigned", tps(3))]
+    assert m.owned() == tps(0, 3)
+    assert len(rejoins) == 1 and "revoked" in rejoins[0]  # the hand-over still happens
+    assert "on_partitions_revoked raised" in caplog.text
+
+
+def test_an_assignment_that_raises_fails_the_step_for_the_engine_to_call_it_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The one exception to "logged and goes on": no record of an announced partition may
+    # be returned before on_partitions_assigned returned, so the step is retried (the
+    # engine logs it); the partitions are owned, and announced again by the retry.
+    m, _ = member(RangeAssignor())
+    rec = Raises("assigned")
+    m._listener = rec
+    with caplog.at_level("ERROR", logger="recipes.partitioning"), pytest.raises(RuntimeError):
+        m.on_join_complete(1, "m-1", "range", assignment(0, 1))
+    assert m.owned() == tps(0, 1)
+    assert "raised" not in caplog.text  # not logged twice: the engine logs what it retries
+    rec.failing.clear()
+    m.on_join_complete(1, "m-1", "range", assignment(0, 1))
+    assert rec.calls == [("assigned", tps(0, 1))] * 2
+
+
+# ------------------------------------------------------------------ the membership lease
+
+
+def test_the_lease_guard_holds_only_while_the_membership_lease_is_above_its_margin() -> None:
+    m, _ = member(RangeAssignor())
+    assert m.lease.margin_ms == m.config.heartbeat_interval_ms  # the default margin
+    assert not m.lease.holds()  # never joined: no lease
+    margin, _ = member(RangeAssignor(), lease_margin_ms=500)
+    assert margin.lease.margin_ms == 500
+
+
+def test_a_lease_margin_that_leaves_no_room_is_refused_at_construction() -> None:
+    with pytest.raises(ConfigurationError, match="lease_margin_ms"):
+        member(RangeAssignor(), lease_margin_ms=45_000)
+    # The default margin is checked when the lease is read, so that settings a consumer
+    # accepted before it had a lease guard are still accepted.
+    m, _ = member(RangeAssignor(), session_timeout_ms=10_000, heartbeat_interval_ms=6_000)
+    with pytest.raises(ConfigurationError, match="lease_margin_ms"):
+        m.lease  # noqa: B018
