@@ -176,6 +176,8 @@ class ConsumerGroupMembership(MemberCore):
         self._sent = _Sent()
         self._heartbeat_now = True
         self._rebalance_timeout_s = config.rebalance_timeout_ms / 1000
+        # The last assignment (and epoch) whose acknowledgement was asked for.
+        self._acknowledged: tuple[frozenset[TopicIdPartition], int] | None = None
 
     # ------------------------------------------------------------------ public view
 
@@ -543,12 +545,16 @@ class ConsumerGroupMembership(MemberCore):
                     deadline = revoking_since + self._rebalance_timeout_s
                     if self._revoke_deadline is None or deadline < self._revoke_deadline:
                         self._revoke_deadline = deadline
-                # Every assignment is acknowledged: the next heartbeat reports what the member
-                # owns (at once if there is nothing to reconcile), as Kafka's clients do; the
-                # broker leaves a revocation pending until it reads such a report.
-                self._sent = _Sent(subscription=self._sent.subscription, owned=None)
-                if target == self._owned:
-                    self._heartbeat_now = True
+                # Every new assignment (or epoch) is acknowledged: the next heartbeat reports
+                # what the member owns (at once if there is nothing to reconcile), as Kafka's
+                # clients do; the broker leaves a revocation pending until it reads such a
+                # report. The broker answers a report with the assignment again: the same one
+                # at the same epoch needs no second acknowledgement.
+                if (target, self._epoch) != self._acknowledged:
+                    self._acknowledged = (target, self._epoch)
+                    self._sent = _Sent(subscription=self._sent.subscription, owned=None)
+                    if target == self._owned:
+                        self._heartbeat_now = True
                 if target != self._target:
                     self._target = target
                     self._target_epoch = self._epoch

@@ -86,7 +86,8 @@ class Broker:
             # Partitions another member still reports owning are held back (KIP-848).
             usable = self.target - self.taken_by_others
             assignment = None
-            if usable != self.last_sent_assignment:
+            # As Kafka: the assignment again in answer to a report of the owned partitions.
+            if usable != self.last_sent_assignment or request.topic_partitions is not None:
                 self.last_sent_assignment = usable
                 assignment = _by_topic(usable)
             return cg.ConsumerGroupHeartbeatResponse(
@@ -361,5 +362,22 @@ def test_a_commit_refused_as_fenced_loses_the_partitions_a_stale_one_does_not() 
             offsets_api.commit(cgm, offsets, None, 5)
         wait_for(lambda: any(c[0] == "lost" for c in recipe.calls), "lost")
         cgm.wait_stable(10)  # joined again
+    finally:
+        cgm.close(5)
+
+
+def test_a_stable_member_heartbeats_at_the_interval_not_faster() -> None:
+    # The broker answers every report of the owned partitions with the assignment; a member
+    # that acknowledged every such answer with another report would heartbeat nonstop.
+    broker = Broker()
+    cgm, _ = member(broker)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        time.sleep(0.2)
+        before = len(broker.requests)
+        time.sleep(0.5)
+        sent = len(broker.requests) - before
+        assert sent <= 0.5 / 0.020 * 1.5, f"{sent} heartbeats in 0.5 s at a 20 ms interval"
     finally:
         cgm.close(5)
