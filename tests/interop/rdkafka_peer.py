@@ -90,7 +90,10 @@ class Peer:
         self.poll_s = args.poll_ms / 1000
         self.batch = args.max_poll_records
         assignors = [a.strip() for a in args.assignor.split(",")]
-        self.cooperative = bool(_COOPERATIVE.intersection(assignors))
+        # The consumer group protocol (KIP-848) is always incremental, whatever the assignor.
+        self.cooperative = (
+            bool(_COOPERATIVE.intersection(assignors)) or args.group_protocol == "consumer"
+        )
         self.stopping = False
         self.watch = _LeaderWatch()
         logger = logging.getLogger(f"rdkafka-peer.{args.client_id}")
