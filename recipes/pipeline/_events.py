@@ -90,6 +90,8 @@ class WorkerEvent:
         Raises:
             ValueError: ``data`` is no worker event: an unknown kind or a missing field.
         """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"not a worker event: {data!r}")
         kind = data.get("event")
         cls = _CLASSES.get(kind) if isinstance(kind, str) else None
         if cls is None:
