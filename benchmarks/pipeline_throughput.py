@@ -50,6 +50,7 @@ from typing import Any, TypedDict
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from coordination.testing import running_kafka
+from recipes.pipeline import BatchPublished, WorkerStarted
 from recipes.pipeline._cluster import Timeline, WorkerProcess
 from recipes.pipeline._generator import Tally, produce
 from recipes.pipeline._output import PipelineOutput, PublishedRangeError
@@ -174,7 +175,7 @@ def start_workers(
         for i in range(n)
     ]
     for w in workers:
-        w.wait_for("started", timeout=300)
+        w.wait_for(WorkerStarted, timeout=300)
     wait(
         lambda: (
             all(w.owned() for w in workers) and sum(len(w.owned()) for w in workers) == PARTITIONS
@@ -194,7 +195,7 @@ def published_all(output: PipelineOutput, topic: str, ends: dict[int, int]) -> b
 
 
 def ours_visible(workers: list[WorkerProcess]) -> list[tuple[float, int, int]]:
-    return [(e["t"], e["partition"], e["end"]) for w in workers for e in w.of("batch")]
+    return [(e.t, e.partition, e.end) for w in workers for e in w.of(BatchPublished)]
 
 
 def ours_throughput(bootstrap: str, events: int, sink: str) -> float:

@@ -7,13 +7,25 @@ Pipeline workers share the topics' partitions through a consumer group
 (:class:`PipelineWorker`); Spark reads each batch's offset range from Kafka
 itself, and each batch's results become visible only after its offsets were
 committed with the owner's generation, once, so results are exact although
-delivery is at-least-once (see ``docs/pipeline.md``). :func:`windowed_sum` is
+delivery is at-least-once (see ``docs/pipeline.md``). A worker reports what it
+does to ``on_event`` as :class:`WorkerEvent` values. :func:`windowed_sum` is
 the demo's pipeline. Importing this package does not import PySpark; starting
 a worker or a Spark job does.
 """
 
 from ._definition import BATCH_COLUMN as BATCH_COLUMN
 from ._definition import Pipeline as Pipeline
+from ._events import BatchAbandoned as BatchAbandoned
+from ._events import BatchFailed as BatchFailed
+from ._events import BatchPublished as BatchPublished
+from ._events import PartitionRecovered as PartitionRecovered
+from ._events import PartitionsAssigned as PartitionsAssigned
+from ._events import PartitionsReleased as PartitionsReleased
+from ._events import RebalanceBegan as RebalanceBegan
+from ._events import WorkerClosed as WorkerClosed
+from ._events import WorkerEvent as WorkerEvent
+from ._events import WorkerEventKind as WorkerEventKind
+from ._events import WorkerStarted as WorkerStarted
 from ._output import OffsetRange as OffsetRange
 from ._output import PipelineOutput as PipelineOutput
 from ._output import PipelineOutputError as PipelineOutputError
@@ -36,25 +48,34 @@ from ._windowed_sum import aggregate_events as aggregate_events
 from ._windowed_sum import parse_events as parse_events
 from ._windowed_sum import windowed_sum as windowed_sum
 from ._worker import PipelineWorker as PipelineWorker
-from ._worker import WorkerEvent as WorkerEvent
 
 __all__ = [
     "BATCH_COLUMN",
     "WINDOWED_SUM_KEYS",
     "WINDOWED_SUM_TOTALS",
     "Batch",
+    "BatchAbandoned",
+    "BatchFailed",
+    "BatchPublished",
     "DeltaSink",
     "OffsetRange",
     "ParquetSink",
+    "PartitionRecovered",
+    "PartitionsAssigned",
+    "PartitionsReleased",
     "Pipeline",
     "PipelineOutput",
     "PipelineOutputError",
     "PipelineWorker",
     "PublishedRangeError",
+    "RebalanceBegan",
     "Sink",
     "StagedBatch",
     "StagedFilesError",
+    "WorkerClosed",
     "WorkerEvent",
+    "WorkerEventKind",
+    "WorkerStarted",
     "aggregate_events",
     "kafka_rows",
     "parse_events",

@@ -18,7 +18,6 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from ._definition import Pipeline
 from ._sinks import DeltaSink, ParquetSink, Sink
@@ -143,6 +142,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     from coordination.errors import ConfigurationError
 
+    from ._events import WorkerEvent
     from ._worker import PipelineWorker
 
     if args.name is None:
@@ -157,9 +157,9 @@ def _worker(args: argparse.Namespace) -> int:
     )
     printing = threading.Lock()
 
-    def emit(event: Any) -> None:
+    def emit(event: WorkerEvent) -> None:
         with printing:
-            print(json.dumps(event), flush=True)
+            print(json.dumps(event.as_dict()), flush=True)
 
     try:
         worker = PipelineWorker(

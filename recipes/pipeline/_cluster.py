@@ -1,7 +1,8 @@
 """Worker processes of the pipeline, as the demo, the tests and the benchmark run them.
 
 :class:`WorkerProcess` starts ``python -m recipes.pipeline worker`` and collects
-the JSON events it prints; :class:`Timeline` merges the events of several
+the JSON events it prints, read back as :class:`~recipes.pipeline.WorkerEvent`
+values; :class:`Timeline` merges the events of several
 workers into who owned what when, how long each rebalance took and how long a
 killed worker's partitions waited.
 """
@@ -18,11 +19,21 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
+
+from ._events import (
+    BatchPublished,
+    PartitionsAssigned,
+    PartitionsReleased,
+    RebalanceBegan,
+    WorkerEvent,
+)
 
 __all__ = ["Kill", "Timeline", "WorkerProcess"]
 
 _ROOT = Path(__file__).resolve().parents[2]
+
+_E = TypeVar("_E", bound=WorkerEvent)
 
 
 class WorkerProcess:
@@ -31,7 +42,7 @@ class WorkerProcess:
     Example:
         w = WorkerProcess("w1", bootstrap_servers=..., group_id=..., topic="events",
                           output="/tmp/out", log_dir=Path("/tmp/logs"))
-        w.wait_for("started", timeout=120)
+        w.wait_for(WorkerStarted, timeout=120)
         w.kill()                      # SIGKILL
 
     The child writes its events to stdout (one JSON object per line) and its
@@ -99,7 +110,7 @@ class WorkerProcess:
             env={**os.environ, "PYTHONPATH": f"{_ROOT}{os.pathsep}{path}" if path else str(_ROOT)},
         )
         self.pid = self.process.pid
-        self.events: list[dict[str, Any]] = []
+        self.events: list[WorkerEvent] = []
         self._lock = threading.Condition()
         self.killed_at: float | None = None
         self._reader = threading.Thread(target=self._read, name=f"{name}-events", daemon=True)
@@ -109,31 +120,31 @@ class WorkerProcess:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             try:
-                event = json.loads(line)
+                event = WorkerEvent.from_dict(json.loads(line))
             except ValueError:
                 continue  # not an event (a library printing to stdout)
             with self._lock:
                 self.events.append(event)
                 self._lock.notify_all()
 
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        """The events of one kind so far."""
+    def of(self, kind: type[_E]) -> list[_E]:
+        """The events of one class so far (e.g. ``of(BatchPublished)``)."""
         with self._lock:
-            return [e for e in self.events if e["event"] == kind]
+            return [e for e in self.events if isinstance(e, kind)]
 
     def owned(self) -> set[int]:
         """The partitions the worker owns according to its events so far."""
         owned: set[int] = set()
         with self._lock:
             for e in self.events:
-                if e["event"] == "assigned":
-                    owned |= set(e["partitions"])
-                elif e["event"] in ("revoked", "lost"):
-                    owned -= set(e["partitions"])
+                if isinstance(e, PartitionsAssigned):
+                    owned |= set(e.partitions)
+                elif isinstance(e, PartitionsReleased):
+                    owned -= set(e.partitions)
         return owned
 
-    def wait_for(self, kind: str, timeout: float) -> dict[str, Any]:
-        """Wait for the first event of ``kind``.
+    def wait_for(self, kind: type[_E], timeout: float) -> _E:
+        """Wait for the first event of class ``kind``.
 
         Raises:
             TimeoutError: None came in time, or the process ended first.
@@ -141,13 +152,13 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout
         with self._lock:
             while True:
-                found = [e for e in self.events if e["event"] == kind]
+                found = [e for e in self.events if isinstance(e, kind)]
                 if found:
                     return found[0]
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self.alive:
                     raise TimeoutError(
-                        f"worker {self.name}: no {kind!r} event (see {self.log_path})"
+                        f"worker {self.name}: no {kind.__name__} event (see {self.log_path})"
                     )
                 self._lock.wait(min(remaining, 0.5))
 
@@ -216,36 +227,38 @@ class Timeline:
     def __init__(self, workers: Sequence[WorkerProcess], t0: float) -> None:
         self.t0 = t0
         self.kills = {w.name: w.killed_at for w in workers if w.killed_at is not None}
-        events = [dict(e) for w in workers for e in list(w.events)]
-        self.events = sorted(events, key=lambda e: float(e["t"]))
+        events = [e for w in workers for e in list(w.events)]
+        self.events = sorted(events, key=lambda e: e.t)
 
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        """Events of one kind, in time order."""
-        return [e for e in self.events if e["event"] == kind]
+    def of(self, kind: type[_E]) -> list[_E]:
+        """Events of one class, in time order."""
+        return [e for e in self.events if isinstance(e, kind)]
 
     def ownership(self) -> dict[int, list[tuple[str, float, float | None]]]:
         """Per partition, ``(worker, from, to)`` intervals (relative seconds; to None: still)."""
         open_: dict[int, tuple[str, float]] = {}
         result: dict[int, list[tuple[str, float, float | None]]] = {}
-        moments = [(float(e["t"]), e) for e in self.events]
-        moments += [(at, {"event": "killed", "worker": w}) for w, at in self.kills.items()]
+        # A kill is a moment of its own: (time, the worker killed) instead of an event.
+        moments: list[tuple[float, WorkerEvent | str]] = [(e.t, e) for e in self.events]
+        moments += [(at, w) for w, at in self.kills.items()]
         moments.sort(key=lambda m: m[0])
         for t, e in moments:
             rel = t - self.t0
-            if e["event"] == "assigned":
-                for p in e["partitions"]:
+            if isinstance(e, PartitionsAssigned):
+                for p in e.partitions:
                     if p in open_:  # the previous owner's end was not seen (clock skew)
                         worker, since = open_.pop(p)
                         result.setdefault(p, []).append((worker, since, rel))
-                    open_[p] = (e["worker"], rel)
-            elif e["event"] in ("revoked", "lost", "killed"):
+                    open_[p] = (e.worker, rel)
+            elif isinstance(e, PartitionsReleased | str):
+                who = e if isinstance(e, str) else e.worker
                 gone = (
-                    e["partitions"]
-                    if e["event"] != "killed"
-                    else [p for p, (w, _) in open_.items() if w == e["worker"]]
+                    e.partitions
+                    if not isinstance(e, str)
+                    else [p for p, (w, _) in open_.items() if w == who]
                 )
                 for p in gone:
-                    if p in open_ and open_[p][0] == e["worker"]:
+                    if p in open_ and open_[p][0] == who:
                         worker, since = open_.pop(p)
                         result.setdefault(p, []).append((worker, since, rel))
         for p, (worker, since) in open_.items():
@@ -258,15 +271,15 @@ class Timeline:
         ``ms`` is the longest time a member spent from the start of the
         rebalance (its JoinGroup) to its assignment; ``at`` is relative seconds.
         """
-        by_generation: dict[int, list[dict[str, Any]]] = {}
-        for e in self.of("assigned"):
-            by_generation.setdefault(int(e["generation"]), []).append(e)
+        by_generation: dict[int, list[PartitionsAssigned]] = {}
+        for e in self.of(PartitionsAssigned):
+            by_generation.setdefault(e.generation, []).append(e)
         return [
             (
                 g,
-                min(float(e["t"]) for e in es) - self.t0,
-                len({e["worker"] for e in es}),
-                max(int(e["rebalance_ms"] or 0) for e in es),
+                min(e.t for e in es) - self.t0,
+                len({e.worker for e in es}),
+                max(e.rebalance_ms or 0 for e in es),
             )
             for g, es in sorted(by_generation.items())
         ]
@@ -277,16 +290,12 @@ class Timeline:
         resumed: dict[int, float | None] = {}
         for p in sorted(partitions):
             after = [
-                float(e["t"]) - at
-                for e in self.of("batch")
-                if e["partition"] == p and e["worker"] != worker and float(e["t"]) > at
+                e.t - at
+                for e in self.of(BatchPublished)
+                if e.partition == p and e.worker != worker and e.t > at
             ]
             resumed[p] = min(after) if after else None
-        noticed = [
-            float(e["t"]) - at
-            for e in self.of("rebalance")
-            if e["worker"] != worker and float(e["t"]) > at
-        ]
+        noticed = [e.t - at for e in self.of(RebalanceBegan) if e.worker != worker and e.t > at]
         return Kill(
             worker=worker,
             at=at,

@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from ._cluster import Kill, Timeline, WorkerProcess
+from ._events import BatchAbandoned, BatchPublished, PartitionRecovered, WorkerStarted
 from ._generator import EventSpec, Tally, produce
 from ._output import PipelineOutput, PipelineOutputError, PublishedRangeError
 
@@ -138,7 +139,7 @@ def run_demo(
         # On a fresh machine the first worker downloads Spark's packages (about 100 MB) while
         # the others wait for it (see spark_session): minutes on a slow link or busy machine.
         for w in procs:
-            w.wait_for("started", timeout=900)
+            w.wait_for(WorkerStarted, timeout=900)
         # Settled: every worker has a share and together they own every partition
         # once (the first to join briefly owns everything).
         _wait(
@@ -193,7 +194,7 @@ def run_demo(
             with progress:
                 progress.wait_for(lambda p=point: produced[0] >= p)  # type: ignore[misc]
             alive = [w for w in procs if w.alive]
-            victim = max(alive, key=lambda w: (len(w.owned()), len(w.of("batch"))))
+            victim = max(alive, key=lambda w: (len(w.owned()), len(w.of(BatchPublished))))
             owned = sorted(victim.owned())
             victim.kill()
             killed.append((victim.name, owned))
@@ -234,7 +235,7 @@ def run_demo(
     timeline = Timeline(procs, t0)
     with open(root / "events.jsonl", "w") as f:
         for event in timeline.events:
-            f.write(json.dumps(event) + "\n")
+            f.write(json.dumps(event.as_dict()) + "\n")
     try:
         output.check_published(ends)
     except PublishedRangeError as e:
@@ -282,9 +283,9 @@ def print_report(report: DemoReport, say: Callable[[str], None] = print) -> None
                 else f" ({len(kill.partitions) - len(resumed)} got no new data)"
             )
         )
-    batches = t.of("batch")
-    abandoned = t.of("abandoned")
-    recovered = [e for e in t.of("recovered") if e.get("published") or e.get("orphans")]
+    batches = t.of(BatchPublished)
+    abandoned = t.of(BatchAbandoned)
+    recovered = [e for e in t.of(PartitionRecovered) if e.published or e.orphans]
     say(
         f"Batches: {len(batches)} published, {len(abandoned)} abandoned; "
         f"{len(recovered)} takeovers found an unpublished commit or orphans"

@@ -25,17 +25,29 @@ from typing import TYPE_CHECKING, Any, Final
 
 from coordination import ErrorCode, OffsetAndMetadata
 from coordination.errors import CommitFailedError, ConfigurationError, CoordinationError
+from coordination.hooks import CoordinationHooks, RebalanceStarted
 from coordination.lease import LeaseGuard
 from recipes.partitioning import (
     Consumer,
     ConsumerPartitioning,
     CooperativeStickyAssignor,
+    RebalanceListener,
     TopicPartition,
 )
-from recipes.partitioning._consumer import FETCH_SETTINGS
-from recipes.partitioning._listener import ForwardingListener
 
 from ._definition import Pipeline
+from ._events import (
+    BatchAbandoned,
+    BatchFailed,
+    BatchPublished,
+    PartitionRecovered,
+    PartitionsAssigned,
+    PartitionsReleased,
+    RebalanceBegan,
+    WorkerClosed,
+    WorkerEvent,
+    WorkerStarted,
+)
 from ._output import OffsetRange, PipelineOutput, PipelineOutputError, StagedBatch, StagedFilesError
 from ._sinks import ParquetSink
 from ._spark import Batch, spark_session, stage_batch, stage_many
@@ -44,20 +56,34 @@ from ._windowed_sum import DEFAULT_WINDOW_MS, windowed_sum
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PipelineWorker", "WorkerEvent"]
+__all__ = ["PipelineWorker"]
 
 log = logging.getLogger("recipes.pipeline")
 
-WorkerEvent = Mapping[str, Any]
-"""One observation of a worker, e.g. ``{"event": "batch", "partition": 3, ...}``.
-
-Every event has ``event`` (its kind), ``worker`` (the worker's name) and ``t``
-(wall-clock seconds since the epoch, so that events of several processes on one
-machine can be merged into one timeline).
-"""
-
 # kafka-python connection settings that Spark's Kafka source needs in its own spelling.
 _SECURITY_SETTINGS: Final = ("security_protocol", "sasl_mechanism", "ssl_cafile")
+
+# The Consumer's fetch settings (kafka-python's, for its default fetcher; see Consumer's
+# ``**settings``): Spark reads the records, so the worker refuses them. The worker sets
+# two itself (auto_offset_reset, isolation_level). A unit test keeps this list the
+# Consumer's.
+_FETCH_SETTINGS: Final = frozenset(
+    {
+        "auto_offset_reset",
+        "fetch_min_bytes",
+        "fetch_max_wait_ms",
+        "fetch_max_bytes",
+        "max_partition_fetch_bytes",
+        "max_poll_records",
+        "isolation_level",
+        "check_crcs",
+        "key_deserializer",
+        "value_deserializer",
+        "receive_buffer_bytes",
+        "send_buffer_bytes",
+        "bootstrap_timeout_ms",
+    }
+)
 
 
 @dataclass(eq=False)
@@ -83,27 +109,32 @@ class _Partition:
     failures: int = 0
 
 
-class _Membership(ConsumerPartitioning):
-    """ConsumerPartitioning that tells the worker when a rebalance starts, to time it."""
+class _Handover(RebalanceListener):
+    """The consumer's listener: hands each ownership change to the worker (on the
+    membership thread)."""
 
-    def __init__(self, worker: PipelineWorker, group_id: str, **settings: Any) -> None:
-        super().__init__(group_id, **settings)
+    def __init__(self, worker: PipelineWorker) -> None:
         self._worker = worker
 
-    def on_join_prepare(self, generation: int, member_id: str) -> None:
-        self._worker._rebalance_started(generation)
-        super().on_join_prepare(generation, member_id)
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        self._worker._take(partitions)
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        self._worker._give_up(partitions, lost=False)
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        self._worker._give_up(partitions, lost=True)
 
 
-class _WorkerConsumer(Consumer):
-    """The worker's Consumer: its group member is a :class:`_Membership`."""
+class _RebalanceClock(CoordinationHooks):
+    """A hook of the worker's group member: a rebalance began (its first JoinGroup), from
+    which the worker times the ownership changes that follow."""
 
-    def __init__(self, worker: PipelineWorker, group_id: str, **settings: Any) -> None:
+    def __init__(self, worker: PipelineWorker) -> None:
         self._worker = worker
-        super().__init__(group_id, **settings)
 
-    def _new_group(self, group_id: str, **kwargs: Any) -> ConsumerPartitioning:
-        return _Membership(self._worker, group_id, **kwargs)
+    def on_rebalance_started(self, event: RebalanceStarted) -> None:
+        self._worker._rebalance_started(event.reason)
 
 
 class PipelineWorker:
@@ -143,10 +174,14 @@ class PipelineWorker:
     from a pause past its session cannot delete its successor's batches.
 
     Built on Consumer:
-        :attr:`consumer` (a :class:`~recipes.partitioning.Consumer`) holds the
-        group membership, answers each partition's committed offset and end,
+        :attr:`consumer` (a plain :class:`~recipes.partitioning.Consumer`) holds
+        the group membership, answers each partition's committed offset and end,
         and commits fenced by ownership and generation; :attr:`group` is its
-        group member. Its partitions stay paused: it never fetches records.
+        group member. Its partitions stay paused: it never fetches records. The
+        worker sees ownership changes through the consumer's
+        :class:`~recipes.partitioning.RebalanceListener` and the start of each
+        rebalance through a :class:`~coordination.hooks.CoordinationHooks` it adds
+        to the member's ``hooks`` (a ``hooks`` setting of yours is kept).
 
     Ownership changes (on the group's membership thread):
         assigned: the partition is recovered (the previous owner's committed but
@@ -171,15 +206,18 @@ class PipelineWorker:
         the group member's clock (``clock=``).
 
     Events:
-        ``on_event`` receives a :data:`WorkerEvent` for: ``started`` (Spark up),
-        ``rebalance`` (a rebalance began), ``assigned`` / ``revoked`` / ``lost``
-        (with ``partitions``, ``generation``, and ``rebalance_ms`` since the
+        ``on_event`` receives a frozen :class:`~recipes.pipeline.WorkerEvent`,
+        of the subclass for its ``kind``: ``started`` (Spark up), ``rebalance``
+        (a rebalance began), ``assigned`` / ``revoked`` / ``lost`` (with
+        ``partitions``, ``generation``, and ``rebalance_ms`` since the
         rebalance began), ``recovered`` (a partition is ready: its committed
         offset, what recover published, the orphans removed), ``batch``
         (topic, partition, offsets, records, rejected, milliseconds),
         ``abandoned`` (a commit failed and did not land; the staged batch is
         left), ``failed`` (Spark or the sink failed; the range is processed
-        again), ``closed``. It runs on the worker's threads and must be fast.
+        again), ``closed``. It runs on the worker's threads (several at once:
+        the batch threads, the membership thread) and must be fast. An
+        exception it raises is logged with the event and the worker carries on.
     """
 
     def __init__(
@@ -238,7 +276,7 @@ class PipelineWorker:
             **settings: Group and connection settings of
                 :class:`~recipes.partitioning.ConsumerPartitioning`
                 (``bootstrap_servers`` (required), ``session_timeout_ms``, ...,
-                ``transport`` and ``clock``).
+                ``hooks``, ``transport`` and ``clock``).
 
         Raises:
             ConfigurationError: A setting is invalid.
@@ -281,7 +319,7 @@ class PipelineWorker:
         self._master = master
         self._spark_conf = dict(spark_conf or {})
         self._on_event = on_event
-        refused = sorted(k for k in settings if k in FETCH_SETTINGS)
+        refused = sorted(k for k in settings if k in _FETCH_SETTINGS)
         if refused:
             raise ConfigurationError(
                 f"PipelineWorker: Spark reads the records (kafka_options configure its Kafka "
@@ -292,12 +330,12 @@ class PipelineWorker:
         # join it): Spark caches a consumer per group id and partition, so every batch of a
         # partition reuses one instead of each batch creating (and caching) its own.
         self.kafka_options.setdefault("kafka.group.id", f"{group_id}.spark-reader")
-        self.consumer: Consumer = _WorkerConsumer(
-            self,
+        settings["hooks"] = _with_hook(settings.get("hooks"), _RebalanceClock(self))
+        self.consumer = Consumer(
             group_id,
             topics=list(pipeline.topics),
             assignors=[CooperativeStickyAssignor()],
-            listener=ForwardingListener(self._give_up, self._take),
+            listener=_Handover(self),
             auto_offset_reset="earliest",
             # Batches end at the last stable offset: aborted records are never read.
             isolation_level="read_committed",
@@ -371,7 +409,14 @@ class PipelineWorker:
             started_ms = self._ms_since(t0)
             t0 = self._clock.monotonic()
             self._warm_up()
-            self._emit("started", spark_start_ms=started_ms, warm_up_ms=self._ms_since(t0))
+            self._emit(
+                WorkerStarted(
+                    worker=self.name,
+                    t=time.time(),
+                    spark_start_ms=started_ms,
+                    warm_up_ms=self._ms_since(t0),
+                )
+            )
             # What crashed workers left mid-job (nothing there was committed); never a live
             # worker's, whatever its name.
             self.output.remove_dead_jobs()
@@ -462,7 +507,14 @@ class PipelineWorker:
             self._spark = None
         if self._output is not None:
             self._output.close()  # no job runs any more: its run's directory goes
-        self._emit("closed", records=self.records_processed, batches=self.batches)
+        self._emit(
+            WorkerClosed(
+                worker=self.name,
+                t=time.time(),
+                records=self.records_processed,
+                batches=self.batches,
+            )
+        )
 
     def owned(self) -> frozenset[TopicPartition]:
         """The partitions this worker owns now."""
@@ -607,11 +659,15 @@ class PipelineWorker:
                 part.pending_since = None
                 part.ready = True
             self._emit(
-                "recovered",
-                partition=tp.partition,
-                committed=offset,
-                published=recovered.name if recovered is not None and unpublished else None,
-                orphans=len(orphans),
+                PartitionRecovered(
+                    worker=self.name,
+                    t=time.time(),
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    committed=offset,
+                    published=recovered.name if recovered is not None and unpublished else None,
+                    orphans=len(orphans),
+                )
             )
         finally:
             self._done(tp)
@@ -675,12 +731,15 @@ class PipelineWorker:
         """A batch whose commit failed and did not land: left in staging, its partition
         processed again from its committed offset."""
         self._emit(
-            "abandoned",
-            topic=batch.topic,
-            partition=batch.partition,
-            start=batch.start_offset,
-            end=batch.end_offset,
-            reason=str(error),
+            BatchAbandoned(
+                worker=self.name,
+                t=time.time(),
+                topic=batch.topic,
+                partition=batch.partition,
+                start=batch.start_offset,
+                end=batch.end_offset,
+                reason=str(error),
+            )
         )
         log.warning(
             "%s: %s: commit of [%d, %d) failed or unknown (%s); batch left in "
@@ -724,15 +783,18 @@ class PipelineWorker:
             self.records_processed += staged.records
             self.batches += 1
         self._emit(
-            "batch",
-            topic=batch.topic,
-            partition=batch.partition,
-            start=batch.start_offset,
-            end=batch.end_offset,
-            records=staged.records,
-            rejected=staged.rejected,
-            stage_ms=staged_ms,
-            ms=self._ms_since(t0),
+            BatchPublished(
+                worker=self.name,
+                t=time.time(),
+                topic=batch.topic,
+                partition=batch.partition,
+                start=batch.start_offset,
+                end=batch.end_offset,
+                records=staged.records,
+                rejected=staged.rejected,
+                stage_ms=staged_ms,
+                ms=self._ms_since(t0),
+            )
         )
 
     def _stopped_by(self, error: BaseException) -> bool:
@@ -745,7 +807,15 @@ class PipelineWorker:
         return True
 
     def _failed(self, part: _Partition, error: BaseException) -> None:
-        self._emit("failed", topic=part.tp.topic, partition=part.tp.partition, error=repr(error))
+        self._emit(
+            BatchFailed(
+                worker=self.name,
+                t=time.time(),
+                topic=part.tp.topic,
+                partition=part.tp.partition,
+                error=repr(error),
+            )
+        )
         self._reread(part, failed=True)
 
     def _stage(self, batches: list[OffsetRange]) -> list[StagedBatch]:
@@ -819,10 +889,19 @@ class PipelineWorker:
 
     # ------------------------------------------------------------------ membership thread
 
-    def _rebalance_started(self, generation: int) -> None:
+    def _rebalance_started(self, reason: str) -> None:
+        """The group member began a rebalance (its hook, on the membership thread)."""
         with self._lock:
             self._rebalance_t0 = self._clock.monotonic()
-        self._emit("rebalance", generation=generation)
+        self._emit(
+            RebalanceBegan(
+                worker=self.name,
+                t=time.time(),
+                # The generation it rejoins from: the one it held (-1 if it was lost).
+                generation=self.group.generation().generation_id,
+                reason=reason,
+            )
+        )
 
     def _rebalance_ms(self) -> int | None:
         with self._lock:
@@ -860,11 +939,15 @@ class PipelineWorker:
                 self._parts.pop(tp, None)
             self._revoking -= partitions
         self._emit(
-            "lost" if lost else "revoked",
-            partitions=_numbers(partitions),
-            generation=self.group.generation().generation_id,
-            waited_ms=self._ms_since(t0),
-            rebalance_ms=self._rebalance_ms(),
+            PartitionsReleased(
+                kind="lost" if lost else "revoked",
+                worker=self.name,
+                t=time.time(),
+                partitions=_numbers(partitions),
+                generation=self.group.generation().generation_id,
+                waited_ms=self._ms_since(t0),
+                rebalance_ms=self._rebalance_ms(),
+            )
         )
 
     def _take(self, partitions: frozenset[TopicPartition]) -> None:
@@ -886,20 +969,42 @@ class PipelineWorker:
         with self._lock:
             self._rebalance_t0 = None
         self._emit(
-            "assigned",
-            partitions=_numbers(partitions),
-            owned=_numbers(owned),
-            generation=self.group.generation().generation_id,
-            rebalance_ms=rebalance_ms,
+            PartitionsAssigned(
+                worker=self.name,
+                t=time.time(),
+                partitions=_numbers(partitions),
+                owned=_numbers(owned),
+                generation=self.group.generation().generation_id,
+                rebalance_ms=rebalance_ms,
+            )
         )
 
-    def _emit(self, kind: str, **fields: Any) -> None:
-        if self._on_event is not None:
-            self._on_event({"event": kind, "worker": self.name, "t": time.time(), **fields})
+    def _emit(self, event: WorkerEvent) -> None:
+        """Hand ``event`` to ``on_event``; what it raises is logged, never the worker's
+        problem (it runs on the batch threads and the membership thread)."""
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception:
+            log.exception("%s: on_event raised for %r; the worker carries on", self.name, event)
 
 
-def _numbers(partitions: frozenset[TopicPartition]) -> list[int]:
-    return sorted(tp.partition for tp in partitions)
+def _numbers(partitions: frozenset[TopicPartition]) -> tuple[int, ...]:
+    return tuple(sorted(tp.partition for tp in partitions))
+
+
+def _with_hook(given: Any, hook: CoordinationHooks) -> Any:
+    """The ``hooks`` setting ``given`` (None: none) with ``hook`` first. A setting that is
+    not a list of hooks is left as it is, for the group member to refuse with its message."""
+    if given is None:
+        return [hook]
+    if isinstance(given, CoordinationHooks | str | bytes):
+        return given
+    try:
+        return [hook, *given]
+    except TypeError:
+        return given
 
 
 def _spark_gone(error: BaseException) -> bool:

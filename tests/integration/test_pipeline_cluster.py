@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from recipes.pipeline import BatchFailed
 from recipes.pipeline._demo import run_demo
 from recipes.pipeline._output import PipelineOutput
 from recipes.pipeline._spark_cluster import SparkStandalone
@@ -77,6 +78,6 @@ def test_results_are_exact_after_a_driver_and_an_executor_are_killed(
     spans = PipelineOutput(tmp_path / "output").check_published()
     assert sum(end - start for start, end in spans.values()) == EVENTS
     # Batches failed by the executor's death, if any, were processed again: nothing lost.
-    failed = report.timeline.of("failed")
-    assert all("partition" in e for e in failed)
+    failed = report.timeline.of(BatchFailed)
+    assert all(e.partition >= 0 for e in failed)
     assert len(report.kills) == 1 and report.kills[0].partitions

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from recipes.pipeline import WorkerStarted
 from recipes.pipeline._cluster import WorkerProcess
 from tests._versions import ON_ONE_KAFKA_VERSION
 
@@ -63,7 +64,7 @@ def start_three(kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     ]
     try:
         for w in workers:
-            w.wait_for("started", timeout=600)
+            w.wait_for(WorkerStarted, timeout=600)
     finally:
         for w in workers:
             w.close()

@@ -21,7 +21,14 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from recipes.pipeline import BATCH_COLUMN, OffsetRange, PipelineOutput, kafka_rows
+from recipes.pipeline import (
+    BATCH_COLUMN,
+    BatchPublished,
+    OffsetRange,
+    PipelineOutput,
+    WorkerStarted,
+    kafka_rows,
+)
 from recipes.pipeline._cluster import WorkerProcess
 from tests._versions import ON_ONE_KAFKA_VERSION
 
@@ -197,10 +204,10 @@ def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
     ]
     try:
         for w in workers:
-            w.wait_for("started", timeout=240)
+            w.wait_for(WorkerStarted, timeout=240)
         feed(3000, 0)
         # w2 leaves while data is processed: its partitions are handed over to w1.
-        workers[1].wait_for("batch", timeout=120)
+        workers[1].wait_for(BatchPublished, timeout=120)
         workers[1].close()
         feed(3000, 3000)
         output = PipelineOutput(tmp_path / "out")

@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 from decimal import Decimal
-from typing import Any
 
 import recipes.pipeline
+from recipes.pipeline import BatchPublished, PartitionsAssigned, RebalanceBegan, WorkerEvent
 from recipes.pipeline._cluster import Timeline
 from recipes.pipeline._generator import EventSpec, Tally
 
@@ -49,41 +49,54 @@ def test_tally_counts_valid_events_per_key_and_window() -> None:
 
 
 class _Stub:
-    def __init__(self, name: str, events: list[dict[str, Any]], killed_at: float | None) -> None:
+    def __init__(self, name: str, events: list[WorkerEvent], killed_at: float | None) -> None:
         self.name = name
-        self.events = [{"worker": name, **e} for e in events]
+        self.events = events
         self.killed_at = killed_at
+
+
+def _assigned(
+    worker: str, t: float, partitions: tuple[int, ...], generation: int, ms: int
+) -> PartitionsAssigned:
+    return PartitionsAssigned(
+        worker=worker,
+        t=t,
+        partitions=partitions,
+        owned=partitions,
+        generation=generation,
+        rebalance_ms=ms,
+    )
+
+
+def _batch(worker: str, t: float, partition: int) -> BatchPublished:
+    return BatchPublished(
+        worker=worker,
+        t=t,
+        topic="events",
+        partition=partition,
+        start=0,
+        end=1,
+        records=1,
+        rejected=0,
+        stage_ms=1,
+        ms=1,
+    )
 
 
 def test_timeline_follows_ownership_through_a_kill() -> None:
     a = _Stub(
         "a",
-        [
-            {
-                "event": "assigned",
-                "t": 1.0,
-                "partitions": [0, 1],
-                "generation": 1,
-                "rebalance_ms": 10,
-            },
-            {"event": "batch", "t": 2.0, "partition": 0},
-        ],
+        [_assigned("a", 1.0, (0, 1), 1, 10), _batch("a", 2.0, 0)],
         killed_at=3.0,
     )
     b = _Stub(
         "b",
         [
-            {"event": "assigned", "t": 1.0, "partitions": [2], "generation": 1, "rebalance_ms": 30},
-            {"event": "rebalance", "t": 9.0, "generation": 1},
-            {
-                "event": "assigned",
-                "t": 9.5,
-                "partitions": [0, 1],
-                "generation": 2,
-                "rebalance_ms": 500,
-            },
-            {"event": "batch", "t": 10.0, "partition": 1},
-            {"event": "batch", "t": 11.0, "partition": 0},
+            _assigned("b", 1.0, (2,), 1, 30),
+            RebalanceBegan(worker="b", t=9.0, generation=1),
+            _assigned("b", 9.5, (0, 1), 2, 500),
+            _batch("b", 10.0, 1),
+            _batch("b", 11.0, 0),
         ],
         killed_at=None,
     )

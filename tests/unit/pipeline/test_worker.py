@@ -15,15 +15,16 @@ from unittest.mock import MagicMock
 
 import pytest
 
-from coordination import Generation, OffsetAndMetadata
+from coordination import ErrorCode, Generation, OffsetAndMetadata
 from coordination.errors import CommitFailedError, CoordinationTimeoutError
 from coordination.testing import ManualClock, ScriptedTransport
 from recipes.partitioning import TopicPartition
+from recipes.pipeline import PipelineWorker, WorkerEvent
 from recipes.pipeline._output import OffsetRange, PipelineOutput, StagedBatch
-from recipes.pipeline._worker import PipelineWorker, WorkerEvent, _Partition
+from recipes.pipeline._worker import _Partition
 
-ILLEGAL_GENERATION = 22
-REBALANCE_IN_PROGRESS = 27
+ILLEGAL_GENERATION = ErrorCode.ILLEGAL_GENERATION
+REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
 TP = TopicPartition("t", 0)
 
 
@@ -184,7 +185,7 @@ class TestFailedCommit:
         assert worker.output.published() == []
         assert not part.ready  # prepared again, then processed from the committed offset
         assert part.start == 0
-        assert [e["event"] for e in events] == ["abandoned"]
+        assert [e.kind for e in events] == ["abandoned"]
 
     def test_a_commit_whose_outcome_cannot_be_fetched_leaves_the_batch(self, worker):
         g = group(worker)
@@ -304,7 +305,7 @@ class TestOnTheConsumer:
         g.owns = set()  # revoked underneath (the worker's revocation would have waited)
         process(worker, part, 0, 10)
         assert g.commits == 0 and ("t", 0) not in g.committed
-        assert [e["event"] for e in events] == ["abandoned"]
+        assert [e.kind for e in events] == ["abandoned"]
         assert len(worker.output.staged("t", 0)) == 1
 
     def test_fetch_settings_that_change_what_is_read_are_refused(self, tmp_path):
@@ -423,7 +424,7 @@ class TestBatches:
         assert len(worker.output.staged("t", 1)) == 1  # left for a later recover
         assert first.start == 10 and first.ready
         assert not second.ready and second.start == 0
-        assert sorted((e["event"], e["partition"]) for e in events) == [
+        assert sorted((e.kind, e.partition) for e in events) == [
             ("abandoned", 1),
             ("batch", 0),
         ]
@@ -504,7 +505,7 @@ class TestFailures:
         part.end, part.pending_since = 10, 0.0
         for failures, delay in ((1, 0.5), (2, 1.0), (3, 2.0)):
             process(worker, part, 0, 10)
-            assert [e["event"] for e in events][-1] == "failed"
+            assert [e.kind for e in events][-1] == "failed"
             assert part.failures == failures and not part.ready
             worker._prepare(part)  # ready again, at the committed offset
             part.end, part.pending_since = 10, 0.0  # as the next step finds it
@@ -539,3 +540,131 @@ class TestFailures:
         worker._started = True
         with pytest.raises(CoordinationError, match="stops"):
             worker.run(threading.Event())
+
+
+class TestOnTheGroup:
+    """The worker on a plain Consumer: ownership through its listener, the rebalance's
+    start through the member's hooks, a real rebalance on a scripted transport."""
+
+    def test_a_rebalance_is_timed_from_the_members_hook_to_the_assignment(self, tmp_path):
+        from coordination.hooks import CoordinationHooks, RebalanceFinished
+        from coordination.testing import messages as m
+        from recipes.partitioning import (
+            Consumer,
+            ConsumerPartitioning,
+            CooperativeStickyAssignor,
+            InMemoryTopicMetadata,
+        )
+        from recipes.partitioning.protocol import Assignment, encode_assignment
+        from recipes.pipeline import PartitionsAssigned, PartitionsReleased, RebalanceBegan
+
+        class Finished(CoordinationHooks):
+            def __init__(self) -> None:
+                self.seen: list[RebalanceFinished] = []
+
+            def on_rebalance_finished(self, event: RebalanceFinished) -> None:
+                self.seen.append(event)
+
+        transport, clock, mine = ScriptedTransport(), ManualClock(), Finished()
+        events: list[WorkerEvent] = []
+        w = PipelineWorker(
+            "g",
+            topic="t",
+            output=tmp_path / "out",
+            bootstrap_servers="localhost:1",
+            on_event=events.append,
+            topic_metadata=InMemoryTopicMetadata({"t": 2}),
+            transport=transport,
+            clock=clock,
+            hooks=[mine],
+        )
+        # Plain recipe objects: the worker subclasses neither layer.
+        assert type(w.consumer) is Consumer and type(w.group) is ConsumerPartitioning
+        w.consumer._fetcher = MagicMock()
+        engine = w.group._engine
+        engine.resolve_protocol_type()
+        protocol = CooperativeStickyAssignor().name
+        transport.prepare(
+            m.FindCoordinatorResponse(error_code=0, node_id=1, host="127.0.0.1", port=9092)
+        )
+
+        def join_answer(request: m.Request) -> m.JoinGroupResponse:
+            clock.advance(0.25)  # the broker waits for the group's other members
+            return m.JoinGroupResponse(
+                error_code=0,
+                generation_id=1,
+                protocol_type="consumer",
+                protocol_name=protocol,
+                leader="m-1",
+                member_id="m-2",
+            )
+
+        transport.prepare(join_answer, response_type=m.JoinGroupResponse)
+        assignment = Assignment((TopicPartition("t", 0), TopicPartition("t", 1)))
+        transport.prepare(
+            m.SyncGroupResponse(
+                error_code=0,
+                protocol_type="consumer",
+                protocol_name=protocol,
+                assignment=encode_assignment(assignment),
+            )
+        )
+        transport.prepare(
+            m.OffsetFetchResponse(error_code=0, partitions=(("t", 0, 5, "", 0), ("t", 1, 7, "", 0)))
+        )
+        both = {TopicPartition("t", 0), TopicPartition("t", 1)}
+        try:
+            assert engine.join_group_if_needed(deadline=None)
+            assert w.owned() == both
+            assert w.consumer.paused() == both  # Spark reads the records
+        finally:
+            transport.prepare(m.LeaveGroupResponse(error_code=0))
+            w.group.close()
+
+        began, assigned, revoked = events
+        assert isinstance(began, RebalanceBegan)
+        assert (began.kind, began.generation) == ("rebalance", -1)
+        assert "first time" in began.reason  # the member's reason, from its hook
+        assert isinstance(assigned, PartitionsAssigned)
+        assert (assigned.partitions, assigned.owned, assigned.generation) == ((0, 1), (0, 1), 1)
+        assert assigned.rebalance_ms == 250
+        assert [e.generation for e in mine.seen] == [1]  # the user's hooks are kept
+        # Closing hands everything over; no rebalance is under way then.
+        assert isinstance(revoked, PartitionsReleased)
+        assert (revoked.kind, revoked.partitions, revoked.rebalance_ms) == ("revoked", (0, 1), None)
+
+    def test_an_on_event_that_raises_is_logged_and_the_worker_carries_on(self, worker, caplog):
+        def broken(event: WorkerEvent) -> None:
+            raise RuntimeError("observer bug")
+
+        worker._on_event = broken
+        part = owned(worker, 0)
+        with caplog.at_level("ERROR", logger="recipes.pipeline"):
+            process(worker, part, 0, 10)
+        # The batch went through: committed, published, the partition moved on.
+        assert group(worker).committed[("t", 0)].offset == 10
+        assert [r.end_offset for r in worker.output.published()] == [10]
+        assert part.start == 10 and worker._in_flight == set() and worker._jobs == 0
+        (record,) = caplog.records
+        assert "on_event raised" in record.getMessage()
+        assert "BatchPublished" in record.getMessage()  # with the event
+        assert record.exc_info is not None and "observer bug" in str(record.exc_info[1])
+
+    def test_a_hooks_setting_that_is_no_list_is_refused_by_the_group(self, tmp_path):
+        from coordination.errors import ConfigurationError
+        from coordination.hooks import CoordinationHooks
+
+        with pytest.raises(ConfigurationError, match="hooks"):
+            PipelineWorker(
+                "g",
+                topic="t",
+                output=tmp_path,
+                bootstrap_servers="localhost:1",
+                hooks=CoordinationHooks(),
+            )
+
+    def test_the_refused_fetch_settings_are_the_consumers(self):
+        from recipes.partitioning._consumer import FETCH_SETTINGS
+        from recipes.pipeline._worker import _FETCH_SETTINGS
+
+        assert _FETCH_SETTINGS == FETCH_SETTINGS
