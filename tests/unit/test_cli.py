@@ -16,6 +16,7 @@ import pytest
 
 from coordination import RebalanceRecord, rebalance_timeline
 from coordination.__main__ import NO_SUCH_GROUP, PASSWORD_VARIABLE, main
+from coordination._protocol import consumer_group as cg
 from coordination._protocol import messages as m
 from coordination._transport import kafka, wakeups
 from coordination.errors import ConfigurationError
@@ -57,6 +58,17 @@ class Cluster:
         for answer in answers:
             self.transport.prepare(FOUND)
             self.transport.prepare(answer)
+            missing = answer.error_code == 69 or (
+                answer.state == "Dead" and not answer.members and not answer.protocol_type
+            )
+            if missing:
+                # Not a classic group: the command asks whether it is a KIP-848 one, and a
+                # Kafka 4 broker says it is no group at all.
+                self.transport.prepare(
+                    cg.ConsumerGroupDescribeResponse(
+                        (cg.DescribedConsumerGroup(error_code=69, group_id="-"),)
+                    )
+                )
 
 
 @pytest.fixture
