@@ -19,8 +19,6 @@ from ._logging import MemberLogAdapter
 from ._metrics import MemberMetrics
 from ._types import Generation, Member, MemberState, OffsetAndMetadata, ProtocolMetadata
 from .clock import Clock
-from .errors import CoordinationError
-from .hooks import CommitFailed
 from .parts import check_part
 from .transport import Transport
 
@@ -347,19 +345,7 @@ class Coordinator(abc.ABC):
             BrokerError: any other refusal (e.g. OFFSET_METADATA_TOO_LARGE,
                 TOPIC_AUTHORIZATION_FAILED), naming the partitions.
         """
-        try:
-            _offsets.commit(self._engine, offsets, generation, timeout)
-        except CoordinationError as e:
-            error = str(e)
-            self._engine.hooks.commit_failed(
-                lambda: CommitFailed(
-                    group_id=self._config.group_id,
-                    member_id=self._engine.peek_generation().member_id,
-                    error=error,
-                    partitions=len(offsets),
-                ),
-            )
-            raise
+        _offsets.commit(self._engine, offsets, generation, timeout)
 
     def committed_offsets(
         self, partitions: Iterable[tuple[str, int]], *, timeout: float = 30.0

@@ -47,8 +47,6 @@ from ._engine.consumer_group import ConsumerGroupMembership, PartitionCallbacks,
 from ._metrics import MemberMetrics
 from ._types import Generation, MemberState, OffsetAndMetadata
 from .clock import Clock
-from .errors import CoordinationError
-from .hooks import CommitFailed
 from .parts import check_part
 from .transport import Transport
 
@@ -166,19 +164,7 @@ class ConsumerGroupMember:
                 committed.
             CoordinationTimeoutError, BrokerError: as for ``Coordinator.commit_offsets``.
         """
-        try:
-            _offsets.commit(self._engine, offsets, generation, timeout)
-        except CoordinationError as e:
-            error = str(e)
-            self._engine.hooks.commit_failed(
-                lambda: CommitFailed(
-                    group_id=self._config.group_id,
-                    member_id=self._engine.member_id,
-                    error=error,
-                    partitions=len(offsets),
-                ),
-            )
-            raise
+        _offsets.commit(self._engine, offsets, generation, timeout)
 
     def committed_offsets(
         self, partitions: Iterable[tuple[str, int]], *, timeout: float = 30.0

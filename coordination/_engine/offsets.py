@@ -24,6 +24,7 @@ from ..errors import (
     CoordinationTimeoutError,
     broker_error,
 )
+from ..hooks import CommitFailed
 from ..transport import TransportError
 from . import classify
 from .classify import Api, Next, Reaction
@@ -55,7 +56,29 @@ def commit(
     generation: Generation | None,
     timeout_s: float,
 ) -> None:
-    """Commit ``offsets`` in ``generation`` (default: the current one); see Coordinator."""
+    """Commit ``offsets`` in ``generation`` (default: the current one); see Coordinator.
+    A commit that fails is reported to the ``commit_failed`` hook, then raised."""
+    try:
+        _commit(engine, offsets, generation, timeout_s)
+    except CoordinationError as e:
+        error = str(e)
+        engine.hooks.commit_failed(
+            lambda: CommitFailed(
+                group_id=engine.config.group_id,
+                member_id=engine.peek_generation().member_id,
+                error=error,
+                partitions=len(offsets),
+            ),
+        )
+        raise
+
+
+def _commit(
+    engine: MemberCore,
+    offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+    generation: Generation | None,
+    timeout_s: float,
+) -> None:
     cfg = engine.config
     sent = generation or engine.generation
     if sent.generation_id < 0 or not sent.member_id:
