@@ -13,6 +13,7 @@ a consumer reads records through a :class:`RecordFetcher` (kafka-python by defau
 from ._aio import AsyncConsumer as AsyncConsumer
 from ._aio import AsyncRebalanceListener as AsyncRebalanceListener
 from ._broker_assigned import BrokerAssignedPartitioning as BrokerAssignedPartitioning
+from ._consumer import FETCH_SETTINGS as FETCH_SETTINGS
 from ._consumer import Consumer as Consumer
 from ._consumer import ConsumerMetrics as ConsumerMetrics
 from ._consumer import PartitionsNotOwnedError as PartitionsNotOwnedError
@@ -30,6 +31,7 @@ from .protocol import RebalanceProtocol as RebalanceProtocol
 from .protocol import TopicPartition as TopicPartition
 
 __all__ = [
+    "FETCH_SETTINGS",
     "AsyncConsumer",
     "AsyncRebalanceListener",
     "BrokerAssignedPartitioning",

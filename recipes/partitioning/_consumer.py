@@ -38,8 +38,9 @@ from .protocol import TopicPartition
 
 log = logging.getLogger("recipes.partitioning")
 
-# kafka-python KafkaConsumer settings that shape fetching (not group membership).
-FETCH_SETTINGS = frozenset(
+# kafka-python KafkaConsumer settings that shape fetching (not group membership): the
+# Consumer hands them to its default fetcher. Public, for code that wraps a Consumer.
+FETCH_SETTINGS: frozenset[str] = frozenset(
     {
         "auto_offset_reset",
         "fetch_min_bytes",

@@ -28,6 +28,7 @@ from coordination.errors import CommitFailedError, ConfigurationError, Coordinat
 from coordination.hooks import CoordinationHooks, RebalanceStarted
 from coordination.lease import LeaseGuard
 from recipes.partitioning import (
+    FETCH_SETTINGS,
     Consumer,
     ConsumerPartitioning,
     CooperativeStickyAssignor,
@@ -63,27 +64,10 @@ log = logging.getLogger("recipes.pipeline")
 # kafka-python connection settings that Spark's Kafka source needs in its own spelling.
 _SECURITY_SETTINGS: Final = ("security_protocol", "sasl_mechanism", "ssl_cafile")
 
-# The Consumer's fetch settings (kafka-python's, for its default fetcher; see Consumer's
-# ``**settings``): Spark reads the records, so the worker refuses them. The worker sets
-# two itself (auto_offset_reset, isolation_level). A unit test keeps this list the
-# Consumer's.
-_FETCH_SETTINGS: Final = frozenset(
-    {
-        "auto_offset_reset",
-        "fetch_min_bytes",
-        "fetch_max_wait_ms",
-        "fetch_max_bytes",
-        "max_partition_fetch_bytes",
-        "max_poll_records",
-        "isolation_level",
-        "check_crcs",
-        "key_deserializer",
-        "value_deserializer",
-        "receive_buffer_bytes",
-        "send_buffer_bytes",
-        "bootstrap_timeout_ms",
-    }
-)
+# The Consumer's fetch settings (kafka-python's, for its default fetcher): Spark reads the
+# records, so the worker refuses them. The worker sets two itself (auto_offset_reset,
+# isolation_level).
+_FETCH_SETTINGS: Final = FETCH_SETTINGS
 
 
 @dataclass(eq=False)
