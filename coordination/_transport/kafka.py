@@ -82,6 +82,10 @@ class KafkaTransport:
         self._net = NetworkSelector(**configs, selector=_QuietSelector)
         self._manager = _ConnectionManager(self._net, **configs)
         self._bootstrap_lock = threading.Lock()
+        # Guards `_closed` against the start of kafka-python's I/O thread: a thread started
+        # after close() stopped the loop would poll the closed selector and die on "I/O
+        # operation on closed epoll object" (a send racing close(), seen in CI).
+        self._lifecycle_lock = threading.Lock()
         self._closed = False
         self._servers = connection.get("bootstrap_servers")
         # Transports with equal keys connect alike (same client id, servers, credentials):
@@ -278,9 +282,10 @@ class KafkaTransport:
             log.debug("building the codecs of the group requests failed", exc_info=True)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._lifecycle_lock:
+            if self._closed:
+                return
+            self._closed = True
         with self._direct_lock:
             direct, self._direct = list(self._direct.values()), {}
         for connection in direct:
@@ -334,7 +339,10 @@ class KafkaTransport:
         with self._bootstrap_lock:
             if self._manager.bootstrapped:
                 return
-            self._net.start()  # kafka-python's I/O thread; idempotent
+            with self._lifecycle_lock:
+                if self._closed:
+                    raise TransportError("transport is closed")
+                self._net.start()  # kafka-python's I/O thread; idempotent
             attempt_s = min(max(1.0, timeout_s), _BOOTSTRAP_ATTEMPT_S)
             try:
                 self._bootstrap(attempt_s)

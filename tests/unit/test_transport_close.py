@@ -10,6 +10,7 @@ import pytest
 from kafka.net.selector import NetworkSelector
 
 from coordination._transport.kafka import KafkaTransport
+from coordination.transport import TransportError
 
 
 def test_close_waits_for_a_busy_io_thread_before_closing_its_selector(
@@ -82,3 +83,24 @@ def test_a_transport_closed_before_its_io_thread_ran_stops_the_thread_first(
     assert not thread.is_alive()
     assert net._closed
     assert failures == []  # before: ValueError, I/O operation on closed epoll object
+
+
+def test_a_send_that_raced_close_does_not_start_the_io_thread_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A send checks that the transport is open, then close() runs to its end on another
+    # thread, then the send connects: it must not start kafka-python's I/O thread on the
+    # closed selector (the thread died on "I/O operation on closed epoll object" in CI).
+    failures: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failures.append(args.exc_value))
+    transport = KafkaTransport(
+        client_id="close-test",
+        request_timeout_ms=1000,
+        connection={"bootstrap_servers": "127.0.0.1:1"},
+    )
+    transport.close()
+    with pytest.raises(TransportError, match="closed"):
+        transport._ensure_bootstrapped(1.0)  # where the send goes after its check
+    time.sleep(0.2)
+    assert transport._net._io_thread is None
+    assert failures == []
