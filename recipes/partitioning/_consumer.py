@@ -208,7 +208,7 @@ class Consumer:
                     "group_remote_assignor is for group_protocol='consumer' (the broker "
                     "assigns); the classic protocol's assignors are given as assignors=[...]"
                 )
-            self._group = self._new_group(
+            self._group = ConsumerPartitioning(
                 group_id,
                 topics=topics,
                 pattern=pattern,
@@ -293,10 +293,6 @@ class Consumer:
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
-
-    def _new_group(self, group_id: str, **kwargs: Any) -> ConsumerPartitioning:
-        """Make the group member underneath (a subclass may make a subclass of it)."""
-        return ConsumerPartitioning(group_id, **kwargs)
 
     @property
     def group(self) -> ConsumerPartitioning:
