@@ -5,15 +5,23 @@ member epoch, and a consumer that leaves hands over its partitions with nothing 
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from coordination import errors
-from recipes.partitioning import BrokerAssignedPartitioning, Consumer, RangeAssignor
+from coordination import describe_group, errors
+from recipes.partitioning import (
+    AsyncConsumer,
+    BrokerAssignedPartitioning,
+    Consumer,
+    RangeAssignor,
+    RebalanceListener,
+    TopicPartition,
+)
 
 from .test_consumer import create, produce
 from .test_consumer_group_member import on_kafka
@@ -33,14 +41,16 @@ def consumers() -> Iterator[list[Consumer]]:
         c.close()
 
 
-def new_consumer(created: list[Consumer], kafka: str, group: str, topic: str) -> Consumer:
+def new_consumer(
+    created: list[Consumer], kafka: str, group: str, topic: str, **kw: Any
+) -> Consumer:
     c = Consumer(
         group,
         topics=[topic],
         group_protocol="consumer",
         group_remote_assignor="uniform",
         bootstrap_servers=kafka,
-        **FAST,
+        **{**FAST, **kw},
     )
     created.append(c)
     c.start()
@@ -104,3 +114,164 @@ def test_the_consumer_protocol_refuses_client_side_assignors(kafka: str) -> None
             _ = c.group
     finally:
         c.close()
+
+
+# ------------------------------------------------------------------ static membership
+
+
+class Recorder(RebalanceListener):
+    """Every partition the consumer was assigned, in order."""
+
+    def __init__(self) -> None:
+        self.assigned: list[frozenset[TopicPartition]] = []
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        self.assigned.append(partitions)
+
+
+def static_consumer(
+    created: list[Consumer], kafka: str, group: str, topic: str, instance: str, **kw: Any
+) -> Consumer:
+    c = Consumer(
+        group,
+        topics=[topic],
+        group_protocol="consumer",
+        group_instance_id=instance,
+        bootstrap_servers=kafka,
+        **{**FAST, **kw},
+    )
+    created.append(c)
+    c.start()
+    return c
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_static_member_back_within_its_session_gets_its_partitions_and_nobody_else_moves(
+    kafka: str, consumers: list[Consumer]
+) -> None:
+    topic = f"kip848-s-{uuid.uuid4().hex[:8]}"
+    group = f"kip848-s-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, PARTITIONS)
+    watched = Recorder()
+    a = static_consumer(consumers, kafka, group, topic, "a")
+    b = static_consumer(consumers, kafka, group, topic, "b", listener=watched)
+    half = PARTITIONS // 2
+    wait_for(lambda: len(a.assignment()) == half and len(b.assignment()) == half, "halves")
+    a_had, b_had = a.assignment(), b.assignment()
+    assigned_to_b = len(watched.assigned)
+    # A static member's close is a leave with epoch -2: the broker keeps its partitions for
+    # the instance until its session (6 s on the test brokers) runs out.
+    a.close()
+    time.sleep(1.0)
+    again = static_consumer(consumers, kafka, group, topic, "a")
+    wait_for(lambda: again.assignment() == a_had, "the instance's partitions back")
+    assert b.assignment() == b_had and len(watched.assigned) == assigned_to_b
+
+
+def test_a_second_consumer_with_an_instance_id_in_use_is_refused_and_the_first_keeps_all(
+    kafka: str, consumers: list[Consumer]
+) -> None:
+    # The reverse of the classic protocol, which fences the member already in the group.
+    topic = f"kip848-s-{uuid.uuid4().hex[:8]}"
+    group = f"kip848-s-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, PARTITIONS)
+    first = static_consumer(consumers, kafka, group, topic, "same")
+    wait_for(lambda: len(first.assignment()) == PARTITIONS, "the first's assignment")
+    second = static_consumer(consumers, kafka, group, topic, "same")
+    with pytest.raises(errors.UnreleasedInstanceIdError, match="group_instance_id"):
+        second.broker_assigned.ensure_active_group(timeout=30)
+    first.poll(timeout_ms=100)
+    assert len(first.assignment()) == PARTITIONS
+
+
+# ------------------------------------------------------------------ pattern, rack
+
+
+def test_a_pattern_is_the_brokers_on_whole_topic_names_and_takes_new_topics(
+    kafka: str, consumers: list[Consumer]
+) -> None:
+    prefix = f"kip848-p-{uuid.uuid4().hex[:8]}"
+    create(kafka, f"{prefix}-orders", 2)
+    create(kafka, f"{prefix}-orders-eu", 2)
+    whole = Consumer(
+        f"{prefix}-g1",
+        pattern=f"{prefix}-orders",
+        group_protocol="consumer",
+        bootstrap_servers=kafka,
+        **FAST,
+    )
+    prefixed = Consumer(
+        f"{prefix}-g2",
+        pattern=f"{prefix}-orders.*",
+        group_protocol="consumer",
+        bootstrap_servers=kafka,
+        **FAST,
+    )
+    consumers.extend([whole, prefixed])
+    whole.start()
+    prefixed.start()
+    topics = lambda c: {t for t, _ in c.assignment()}  # noqa: E731
+    # RE2J on the whole name: "-orders" does not take "-orders-eu" (the classic pattern,
+    # Python's re.match, would).
+    wait_for(lambda: topics(prefixed) == {f"{prefix}-orders", f"{prefix}-orders-eu"}, "both")
+    wait_for(lambda: topics(whole) == {f"{prefix}-orders"}, "the exact name")
+    create(kafka, f"{prefix}-orders-us", 2)
+    wait_for(
+        lambda: f"{prefix}-orders-us" in topics(prefixed), "the new matching topic", 60.0
+    )
+    assert topics(whole) == {f"{prefix}-orders"}
+
+
+def test_the_rack_reaches_the_broker(kafka: str, consumers: list[Consumer]) -> None:
+    topic = f"kip848-r-{uuid.uuid4().hex[:8]}"
+    group = f"kip848-r-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, PARTITIONS)
+    c = new_consumer(consumers, kafka, group, topic, client_rack="rack-7")
+    wait_for(lambda: len(c.assignment()) == PARTITIONS, "the assignment")
+    (member,) = describe_group(group, bootstrap_servers=kafka).members
+    assert member.decoded is not None and member.decoded["rack"] == "rack-7"
+
+
+# ------------------------------------------------------------------ asyncio
+
+
+def test_the_async_consumer_reads_every_record_once_on_the_new_protocol(kafka: str) -> None:
+    topic = f"kip848-a-{uuid.uuid4().hex[:8]}"
+    group = f"kip848-a-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, PARTITIONS)
+    produce(kafka, topic, PARTITIONS, PER_PARTITION)
+
+    read: list[tuple[int, int]] = []
+
+    async def read_all() -> None:
+        async with AsyncConsumer(
+            group,
+            topics=[topic],
+            group_protocol="consumer",
+            bootstrap_servers=kafka,
+            **FAST,
+        ) as consumer:
+            async for record in consumer:
+                read.append((record.partition, record.offset))
+                if len(read) == PARTITIONS * PER_PARTITION:
+                    await consumer.commit()
+                    break
+
+    asyncio.run(asyncio.wait_for(read_all(), 60))
+    assert sorted(read) == [(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)]
+    check = Consumer(group, topics=[topic], group_protocol="consumer", bootstrap_servers=kafka)
+    try:
+        committed = check.broker_assigned.committed_offsets(
+            [(topic, p) for p in range(PARTITIONS)]
+        )
+    finally:
+        check.close()
+    assert {tp: om.offset if om else None for tp, om in committed.items()} == {
+        (topic, p): PER_PARTITION for p in range(PARTITIONS)
+    }
