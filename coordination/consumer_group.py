@@ -169,8 +169,18 @@ class ConsumerGroupMember:
     def committed_offsets(
         self, partitions: Iterable[tuple[str, int]], *, timeout: float = 30.0
     ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
-        """The group's committed offsets for ``partitions`` (None: nothing committed)."""
-        return _offsets.fetch(self._engine, partitions, timeout)
+        """The group's committed offsets for ``partitions`` (None: nothing committed).
+
+        While the member has an epoch, the fetch carries it (OffsetFetch v9): if the broker
+        has moved the member on, the member heartbeats at once and the fetch is sent again
+        with the new epoch; if the member was fenced, it loses its partitions and this
+        raises.
+
+        Raises:
+            MembershipLostError: the broker fenced the member or does not know it.
+            CoordinationTimeoutError, BrokerError: as for ``Coordinator.committed_offsets``.
+        """
+        return _offsets.fetch(self._engine, partitions, timeout, fenced_by_epoch=True)
 
     def metrics(self) -> MemberMetrics:
         return self._engine.metrics()

@@ -81,6 +81,11 @@ class Next(enum.Enum):
     """(OffsetCommit) nothing was committed: raise ``CommitFailedError``, reset as the
     reaction says and rejoin, as a heartbeat with the same answer would (unless the
     generation has moved on already)."""
+    FENCED_FETCH = "fenced fetch"
+    """(OffsetFetch of a KIP-848 member) the epoch the fetch carried is not current: the
+    member hears it as from a heartbeat. With no reset (a stale epoch: a newer one exists)
+    the fetch is sent again, after the backoff, with the member's epoch then; with a reset
+    (fenced or unknown: the partitions may be another's) the code's error is raised."""
     RAISE = "raise"
     """(OffsetCommit, OffsetFetch) raise the code's error class to the caller; the member
     carries on."""
@@ -198,7 +203,9 @@ HANDLED: Final[dict[Api, frozenset[Next]]] = {
     Api.OFFSET_COMMIT: frozenset(
         {Next.FENCED_COMMIT, Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}
     ),
-    Api.OFFSET_FETCH: frozenset({Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}),
+    Api.OFFSET_FETCH: frozenset(
+        {Next.FENCED_FETCH, Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}
+    ),
     Api.DESCRIBE_GROUPS: frozenset({Next.FIND_COORDINATOR, Next.RETRY_BACKOFF, Next.RAISE}),
     # KIP-848 (consumer_group.py): REJOIN loses the partitions and joins again at epoch 0.
     Api.CONSUMER_GROUP_HEARTBEAT: frozenset(
@@ -297,6 +304,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         offset_commit=Reaction(Next.FENCED_COMMIT, Reset.MEMBER),
         # KIP-848: the member keeps its id and joins again at epoch 0 (as Kafka's do).
         consumer_group_heartbeat=Reaction(Next.REJOIN, Reset.GENERATION),
+        offset_fetch=Reaction(Next.FENCED_FETCH, Reset.GENERATION),
     ),
     # Fatal to the member: a person must act.
     Policy(
@@ -346,6 +354,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         MembershipLostError,
         consumer_group_heartbeat=Reaction(Next.REJOIN, Reset.GENERATION),
         offset_commit=Reaction(Next.FENCED_COMMIT, Reset.GENERATION),
+        offset_fetch=Reaction(Next.FENCED_FETCH, Reset.GENERATION),
     ),
     # A commit made with an epoch the member has since moved past: nothing was committed;
     # the member is still in the group (a heartbeat brings the current epoch).
@@ -354,6 +363,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         RebalanceRequiredError,
         consumer_group_heartbeat=Reaction(Next.REJOIN, Reset.GENERATION),
         offset_commit=Reaction(Next.FENCED_COMMIT),
+        offset_fetch=Reaction(Next.FENCED_FETCH),
     ),
     Policy(E.UNRELEASED_INSTANCE_ID, UnreleasedInstanceIdError, consumer_group_heartbeat=FATAL),
     Policy(E.UNSUPPORTED_ASSIGNOR, UnsupportedAssignorError, consumer_group_heartbeat=FATAL),
@@ -430,6 +440,7 @@ _NEXT_TEXT: Final[dict[Next, str]] = {
     Next.REJOIN: "rejoin",
     Next.REJOIN_IF_STABLE: "rejoin if STABLE; counts as a live session",
     Next.FENCED_COMMIT: "`CommitFailedError`, rejoin",
+    Next.FENCED_FETCH: "tell the member; retry with its new epoch, or raise if reset",
     Next.RAISE: "raise the error",
     Next.IGNORE: "logged, ignored",
     Next.FATAL: "fatal",

@@ -27,7 +27,7 @@ from ..errors import (
 from ..hooks import CommitFailed
 from ..transport import TransportError
 from . import classify
-from .classify import Api, Next, Reaction
+from .classify import Api, Next, Reaction, Reset
 from .core import MemberCore
 
 log = logging.getLogger("coordination.offsets")
@@ -36,7 +36,13 @@ R = TypeVar("R", msg.OffsetCommitResponse, msg.OffsetFetchResponse, msg.Describe
 
 # A response can carry a code per partition; the first of these reactions any code has
 # decides (the lowest such code names it). Back off only if every code says so.
-_PRECEDENCE = (Next.FENCED_COMMIT, Next.FIND_COORDINATOR, Next.RAISE, Next.RETRY_BACKOFF)
+_PRECEDENCE = (
+    Next.FENCED_COMMIT,
+    Next.FENCED_FETCH,
+    Next.FIND_COORDINATOR,
+    Next.RAISE,
+    Next.RETRY_BACKOFF,
+)
 
 
 def _decide(api: Api, codes: set[int]) -> tuple[int, Reaction]:
@@ -167,16 +173,31 @@ def _landed(
 
 
 def fetch(
-    engine: MemberCore, partitions: Iterable[tuple[str, int]], timeout_s: float
+    engine: MemberCore,
+    partitions: Iterable[tuple[str, int]],
+    timeout_s: float,
+    *,
+    fenced_by_epoch: bool = False,
 ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
-    """The group's committed offsets of ``partitions`` (None where nothing is committed)."""
+    """The group's committed offsets of ``partitions`` (None where nothing is committed).
+
+    ``fenced_by_epoch`` (a KIP-848 member): each attempt carries the member's id and its
+    epoch at that moment, and the broker answers only a member whose epoch is current.
+    """
     cfg = engine.config
     wanted = tuple(sorted(set(partitions)))
     if not wanted:
         return {}
-    request = msg.OffsetFetchRequest(group_id=cfg.group_id, partitions=wanted)
     deadline = engine.clock.monotonic() + timeout_s
     while True:
+        sent = engine.peek_generation()
+        fenced = fenced_by_epoch and sent.generation_id > 0
+        request = msg.OffsetFetchRequest(
+            group_id=cfg.group_id,
+            partitions=wanted,
+            member_id=sent.member_id if fenced else None,
+            member_epoch=sent.generation_id if fenced else -1,
+        )
         response = _send(engine, request, msg.OffsetFetchResponse, deadline, "OffsetFetch")
         if response is None:
             continue
@@ -184,7 +205,12 @@ def fetch(
         codes.discard(ErrorCode.NONE)
         if codes:
             code, reaction = _decide(Api.OFFSET_FETCH, codes)
-            if _retried(engine, reaction, code, deadline, "OffsetFetch"):
+            if reaction.next is Next.FENCED_FETCH:
+                engine.react_to_fenced_request(sent, reaction.reset, "OffsetFetch", code)
+                if reaction.reset is Reset.NOTHING:
+                    _backoff(engine, deadline, "OffsetFetch", error_name(code))
+                    continue
+            elif _retried(engine, reaction, code, deadline, "OffsetFetch"):
                 continue
             failed = sorted({topic for topic, *_, c in response.partitions if c})
             api = f"OffsetFetch of {', '.join(failed)}" if failed else "OffsetFetch"

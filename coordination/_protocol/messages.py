@@ -32,7 +32,8 @@ MAX_VERSIONS: Final = {
     "LeaveGroup": 5,
     # v10 names topics by id; v9 is the newest that names them, as these messages do.
     "OffsetCommit": 9,
-    # v8 batches groups; v7 (one group, require_stable) is all a member needs.
+    # v8 batches groups; v7 (one group, require_stable) is all a classic member needs. A
+    # KIP-848 member's fetch is v9 (member id and epoch): OFFSET_FETCH_MEMBER_VERSION.
     "OffsetFetch": 7,
     # v5 is the newest without KIP-1043's per-group error message, which nothing here reads.
     "DescribeGroups": 5,
@@ -40,6 +41,8 @@ MAX_VERSIONS: Final = {
     "ConsumerGroupHeartbeat": CONSUMER_GROUP_HEARTBEAT_MAX_VERSION,
     "ConsumerGroupDescribe": CONSUMER_GROUP_DESCRIBE_MAX_VERSION,
 }
+# OffsetFetch with the member's id and epoch (KIP-848; Kafka 4.0+, like the protocol itself).
+OFFSET_FETCH_MEMBER_VERSION: Final = 9
 # Kafka truncates KIP-800 reasons to this many characters (JoinGroupRequest.maybeTruncateReason).
 MAX_REASON_LENGTH: Final = 255
 
@@ -191,11 +194,18 @@ class OffsetCommitResponse:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchRequest:
-    """The group's committed offsets for ``partitions``."""
+    """The group's committed offsets for ``partitions``.
+
+    A member of a KIP-848 consumer group gives its id and epoch (``member_epoch`` >= 0):
+    the broker answers STALE_MEMBER_EPOCH or UNKNOWN_MEMBER_ID when they are not current,
+    so that a member never starts a partition from offsets read under a past assignment.
+    """
 
     group_id: str
     partitions: tuple[tuple[str, int], ...]
     require_stable: bool = True
+    member_id: str | None = None
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

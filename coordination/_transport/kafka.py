@@ -519,6 +519,19 @@ class KafkaTransport:
                 ),
                 version=version,
             )
+        if isinstance(raw, kgroup.OffsetFetchResponse) and version >= 8:
+            if len(raw.groups) != 1:
+                raise TransportError(f"OffsetFetch answered {len(raw.groups)} groups for one")
+            group = raw.groups[0]
+            return m.OffsetFetchResponse(
+                error_code=group.error_code,
+                partitions=tuple(
+                    (t.name, p.partition_index, p.committed_offset, p.metadata, p.error_code)
+                    for t in group.topics
+                    for p in t.partitions
+                ),
+                version=version,
+            )
         if isinstance(raw, kgroup.OffsetFetchResponse):
             return m.OffsetFetchResponse(
                 error_code=raw.error_code if version >= 2 else 0,
@@ -582,10 +595,30 @@ def _offset_commit(request: m.OffsetCommitRequest) -> Any:
 
 
 def _offset_fetch(request: m.OffsetFetchRequest) -> Any:
-    topic_type = kgroup.OffsetFetchRequest.OffsetFetchRequestTopic
     by_topic: dict[str, list[int]] = {}
     for topic, partition in request.partitions:
         by_topic.setdefault(topic, []).append(partition)
+    if request.member_epoch >= 0:
+        # A KIP-848 member's fetch, fenced by its epoch: one group of v9's batch format.
+        group_type = kgroup.OffsetFetchRequest.OffsetFetchRequestGroup
+        topics_type = group_type.OffsetFetchRequestTopics
+        version = m.OFFSET_FETCH_MEMBER_VERSION
+        return kgroup.OffsetFetchRequest(
+            groups=[
+                group_type(
+                    group_id=request.group_id,
+                    member_id=request.member_id,
+                    member_epoch=request.member_epoch,
+                    topics=[
+                        topics_type(name=t, partition_indexes=ps) for t, ps in by_topic.items()
+                    ],
+                )
+            ],
+            require_stable=request.require_stable,
+            min_version=version,
+            max_version=version,
+        )
+    topic_type = kgroup.OffsetFetchRequest.OffsetFetchRequestTopic
     return kgroup.OffsetFetchRequest(
         group_id=request.group_id,
         topics=[topic_type(name=t, partition_indexes=ps) for t, ps in by_topic.items()],

@@ -18,6 +18,8 @@ import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from coordination import Generation, OffsetAndMetadata, describe_group
+from coordination._protocol import messages as m
+from coordination._protocol.error_codes import ErrorCode
 from coordination.consumer_group import ConsumerGroupMember, Subscription
 from coordination.errors import CommitFailedError, UnsupportedVersionError
 
@@ -33,6 +35,7 @@ def on_kafka(major: str) -> pytest.MarkDecorator:
 
 
 PARTITIONS = 4
+STALE = ErrorCode.STALE_MEMBER_EPOCH
 Log = list[tuple[float, str, str, frozenset[tuple[str, int]]]]
 
 
@@ -136,6 +139,16 @@ def test_members_split_the_partitions_and_a_leaver_hands_them_over(
         stale = Generation(a.member_epoch + 5, a.member_id, "consumer")
         with pytest.raises(CommitFailedError):
             a.commit_offsets({mine: OffsetAndMetadata(8, "")}, generation=stale, timeout=10)
+        # Fetches carry it too (OffsetFetch v9): the broker answers only the current epoch.
+        engine = a._engine
+        for epoch, code in ((a.member_epoch, ErrorCode.NONE), (stale.generation_id, STALE)):
+            answer = engine.transport.send(
+                m.OffsetFetchRequest(group, (mine,), member_id=a.member_id, member_epoch=epoch),
+                m.OffsetFetchResponse,
+                coordinator=engine.coordinator,
+                timeout_s=10,
+            )
+            assert answer.version == 9 and answer.error_code == code
 
         a.close()
         assert any(e[1:3] == ("a", "leaving") for e in log)

@@ -216,15 +216,16 @@ def test_a_pattern_is_the_brokers_on_whole_topic_names_and_takes_new_topics(
     consumers.extend([whole, prefixed])
     whole.start()
     prefixed.start()
-    topics = lambda c: {t for t, _ in c.assignment()}  # noqa: E731
+
+    def topics(c: Consumer) -> set[str]:
+        return {t for t, _ in c.assignment()}
+
     # RE2J on the whole name: "-orders" does not take "-orders-eu" (the classic pattern,
     # Python's re.match, would).
     wait_for(lambda: topics(prefixed) == {f"{prefix}-orders", f"{prefix}-orders-eu"}, "both")
     wait_for(lambda: topics(whole) == {f"{prefix}-orders"}, "the exact name")
     create(kafka, f"{prefix}-orders-us", 2)
-    wait_for(
-        lambda: f"{prefix}-orders-us" in topics(prefixed), "the new matching topic", 60.0
-    )
+    wait_for(lambda: f"{prefix}-orders-us" in topics(prefixed), "the new matching topic", 60.0)
     assert topics(whole) == {f"{prefix}-orders"}
 
 
@@ -267,9 +268,7 @@ def test_the_async_consumer_reads_every_record_once_on_the_new_protocol(kafka: s
     assert sorted(read) == [(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)]
     check = Consumer(group, topics=[topic], group_protocol="consumer", bootstrap_servers=kafka)
     try:
-        committed = check.broker_assigned.committed_offsets(
-            [(topic, p) for p in range(PARTITIONS)]
-        )
+        committed = check.broker_assigned.committed_offsets([(topic, p) for p in range(PARTITIONS)])
     finally:
         check.close()
     assert {tp: om.offset if om else None for tp, om in committed.items()} == {

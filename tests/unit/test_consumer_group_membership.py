@@ -29,7 +29,12 @@ from coordination._protocol import consumer_group as cg
 from coordination._protocol import messages as m
 from coordination._protocol.error_codes import ErrorCode
 from coordination._types import Generation
-from coordination.errors import CommitFailedError, CoordinatorStateError, UnsupportedAssignorError
+from coordination.errors import (
+    CommitFailedError,
+    CoordinatorStateError,
+    MembershipLostError,
+    UnsupportedAssignorError,
+)
 from coordination.transport import CoordinatorNode, TransportError
 
 ORDERS = uuid.UUID(int=1)
@@ -335,8 +340,22 @@ class CommitBroker(Broker):
     def __init__(self) -> None:
         super().__init__()
         self.commit_errors: list[int] = []
+        self.fetch_errors: list[int] = []
+        self.fetches: list[m.OffsetFetchRequest] = []
 
     def send(self, request: Any, response_type: type[Any], **kw: Any) -> Any:
+        if isinstance(request, m.OffsetFetchRequest):
+            self.fetches.append(request)
+            with self.lock:
+                stale = 0 <= request.member_epoch != self.epoch
+            code = self.fetch_errors.pop(0) if self.fetch_errors else 0
+            code = code or (ErrorCode.STALE_MEMBER_EPOCH if stale else 0)
+            return m.OffsetFetchResponse(
+                error_code=code,
+                partitions=tuple(
+                    (t, p, 7 if not code else -1, "", 0) for t, p in request.partitions
+                ),
+            )
         if isinstance(request, m.OffsetCommitRequest):
             code = self.commit_errors.pop(0) if self.commit_errors else 0
             return m.OffsetCommitResponse(
@@ -381,3 +400,45 @@ def test_a_stable_member_heartbeats_at_the_interval_not_faster() -> None:
         assert sent <= 0.5 / 0.020 * 1.5, f"{sent} heartbeats in 0.5 s at a 20 ms interval"
     finally:
         cgm.close(5)
+
+
+def test_a_fetch_carries_the_epoch_and_is_sent_again_when_the_epoch_moved_on() -> None:
+    broker = CommitBroker()  # answers STALE_MEMBER_EPOCH to a fetch of a past epoch
+    cgm, recipe = member(broker)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        assert cgm.member_epoch == 1
+        broker.reassign({(ORDERS, 0), (ORDERS, 1)})  # epoch 2; the member learns it later
+        committed = offsets_api.fetch(cgm, [("orders", 0)], 5, fenced_by_epoch=True)
+        assert committed == {("orders", 0): OffsetAndMetadata(7, "")}
+        *stale, last = broker.fetches
+        assert (last.member_id, last.member_epoch) == (cgm.member_id, 2)
+        assert all(f.member_epoch == 1 for f in stale)
+        assert not any(c[0] == "lost" for c in recipe.calls)
+    finally:
+        cgm.close(5)
+
+
+def test_a_fetch_refused_as_fenced_loses_the_partitions_and_raises() -> None:
+    broker = CommitBroker()
+    cgm, recipe = member(broker)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        broker.fetch_errors.append(ErrorCode.FENCED_MEMBER_EPOCH)
+        with pytest.raises(MembershipLostError):
+            offsets_api.fetch(cgm, [("orders", 0)], 5, fenced_by_epoch=True)
+        wait_for(lambda: any(c[0] == "lost" for c in recipe.calls), "lost")
+        assert len(broker.fetches) == 1
+    finally:
+        cgm.close(5)
+
+
+def test_a_fetch_outside_the_group_carries_no_epoch() -> None:
+    broker = CommitBroker()
+    cgm, _ = member(broker)
+    offsets_api.fetch(cgm, [("orders", 0)], 5, fenced_by_epoch=True)
+    (only,) = broker.fetches
+    assert (only.member_id, only.member_epoch) == (None, -1)
+    cgm.close(5)
