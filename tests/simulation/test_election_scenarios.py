@@ -32,7 +32,7 @@ class LostFirstCommitThenEveryoneAway(History):
         commits_lost = False
         s.run(s.now + AWAY_S)
         model = self.cluster.coordinator_model()
-        assert model is not None and not model._groups, "the broker kept the empty group"
+        assert model is not None and not model._classic.groups, "the broker kept the empty group"
         for host in self.hosts:
             self._start(host)
         self._settle()
