@@ -325,6 +325,16 @@ class ConsumerGroupsModel:
         return E.STALE_MEMBER_EPOCH if req.generation_id < member.epoch else E.FENCED_MEMBER_EPOCH
 
 
+    def validate_fetch(self, req: msg.OffsetFetchRequest) -> E | None:
+        """A member's fetch (v9) must carry its current epoch; an admin's carries none."""
+        if req.member_epoch < 0:
+            return None
+        member = self._groups[req.group_id].members.get(req.member_id or "")
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        return None if req.member_epoch == member.epoch else E.STALE_MEMBER_EPOCH
+
+
 def _by_topic(parts: frozenset[TopicIdPartition]) -> tuple[cg.TopicIdPartitions, ...]:
     topics: dict[uuid.UUID, list[int]] = {}
     for t, p in parts:

@@ -247,6 +247,10 @@ class GroupCoordinatorModel:
         unavailable = self._unavailable()
         if unavailable is not None:
             return msg.OffsetFetchResponse(unavailable, ())
+        if self._consumer_groups.owns(req.group_id):
+            epoch_error = self._consumer_groups.validate_fetch(req)
+            if epoch_error is not None:
+                return msg.OffsetFetchResponse(epoch_error, ())
         # Offsets are answered whatever the group's state, even for an unknown group.
         known = self._classic.owns(req.group_id) or self._consumer_groups.owns(req.group_id)
         offsets = self.log.offsets(req.group_id) if known else {}
