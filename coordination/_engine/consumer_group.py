@@ -284,18 +284,9 @@ class ConsumerGroupMembership(MemberCore):
     def close(self, timeout_s: float, *, leave_group: bool = True) -> None:
         """Give up the partitions, leave the group (epoch -1, or -2 for a static member,
         whose assignment the broker keeps for a session), stop the threads."""
-        if self._clock.current_thread() in self._threads:
-            raise CoordinatorStateError(
-                f"{self._who()}: close() was called from a callback, on the member's own "
-                "thread; it would wait for itself. Call close() from another thread."
-            )
-        deadline = self._clock.monotonic() + timeout_s
-        with self._lock:
-            if self._closing:
-                return
-            self._closing = True
-            self._stop.set()
-            self._changed.notify_all()
+        deadline = self._begin_close(timeout_s)
+        if deadline is None:
+            return
         try:
             left = False
             if self._callback_lock.acquire(timeout=max(0.0, timeout_s / 2)):

@@ -286,6 +286,28 @@ class MemberCore:
         except Stopped:
             raise CoordinatorStateError(f"{self._who()}: the member is closed") from None
 
+    def _begin_close(self, timeout_s: float) -> float | None:
+        """The first step of either engine's close(): mark the member closing and wake its
+        threads. Returns close()'s deadline, or None if it was closing already.
+
+        Raises:
+            CoordinatorStateError: called on one of the member's own threads (a callback),
+                where close() would wait for itself.
+        """
+        if self._clock.current_thread() in self._threads:
+            raise CoordinatorStateError(
+                f"{self._who()}: close() was called from a callback, on the member's own "
+                "thread; it would wait for itself. Call close() from another thread."
+            )
+        deadline = self._clock.monotonic() + timeout_s
+        with self._lock:
+            if self._closing:
+                return None
+            self._closing = True
+            self._stop.set()
+            self._changed.notify_all()
+        return deadline
+
     def forget_coordinator(self, reason: str) -> None:
         """Drop the coordinator (it moved or failed); the membership thread finds it again."""
         self._mark_coordinator_unknown(reason)

@@ -183,18 +183,9 @@ class GroupMembership(ClassicJoin):
 
     def close(self, timeout_s: float, *, leave_group: bool = True) -> None:
         """Leave the group (dynamic members), stop the threads, release the connections."""
-        if self._clock.current_thread() in self._threads:
-            raise CoordinatorStateError(
-                f"{self._who()}: close() was called from a callback, on the engine's own thread; "
-                "it would wait for itself. Call close() from another thread."
-            )
-        deadline = self._clock.monotonic() + timeout_s
-        with self._lock:
-            if self._closing:
-                return
-            self._closing = True
-            self._stop.set()
-            self._changed.notify_all()
+        deadline = self._begin_close(timeout_s)
+        if deadline is None:
+            return
         try:
             if self._callback_lock.acquire(timeout=max(0.0, timeout_s / 2)):
                 try:
