@@ -309,6 +309,14 @@ class PipelineWorker:
                 f"PipelineWorker: Spark reads the records (kafka_options configure its Kafka "
                 f"source), so the consumer settings {', '.join(refused)} cannot be set"
             )
+        for setting in ("group_protocol", "group_remote_assignor", "assignors"):
+            if setting in settings:
+                raise ConfigurationError(
+                    f"PipelineWorker: {setting} cannot be set: the workers share the "
+                    "partitions on the classic protocol with cooperative-sticky, whose "
+                    "generations fence their output (Kafka's consumer group protocol, "
+                    "KIP-848, is not supported by the pipeline yet)"
+                )
         self.kafka_options = _kafka_options(settings, kafka_options)
         # A fixed group id for Spark's Kafka consumers (which only read, assigned, and never
         # join it): Spark caches a consumer per group id and partition, so every batch of a

@@ -668,3 +668,18 @@ class TestOnTheGroup:
         from recipes.pipeline._worker import _FETCH_SETTINGS
 
         assert _FETCH_SETTINGS == FETCH_SETTINGS
+
+    @pytest.mark.parametrize(
+        "setting",
+        [
+            {"group_protocol": "consumer"},
+            {"group_remote_assignor": "uniform"},
+            {"assignors": []},
+        ],
+    )
+    def test_the_group_protocol_and_assignors_are_refused_by_name(self, tmp_path, setting):
+        from coordination.errors import ConfigurationError
+
+        (name,) = setting
+        with pytest.raises(ConfigurationError, match=f"{name} cannot be set.*KIP-848"):
+            PipelineWorker("g", topic="t", output=tmp_path, bootstrap_servers="h:1", **setting)
