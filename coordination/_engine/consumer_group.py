@@ -55,6 +55,7 @@ from ..errors import (
     CoordinatorStateError,
     broker_error,
 )
+from ..hooks import HeartbeatFailed
 from ..transport import Transport, TransportError
 from . import classify
 from .classify import Api, Next, Reset
@@ -555,14 +556,26 @@ class ConsumerGroupMembership(MemberCore):
             self._changed.notify_all()
 
     def _heartbeat_failed(self, reason: str, sent_at: float) -> None:
+        """A heartbeat got an error or no answer: the ``heartbeat_failed`` hook, and, while a
+        rebalance is under way (joining, or moving to a new assignment), a failed attempt of
+        it (``rebalance_failed``), as the classic engine reports a failed join."""
         with self._lock:
             self._note_problem(reason)
             self._send_full = True
             self._timers.received(self._clock.monotonic())
-            self._stats.attempt_failed()
-        stats = self._stats
-        member_id = self._member_id
-        self._hooks.rebalance_failed(lambda: stats.failed_event(member_id, reason))
+            rebalancing = self._stats.rebalance_started_at is not None
+            if rebalancing:
+                self._stats.attempt_failed()
+            member_id, epoch = self._member_id, self._epoch
+        group_id = self._config.group_id
+        self._hooks.heartbeat_failed(
+            lambda: HeartbeatFailed(
+                group_id=group_id, member_id=member_id, generation=epoch, error=reason
+            )
+        )
+        if rebalancing:
+            stats = self._stats
+            self._hooks.rebalance_failed(lambda: stats.failed_event(member_id, reason))
 
     def _fenced(self, reason: str, sent_epoch: int) -> None:
         """The broker no longer counts this member (fenced epoch, unknown member): its

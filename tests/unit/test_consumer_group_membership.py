@@ -35,6 +35,7 @@ from coordination.errors import (
     MembershipLostError,
     UnsupportedAssignorError,
 )
+from coordination.hooks import CoordinationHooks, HeartbeatFailed, RebalanceFailed
 from coordination.transport import CoordinatorNode, TransportError
 
 ORDERS = uuid.UUID(int=1)
@@ -442,3 +443,35 @@ def test_a_fetch_outside_the_group_carries_no_epoch() -> None:
     (only,) = broker.fetches
     assert (only.member_id, only.member_epoch) == (None, -1)
     cgm.close(5)
+
+
+class Heard(CoordinationHooks):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def on_heartbeat_failed(self, event: HeartbeatFailed) -> None:
+        self.events.append(("heartbeat_failed", event.error))
+
+    def on_rebalance_failed(self, event: RebalanceFailed) -> None:
+        self.events.append(("rebalance_failed", event.error))
+
+
+def test_a_failed_heartbeat_is_reported_and_fails_a_rebalance_only_while_one_runs() -> None:
+    broker = Broker()
+    heard = Heard()
+    # Joining: the failed heartbeat is also a failed attempt of the join.
+    broker.errors.append(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    cgm, _ = member(broker, hooks=[heard])
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        assert [kind for kind, _ in heard.events] == ["heartbeat_failed", "rebalance_failed"]
+        assert "COORDINATOR_LOAD_IN_PROGRESS" in heard.events[0][1]
+        # Stable: a failed heartbeat is only that.
+        heard.events.clear()
+        broker.errors.append(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        wait_for(lambda: bool(heard.events), "the failed heartbeat")
+        time.sleep(0.1)
+        assert [kind for kind, _ in heard.events] == ["heartbeat_failed"]
+    finally:
+        cgm.close(5)
