@@ -168,6 +168,10 @@ class ConsumerGroupMembership(MemberCore):
         self._revoke_deadline: float | None = None
         # The target the reconcile thread last worked on, and when.
         self._tried: tuple[frozenset[TopicIdPartition] | None, float] = (None, 0.0)
+        # Owned partitions whose ``assigned`` call raised: owned (and reported so), not yet
+        # announced; the call is made again for them every ``retry_backoff_ms``, as the
+        # classic engine retries a failed on_join_complete.
+        self._unannounced: frozenset[TopicIdPartition] = frozenset()
         self._lease_until: float | None = None
         # When the first heartbeat since the last answered one was sent: the broker may have
         # begun a revocation when any of them arrived, its rebalance timeout running since.
@@ -265,6 +269,7 @@ class ConsumerGroupMembership(MemberCore):
             and self._owned == self._target
             and self._sent.owned == self._owned
             and not self._lose_all
+            and not self._unannounced
         )
 
     def request_rejoin(self, reason: str) -> None:
@@ -628,6 +633,7 @@ class ConsumerGroupMembership(MemberCore):
             if self._lose_all:
                 lost = frozenset(self._names[p] for p in self._owned if p in self._names)
                 self._owned = frozenset()
+                self._unannounced = frozenset()
                 self._names = {}
                 # ``_lose_all`` stays set until ``lost`` returned: the heartbeat thread
                 # rejoins only once the recipe holds nothing (its lease would cover them).
@@ -649,16 +655,16 @@ class ConsumerGroupMembership(MemberCore):
             if self._lose_all:
                 return  # fenced while the callbacks ran: all of it goes to ``lost`` next
             self._heartbeat_now = True  # report what it owns now, at once
-            if self._target == self._owned:
+            if self._target == self._owned and not self._unannounced:
                 record = self._stats.finished(self._clock.monotonic(), self._generation, False)
                 finished = self._stats.finished_event(record)
                 self._hooks.rebalance_finished(lambda: finished)
             self._changed.notify_all()
 
     def _reconcile_due_locked(self) -> bool:
-        """A target not reconciled yet: new, or one whose topic names were missing at the
-        last try (tried again every ``retry_backoff_ms``)."""
-        if self._target is None or self._target == self._owned:
+        """A target not reconciled yet: new, or one whose topic names were missing or whose
+        ``assigned`` call raised at the last try (tried again every ``retry_backoff_ms``)."""
+        if self._target is None or (self._target == self._owned and not self._unannounced):
             return False
         tried_target, tried_at = self._tried
         if tried_target != self._target:
@@ -666,7 +672,7 @@ class ConsumerGroupMembership(MemberCore):
         return self._clock.monotonic() >= tried_at + self._config.retry_backoff_ms / 1000
 
     def _reconcile_wait_locked(self) -> float:
-        if self._target is not None and self._target != self._owned:
+        if self._target is not None and (self._target != self._owned or self._unannounced):
             return max(0.001, self._config.retry_backoff_ms / 1000)
         return _IDLE_WAIT_S
 
@@ -686,6 +692,9 @@ class ConsumerGroupMembership(MemberCore):
         """
         with self._lock:
             names = dict(self._names)
+            # Those of the last ``assigned`` call that raised and are still to be taken.
+            again = self._unannounced & target
+            self._unannounced = frozenset()
         revoked = owned - target
         if revoked:
             self._invoke_serialized(
@@ -712,7 +721,7 @@ class ConsumerGroupMembership(MemberCore):
                 self._who(),
                 len(new) - len(added),
             )
-        if not added:
+        if not added and not again:
             return
         with self._lock:
             if self._lose_all or self._target != target:
@@ -720,13 +729,17 @@ class ConsumerGroupMembership(MemberCore):
             self._owned = self._owned | added
             for p in added:
                 self._names[p] = (topic_name[p[0]], p[1])
-            taken = frozenset(self._names[p] for p in added)
-        self._invoke_serialized(
+            announced = (added | again) & self._owned
+            taken = frozenset(self._names[p] for p in announced)
+        ok, _ = self._invoke_serialized(
             "assigned",
             self._partitions.assigned,
             taken,
             Generation(epoch, self.member_id, PROTOCOL_NAME),
         )
+        if not ok:
+            with self._lock:
+                self._unannounced = announced
 
 
 def _by_topic(partitions: frozenset[TopicIdPartition]) -> tuple[cg.TopicIdPartitions, ...]:

@@ -475,3 +475,34 @@ def test_a_failed_heartbeat_is_reported_and_fails_a_rebalance_only_while_one_run
         assert [kind for kind, _ in heard.events] == ["heartbeat_failed"]
     finally:
         cgm.close(5)
+
+
+class FailingOnce(Recipe):
+    """Its first ``assigned`` raises (e.g. the consumer's OffsetFetch timed out)."""
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__(broker)
+        self.failures = 1
+
+    def assigned(self, partitions: frozenset[tuple[str, int]], generation: Generation) -> None:
+        super().assigned(partitions, generation)
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("offset fetch timed out")
+
+
+def test_an_assigned_callback_that_raises_is_called_again_and_the_partitions_stay_owned() -> None:
+    broker = Broker()
+    recipe = FailingOnce(broker)
+    cgm, _ = member(broker, recipe)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)  # stable only once announced
+        both = frozenset({("orders", 0), ("orders", 1)})
+        assert [c for c in recipe.calls if c[0] == "assigned"] == [("assigned", both)] * 2
+        # Reported as owned from the first call on: the broker never read them as released.
+        since = broker.events[broker.events.index("assigned [0, 1]") :]
+        assert {e for e in since if e.startswith("reported")} == {"reported [0, 1]"}, since
+        assert not any(c[0] in ("revoked", "lost") for c in recipe.calls)
+    finally:
+        cgm.close(5)
