@@ -12,6 +12,11 @@ an assignment at all (null: unchanged). Which partitions the ``uniform`` assigno
 its own choice, so an assignment is compared by its size and by how many of the member's
 previous partitions it keeps; each run checks on its own that no partition is ever assigned
 to two members at once. Error messages are not compared (the model sends none).
+
+Timing: Kafka 4.3 computes a group's target assignment at most once a second
+(``group.consumer.assignment.interval.ms``, KIP-1263). A scenario waits ``INTERVAL_S`` where
+it needs the next target (the model's clock moves as much), and counts on the steps between
+two such waits taking well under a second on the broker.
 """
 
 from __future__ import annotations
