@@ -1,0 +1,927 @@
+"""Rebalance cost: what one member joining or leaving costs a group reading a busy topic.
+
+For each group size N (default 10, 50, 200) a topic of P = max(20, 2N) partitions gets a
+record on every partition every ``produce_interval`` (50 ms, slower when P is large so
+that the whole topic stays at or below 1000 records/s; a separate producer process, so
+that it does not share a GIL with our consumers). Then, for each implementation in turn,
+a fresh group of N consumers subscribes (starting at the end of each partition, no offset
+commits anywhere), and once it is stable:
+
+* ``join``: member N+1 is created; the clock starts just before its consumer is built;
+* ``leave``: member 0 (the oldest) closes; the clock starts at its ``close()`` call.
+
+For each event, from every consumer's own record of what it consumed and when:
+
+* ``settle_s``: from the event until every partition is owned by exactly one member of the
+  new group and that owner has consumed a record produced after the event;
+* ``stalled_partition_s``: on the partitions that keep their owner across the event
+  (unaffected ones), the sum of the consumption gaps longer than 1 s (at least 3 produce
+  intervals) that overlap [event, settle], each counted over its whole length from the
+  event on (also past the settle point: the partition stalled that long).
+  The goal is 0: without a group-wide barrier nothing stops a member that keeps its
+  partitions.
+
+Implementations, taking turns within each repeat against the same broker:
+
+* ``ours-consumer``: ``recipes.partitioning.Consumer(group_protocol="consumer",
+  group_remote_assignor="uniform")``, all members threads of this process (a poll thread each);
+* ``ours-classic``: the same ``Consumer`` on the classic protocol with
+  ``CooperativeStickyAssignor`` (the best classic case);
+* ``java-consumer``: Kafka's Java ``KafkaConsumer`` (kafka-clients 4.3.1,
+  ``group.protocol=consumer``, ``group.remote.assignor=uniform``), all members threads of
+  one JVM driven over stdin/stdout (``benchmarks/java/RebalanceCost.java``);
+* ``java-classic``: the same JVM, ``group.protocol=classic`` with ``CooperativeStickyAssignor``.
+
+Settings: the broker is a Kafka 4.3.1 test broker (``coordination.testing``), whose KIP-848
+groups have ``group.consumer.heartbeat.interval.ms=500`` and
+``group.consumer.session.timeout.ms=6000``; the classic members use the same:
+``heartbeat_interval_ms=500``, ``session_timeout_ms=6000``; every member has a rebalance
+timeout (``max.poll.interval.ms``) of 30 s and polls with a 100 ms timeout.
+
+Then the throughput of one poll loop with no rebalance: one consumer of each implementation
+reads a backlog of 200,000 records (20 partitions, 100-byte values) from the start; the
+figure is records/s between the 10% and the 90% mark, to show that the new protocol's
+heartbeat path does not slow fetching.
+
+Run (JDK 17+ and Maven needed; a broker is started on loopback unless
+``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS`` names one)::
+
+    python benchmarks/rebalance_cost.py --quick        # N = 10, 3 repeats
+    python benchmarks/rebalance_cost.py                # N = 10, 50, 200; 5 repeats
+    python benchmarks/rebalance_cost.py --sizes 10,50 --repeats 5
+
+Tables give median [min .. max] over the repeats; the last line holds the headline figures
+and ratios as ``name=value`` pairs.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import contextlib
+import itertools
+import json
+import logging
+import math
+import os
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.errors import TopicAlreadyExistsError
+
+# Run from a checkout without installing the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from coordination.testing import resolve_classpath, running_kafka
+from recipes.partitioning import (
+    Consumer,
+    CooperativeStickyAssignor,
+    RebalanceListener,
+    TopicPartition,
+)
+
+log = logging.getLogger("rebalance_cost")
+
+SESSION_TIMEOUT_MS = 6_000  # the test broker's group.consumer.session.timeout.ms
+HEARTBEAT_INTERVAL_MS = 500  # the test broker's group.consumer.heartbeat.interval.ms
+REBALANCE_TIMEOUT_MS = 30_000
+POLL_TIMEOUT_MS = 100
+PRODUCE_INTERVAL_MS = 50
+MAX_PRODUCE_RATE = 1_000  # records/s over the whole topic; 2 cores run everything here
+MIN_PARTITIONS = 20
+GAP_THRESHOLD_S = 1.0
+# After a group converged its ownership must stay unchanged this long (the classic
+# cooperative protocol takes two rebalances for one join); it also gives every partition
+# consumption after the settle point, which closes the last gap.
+QUIET_S = 1.5
+CONVERGE_TIMEOUT_S = 90.0
+STATUS_EVERY_S = 0.1
+CLOSE_TIMEOUT_S = 60.0
+BACKLOG_RECORDS = 200_000
+BACKLOG_PARTITIONS = 20
+BACKLOG_VALUE = b"v" * 100
+JAVA_ARTIFACTS = ("org.apache.kafka:kafka-clients:4.3.1", "org.slf4j:slf4j-nop:1.7.36")
+JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "RebalanceCost.java"
+
+IMPLEMENTATIONS = ("ours-consumer", "ours-classic", "java-consumer", "java-classic")
+EVENTS = ("join", "leave")
+# Ratios of ours-consumer against these; below 1, ours-consumer is faster.
+RATIO_BASES = {"java-consumer": "java", "ours-classic": "classic"}
+
+
+class BenchmarkError(Exception):
+    """A member failed or a group did not converge in time."""
+
+
+def now_ms() -> float:
+    """Epoch milliseconds: the records' timestamps are on this clock too."""
+    return time.time() * 1000
+
+
+def produce_interval_ms(partitions: int) -> int:
+    return max(PRODUCE_INTERVAL_MS, math.ceil(partitions * 1000 / MAX_PRODUCE_RATE))
+
+
+def gap_threshold_ms(partitions: int) -> float:
+    return max(GAP_THRESHOLD_S * 1000, 3 * produce_interval_ms(partitions))
+
+
+# -- what the members did ---------------------------------------------------------------------
+
+
+@dataclass
+class Timeline:
+    """Every ownership change of a group and every poll's newest record per partition.
+
+    Times are epoch milliseconds; ``consumed[member, partition]`` holds (when, newest record
+    timestamp) pairs in time order.
+    """
+
+    events: list[tuple[float, int, str, list[int]]] = field(default_factory=list)
+    consumed: dict[tuple[int, int], list[tuple[float, int]]] = field(default_factory=dict)
+
+
+Status = dict[int, dict[int, int]]
+"""Each open member's partitions, with the newest record timestamp it consumed (-1: none)."""
+
+
+class Group(abc.ABC):
+    """The members of one benchmark group, of one implementation."""
+
+    @abc.abstractmethod
+    def start_members(self, count: int) -> None:
+        """Start ``count`` members; returns without waiting for them to join."""
+
+    @abc.abstractmethod
+    def add_member(self) -> float:
+        """Start one more member; returns the time just before it was created."""
+
+    @abc.abstractmethod
+    def remove_member(self, index: int) -> float:
+        """Close member ``index``; returns the time of its close() call."""
+
+    @abc.abstractmethod
+    def status(self) -> Status: ...
+
+    @abc.abstractmethod
+    def timeline(self, since_ms: float) -> Timeline:
+        """What happened from ``since_ms`` on (ownership changes: all of them)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop every member and wait until they have left."""
+
+
+# -- ours: recipes.partitioning.Consumer ------------------------------------------------------
+
+
+def protocol_settings(protocol: str) -> dict[str, Any]:
+    """Our Consumer's group settings for ``protocol`` ("consumer" or "classic")."""
+    # With the consumer protocol the broker's interval rules; ours is set alike anyway,
+    # so that the session check of the settings sees the same numbers.
+    common = {
+        "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+        "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS,
+    }
+    if protocol == "consumer":
+        return {**common, "group_protocol": "consumer", "group_remote_assignor": "uniform"}
+    return {**common, "assignors": [CooperativeStickyAssignor()]}
+
+
+class _Recorder(RebalanceListener):
+    def __init__(self, member: OursMember) -> None:
+        self._member = member
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        self._member.changed("assigned", partitions)
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        self._member.changed("revoked", partitions)
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        self._member.changed("lost", partitions)
+
+
+class OursMember:
+    """One Consumer and its poll thread, which records what each poll returned."""
+
+    def __init__(self, group: OursGroup, index: int) -> None:
+        self._group = group
+        self.index = index
+        self.owned: dict[int, int] = {}
+        self.consumed: dict[int, list[tuple[float, int]]] = {}
+        self.open = True  # False from the moment it is asked to leave
+        self._stopping = threading.Event()
+        self._closing_at: queue.Queue[float] = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name=f"member-{index}", daemon=True)
+
+    def changed(self, kind: str, partitions: frozenset[TopicPartition]) -> None:
+        t = now_ms()
+        numbers = sorted(tp.partition for tp in partitions)
+        for p in numbers:
+            if kind == "assigned":
+                self.owned[p] = -1
+            else:
+                self.owned.pop(p, None)
+        self._group.events.append((t, self.index, kind, numbers))
+
+    def leave(self) -> float:
+        """Stop polling and close; returns the time of the close() call."""
+        self.open = False
+        self._stopping.set()
+        return self._closing_at.get(timeout=CLOSE_TIMEOUT_S)
+
+    def stop(self) -> None:
+        self.open = False
+        self._stopping.set()
+
+    def _run(self) -> None:
+        # Created here, as the Java driver does on its member thread: the join's time
+        # includes building the client for every implementation.
+        try:
+            consumer = Consumer(
+                self._group.group_id,
+                topics=[self._group.topic],
+                listener=_Recorder(self),
+                bootstrap_servers=self._group.bootstrap_servers,
+                auto_offset_reset="latest",
+                **self._group.protocol_settings(),
+            )
+            consumer.start()
+        except Exception as e:
+            self._group.fail(f"member {self.index} could not start: {e!r}")
+            return
+        try:
+            while not self._stopping.is_set():
+                batches = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+                if not batches:
+                    continue
+                t = now_ms()
+                for tp, records in batches.items():
+                    newest = max(r.timestamp for r in records)
+                    self.consumed.setdefault(tp.partition, []).append((t, newest))
+                    if tp.partition in self.owned:
+                        self.owned[tp.partition] = newest
+        except Exception as e:
+            if not self._stopping.is_set():
+                self._group.fail(f"member {self.index} failed: {e!r}")
+        finally:
+            self._closing_at.put(now_ms())
+            consumer.close(CLOSE_TIMEOUT_S)
+
+
+class OursGroup(Group):
+    def __init__(self, group_id: str, topic: str, bootstrap_servers: str, protocol: str) -> None:
+        self.group_id = group_id
+        self.topic = topic
+        self.bootstrap_servers = bootstrap_servers
+        self._protocol = protocol
+        self.events: list[tuple[float, int, str, list[int]]] = []  # appended by listeners
+        self._members: list[OursMember] = []
+        self._error: str | None = None
+
+    def protocol_settings(self) -> dict[str, Any]:
+        return protocol_settings(self._protocol)
+
+    def fail(self, problem: str) -> None:
+        log.error("%s: %s", self.group_id, problem)
+        self._error = self._error or problem
+
+    def start_members(self, count: int) -> None:
+        for _ in range(count):
+            self.add_member()
+
+    def add_member(self) -> float:
+        t0 = now_ms()
+        member = OursMember(self, len(self._members))
+        self._members.append(member)
+        member.thread.start()
+        return t0
+
+    def remove_member(self, index: int) -> float:
+        return self._members[index].leave()
+
+    def status(self) -> Status:
+        if self._error is not None:
+            raise BenchmarkError(self._error)
+        return {m.index: dict(m.owned) for m in self._members if m.open}
+
+    def timeline(self, since_ms: float) -> Timeline:
+        found = Timeline(events=sorted(self.events))
+        for m in self._members:
+            for p, points in list(m.consumed.items()):
+                found.consumed[m.index, p] = [pt for pt in list(points) if pt[0] >= since_ms]
+        return found
+
+    def close(self) -> None:
+        # All at once: one by one, each leave would rebalance the members still there.
+        for m in self._members:
+            m.stop()
+        for m in self._members:
+            m.thread.join(CLOSE_TIMEOUT_S + 5)
+        self._members.clear()
+
+
+# -- java: KafkaConsumer threads in one JVM ---------------------------------------------------
+
+
+class JavaDriver:
+    """The JVM of benchmarks/java/RebalanceCost.java, one group at a time."""
+
+    def __init__(self, bootstrap_servers: str, workdir: Path) -> None:
+        for tool in ("java", "javac"):
+            if shutil.which(tool) is None:
+                raise BenchmarkError(f"`{tool}` is not on PATH: install a JDK (17+)")
+        jars = [str(p) for p in resolve_classpath(list(JAVA_ARTIFACTS))]
+        classes = workdir / "classes"
+        compiled = subprocess.run(
+            ["javac", "-d", str(classes), "-cp", os.pathsep.join(jars), str(JAVA_SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if compiled.returncode != 0:
+            raise BenchmarkError(f"javac failed:\n{compiled.stdout}{compiled.stderr}")
+        command = [
+            "java",
+            "-Xmx1g",
+            "-cp",
+            os.pathsep.join([str(classes), *jars]),
+            "RebalanceCost",
+            bootstrap_servers,
+            str(SESSION_TIMEOUT_MS),
+            str(HEARTBEAT_INTERVAL_MS),
+            str(REBALANCE_TIMEOUT_MS),
+            str(POLL_TIMEOUT_MS),
+        ]
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.error: str | None = None
+        self._reader = threading.Thread(target=self._read, name="java-reader", daemon=True)
+        self._reader.start()
+
+    def ask(self, line: str, answer: str, timeout_s: float = CONVERGE_TIMEOUT_S) -> Any:
+        """Send a command; returns the value of the next reply that has ``answer``."""
+        assert self._process.stdin is not None
+        if self._process.poll() is not None:
+            raise BenchmarkError(f"the JVM exited with {self._process.returncode}")
+        self._process.stdin.write(line + "\n")
+        self._process.stdin.flush()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BenchmarkError(f"the JVM did not answer {line!r} within {timeout_s:.0f}s")
+            try:
+                reply = self._replies.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                if self._process.poll() is not None:
+                    raise BenchmarkError(
+                        f"the JVM exited with {self._process.returncode}"
+                    ) from None
+                continue
+            if answer in reply:
+                return reply[answer]
+            log.warning("ignoring a late reply from the JVM: %s", reply)
+
+    def close(self) -> None:
+        try:
+            if self._process.poll() is None:
+                assert self._process.stdin is not None
+                with contextlib.suppress(OSError):
+                    self._process.stdin.write("quit\n")
+                    self._process.stdin.flush()
+                self._process.wait(CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.warning("the JVM did not quit; killing it")
+        finally:
+            if self._process.poll() is None:
+                self._process.kill()
+                self._process.wait()
+            self._reader.join(5)
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            try:
+                reply = json.loads(line)
+            except ValueError:
+                continue  # a stray line from a library
+            if "error" in reply:
+                log.error("Java: %s", reply["error"])
+                self.error = self.error or str(reply["error"])
+            else:
+                self._replies.put(reply)
+
+
+class JavaGroup(Group):
+    def __init__(self, group_id: str, topic: str, driver: JavaDriver, protocol: str) -> None:
+        self._group_id = group_id
+        self._topic = topic
+        self._driver = driver
+        self._protocol = protocol
+        driver.error = None
+
+    def start_members(self, count: int) -> None:
+        self._driver.ask(
+            f"start {self._group_id} {self._topic} {self._protocol} {count}", "started"
+        )
+
+    def add_member(self) -> float:
+        # The JVM reads its clock itself, so the pipe's delay is not measured.
+        return float(self._driver.ask("join", "t0"))
+
+    def remove_member(self, index: int) -> float:
+        return float(self._driver.ask(f"leave {index}", "t0"))
+
+    def status(self) -> Status:
+        if self._driver.error is not None:
+            raise BenchmarkError(f"a Java member failed: {self._driver.error}")
+        found = self._driver.ask("status", "status")
+        return {int(m): {int(p): int(ts) for p, ts in owned.items()} for m, owned in found.items()}
+
+    def timeline(self, since_ms: float) -> Timeline:
+        found = self._driver.ask(f"dump {since_ms:.3f}", "dump")
+        return Timeline(
+            events=sorted((float(t), int(m), str(k), list(ps)) for t, m, k, ps in found["events"]),
+            consumed={
+                (int(m), int(p)): [(float(t), int(ts)) for t, ts in points]
+                for m, p, points in found["consumed"]
+            },
+        )
+
+    def close(self) -> None:
+        self._driver.ask("stop", "stopped", CLOSE_TIMEOUT_S + 30)
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    settle_s: float
+    stalled_partition_s: float
+    unaffected: int  # partitions that kept their owner
+    moved: int
+
+
+def converged(status: Status, members: set[int], partitions: int, after_ms: float) -> bool:
+    """Whether exactly ``members`` are open, each owns something, every partition has one
+    owner, and each owner consumed a record of its partitions produced at ``after_ms`` or
+    later."""
+    if set(status) != members or any(not owned for owned in status.values()):
+        return False
+    owners = [p for owned in status.values() for p in owned]
+    if len(owners) != partitions or set(owners) != set(range(partitions)):
+        return False
+    # Record timestamps are whole milliseconds, rounded down.
+    return all(ts >= math.floor(after_ms) for owned in status.values() for ts in owned.values())
+
+
+def ownership(status: Status) -> dict[int, int]:
+    return {p: m for m, owned in status.items() for p in owned}
+
+
+def wait_converged(
+    group: Group, members: set[int], partitions: int, after_ms: float
+) -> dict[int, int]:
+    """Wait until the group converged (see :func:`converged`) and kept its ownership for
+    ``QUIET_S``; returns the owner of each partition."""
+    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+    while True:
+        status = group.status()
+        if converged(status, members, partitions, after_ms):
+            owners = ownership(status)
+            time.sleep(QUIET_S)
+            status = group.status()
+            if converged(status, members, partitions, after_ms) and ownership(status) == owners:
+                return owners
+        if time.monotonic() > deadline:
+            raise BenchmarkError(
+                f"no convergence on members {sorted(members)} within {CONVERGE_TIMEOUT_S:.0f}s: "
+                f"partitions per member { ({m: sorted(o) for m, o in status.items()}) }"
+            )
+        time.sleep(STATUS_EVERY_S)
+
+
+def owners_at(timeline: Timeline, t_ms: float, members: set[int]) -> dict[int, int]:
+    """Each partition's owner among ``members`` at ``t_ms``, from the ownership changes."""
+    owned: dict[int, set[int]] = {}
+    for t, m, kind, partitions in timeline.events:
+        if t > t_ms:
+            break
+        mine = owned.setdefault(m, set())
+        if kind == "assigned":
+            mine.update(partitions)
+        else:
+            mine.difference_update(partitions)
+    return {p: m for m, ps in owned.items() if m in members for p in ps}
+
+
+def analyse(
+    timeline: Timeline,
+    t0: float,
+    before: set[int],
+    final_owners: Mapping[int, int],
+    end_ms: float,
+    gap_ms: float,
+) -> Sample:
+    """The event's settle time and the stalled partition-seconds of unaffected partitions."""
+    settled_at = t0
+    for p, m in final_owners.items():
+        first = next(
+            (t for t, ts in timeline.consumed.get((m, p), []) if ts >= math.floor(t0)), None
+        )
+        if first is None:
+            raise BenchmarkError(f"member {m} never consumed partition {p} after the event")
+        settled_at = max(settled_at, first)
+    initial = owners_at(timeline, t0, before)
+    taken_away = {
+        (m, p) for t, m, kind, ps in timeline.events if t > t0 and kind != "assigned" for p in ps
+    }
+    unaffected = [
+        p for p, m in final_owners.items() if initial.get(p) == m and (m, p) not in taken_away
+    ]
+    stalled_ms = 0.0
+    for p in unaffected:
+        times = [t for t, _ in timeline.consumed.get((final_owners[p], p), [])]
+        before_t0 = [t for t in times if t <= t0]
+        after_settle = [t for t in times if t > settled_at]
+        points = [
+            before_t0[-1] if before_t0 else t0,
+            *(t for t in times if t0 < t <= settled_at),
+            after_settle[0] if after_settle else end_ms,
+        ]
+        # A gap that began before the event counts from the event; one that outlasts the
+        # settle point counts to its end: the partition stalled that long.
+        for a, b in itertools.pairwise(points):
+            if b - a > gap_ms:
+                stalled_ms += b - max(a, t0)
+    return Sample(
+        settle_s=(settled_at - t0) / 1000,
+        stalled_partition_s=stalled_ms / 1000,
+        unaffected=len(unaffected),
+        moved=len(final_owners) - len(unaffected),
+    )
+
+
+def measure_once(group: Group, size: int, partitions: int) -> dict[str, Sample]:
+    """Start ``size`` members; once stable, one joins, then member 0 leaves."""
+    gap_ms = gap_threshold_ms(partitions)
+    samples: dict[str, Sample] = {}
+    try:
+        start = now_ms()
+        group.start_members(size)
+        members = set(range(size))
+        wait_converged(group, members, partitions, start)
+        t0 = group.add_member()
+        before, members = members, members | {size}
+        owners = wait_converged(group, members, partitions, t0)
+        end = now_ms()
+        samples["join"] = analyse(group.timeline(t0 - 5000), t0, before, owners, end, gap_ms)
+        t0 = group.remove_member(0)
+        before, members = members, members - {0}
+        owners = wait_converged(group, members, partitions, t0)
+        end = now_ms()
+        samples["leave"] = analyse(group.timeline(t0 - 5000), t0, before, owners, end, gap_ms)
+    finally:
+        group.close()
+    return samples
+
+
+# -- the busy topic, and the backlog of the throughput run --------------------------------------
+
+
+def produce_forever(bootstrap_servers: str, topic: str, partitions: int, interval_ms: int) -> None:
+    """A record on every partition every ``interval_ms``, until killed."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=5)
+    next_at = time.monotonic()
+    while True:
+        for p in range(partitions):
+            producer.send(topic, value=b"busy", partition=p)
+        next_at += interval_ms / 1000
+        delay = next_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        else:
+            next_at = time.monotonic()  # behind: do not burst to catch up
+
+
+@contextlib.contextmanager
+def busy_producer(
+    bootstrap_servers: str, topic: str, partitions: int
+) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--produce",
+            bootstrap_servers,
+            topic,
+            str(partitions),
+            str(produce_interval_ms(partitions)),
+        ]
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    try:
+        admin.create_topics({topic: {"num_partitions": partitions}}, wait_for_metadata=True)
+    except TopicAlreadyExistsError:
+        pass  # an earlier run against the same cluster made it
+    finally:
+        admin.close()
+
+
+def write_backlog(bootstrap_servers: str, topic: str) -> None:
+    create_topic(bootstrap_servers, topic, BACKLOG_PARTITIONS)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap_servers, acks=1, linger_ms=20, batch_size=256 * 1024
+    )
+    for i in range(BACKLOG_RECORDS):
+        producer.send(topic, value=BACKLOG_VALUE, partition=i % BACKLOG_PARTITIONS)
+    producer.flush()
+    producer.close()
+
+
+def drain_ours(bootstrap_servers: str, group_id: str, topic: str, protocol: str) -> float:
+    """Records/s of one Consumer's poll loop reading the backlog, between 10% and 90%."""
+    consumer = Consumer(
+        group_id,
+        topics=[topic],
+        bootstrap_servers=bootstrap_servers,
+        auto_offset_reset="earliest",
+        **protocol_settings(protocol),
+    )
+    count, count_from = 0, -1
+    started = t_from = time.monotonic()
+    try:
+        while count < BACKLOG_RECORDS * 9 // 10:
+            if time.monotonic() - started > 300:
+                raise BenchmarkError(f"read {count} of {BACKLOG_RECORDS} records in 300 s")
+            count += sum(len(r) for r in consumer.poll(timeout_ms=POLL_TIMEOUT_MS).values())
+            if count_from < 0 and count >= BACKLOG_RECORDS // 10:
+                t_from, count_from = time.monotonic(), count
+        return (count - count_from) / (time.monotonic() - t_from)
+    finally:
+        consumer.close()
+
+
+# -- the benchmark --------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="What one member joining or leaving costs a group of N consumers of a "
+        "busy topic, for our Consumer (KIP-848 and classic) and Java's KafkaConsumer."
+    )
+    parser.add_argument("--quick", action="store_true", help="N = 10 only, 3 repeats")
+    parser.add_argument("--sizes", help="comma-separated group sizes N (default 10,50,200)")
+    parser.add_argument("--repeats", type=int, help="runs per size and implementation (default 5)")
+    parser.add_argument(
+        "--implementations",
+        default=",".join(IMPLEMENTATIONS),
+        help=f"comma-separated subset of {','.join(IMPLEMENTATIONS)}",
+    )
+    parser.add_argument(
+        "--no-throughput", action="store_true", help="skip the poll-loop throughput runs"
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+        help="an existing cluster (default: $KAFKA_BOOTSTRAP_SERVERS, else a "
+        "broker started for this run)",
+    )
+    parser.add_argument(
+        "--log", help="write our members' DEBUG logs to this file (where the time goes)"
+    )
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ("10" if args.quick else "10,50,200")
+    args.sizes = [int(s) for s in sizes.split(",") if s.strip()]
+    args.repeats = args.repeats or (3 if args.quick else 5)
+    args.implementations = [i.strip() for i in args.implementations.split(",") if i.strip()]
+    unknown = set(args.implementations) - set(IMPLEMENTATIONS)
+    if unknown:
+        parser.error(f"unknown implementations {sorted(unknown)}; choose from {IMPLEMENTATIONS}")
+    if any(n < 2 for n in args.sizes) or args.repeats < 1:
+        parser.error("sizes must be at least 2 and --repeats positive")
+    return args
+
+
+def cell(samples: Sequence[float], failed: int, digits: int) -> str:
+    if not samples:
+        text = "no result"
+    else:
+        text = (
+            f"{statistics.median(samples):.{digits}f} "
+            f"[{min(samples):.{digits}f}..{max(samples):.{digits}f}]"
+        )
+    return text + (f" ({failed} failed)" if failed else "")
+
+
+def ratio(ours: Sequence[float], base: Sequence[float]) -> float | None:
+    if not ours or not base or statistics.median(base) == 0:
+        return None
+    return statistics.median(ours) / statistics.median(base)
+
+
+def name(impl: str) -> str:
+    return impl.replace("-", "_")
+
+
+def report(
+    results: Mapping[tuple[str, int, str], list[Sample]],
+    failures: Mapping[tuple[str, int], int],
+    throughput: Mapping[str, list[float]],
+    implementations: Sequence[str],
+    sizes: Sequence[int],
+) -> None:
+    headline: list[str] = []
+    # (attribute, name in the headline, its unit there)
+    metrics = (("settle_s", "settle", "s"), ("stalled_partition_s", "stalled", "ps"))
+    bases = [b for b in RATIO_BASES if b in implementations and "ours-consumer" in implementations]
+    width = 30
+    for n in sizes:
+        partitions = max(MIN_PARTITIONS, 2 * n)
+        print(
+            f"\nN={n}: {partitions} partitions, a record per partition every "
+            f"{produce_interval_ms(partitions)} ms; gaps > {gap_threshold_ms(partitions):.0f} ms "
+            "count as stalled; settle in s, stalled in partition-s; median [min..max] over runs"
+        )
+        header = f"{'event/metric':<16} | " + " | ".join(f"{i:^{width}}" for i in implementations)
+        header += "".join(f" | {'ours/' + RATIO_BASES[b]:>13}" for b in bases)
+        print(header)
+        print("-" * len(header))
+        for event in EVENTS:
+            for attr, short, unit in metrics:
+                cells = []
+                values: dict[str, list[float]] = {}
+                for impl in implementations:
+                    values[impl] = [getattr(s, attr) for s in results.get((impl, n, event), [])]
+                    cells.append(f"{cell(values[impl], failures.get((impl, n), 0), 2):^{width}}")
+                line = f"{event + ' ' + short:<16} | " + " | ".join(cells)
+                for impl in implementations:
+                    if values[impl]:
+                        headline.append(
+                            f"n{n}_{event}_{short}_{name(impl)}_{unit}="
+                            f"{statistics.median(values[impl]):.3f}"
+                        )
+                for base in bases:
+                    r = ratio(values["ours-consumer"], values[base])
+                    line += f" | {'-' if r is None else f'{r:.2f}':>13}"
+                    if r is not None:
+                        headline.append(f"n{n}_{event}_{short}_ratio_{RATIO_BASES[base]}={r:.3f}")
+                print(line)
+            moved = {
+                impl: statistics.median(s.moved for s in results[impl, n, event])
+                for impl in implementations
+                if results.get((impl, n, event))
+            }
+            print(
+                f"{'  moved':<16} | "
+                + " | ".join(f"{moved.get(impl, '-'):^{width}}" for impl in implementations)
+            )
+    if throughput:
+        print(
+            f"\nPoll-loop throughput, one consumer reading {BACKLOG_RECORDS} records "
+            f"({BACKLOG_PARTITIONS} partitions) with no rebalance: records/s, median [min..max]"
+        )
+        for impl in implementations:
+            if throughput.get(impl):
+                print(f"  {impl:<14} {cell(throughput[impl], 0, 0)}")
+                headline.append(
+                    f"throughput_{name(impl)}_rps={statistics.median(throughput[impl]):.0f}"
+                )
+        for base in bases:
+            r = ratio(throughput.get("ours-consumer", []), throughput.get(base, []))
+            if r is not None:
+                print(f"  ours-consumer/{base}: {r:.2f}")
+                headline.append(f"throughput_ratio_{RATIO_BASES[base]}={r:.3f}")
+    print("(settle and stalled ratios below 1: ours-consumer is faster; throughput above 1)")
+    print(" ".join(headline))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--produce"]:
+        bootstrap, topic, partitions, interval_ms = argv[1:5]
+        produce_forever(bootstrap, topic, int(partitions), int(interval_ms))
+        return 0
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # kafka-python logs cancelled requests on close as errors; a member that really fails
+    # shows up as a failed run.
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    if args.log:
+        handler = logging.FileHandler(args.log)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(threadName)s %(name)s %(levelname)s: %(message)s")
+        )
+        for logger in ("coordination", "recipes"):
+            logging.getLogger(logger).addHandler(handler)
+            logging.getLogger(logger).setLevel(logging.DEBUG)
+    run_id = uuid.uuid4().hex[:8]
+    results: dict[tuple[str, int, str], list[Sample]] = {}
+    failures: dict[tuple[str, int], int] = {}
+    throughput: dict[str, list[float]] = {}
+    failed_ours = False
+    with contextlib.ExitStack() as stack:
+        bootstrap = stack.enter_context(running_kafka(args.bootstrap_servers, full_jit=True))
+        driver: JavaDriver | None = None
+        if any(i.startswith("java") for i in args.implementations):
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rebal-")))
+            driver = JavaDriver(bootstrap, workdir)
+            stack.callback(driver.close)
+
+        def open_group(impl: str, group_id: str, topic: str) -> Group:
+            kind, protocol = impl.split("-")
+            if kind == "ours":
+                return OursGroup(group_id, topic, bootstrap, protocol)
+            assert driver is not None
+            return JavaGroup(group_id, topic, driver, protocol)
+
+        print(f"broker {bootstrap}; sizes {args.sizes}; {args.repeats} runs each", flush=True)
+        if not args.no_throughput:
+            backlog = f"rebalance-cost-{run_id}-backlog"
+            write_backlog(bootstrap, backlog)
+            for r in range(min(args.repeats, 3)):
+                for impl in args.implementations:
+                    group_id = f"rc-{run_id}-tp-{name(impl)}-{r}"
+                    kind, protocol = impl.split("-")
+                    try:
+                        if kind == "ours":
+                            rate = drain_ours(bootstrap, group_id, backlog, protocol)
+                        else:
+                            assert driver is not None
+                            rate = float(
+                                driver.ask(
+                                    f"drain {group_id} {backlog} {protocol} {BACKLOG_RECORDS}",
+                                    "drained",
+                                    330,
+                                )
+                            )
+                    except BenchmarkError as e:
+                        print(f"  throughput {impl:>14} run{r + 1}: FAILED: {e}", flush=True)
+                        failed_ours = failed_ours or kind == "ours"
+                        continue
+                    print(f"  throughput {impl:>14} run{r + 1}: {rate:9.0f} records/s", flush=True)
+                    throughput.setdefault(impl, []).append(rate)
+        for n in args.sizes:
+            partitions = max(MIN_PARTITIONS, 2 * n)
+            topic = f"rebalance-cost-{run_id}-n{n}"
+            create_topic(bootstrap, topic, partitions)
+            with busy_producer(bootstrap, topic, partitions):
+                # Implementations take turns within each repetition, so a slow drift of the
+                # machine (or the broker) does not favour one of them.
+                for r in range(args.repeats):
+                    for impl in args.implementations:
+                        group_id = f"rc-{run_id}-{name(impl)}-n{n}-{r}"
+                        try:
+                            samples = measure_once(open_group(impl, group_id, topic), n, partitions)
+                        except BenchmarkError as e:
+                            print(f"  {impl:>14} N={n:<3} run{r + 1}: FAILED: {e}", flush=True)
+                            failures[impl, n] = failures.get((impl, n), 0) + 1
+                            failed_ours = failed_ours or impl.startswith("ours")
+                            continue
+                        for event, s in samples.items():
+                            results.setdefault((impl, n, event), []).append(s)
+                            print(
+                                f"  {impl:>14} N={n:<3} run{r + 1} {event:<5}: settle "
+                                f"{s.settle_s:6.2f} s, stalled {s.stalled_partition_s:6.2f} "
+                                f"partition-s ({s.unaffected} unaffected, {s.moved} moved)",
+                                flush=True,
+                            )
+    report(results, failures, throughput, args.implementations, args.sizes)
+    # Only a failure of this library fails the benchmark: Java's consumer is the yardstick.
+    return 1 if failed_ours else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
