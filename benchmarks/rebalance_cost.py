@@ -221,7 +221,9 @@ class OursMember:
     def __init__(self, group: OursGroup, index: int) -> None:
         self._group = group
         self.index = index
-        self.owned: dict[int, int] = {}
+        # Under _lock: the listener (membership thread) and the poll thread both write it.
+        self._lock = threading.Lock()
+        self._owned: dict[int, int] = {}
         self.consumed: dict[int, list[tuple[float, int]]] = {}
         self.open = True  # False from the moment it is asked to leave
         self._stopping = threading.Event()
@@ -231,18 +233,27 @@ class OursMember:
     def changed(self, kind: str, partitions: frozenset[TopicPartition]) -> None:
         t = now_ms()
         numbers = sorted(tp.partition for tp in partitions)
-        for p in numbers:
-            if kind == "assigned":
-                self.owned[p] = -1
-            else:
-                self.owned.pop(p, None)
+        with self._lock:
+            for p in numbers:
+                if kind == "assigned":
+                    self._owned[p] = -1
+                else:
+                    self._owned.pop(p, None)
         self._group.events.append((t, self.index, kind, numbers))
+
+    def owned(self) -> dict[int, int]:
+        """The partitions owned now, with the newest record timestamp consumed from each."""
+        with self._lock:
+            return dict(self._owned)
 
     def leave(self) -> float:
         """Stop polling and close; returns the time of the close() call."""
         self.open = False
         self._stopping.set()
-        return self._closing_at.get(timeout=CLOSE_TIMEOUT_S)
+        try:
+            return self._closing_at.get(timeout=CLOSE_TIMEOUT_S)
+        except queue.Empty:
+            raise BenchmarkError(f"member {self.index} did not stop polling") from None
 
     def stop(self) -> None:
         self.open = False
@@ -251,20 +262,16 @@ class OursMember:
     def _run(self) -> None:
         # Created here, as the Java driver does on its member thread: the join's time
         # includes building the client for every implementation.
+        consumer = Consumer(
+            self._group.group_id,
+            topics=[self._group.topic],
+            listener=_Recorder(self),
+            bootstrap_servers=self._group.bootstrap_servers,
+            auto_offset_reset="latest",
+            **self._group.protocol_settings(),
+        )
         try:
-            consumer = Consumer(
-                self._group.group_id,
-                topics=[self._group.topic],
-                listener=_Recorder(self),
-                bootstrap_servers=self._group.bootstrap_servers,
-                auto_offset_reset="latest",
-                **self._group.protocol_settings(),
-            )
             consumer.start()
-        except Exception as e:
-            self._group.fail(f"member {self.index} could not start: {e!r}")
-            return
-        try:
             while not self._stopping.is_set():
                 batches = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
                 if not batches:
@@ -273,8 +280,9 @@ class OursMember:
                 for tp, records in batches.items():
                     newest = max(r.timestamp for r in records)
                     self.consumed.setdefault(tp.partition, []).append((t, newest))
-                    if tp.partition in self.owned:
-                        self.owned[tp.partition] = newest
+                    with self._lock:
+                        if tp.partition in self._owned:
+                            self._owned[tp.partition] = newest
         except Exception as e:
             if not self._stopping.is_set():
                 self._group.fail(f"member {self.index} failed: {e!r}")
@@ -317,7 +325,7 @@ class OursGroup(Group):
     def status(self) -> Status:
         if self._error is not None:
             raise BenchmarkError(self._error)
-        return {m.index: dict(m.owned) for m in self._members if m.open}
+        return {m.index: m.owned() for m in self._members if m.open}
 
     def timeline(self, since_ms: float) -> Timeline:
         found = Timeline(events=sorted(self.events))
