@@ -20,6 +20,9 @@ For each event, from every consumer's own record of what it consumed and when:
   event on (also past the settle point: the partition stalled that long).
   The goal is 0: without a group-wide barrier nothing stops a member that keeps its
   partitions.
+* ``assigned_s``: from the event until the last partition that moved was announced to its
+  new owner (its ``on_partitions_assigned``): the protocol's share of ``settle_s``; the
+  rest is the new owner's start of fetching (committed offset, reset, first fetch).
 
 Implementations, taking turns within each repeat against the same broker:
 
@@ -486,6 +489,10 @@ class Sample:
     stalled_partition_s: float
     unaffected: int  # partitions that kept their owner
     moved: int
+    # Until the last moved partition's new owner was told of it (its listener's
+    # on_partitions_assigned): the protocol's share of settle_s; the rest is the new
+    # owner's start of fetching.
+    assigned_s: float
 
 
 def converged(status: Status, members: set[int], partitions: int, after_ms: float) -> bool:
@@ -580,11 +587,21 @@ def analyse(
         for a, b in itertools.pairwise(points):
             if b - a > gap_ms:
                 stalled_ms += b - max(a, t0)
+    told_at = t0
+    for p, m in final_owners.items():
+        if p not in unaffected:
+            told = [
+                t
+                for t, who, kind, ps in timeline.events
+                if who == m and kind == "assigned" and p in ps
+            ]
+            told_at = max([told_at, *told[-1:]])
     return Sample(
         settle_s=(settled_at - t0) / 1000,
         stalled_partition_s=stalled_ms / 1000,
         unaffected=len(unaffected),
         moved=len(final_owners) - len(unaffected),
+        assigned_s=(told_at - t0) / 1000,
     )
 
 
@@ -771,7 +788,11 @@ def report(
 ) -> None:
     headline: list[str] = []
     # (attribute, name in the headline, its unit there)
-    metrics = (("settle_s", "settle", "s"), ("stalled_partition_s", "stalled", "ps"))
+    metrics = (
+        ("settle_s", "settle", "s"),
+        ("assigned_s", "assigned", "s"),
+        ("stalled_partition_s", "stalled", "ps"),
+    )
     bases = [b for b in RATIO_BASES if b in implementations and "ours-consumer" in implementations]
     width = 30
     for n in sizes:
@@ -855,6 +876,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for logger in ("coordination", "recipes"):
             logging.getLogger(logger).addHandler(handler)
             logging.getLogger(logger).setLevel(logging.DEBUG)
+            logging.getLogger(logger).propagate = False  # to the file only
     run_id = uuid.uuid4().hex[:8]
     results: dict[tuple[str, int, str], list[Sample]] = {}
     failures: dict[tuple[str, int], int] = {}
@@ -879,7 +901,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_throughput:
             backlog = f"rebalance-cost-{run_id}-backlog"
             write_backlog(bootstrap, backlog)
-            for r in range(min(args.repeats, 3)):
+            for r in range(args.repeats):
                 for impl in args.implementations:
                     group_id = f"rc-{run_id}-tp-{name(impl)}-{r}"
                     kind, protocol = impl.split("-")
@@ -922,7 +944,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             results.setdefault((impl, n, event), []).append(s)
                             print(
                                 f"  {impl:>14} N={n:<3} run{r + 1} {event:<5}: settle "
-                                f"{s.settle_s:6.2f} s, stalled {s.stalled_partition_s:6.2f} "
+                                f"{s.settle_s:6.2f} s (assigned {s.assigned_s:5.2f} s), "
+                                f"stalled {s.stalled_partition_s:6.2f} "
                                 f"partition-s ({s.unaffected} unaffected, {s.moved} moved)",
                                 flush=True,
                             )
