@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import math
@@ -252,6 +253,12 @@ class Consumer:
             "client_id": self._group.config.client_id,
         }
         self._lock = self._clock.rlock()
+        # The polling thread takes self._lock again right after each fetch slice, and locks
+        # are not fair: a rebalance callback waiting for it could wait several slices (0.9 s
+        # measured). A callback says it waits (_callback_waiting); the polling thread then
+        # lets it in before its next slice (_callback_in: the callback has the lock).
+        self._callback_waiting = False
+        self._callback_in = self._clock.event()
         self._fetcher: RecordFetcher | None = fetcher  # made by start() if not given
         # Invariants, under self._lock: self._positions holds the owned partitions whose
         # start is established; the fetcher is assigned (self._fetching) those that are not
@@ -411,6 +418,7 @@ class Consumer:
             self.start()
         deadline = self._clock.monotonic() + timeout_ms / 1000
         while True:
+            self._let_a_callback_in()
             with self._lock:
                 if self._closed:
                     raise CoordinatorStateError(
@@ -450,6 +458,26 @@ class Consumer:
                 result = self._take(max_records, delivery)
             if result or self._clock.monotonic() >= deadline:
                 return result
+
+    def _let_a_callback_in(self) -> None:
+        """(Polling thread, not holding self._lock) If a rebalance callback waits for the
+        lock, wait until it has it (at most one slice): it moves partitions in or out, which
+        is what the next slice should see."""
+        self._callback_in.clear()
+        if self._callback_waiting:
+            self._callback_in.wait(_POLL_SLICE_MS / 1000)
+
+    @contextlib.contextmanager
+    def _locked_for_callback(self) -> Iterator[None]:
+        """self._lock for a rebalance callback, ahead of the polling thread's next slice."""
+        self._callback_waiting = True
+        try:
+            with self._lock:
+                self._callback_waiting = False
+                self._callback_in.set()
+                yield
+        finally:
+            self._callback_waiting = False
 
     def _returnable(self, tp: TopicPartition, owned: frozenset[TopicPartition]) -> bool:
         """Whether ``tp``'s records may be returned now (under the lock)."""
@@ -815,7 +843,7 @@ class Consumer:
                 self._user_listener.on_partitions_revoked(partitions)
         finally:
             self._withdrawn = self._withdrawn | partitions
-            with self._lock:
+            with self._locked_for_callback():
                 self._withdrawn = self._withdrawn - partitions  # no position any more
                 self._paused -= partitions
                 self._unpositioned -= partitions
@@ -835,7 +863,7 @@ class Consumer:
         whose start position is not established yet are still in self._unpositioned, and
         those not announced yet in self._announcing, so they are done then.
         """
-        with self._lock:
+        with self._locked_for_callback():
             owned = self._group.owned()
             self._unpositioned = (self._unpositioned | partitions) & owned
             self._announcing = (self._announcing | partitions) & owned
@@ -843,7 +871,7 @@ class Consumer:
         committed = (
             self._group.committed_offsets([(tp.topic, tp.partition) for tp in todo]) if todo else {}
         )
-        with self._lock:
+        with self._locked_for_callback():
             todo &= self._unpositioned  # a seek meanwhile established the others
             if todo and self._fetcher is not None and not self._closed:
                 try:
@@ -864,7 +892,7 @@ class Consumer:
                 self._unpositioned -= todo
                 self._reassign_fetcher(resync=True)
         self._user_listener.on_partitions_assigned(partitions)
-        with self._lock:
+        with self._locked_for_callback():
             self._announcing -= partitions
             self._reassign_fetcher()  # seeks each to its position
 
