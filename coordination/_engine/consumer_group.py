@@ -436,7 +436,15 @@ class ConsumerGroupMembership(MemberCore):
         subscription = self._partitions.subscription()
         full = self._send_full or self._epoch == cg.JOIN_EPOCH
         changed = full or subscription != self._sent.subscription
-        owned = self._owned if self._epoch != cg.JOIN_EPOCH else frozenset()
+        # Owned, and what the reconcile thread may still take of the target. A partition
+        # reported as not owned, the broker may hand to another member at once (its answer
+        # moves it elsewhere): a member must never take it afterwards from the older target
+        # (found by the fault campaign: two owners for 0.1 s after a coordinator failover).
+        owned = (
+            self._owned | (self._target or frozenset())
+            if self._epoch != cg.JOIN_EPOCH
+            else frozenset()
+        )
         report_owned = full or owned != self._sent.owned
         request = cg.ConsumerGroupHeartbeatRequest(
             group_id=cfg.group_id,
