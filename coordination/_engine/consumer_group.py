@@ -172,6 +172,12 @@ class ConsumerGroupMembership(MemberCore):
         # announced; the call is made again for them every ``retry_backoff_ms``, as the
         # classic engine retries a failed on_join_complete.
         self._unannounced: frozenset[TopicIdPartition] = frozenset()
+        # A static member that was in the group, fenced itself (no answer for a session)
+        # and was refused its rejoin with UNRELEASED_INSTANCE_ID: the broker still holds the
+        # instance for this member's own old registration (a coordinator that moved restarts
+        # the sessions). The next heartbeat releases it (epoch -2), then the member joins.
+        self._was_member = False
+        self._release_instance = False
         self._lease_until: float | None = None
         # When the first heartbeat since the last answered one was sent: the broker may have
         # begun a revocation when any of them arrived, its rebalance timeout running since.
@@ -433,6 +439,13 @@ class ConsumerGroupMembership(MemberCore):
         """The next heartbeat: every field when joining or after an error; otherwise only
         what changed since the last one (Kafka reads null as unchanged)."""
         cfg = self._config
+        if self._release_instance:
+            return cg.ConsumerGroupHeartbeatRequest(
+                group_id=cfg.group_id,
+                member_id=self._member_id,
+                member_epoch=cg.STATIC_LEAVE_EPOCH,
+                instance_id=cfg.group_instance_id,
+            )
         subscription = self._partitions.subscription()
         full = self._send_full or self._epoch == cg.JOIN_EPOCH
         changed = full or subscription != self._sent.subscription
@@ -473,8 +486,40 @@ class ConsumerGroupMembership(MemberCore):
         sent_at: float,
     ) -> None:
         code = response.error_code
+        if request.member_epoch == cg.STATIC_LEAVE_EPOCH:
+            # The release of this member's own old registration: whatever the answer (the
+            # registration may have expired meanwhile), join now.
+            self._log.info(
+                "%s: released its instance's old registration (%s); joining again",
+                self._who(),
+                error_name(code),
+            )
+            with self._lock:
+                self._release_instance = False
+                self._send_full = True
+                self._heartbeat_now = True
+                self._changed.notify_all()
+            return
         if code == ErrorCode.NONE:
             self._on_success(request, response, sent_at)
+            return
+        if (
+            code == ErrorCode.UNRELEASED_INSTANCE_ID
+            and request.member_epoch == cg.JOIN_EPOCH
+            and self._was_member
+            and not self._release_instance
+        ):
+            self._log.warning(
+                "%s: rejoin refused with UNRELEASED_INSTANCE_ID: the broker still holds the "
+                "instance %r for this member's old registration; releasing it (epoch -2)",
+                self._who(),
+                self._config.group_instance_id,
+            )
+            with self._lock:
+                self._was_member = False  # once: a second refusal is another process's
+                self._release_instance = True
+                self._heartbeat_now = True
+                self._changed.notify_all()
             return
         reaction = classify.reaction(Api.CONSUMER_GROUP_HEARTBEAT, code)
         reason = f"ConsumerGroupHeartbeat returned {error_name(code)}" + (
@@ -514,6 +559,8 @@ class ConsumerGroupMembership(MemberCore):
                 return  # fenced meanwhile: an answer to the old epoch says nothing
             self._timers.received(now)
             self._stats.heartbeat_answered(now)
+            if response.member_epoch > 0 and self._config.is_static:
+                self._was_member = True
             self._heartbeat_retries.clear()
             self._retry_backoff.reset()
             if response.heartbeat_interval_ms > 0:

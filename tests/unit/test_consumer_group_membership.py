@@ -33,6 +33,7 @@ from coordination.errors import (
     CommitFailedError,
     CoordinatorStateError,
     MembershipLostError,
+    UnreleasedInstanceIdError,
     UnsupportedAssignorError,
 )
 from coordination.hooks import CoordinationHooks, HeartbeatFailed, RebalanceFailed
@@ -527,5 +528,36 @@ def test_an_assigned_callback_that_raises_is_called_again_and_the_partitions_sta
         since = broker.events[broker.events.index("assigned [0, 1]") :]
         assert {e for e in since if e.startswith("reported")} == {"reported [0, 1]"}, since
         assert not any(c[0] in ("revoked", "lost") for c in recipe.calls)
+    finally:
+        cgm.close(5)
+
+
+def test_a_static_member_refused_its_rejoin_releases_its_own_old_registration() -> None:
+    # Fenced, the member rejoins at epoch 0; a broker that still holds the instance for the
+    # member's old registration (a moved coordinator restarts the sessions) refuses it with
+    # UNRELEASED_INSTANCE_ID. Found by the fault campaign: the member stopped for good.
+    broker = Broker()
+    cgm, recipe = member(broker, group_instance_id="i-1")
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        broker.errors += [ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNRELEASED_INSTANCE_ID]
+        wait_for(lambda: "left -2" in broker.events, "the release of the old registration")
+        wait_for(lambda: cgm.member_epoch > 1, "joined again")
+        cgm.wait_stable(10)
+        assert any(c[0] == "lost" for c in recipe.calls)
+    finally:
+        cgm.close(5)
+
+
+def test_a_first_join_refused_for_an_instance_in_use_stops_the_member() -> None:
+    broker = Broker()
+    broker.errors.append(ErrorCode.UNRELEASED_INSTANCE_ID)
+    cgm, _ = member(broker, group_instance_id="i-1")
+    cgm.start()
+    try:
+        with pytest.raises(UnreleasedInstanceIdError):
+            cgm.wait_stable(10)
+        assert "left -2" not in broker.events
     finally:
         cgm.close(5)
