@@ -43,6 +43,11 @@ _ASSIGNOR_RUN = re.compile(
     r"(?P<members>\d+) member\(s\)"
 )
 _GENERATION = re.compile(r"JoinGroup response: GenerationId (?P<generation>-?\d+)")
+# The consumer group protocol (KIP-848): the member epoch stands for the generation.
+_MEMBER_EPOCH = re.compile(
+    r'ConsumerGroupHeartbeat response received for member id "[^"]*" with epoch '
+    r"(?P<generation>\d+)"
+)
 _COOPERATIVE = frozenset({"cooperative-sticky"})
 
 
@@ -71,7 +76,8 @@ class _LeaderWatch(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         print(message, file=sys.stderr, flush=True)
-        if (found := _GENERATION.search(message)) is not None:
+        found = _GENERATION.search(message) or _MEMBER_EPOCH.search(message)
+        if found is not None:
             self.generation = int(found["generation"])
         elif (found := _ASSIGNOR_RUN.search(message)) is not None:
             emit(
