@@ -403,7 +403,8 @@ class Campaign:
 
     def _member_fault(self, kind: str, member: Member) -> Callable[[], None]:
         session = self.settings.session_timeout_ms / 1000
-        if kind == "member_kill" and member.static and member.group == KIP848_CONSUMERS:
+        static_848 = member.static and member.group == KIP848_CONSUMERS
+        if kind == "member_kill" and static_848:
             # KIP-848 refuses a static member's successor (UNRELEASED_INSTANCE_ID, fatal in
             # every client) until its predecessor left with epoch -2, a clean close (the
             # successor then takes over its assignment and epoch), or its session ended.
@@ -431,7 +432,10 @@ class Campaign:
                     time.sleep(down)
                     if self._closing.is_set():
                         return
-                    self.members.spawn(member)
+                    if static_848:
+                        self._spawn_until_accepted(member)
+                    else:
+                        self.members.spawn(member)
                 else:
                     self.members.freeze(member)
                     time.sleep(down)
@@ -449,6 +453,39 @@ class Campaign:
             )
 
         return fault
+
+    def _spawn_until_accepted(self, member: Member, tries: int = 3) -> None:
+        """Spawn a static KIP-848 member, and again while the broker refuses it.
+
+        The broker refuses the new process while its predecessor is still in the group (its
+        member stops, the process idles), which a coordinator's failover prolongs: the new
+        coordinator starts every member's session afresh. The remedy is the operator's:
+        stop it, wait a session, start it again.
+        """
+        session = self.settings.session_timeout_ms / 1000
+        for _ in range(tries):
+            self.members.spawn(member)
+            if not self._refused(member, within=3 * session):
+                return
+            self.log("refused", process=member.process_name)
+            self.members.stop([member])
+            time.sleep(session)
+            if self._closing.is_set():
+                return
+
+    def _refused(self, member: Member, within: float) -> bool:
+        """Whether the broker refused ``member``'s process: it says so on stderr; it was
+        accepted once it was assigned partitions, or if nothing was said ``within`` s."""
+        events = member.files[-1]
+        stderr = events.with_suffix(".stderr")
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline and not self._closing.is_set():
+            if "UNRELEASED_INSTANCE_ID" in stderr.read_text(errors="replace"):
+                return True
+            if any(e["event"] == "assigned" for e in read_events(events)):
+                return False
+            time.sleep(0.5)
+        return False
 
     def _broker_fault(self, kind: str) -> Callable[[], None]:
         node = self.rng.choice(self.cluster.node_ids)
