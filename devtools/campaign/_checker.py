@@ -575,19 +575,26 @@ def _acked_commits(
     """Per partition: (sent no earlier than, acknowledged at, offset, process) of each commit
     by ``group``'s consumers (a group's committed offsets are its own).
 
-    A consumer commits after it reports the records it commits, so its last event before a
-    ``committed`` is a lower bound of when the commit was sent.
+    A consumer commits on its polling thread after it reports the records it commits, so
+    that thread's last event before a ``committed`` is a lower bound of when the commit was
+    sent. Not any event: this library's peers report rebalances from the member's own
+    thread, which may tell of a loss between a commit's request and its answer.
     """
     out: dict[Partition, list[tuple[float, float, int, str]]] = defaultdict(list)
     for process, events in history.consumer_groups[group].items():
         previous = -math.inf
         for e in events:
-            t = float(e.get("t", 0.0))
-            if e.get("event") == "committed":
+            kind, t = e.get("event"), float(e.get("t", 0.0))
+            if kind == "committed":
                 for topic, p, offset in e["offsets"]:
                     out[(str(topic), int(p))].append((previous, t, int(offset), process))
-            previous = t
+            if kind in _POLLING_THREAD_EVENTS:
+                previous = t
     return out
+
+
+# What a consumer peer reports from its polling thread, in the order it does it.
+_POLLING_THREAD_EVENTS = frozenset({"records", "committed", "commit_failed"})
 
 
 def duplicates(history: History, group: str, consumed: Consumed) -> list[Violation]:

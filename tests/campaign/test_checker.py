@@ -488,3 +488,27 @@ def test_load_gives_the_checker_both_consumer_groups(tmp_path: Path) -> None:
     h = load(tmp_path)
     assert sorted(h.consumer_groups) == [CLASSIC, KIP848]
     assert h.consumer_groups[KIP848]["java848-1#2"][0]["t"] == 3.0
+
+
+def test_a_commit_answered_after_a_loss_reported_meanwhile_is_ordered_by_its_batch() -> None:
+    # Seen in seed 479353584: ours848-1 reported a batch (offset 397) and committed 398; the
+    # request left before it was frozen past its session, java848-1 took the partition and
+    # committed 445, and on resuming ours848-1's member thread reported the loss just before
+    # its polling thread read the commit's answer. The broker took 398 first (it refuses a
+    # commit from a removed member), so nothing went backwards.
+    h = two_groups()
+    h.consumer_groups[KIP848]["ours848-2#1"] = [
+        assigned(1.0, 2, 1),
+        records(1.2, 1, 0, 397),
+        ev("lost", 5.0, partitions=[[TOPIC, 1]], generation=-1),
+        committed(5.0, 1, 398),
+    ]
+    h.consumer_groups[KIP848]["java848-1#1"] += [
+        assigned(3.0, 4, 1),
+        records(3.1, 1, 398, 444),
+        committed(3.2, 1, 445),
+    ]
+    assert check(h).commits_backwards == []
+    # Had the commit been sent after its batch was reported anew, it would have gone back.
+    h.consumer_groups[KIP848]["ours848-2#1"].insert(3, records(4.9, 1, 397, 397))
+    assert len(check(h).commits_backwards) == 1
