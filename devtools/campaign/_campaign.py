@@ -1,9 +1,10 @@
-"""The campaign: a real cluster, three groups of real processes, random faults, a checker.
+"""The campaign: a real cluster, four groups of real processes, random faults, a checker.
 
 :func:`run` starts a 3-broker Kafka cluster behind fault proxies (``_cluster.py``,
 ``_proxy.py``), creates the topics (replication factor 3, ``min.insync.replicas=2``),
 starts the workloads (an election group writing through its fenced producer, a task group,
-a mixed consumer group and its producer), waits until all of them work, injects random
+two mixed consumer groups reading one stream, one on the classic protocol and one on
+KIP-848's, and the stream's producer), waits until all of them work, injects random
 faults for a duration or a count, lets the groups settle and the consumers catch up, stops
 everything, reads the topics back, and hands every recorded event to the checker.
 """
@@ -23,9 +24,9 @@ from typing import Any
 
 from coordination.errors import CoordinationError
 
-from ._checker import History, Report, check
+from ._checker import Event, History, Report, check
 from ._cluster import ProxiedCluster, create_topic, find_coordinator
-from ._load import load, read_events
+from ._load import CLASSIC_CONSUMERS, CONSUMER_GROUPS, KIP848_CONSUMERS, load, read_events
 from ._members import Member, Members
 from ._proxy import Mode, ProxyFleet
 from ._record import Recorder, epoch_offset, now
@@ -103,7 +104,8 @@ class Campaign:
         self.groups = {
             "election": f"campaign-election-{settings.seed}",
             "tasks": f"campaign-tasks-{settings.seed}",
-            "consumers": f"campaign-consumers-{settings.seed}",
+            CLASSIC_CONSUMERS: f"campaign-consumers-{settings.seed}",
+            KIP848_CONSUMERS: f"campaign-consumers848-{settings.seed}",
         }
         self._lock = threading.Lock()
         self._broker_busy = False
@@ -216,23 +218,37 @@ class Campaign:
             ("rdkafka-1", [python, "-m", "tests.interop.rdkafka_peer"], False),
             ("oursasync-1", _peer("consumer-async"), False),
         ]
-        for name, base, static in peers:
-            self.members.add(
-                Member(
-                    "consumers",
-                    name,
-                    name.split("-")[0],
-                    static,
-                    _peer_command(
-                        base,
-                        bootstrap=bootstrap,
-                        group=self.groups["consumers"],
-                        topics=STREAM_TOPIC,
-                        session_timeout_ms=session,
-                        group_instance_id=name if static else None,
-                    ),
+        # KIP-848's group reads the same stream on its own; the broker assigns (uniform) and
+        # sets the session (group.consumer.session.timeout.ms, 6 s on the test brokers).
+        # One JVM more at most: the machine CI runs this on has two cores.
+        peers_848: list[tuple[str, list[str], bool]] = [
+            ("ours848-1", _peer("consumer"), True),
+            ("ours848-2", _peer("consumer"), False),
+            ("java848-1", java, False),
+            ("rdkafka848-1", [python, "-m", "tests.interop.rdkafka_peer"], False),
+        ]
+        for group, protocol, members in (
+            (CLASSIC_CONSUMERS, None, peers),
+            (KIP848_CONSUMERS, "consumer", peers_848),
+        ):
+            for name, base, static in members:
+                self.members.add(
+                    Member(
+                        group,
+                        name,
+                        name.split("-")[0],
+                        static,
+                        _peer_command(
+                            base,
+                            bootstrap=bootstrap,
+                            group=self.groups[group],
+                            topics=STREAM_TOPIC,
+                            session_timeout_ms=session,
+                            group_instance_id=name if static else None,
+                            group_protocol=protocol,
+                        ),
+                    )
                 )
-            )
         self.members.add(
             Member(
                 "producer",
@@ -287,23 +303,14 @@ class Campaign:
 
     def _wait_caught_up(self) -> None:
         deadline = time.monotonic() + self.settings.catch_up_s
-        behind = -1
+        behind: dict[str, int] = {}
         while time.monotonic() < deadline:
             history = load(self.run_dir)
-            consumed = {
-                (str(t), int(p), o)
-                for events in history.consumers.values()
-                for e in events
-                if e.get("event") == "records"
-                for t, p, first, last, _ in e["partitions"]
-                for o in range(int(first), int(last) + 1)
+            behind = {
+                group: _behind(history.produced, processes)
+                for group, processes in history.consumer_groups.items()
             }
-            behind = sum(
-                1
-                for e in history.produced
-                if (str(e["topic"]), int(e["partition"]), int(e["offset"])) not in consumed
-            )
-            if behind == 0:
+            if not any(behind.values()):
                 self.log("caught_up")
                 return
             time.sleep(2.0)
@@ -387,7 +394,7 @@ class Campaign:
 
     def _pick_member(self) -> Member | None:
         candidates = []
-        for group in ("election", "tasks", "consumers"):
+        for group in ("election", "tasks", *CONSUMER_GROUPS):
             members = self.members.of(group)
             # Never more than two members of a group under a fault at once.
             if sum(m.busy for m in members) < 2:
@@ -396,7 +403,17 @@ class Campaign:
 
     def _member_fault(self, kind: str, member: Member) -> Callable[[], None]:
         session = self.settings.session_timeout_ms / 1000
-        if kind == "member_kill":
+        static_848 = member.static and member.group == KIP848_CONSUMERS
+        if kind == "member_kill" and static_848:
+            # KIP-848 refuses a static member's successor (UNRELEASED_INSTANCE_ID, fatal in
+            # every client) until its predecessor left with epoch -2, a clean close (the
+            # successor then takes over its assignment and epoch), or its session ended.
+            if self.rng.random() < 0.5:
+                kind = "member_restart"
+                down = self.rng.uniform(0.0, 3.0)
+            else:
+                down = self.rng.uniform(session + 1.0, session + 4.0)
+        elif kind == "member_kill":
             down = self.rng.uniform(0.0, 3.0)
         elif kind == "pause_short":
             down = self.rng.uniform(0.5, session * 0.6)
@@ -407,12 +424,18 @@ class Campaign:
             start = now()
             target = member.process_name
             try:
-                if kind == "member_kill":
-                    self.members.kill(member)
+                if kind in ("member_kill", "member_restart"):
+                    if kind == "member_kill":
+                        self.members.kill(member)
+                    else:
+                        self.members.stop([member])
                     time.sleep(down)
                     if self._closing.is_set():
                         return
-                    self.members.spawn(member)
+                    if static_848:
+                        self._spawn_until_accepted(member)
+                    else:
+                        self.members.spawn(member)
                 else:
                     self.members.freeze(member)
                     time.sleep(down)
@@ -430,6 +453,39 @@ class Campaign:
             )
 
         return fault
+
+    def _spawn_until_accepted(self, member: Member, tries: int = 3) -> None:
+        """Spawn a static KIP-848 member, and again while the broker refuses it.
+
+        The broker refuses the new process while its predecessor is still in the group (its
+        member stops, the process idles), which a coordinator's failover prolongs: the new
+        coordinator starts every member's session afresh. The remedy is the operator's:
+        stop it, wait a session, start it again.
+        """
+        session = self.settings.session_timeout_ms / 1000
+        for _ in range(tries):
+            self.members.spawn(member)
+            if not self._refused(member, within=3 * session):
+                return
+            self.log("refused", process=member.process_name)
+            self.members.stop([member])
+            time.sleep(session)
+            if self._closing.is_set():
+                return
+
+    def _refused(self, member: Member, within: float) -> bool:
+        """Whether the broker refused ``member``'s process: it says so on stderr; it was
+        accepted once it was assigned partitions, or if nothing was said ``within`` s."""
+        events = member.files[-1]
+        stderr = events.with_suffix(".stderr")
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline and not self._closing.is_set():
+            if "UNRELEASED_INSTANCE_ID" in stderr.read_text(errors="replace"):
+                return True
+            if any(e["event"] == "assigned" for e in read_events(events)):
+                return False
+            time.sleep(0.5)
+        return False
 
     def _broker_fault(self, kind: str) -> Callable[[], None]:
         node = self.rng.choice(self.cluster.node_ids)
@@ -538,6 +594,23 @@ def _read_back_event(topic: str, tp: Any, record: Any) -> dict[str, Any]:
     }
 
 
+def _behind(produced: list[Event], processes: dict[str, list[Event]]) -> int:
+    """How many of the ``produced`` records none of ``processes`` (one group) consumed."""
+    consumed = {
+        (str(t), int(p), o)
+        for events in processes.values()
+        for e in events
+        if e.get("event") == "records"
+        for t, p, first, last, _ in e["partitions"]
+        for o in range(int(first), int(last) + 1)
+    }
+    return sum(
+        1
+        for e in produced
+        if (str(e["topic"]), int(e["partition"]), int(e["offset"])) not in consumed
+    )
+
+
 def _not_yet_working(history: History, settings: Settings) -> str:
     """What of the workloads does not work yet ("" when all of it does)."""
     missing = []
@@ -546,15 +619,18 @@ def _not_yet_working(history: History, settings: Settings) -> str:
     units = {e["task"] for es in history.tasks.values() for e in es if e["event"] == "tick"}
     if len(units) < settings.tasks:
         missing.append(f"{settings.tasks - len(units)} tasks have done no work")
-    consumed = {
-        int(p)
-        for es in history.consumers.values()
-        for e in es
-        if e.get("event") == "records"
-        for _, p, *_ in e["partitions"]
-    }
-    if len(consumed) < settings.partitions:
-        missing.append(f"{settings.partitions - len(consumed)} partitions not consumed")
+    for group in CONSUMER_GROUPS:
+        consumed = {
+            int(p)
+            for es in history.consumer_groups.get(group, {}).values()
+            for e in es
+            if e.get("event") == "records"
+            for _, p, *_ in e["partitions"]
+        }
+        if len(consumed) < settings.partitions:
+            missing.append(
+                f"{settings.partitions - len(consumed)} partitions not consumed by {group}"
+            )
     if not history.produced:
         missing.append("nothing produced")
     return "; ".join(missing)

@@ -13,16 +13,20 @@ The checks (each returns the evidence of every violation it found):
 * :func:`leadership_overlaps`: two leaderships (tokens) acting in overlapping time;
 * :func:`token_regressions`: an accepted write with a lower token after a higher one;
 * :func:`tasks_twice`: units of one task done by two processes in overlapping time;
-* :func:`partitions_twice`: one partition owned by two consumers in overlapping
-  generations *and* overlapping time;
-* :func:`lost_records`: acknowledged by the producer, then never consumed (or gone from,
-  or changed in, the topic read back at the end);
+* :func:`partitions_twice`: one partition owned by two consumers of one group in
+  overlapping generations *and* overlapping time;
+* :func:`lost_records`: acknowledged by the producer, then never consumed by one of the
+  consumer groups (or gone from, or changed in, the topic read back at the end);
 * :func:`duplicates`: a record consumed again with no rebalance, revocation or crash of its
   consumer to excuse it, or after a commit beyond it was acknowledged;
 * :func:`commits_backwards`: an acknowledged commit lower than one acknowledged before it
   was sent;
 * :func:`max_unowned`: the longest time after the last fault during which a leadership,
-  a task or a partition had no owner.
+  a task or a partition (in each consumer group) had no owner.
+
+Each consumer group reads the whole stream on its own, so every consumer check runs for
+each group separately (a partition owned by one member of each group at once is what two
+groups are for), and each of its violations names the group.
 """
 
 from __future__ import annotations
@@ -43,14 +47,16 @@ Partition = tuple[str, int]
 class History:
     """Everything the campaign's processes recorded, keyed by process (``name#incarnation``).
 
-    ``exits`` holds when each process that ended was seen to end (killed or closed): it can
-    own nothing after that. ``stopping_at`` is when the campaign began stopping everything
-    (intervals still open then are cut there); ``last_fault_at`` when the last fault healed.
+    ``consumer_groups`` holds each consumer group's processes, by the group's name; the
+    groups consume the same stream independently. ``exits`` holds when each process that
+    ended was seen to end (killed or closed): it can own nothing after that.
+    ``stopping_at`` is when the campaign began stopping everything (intervals still open
+    then are cut there); ``last_fault_at`` when the last fault healed.
     """
 
     election: dict[str, list[Event]] = field(default_factory=dict)
     tasks: dict[str, list[Event]] = field(default_factory=dict)
-    consumers: dict[str, list[Event]] = field(default_factory=dict)
+    consumer_groups: dict[str, dict[str, list[Event]]] = field(default_factory=dict)
     produced: list[Event] = field(default_factory=list)
     election_log: list[Event] | None = None
     stream_log: dict[tuple[str, int, int], str] | None = None
@@ -379,8 +385,8 @@ def _partitions_of(event: Event) -> list[Partition]:
     return [(str(t), int(p)) for t, p in event.get("partitions", [])]
 
 
-def ownerships(history: History) -> list[Ownership]:
-    """Every consumer's ownership intervals, rebuilt from its callbacks.
+def ownerships(history: History, group: str) -> list[Ownership]:
+    """Every ownership interval of ``group``'s consumers, rebuilt from their callbacks.
 
     "assigned" opens one (cooperative increments and eager full sets compose the same way),
     "revoked" and "lost" close it. Generations: the one of the assigned event to the one of
@@ -391,7 +397,7 @@ def ownerships(history: History) -> list[Ownership]:
     """
     out: list[Ownership] = []
     epoch_counter = 0
-    for process, events in history.consumers.items():
+    for process, events in history.consumer_groups[group].items():
         open_: dict[Partition, tuple[float, int, int]] = {}
         last_activity: dict[Partition, float] = {}
         known_generation = -1
@@ -448,17 +454,25 @@ def ownerships(history: History) -> list[Ownership]:
     return out
 
 
-def partitions_twice(history: History) -> list[Violation]:
-    """A partition owned by two processes in overlapping generations and overlapping time.
+def partitions_twice(history: History, group: str) -> list[Violation]:
+    """A partition owned by two processes of ``group`` in overlapping generations and
+    overlapping time.
 
     Time alone would accuse a static member's successor (it takes over its predecessor's
     assignment in the same generation) and a frozen member that acted briefly before
     learning it was removed; generations alone would accuse a killed process whose last
     generation is still current. Both must overlap. A generation not known (-1) is taken
     as overlapping everything: time decides.
+
+    In a KIP-848 group the generation a member reports is its member epoch, which is its
+    own, but the rule holds as it is: a member keeps its epoch while it still owns a
+    partition the broker takes from it, and reaches the new target epoch only once it
+    reported the partition revoked (a fenced member never reaches it); the broker hands the
+    partition to another member only once it is released, at that member's epoch at the
+    target epoch or later. So the epochs of two successive owners never meet.
     """
     by_partition: dict[Partition, list[Ownership]] = defaultdict(list)
-    for o in ownerships(history):
+    for o in ownerships(history, group):
         by_partition[o.partition].append(o)
     out: list[Violation] = []
     for tp, owned in sorted(by_partition.items()):
@@ -478,7 +492,8 @@ def partitions_twice(history: History) -> list[Violation]:
                     out.append(
                         Violation(
                             "partition_twice",
-                            f"{tp[0]}-{tp[1]}: {a.process} owned it {a.start:.3f}..{a.end:.3f} "
+                            f"{group}: {tp[0]}-{tp[1]}: {a.process} owned it "
+                            f"{a.start:.3f}..{a.end:.3f} "
                             f"(generations {a.first_generation}..{a.last_generation}, "
                             f"{a.ended_by or 'open'}) and {b.process} {b.start:.3f}..{b.end:.3f} "
                             f"(generations {b.first_generation}..{b.last_generation}, "
@@ -497,15 +512,19 @@ class Consumption:
     epoch_lost: bool = False
 
 
-def consumptions(history: History) -> dict[tuple[str, int, int], list[Consumption]]:
-    """Every (topic, partition, offset) each consumer was handed, with the epoch it was in."""
+Consumed = Mapping[tuple[str, int, int], Sequence[Consumption]]
+
+
+def consumptions(history: History, group: str) -> dict[tuple[str, int, int], list[Consumption]]:
+    """Every (topic, partition, offset) each consumer of ``group`` was handed, with the
+    ownership ("epoch" of it) it was in."""
     spans: dict[tuple[str, Partition], list[Ownership]] = defaultdict(list)
-    for o in ownerships(history):
+    for o in ownerships(history, group):
         spans[(o.process, o.partition)].append(o)
     for owned in spans.values():
         owned.sort(key=lambda o: o.start)
     out: dict[tuple[str, int, int], list[Consumption]] = defaultdict(list)
-    for process, events in history.consumers.items():
+    for process, events in history.consumer_groups[group].items():
         for e in events:
             if e.get("event") != "records":
                 continue
@@ -529,16 +548,19 @@ def consumptions(history: History) -> dict[tuple[str, int, int], list[Consumptio
     return out
 
 
-def lost_records(
-    history: History, consumed: Mapping[tuple[str, int, int], Sequence[Consumption]]
-) -> list[Violation]:
+def lost_records(history: History, consumed: Mapping[str, Consumed]) -> list[Violation]:
+    """Acknowledged records some consumer group (``consumed`` holds each one's) never
+    consumed, or that read back differently from the topic at the end (checked once)."""
     out: list[Violation] = []
     for e in history.produced:
         key = (str(e["topic"]), int(e["partition"]), int(e["offset"]))
         where = f"{key[0]}-{key[1]}@{key[2]} (value {e.get('value')!r}, acked {float(e['t']):.3f})"
-        if key not in consumed:
-            out.append(Violation("lost", f"{where} was never consumed"))
-        elif history.stream_log is not None:
+        out += [
+            Violation("lost", f"{group}: {where} was never consumed")
+            for group, by_group in consumed.items()
+            if key not in by_group
+        ]
+        if history.stream_log is not None:
             found = history.stream_log.get(key)
             if found is None:
                 out.append(Violation("lost", f"{where} is not in the topic read back at the end"))
@@ -547,27 +569,35 @@ def lost_records(
     return out
 
 
-def _acked_commits(history: History) -> dict[Partition, list[tuple[float, float, int, str]]]:
-    """Per partition: (sent no earlier than, acknowledged at, offset, process) of each commit.
+def _acked_commits(
+    history: History, group: str
+) -> dict[Partition, list[tuple[float, float, int, str]]]:
+    """Per partition: (sent no earlier than, acknowledged at, offset, process) of each commit
+    by ``group``'s consumers (a group's committed offsets are its own).
 
-    A consumer commits after it reports the records it commits, so its last event before a
-    ``committed`` is a lower bound of when the commit was sent.
+    A consumer commits on its polling thread after it reports the records it commits, so
+    that thread's last event before a ``committed`` is a lower bound of when the commit was
+    sent. Not any event: this library's peers report rebalances from the member's own
+    thread, which may tell of a loss between a commit's request and its answer.
     """
     out: dict[Partition, list[tuple[float, float, int, str]]] = defaultdict(list)
-    for process, events in history.consumers.items():
+    for process, events in history.consumer_groups[group].items():
         previous = -math.inf
         for e in events:
-            t = float(e.get("t", 0.0))
-            if e.get("event") == "committed":
+            kind, t = e.get("event"), float(e.get("t", 0.0))
+            if kind == "committed":
                 for topic, p, offset in e["offsets"]:
                     out[(str(topic), int(p))].append((previous, t, int(offset), process))
-            previous = t
+            if kind in _POLLING_THREAD_EVENTS:
+                previous = t
     return out
 
 
-def duplicates(
-    history: History, consumed: Mapping[tuple[str, int, int], Sequence[Consumption]]
-) -> list[Violation]:
+# What a consumer peer reports from its polling thread, in the order it does it.
+_POLLING_THREAD_EVENTS = frozenset({"records", "committed", "commit_failed"})
+
+
+def duplicates(history: History, group: str, consumed: Consumed) -> list[Violation]:
     """Records consumed again when at-least-once delivery does not excuse it.
 
     A record handed out a second time is excused only if its earlier consumer's ownership
@@ -578,7 +608,7 @@ def duplicates(
     start offset, then been frozen past its session and resumed as a zombie, handing out
     records from there (at-least-once allows that; its commits are refused).
     """
-    commits = _acked_commits(history)
+    commits = _acked_commits(history, group)
     highest_before: dict[Partition, tuple[list[float], list[int]]] = {}
     for tp, acked in commits.items():
         acked.sort(key=lambda c: c[1])
@@ -609,7 +639,7 @@ def duplicates(
                 out.append(
                     Violation(
                         "duplicate",
-                        f"{topic}-{p}@{offset}: consumed by {earlier.process} at "
+                        f"{group}: {topic}-{p}@{offset}: consumed by {earlier.process} at "
                         f"{earlier.t:.3f} and again by {again.process} at {again.t:.3f} {reason}",
                     )
                 )
@@ -617,10 +647,10 @@ def duplicates(
     return out
 
 
-def commits_backwards(history: History) -> list[Violation]:
-    """Acknowledged commits lower than one acknowledged before they were sent."""
+def commits_backwards(history: History, group: str) -> list[Violation]:
+    """Acknowledged commits of ``group`` lower than one acknowledged before they were sent."""
     out: list[Violation] = []
-    for tp, acked in sorted(_acked_commits(history).items()):
+    for tp, acked in sorted(_acked_commits(history, group).items()):
         by_ack = sorted(acked, key=lambda c: c[1])
         times = [c[1] for c in by_ack]
         best: list[tuple[int, str, float]] = []
@@ -634,8 +664,8 @@ def commits_backwards(history: History) -> list[Violation]:
                 out.append(
                     Violation(
                         "commit_backwards",
-                        f"{tp[0]}-{tp[1]}: {process} committed {offset} at {when:.3f} after "
-                        f"{by} had committed {higher} at {at:.3f}",
+                        f"{group}: {tp[0]}-{tp[1]}: {process} committed {offset} at "
+                        f"{when:.3f} after {by} had committed {higher} at {at:.3f}",
                     )
                 )
     return out
@@ -649,8 +679,9 @@ def max_unowned(history: History) -> dict[str, float]:
 
     Ownership here is what each process recorded (a leadership from ``elected`` to
     ``deposed``, a task from ``started`` to ``stopped``, a partition from assignment to
-    revocation or loss), each cut where its process ended. The window runs from the end of
-    the last fault to when the campaign began stopping everything.
+    revocation or loss, in each consumer group), each cut where its process ended. The
+    window runs from the end of the last fault to when the campaign began stopping
+    everything.
     """
     begin, end = history.last_fault_at, history.stopping_at
     if not math.isfinite(end):
@@ -681,13 +712,15 @@ def max_unowned(history: History) -> dict[str, float]:
             task_spans[task].append((start, stop))
     for task in _all_tasks(history):
         out[f"task {task}"] = _largest_gap(task_spans.get(task, []), begin, end)
-    partition_spans: dict[Partition, list[tuple[float, float]]] = defaultdict(list)
-    for o in ownerships(history):
-        partition_spans[o.partition].append((o.start, o.end))
-    for topic, p in sorted({(str(e["topic"]), int(e["partition"])) for e in history.produced}):
-        out[f"partition {topic}-{p}"] = _largest_gap(
-            partition_spans.get((topic, p), []), begin, end
-        )
+    produced = sorted({(str(e["topic"]), int(e["partition"])) for e in history.produced})
+    for group in sorted(history.consumer_groups):
+        partition_spans: dict[Partition, list[tuple[float, float]]] = defaultdict(list)
+        for o in ownerships(history, group):
+            partition_spans[o.partition].append((o.start, o.end))
+        for topic, p in produced:
+            out[f"partition {topic}-{p} in {group}"] = _largest_gap(
+                partition_spans.get((topic, p), []), begin, end
+            )
     return out
 
 
@@ -706,29 +739,29 @@ def _all_tasks(history: History) -> list[str]:
 
 
 def check(history: History) -> Report:
-    """Run every check over ``history``."""
-    consumed = consumptions(history)
+    """Run every check over ``history``; the consumer checks once per consumer group."""
+    groups = sorted(history.consumer_groups)
+    consumed = {group: consumptions(history, group) for group in groups}
+    work: dict[str, int] = {
+        "leaderships": len(acting_leaderships(history)),
+        "writes": sum(1 for es in history.election.values() for e in es if e["event"] == "wrote"),
+        "task_units": sum(1 for es in history.tasks.values() for e in es if e["event"] == "tick"),
+        "produced": len(history.produced),
+    }
+    for group in groups:
+        work[f"{group}_ownerships"] = len(ownerships(history, group))
+        work[f"{group}_consumed"] = sum(len(v) for v in consumed[group].values())
+        work[f"{group}_commits"] = sum(len(v) for v in _acked_commits(history, group).values())
     return Report(
         faults=len(history.faults),
         overlaps=leadership_overlaps(history),
         token_regressions=token_regressions(history),
         tasks_twice=tasks_twice(history),
-        partitions_twice=partitions_twice(history),
+        partitions_twice=[v for g in groups for v in partitions_twice(history, g)],
         lost=lost_records(history, consumed),
-        duplicates=duplicates(history, consumed),
-        commits_backwards=commits_backwards(history),
+        duplicates=[v for g in groups for v in duplicates(history, g, consumed[g])],
+        commits_backwards=[v for g in groups for v in commits_backwards(history, g)],
         unowned=max_unowned(history),
         reelected_same_token=reelections_with_the_same_token(history),
-        counts_of_work={
-            "leaderships": len(acting_leaderships(history)),
-            "writes": sum(
-                1 for es in history.election.values() for e in es if e["event"] == "wrote"
-            ),
-            "task_units": sum(
-                1 for es in history.tasks.values() for e in es if e["event"] == "tick"
-            ),
-            "produced": len(history.produced),
-            "consumed": sum(len(v) for v in consumed.values()),
-            "commits": sum(len(v) for v in _acked_commits(history).values()),
-        },
+        counts_of_work=work,
     )

@@ -3,7 +3,8 @@
 Layout: ``meta.json`` (the clock offset), ``campaign.jsonl`` (processes and faults), one
 ``<group>/<name>.<incarnation>.jsonl`` per process, and ``final/`` (the topics read back at
 the end). The consumer peers stamp events in epoch milliseconds; they are converted here to
-the campaign's clock with the offset measured when the campaign began.
+the campaign's clock with the offset measured when the campaign began. Each consumer group
+(:data:`CONSUMER_GROUPS`, a directory each) goes to the checker on its own.
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ._checker import Event, History
+
+CLASSIC_CONSUMERS: Final = "consumers"
+KIP848_CONSUMERS: Final = "consumers848"
+CONSUMER_GROUPS: Final = (CLASSIC_CONSUMERS, KIP848_CONSUMERS)
+"""The consumer groups' names (and directories): the classic protocol's and KIP-848's."""
 
 
 def read_events(path: Path) -> Iterator[Event]:
@@ -55,12 +61,17 @@ def load(run_dir: Path) -> History:
         history.election[process_name(path)] = list(read_events(path))
     for path in sorted((run_dir / "tasks").glob("*.jsonl")):
         history.tasks[process_name(path)] = list(read_events(path))
-    for path in sorted((run_dir / "consumers").glob("*.jsonl")):
-        events = []
-        for e in read_events(path):
-            e["t"] = float(e.get("t", 0.0)) / 1000.0 - offset
-            events.append(e)
-        history.consumers[process_name(path)] = events
+    for group in CONSUMER_GROUPS:
+        directory = run_dir / group
+        if not directory.is_dir():
+            continue  # a run made before the group was added
+        processes = history.consumer_groups.setdefault(group, {})
+        for path in sorted(directory.glob("*.jsonl")):
+            events = []
+            for e in read_events(path):
+                e["t"] = float(e.get("t", 0.0)) / 1000.0 - offset
+                events.append(e)
+            processes[process_name(path)] = events
     for path in sorted((run_dir / "producer").glob("*.jsonl")):
         history.produced += [e for e in read_events(path) if e["event"] == "acked"]
     final = run_dir / "final"

@@ -11,6 +11,8 @@ from devtools.campaign import History, check, load
 from devtools.campaign._checker import Event
 
 TOPIC = "stream"
+CLASSIC = "consumers"
+KIP848 = "consumers848"
 
 
 def ev(event: str, t: float, **fields: Any) -> Event:
@@ -73,7 +75,7 @@ def clean() -> History:
         ],
         "worker-2#1": [ev("started", 2.5, task="task-00"), unit(3.0, "task-00")],
     }
-    h.consumers = {
+    h.consumer_groups[CLASSIC] = {
         "ours-1#1": [
             assigned(1.0, 1, 0),
             records(1.5, 0, 0, 4),
@@ -103,7 +105,8 @@ def test_a_clean_history_reports_nothing() -> None:
     assert report.unowned["task task-00"] == 0.0
     # No leader from 2.6 (leader-1 deposed at 2.5) until 9.0.
     assert abs(report.unowned["leadership"] - 6.4) < 1e-9
-    assert report.unowned[f"partition {TOPIC}-0"] == 1.0  # revoked at 3.0, assigned at 4.0
+    # Revoked at 3.0, assigned at 4.0.
+    assert report.unowned[f"partition {TOPIC}-0 in {CLASSIC}"] == 1.0
 
 
 def test_overlapping_leaderships() -> None:
@@ -152,7 +155,11 @@ def test_a_frozen_worker_that_stops_late_but_does_nothing_is_fine() -> None:
 
 def test_partition_owned_twice_in_overlapping_generations() -> None:
     h = clean()
-    h.consumers["rdkafka-1#1"] = [assigned(2.0, 2, 0), records(2.5, 0, 5, 6), revoked(3.5, 2, 0)]
+    h.consumer_groups[CLASSIC]["rdkafka-1#1"] = [
+        assigned(2.0, 2, 0),
+        records(2.5, 0, 5, 6),
+        revoked(3.5, 2, 0),
+    ]
     report = check(h)
     assert len(report.partitions_twice) == 1
 
@@ -162,7 +169,7 @@ def test_a_static_successor_in_the_same_generation_after_a_kill_is_fine() -> Non
     # java-1#1 was killed at 5.0 holding the partition in generation 3; its successor with
     # the same instance id got the same assignment, in the same generation, at 6.0.
     h.exits["java-1#1"] = 5.0
-    h.consumers["java-1#2"] = [assigned(6.0, 3, 0), records(6.5, 0, 10, 10)]
+    h.consumer_groups[CLASSIC]["java-1#2"] = [assigned(6.0, 3, 0), records(6.5, 0, 10, 10)]
     assert check(h).partitions_twice == []
 
 
@@ -188,7 +195,7 @@ def test_record_gone_from_the_topic() -> None:
 def test_duplicate_without_a_rebalance() -> None:
     h = clean()
     # ours-1 was handed offsets 3..4 again in the same ownership.
-    h.consumers["ours-1#1"].insert(3, records(1.8, 0, 3, 4))
+    h.consumer_groups[CLASSIC]["ours-1#1"].insert(3, records(1.8, 0, 3, 4))
     report = check(h)
     assert len(report.duplicates) == 2
     assert "same ownership" in report.duplicates[0].detail
@@ -197,7 +204,7 @@ def test_duplicate_without_a_rebalance() -> None:
 def test_duplicate_after_a_commit_beyond_it() -> None:
     h = clean()
     # java-1 began at 4.0 although offset 5 had been committed at 1.6: records 0..4 again.
-    h.consumers["java-1#1"].insert(1, records(4.2, 0, 2, 4))
+    h.consumer_groups[CLASSIC]["java-1#1"].insert(1, records(4.2, 0, 2, 4))
     report = check(h)
     assert len(report.duplicates) == 3
     assert "committed before" in report.duplicates[0].detail
@@ -205,7 +212,7 @@ def test_duplicate_after_a_commit_beyond_it() -> None:
 
 def test_commit_moving_backwards() -> None:
     h = clean()
-    h.consumers["java-1#1"] += [records(5.0, 0, 10, 10), committed(5.1, 0, 4)]
+    h.consumer_groups[CLASSIC]["java-1#1"] += [records(5.0, 0, 10, 10), committed(5.1, 0, 4)]
     report = check(h)
     assert len(report.commits_backwards) == 1
     assert "committed 4" in report.commits_backwards[0].detail
@@ -215,7 +222,7 @@ def test_concurrent_commits_are_not_ordered() -> None:
     h = clean()
     # A commit acknowledged at 1.7 was sent before 1.6's was acknowledged (its records event
     # came at 1.55): the broker may have taken them in either order.
-    h.consumers["rdkafka-1#1"] = [records(1.55, 1, 0, 0), committed(1.7, 0, 3)]
+    h.consumer_groups[CLASSIC]["rdkafka-1#1"] = [records(1.55, 1, 0, 0), committed(1.7, 0, 3)]
     assert check(h).commits_backwards == []
 
 
@@ -245,7 +252,9 @@ def test_load_reads_a_run_directory(tmp_path: Path) -> None:
     assert h.last_fault_at == 3
     assert h.stopping_at == 9.0
     assert h.exits == {"ours-1#1": 4.0}
-    assert h.consumers["ours-1#1"] == [{"event": "assigned", "partitions": [[TOPIC, 0]], "t": 2.0}]
+    assert h.consumer_groups == {
+        CLASSIC: {"ours-1#1": [{"event": "assigned", "partitions": [[TOPIC, 0]], "t": 2.0}]}
+    }
 
 
 def test_two_members_with_one_token() -> None:
@@ -296,13 +305,13 @@ def test_a_zombie_that_consumed_after_losing_its_generation_is_not_an_owner_twic
     # membership was reset again before the callback ran) and lost it at once; java-1,
     # resumed, was handed records it had fetched before it learnt of its loss.
     h = clean()
-    h.consumers["java-1#1"] = [
+    h.consumer_groups[CLASSIC]["java-1#1"] = [
         assigned(4.0, 22, 0),
         assigned(4.5, 24),
         records(10.5, 0, 10, 12),
         ev("lost", 10.6, partitions=[[TOPIC, 0]], generation=24),
     ]
-    h.consumers["ours-2#1"] = [
+    h.consumer_groups[CLASSIC]["ours-2#1"] = [
         assigned(5.0, 24, 1),
         ev("lost", 6.0, partitions=[[TOPIC, 1]], generation=-1),
         ev("assigned", 9.0, partitions=[[TOPIC, 0]], generation=-1),
@@ -310,7 +319,7 @@ def test_a_zombie_that_consumed_after_losing_its_generation_is_not_an_owner_twic
     ]
     assert check(h).partitions_twice == []
     # Had ours-2 not lost its membership in between, generation 24 could not be ruled out.
-    h.consumers["ours-2#1"].pop(1)
+    h.consumer_groups[CLASSIC]["ours-2#1"].pop(1)
     assert len(check(h).partitions_twice) == 1
 
 
@@ -319,13 +328,15 @@ def test_a_restarted_member_assigned_and_lost_at_once_without_acting_is_fine() -
     # the callback ran) and is lost in the same instant: it never owned the partition for any
     # time, so it overlaps nobody. Had it been handed records meanwhile, it would.
     h = clean()
-    h.consumers["ours-1#3"] = [
+    h.consumer_groups[CLASSIC]["ours-1#3"] = [
         ev("assigned", 5.0, partitions=[[TOPIC, 0]], generation=-1),
         ev("lost", 5.0, partitions=[[TOPIC, 0]], generation=-1),
     ]
     assert check(h).partitions_twice == []
-    h.consumers["ours-1#3"].insert(1, records(5.2, 0, 10, 10))
-    h.consumers["ours-1#3"][2] = ev("lost", 5.5, partitions=[[TOPIC, 0]], generation=-1)
+    h.consumer_groups[CLASSIC]["ours-1#3"].insert(1, records(5.2, 0, 10, 10))
+    h.consumer_groups[CLASSIC]["ours-1#3"][2] = ev(
+        "lost", 5.5, partitions=[[TOPIC, 0]], generation=-1
+    )
     assert len(check(h).partitions_twice) == 1
 
 
@@ -334,10 +345,170 @@ def test_a_zombie_reading_from_an_old_committed_offset_is_at_least_once() -> Non
     # session, resumed, announced its (dead) generation's assignment and handed out records
     # java-1 had consumed and committed meanwhile, then learnt of its loss.
     h = clean()
-    h.consumers["ours-2#1"] = [
+    h.consumer_groups[CLASSIC]["ours-2#1"] = [
         assigned(6.0, 2, 0),
         records(6.2, 0, 5, 9),
         ev("lost", 6.3, partitions=[[TOPIC, 0]], generation=-1),
     ]
-    h.consumers["java-1#1"][0] = assigned(4.0, 3, 0)
+    h.consumer_groups[CLASSIC]["java-1#1"][0] = assigned(4.0, 3, 0)
     assert check(h).duplicates == []
+
+
+# -- two consumer groups: the classic one and a KIP-848 one on the same stream --------------
+
+
+def kip848_group() -> dict[str, list[Event]]:
+    """The stream of :func:`clean` read by a KIP-848 group: ``generation`` is each member's
+    epoch, and the partition moves to a member at a higher epoch once released."""
+    return {
+        "ours848-1#1": [
+            assigned(1.2, 3, 0),
+            records(1.4, 0, 0, 6),
+            committed(1.5, 0, 7),
+            revoked(3.2, 3, 0),
+        ],
+        "java848-1#1": [assigned(3.3, 5, 0), records(3.5, 0, 7, 9), committed(3.6, 0, 10)],
+    }
+
+
+def two_groups() -> History:
+    h = clean()
+    h.consumer_groups[KIP848] = kip848_group()
+    return h
+
+
+def test_two_clean_groups_report_nothing_and_count_their_work_apart() -> None:
+    report = check(two_groups())
+    assert report.violations == []
+    assert report.counts_of_work[f"{CLASSIC}_consumed"] == 12  # 5, 6 again after the revoke
+    assert report.counts_of_work[f"{KIP848}_consumed"] == 10
+    assert report.counts_of_work[f"{KIP848}_commits"] == 2
+    assert report.counts_of_work[f"{KIP848}_ownerships"] == 2
+    # Revoked at 3.2, assigned at 3.3.
+    assert abs(report.unowned[f"partition {TOPIC}-0 in {KIP848}"] - 0.1) < 1e-9
+    assert report.unowned[f"partition {TOPIC}-0 in {CLASSIC}"] == 1.0
+
+
+def test_a_partition_owned_by_a_member_of_each_group_at_once_is_fine() -> None:
+    # Same partition, same time, same generation number: in two groups, not a violation.
+    h = two_groups()
+    h.consumer_groups[KIP848]["ours848-1#1"][0] = assigned(1.0, 1, 0)
+    h.consumer_groups[KIP848]["ours848-1#1"][-1] = revoked(3.0, 2, 0)
+    assert check(h).partitions_twice == []
+
+
+def test_a_double_ownership_in_the_kip848_group_is_reported_with_its_group() -> None:
+    h = two_groups()
+    # rdkafka848 took the partition at ours848-1's epoch while ours848-1 still owned it.
+    h.consumer_groups[KIP848]["rdkafka848-1#1"] = [
+        assigned(2.0, 3, 0),
+        records(2.5, 0, 7, 7),
+        revoked(2.9, 3, 0),
+    ]
+    report = check(h)
+    assert len(report.partitions_twice) == 1
+    detail = report.partitions_twice[0].detail
+    assert detail.startswith(f"{KIP848}: ") and "rdkafka848-1#1" in detail
+
+
+def test_a_record_one_group_never_consumed_is_lost_for_that_group_only() -> None:
+    h = two_groups()
+    h.consumer_groups[KIP848]["java848-1#1"][1] = records(3.5, 0, 7, 8)
+    report = check(h)
+    assert [v.detail.split(":")[0] for v in report.lost] == [KIP848]
+    assert "@9" in report.lost[0].detail and "never consumed" in report.lost[0].detail
+
+
+def test_a_record_both_groups_consumed_is_no_duplicate_but_one_group_reading_it_twice_is() -> None:
+    h = two_groups()
+    assert check(h).duplicates == []
+    h.consumer_groups[KIP848]["java848-1#1"].insert(2, records(3.55, 0, 9, 9))
+    report = check(h)
+    assert len(report.duplicates) == 1
+    assert report.duplicates[0].detail.startswith(f"{KIP848}: {TOPIC}-0@9")
+
+
+def test_commits_are_ordered_within_a_group_only() -> None:
+    h = clean()
+    # The KIP-848 group commits 4 after the classic group committed 10 (at 4.6): a group's
+    # committed offsets are its own.
+    h.consumer_groups[KIP848] = {
+        "ours848-2#1": [records(5.0, 0, 0, 3), committed(5.1, 0, 4)],
+    }
+    assert check(h).commits_backwards == []
+    # ... but after its own 6, it goes backwards.
+    h.consumer_groups[KIP848]["ours848-1#1"] = [records(4.0, 0, 0, 5), committed(4.1, 0, 6)]
+    report = check(h)
+    assert len(report.commits_backwards) == 1
+    assert report.commits_backwards[0].detail.startswith(f"{KIP848}: ")
+
+
+def test_a_static_kip848_member_back_with_its_assignment_and_epoch_is_fine() -> None:
+    # ours848-1#1 closed with epoch -2 (a static leave) holding the partition at epoch 5;
+    # its successor with the same instance id took over the assignment at the same epoch.
+    h = two_groups()
+    h.consumer_groups[KIP848]["java848-1#1"] = [assigned(3.3, 5, 1)]
+    h.consumer_groups[KIP848]["ours848-1#1"] = [
+        assigned(1.2, 5, 0),
+        records(1.4, 0, 0, 6),
+        committed(1.5, 0, 7),
+        revoked(3.2, 5, 0),
+    ]
+    h.exits["ours848-1#1"] = 3.3
+    h.consumer_groups[KIP848]["ours848-1#2"] = [assigned(4.0, 5, 0), records(4.2, 0, 7, 9)]
+    assert check(h).violations == []
+
+
+def test_a_fenced_kip848_zombie_is_judged_by_its_epoch() -> None:
+    # ours848-1 was frozen past its session owning the partition at epoch 3; the broker
+    # fenced it and gave the partition to java848-1 at epoch 5. Resumed, ours848-1 handed out
+    # records it had fetched before it learnt of the loss (at-least-once; its commit fails).
+    h = two_groups()
+    h.consumer_groups[KIP848]["ours848-1#1"] = [
+        assigned(1.2, 3, 0),
+        records(1.4, 0, 0, 6),
+        committed(1.5, 0, 7),
+        records(3.4, 0, 7, 7),
+        ev("lost", 3.45, partitions=[[TOPIC, 0]], generation=-1),
+    ]
+    assert check(h).violations == []
+    # Had the broker handed it over at the zombie's epoch, the two owners would overlap.
+    h.consumer_groups[KIP848]["java848-1#1"][0] = assigned(3.3, 3, 0)
+    assert len(check(h).partitions_twice) == 1
+
+
+def test_load_gives_the_checker_both_consumer_groups(tmp_path: Path) -> None:
+    (tmp_path / "meta.json").write_text(json.dumps({"epoch_offset": 1000.0}))
+    (tmp_path / "campaign.jsonl").write_text("")
+    for group, name in ((CLASSIC, "ours-1.1"), (KIP848, "java848-1.2")):
+        (tmp_path / group).mkdir()
+        (tmp_path / group / f"{name}.jsonl").write_text(
+            json.dumps({"event": "assigned", "partitions": [[TOPIC, 0]], "t": 1_003_000.0})
+        )
+    h = load(tmp_path)
+    assert sorted(h.consumer_groups) == [CLASSIC, KIP848]
+    assert h.consumer_groups[KIP848]["java848-1#2"][0]["t"] == 3.0
+
+
+def test_a_commit_answered_after_a_loss_reported_meanwhile_is_ordered_by_its_batch() -> None:
+    # Seen in seed 479353584: ours848-1 reported a batch (offset 397) and committed 398; the
+    # request left before it was frozen past its session, java848-1 took the partition and
+    # committed 445, and on resuming ours848-1's member thread reported the loss just before
+    # its polling thread read the commit's answer. The broker took 398 first (it refuses a
+    # commit from a removed member), so nothing went backwards.
+    h = two_groups()
+    h.consumer_groups[KIP848]["ours848-2#1"] = [
+        assigned(1.0, 2, 1),
+        records(1.2, 1, 0, 397),
+        ev("lost", 5.0, partitions=[[TOPIC, 1]], generation=-1),
+        committed(5.0, 1, 398),
+    ]
+    h.consumer_groups[KIP848]["java848-1#1"] += [
+        assigned(3.0, 4, 1),
+        records(3.1, 1, 398, 444),
+        committed(3.2, 1, 445),
+    ]
+    assert check(h).commits_backwards == []
+    # Had the commit been sent after its batch was reported anew, it would have gone back.
+    h.consumer_groups[KIP848]["ours848-2#1"].insert(3, records(4.9, 1, 397, 397))
+    assert len(check(h).commits_backwards) == 1
