@@ -120,13 +120,23 @@ def test_the_consumer_protocol_refuses_client_side_assignors(kafka: str) -> None
 
 
 class Recorder(RebalanceListener):
-    """Every partition the consumer was assigned, in order."""
+    """What the listener was told, in order, and what it holds now."""
 
     def __init__(self) -> None:
-        self.assigned: list[frozenset[TopicPartition]] = []
+        self.calls: list[tuple[str, frozenset[TopicPartition]]] = []
+        self.held: frozenset[TopicPartition] = frozenset()
 
     def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
-        self.assigned.append(partitions)
+        self.calls.append(("assigned", partitions))
+        self.held |= partitions
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        self.calls.append(("revoked", partitions))
+        self.held -= partitions
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        self.calls.append(("lost", partitions))
+        self.held -= partitions
 
 
 def static_consumer(
@@ -164,14 +174,16 @@ def test_a_static_member_back_within_its_session_gets_its_partitions_and_nobody_
     half = PARTITIONS // 2
     wait_for(lambda: len(a.assignment()) == half and len(b.assignment()) == half, "halves")
     a_had, b_had = a.assignment(), b.assignment()
-    assigned_to_b = len(watched.assigned)
+    # b owns its partitions just before its listener hears of them: wait for the listener.
+    wait_for(lambda: watched.held == b_had, "b's listener")
+    told_b = len(watched.calls)
     # A static member's close is a leave with epoch -2: the broker keeps its partitions for
     # the instance until its session (6 s on the test brokers) runs out.
     a.close()
     time.sleep(1.0)
     again = static_consumer(consumers, kafka, group, topic, "a")
     wait_for(lambda: again.assignment() == a_had, "the instance's partitions back")
-    assert b.assignment() == b_had and len(watched.assigned) == assigned_to_b
+    assert b.assignment() == b_had and watched.calls[told_b:] == []
 
 
 def test_a_second_consumer_with_an_instance_id_in_use_is_refused_and_the_first_keeps_all(
