@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -56,7 +55,8 @@ from typing import Any
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordination.testing import resolve_classpath
+from _java import compile_java
+
 from recipes.partitioning.assignors import (
     CooperativeStickyAssignor,
     PartitionAssignor,
@@ -185,23 +185,6 @@ def run_ours(assignor: str, scenario: str, scale: Sequence[int], repeats: int) -
         else:
             runs.append(record)
     return {"runs": runs, "peak_rss_kb": peak}
-
-
-def compile_java(workdir: Path) -> list[str]:
-    for tool in ("java", "javac"):
-        if shutil.which(tool) is None:
-            raise BenchmarkError(f"`{tool}` is not on PATH: install a JDK (17+) or use --no-java")
-    jars = [str(p) for p in resolve_classpath(list(JAVA_ARTIFACTS))]
-    classes = workdir / "classes"
-    compiled = subprocess.run(
-        ["javac", "-d", str(classes), "-cp", os.pathsep.join(jars), str(JAVA_SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if compiled.returncode != 0:
-        raise BenchmarkError(f"javac failed:\n{compiled.stdout}{compiled.stderr}")
-    return [str(classes), *jars]
 
 
 def run_java(
@@ -343,7 +326,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours: dict[tuple[str, str], dict[str, Any]] = {}
     java: dict[tuple[str, str], dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="assignor-bench-") as work:
-        classpath = None if args.no_java else compile_java(Path(work))
+        classpath = (
+            None
+            if args.no_java
+            else compile_java(
+                JAVA_SOURCE, JAVA_ARTIFACTS, Path(work), BenchmarkError, hint=" or use --no-java"
+            )
+        )
         for assignor in args.assignors:
             for scenario in args.scenarios:
                 key = (assignor, scenario)

@@ -72,7 +72,6 @@ import logging
 import math
 import os
 import queue
-import shutil
 import statistics
 import subprocess
 import sys
@@ -91,7 +90,9 @@ from kafka.errors import TopicAlreadyExistsError
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordination.testing import resolve_classpath, running_kafka
+from _java import compile_java
+
+from coordination.testing import running_kafka
 from recipes.partitioning import (
     Consumer,
     CooperativeStickyAssignor,
@@ -357,24 +358,12 @@ class JavaDriver:
     """The JVM of benchmarks/java/RebalanceCost.java, one group at a time."""
 
     def __init__(self, bootstrap_servers: str, workdir: Path) -> None:
-        for tool in ("java", "javac"):
-            if shutil.which(tool) is None:
-                raise BenchmarkError(f"`{tool}` is not on PATH: install a JDK (17+)")
-        jars = [str(p) for p in resolve_classpath(list(JAVA_ARTIFACTS))]
-        classes = workdir / "classes"
-        compiled = subprocess.run(
-            ["javac", "-d", str(classes), "-cp", os.pathsep.join(jars), str(JAVA_SOURCE)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if compiled.returncode != 0:
-            raise BenchmarkError(f"javac failed:\n{compiled.stdout}{compiled.stderr}")
+        classpath = compile_java(JAVA_SOURCE, JAVA_ARTIFACTS, workdir, BenchmarkError)
         command = [
             "java",
             "-Xmx1g",
             "-cp",
-            os.pathsep.join([str(classes), *jars]),
+            os.pathsep.join(classpath),
             "RebalanceCost",
             bootstrap_servers,
             str(SESSION_TIMEOUT_MS),
