@@ -27,27 +27,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final
 
 from ..._protocol import messages as msg
 from ..._protocol.error_codes import ErrorCode as E
 from ._group_log import GroupLog, GroupRecord, GroupTombstone, StoredMember
+from ._timers import Cancellable, Timers
 
 Respond = Callable[[msg.Response], None]
 
 NEW_MEMBER_JOIN_TIMEOUT_MS: Final = 5 * 60 * 1000  # group.classic... new member join timeout
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
-
-
-class Timers(Protocol):
-    """The simulated clock: seconds, and callbacks run by the scheduler at a given time."""
-
-    def now(self) -> float: ...
-
-    def call_at(self, when: float, fn: Callable[[], None]) -> Cancellable: ...
 
 
 @dataclass(frozen=True)

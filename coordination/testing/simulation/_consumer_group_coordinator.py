@@ -41,25 +41,15 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from ..._protocol import consumer_group as cg
 from ..._protocol import messages as msg
 from ..._protocol.error_codes import ErrorCode as E
+from ._timers import Cancellable, Timers
 
 TopicIdPartition = tuple[uuid.UUID, int]
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
-
-
-class Timers(Protocol):
-    def now(self) -> float: ...
-
-    def call_at(self, when: float, fn: Callable[[], None]) -> Cancellable: ...
 
 
 @dataclass(frozen=True)

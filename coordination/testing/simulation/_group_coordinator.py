@@ -33,7 +33,6 @@ from ._classic_group_coordinator import (
     KeyedTimers,
     Respond,
     State,
-    Timers,
 )
 from ._consumer_group_coordinator import ConsumerGroupsModel
 from ._group_log import GroupLog as GroupLog
@@ -41,6 +40,7 @@ from ._group_log import GroupRecord as GroupRecord
 from ._group_log import GroupTombstone as GroupTombstone
 from ._group_log import OffsetRecord as OffsetRecord
 from ._group_log import OffsetTombstone as OffsetTombstone
+from ._timers import Timers
 
 OFFSET_METADATA_MAX_BYTES: Final = 4096  # offset.metadata.max.bytes default
 
