@@ -69,22 +69,27 @@ class Owner:
         self._note("leaving", frozenset())
 
 
-@pytest.fixture
-def topic(kafka: str) -> Iterator[tuple[str, dict[uuid.UUID, str]]]:
-    name = f"kip848-{uuid.uuid4().hex[:8]}"
+def create_topic_with_id(kafka: str, name: str, partitions: int) -> uuid.UUID:
+    """Create a topic; its id once the cluster has one (ConsumerGroupHeartbeat names
+    topics by id)."""
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     try:
-        admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+        admin.create_topics([NewTopic(name, partitions, 1)])
         deadline = time.monotonic() + 30
         while True:
             described = admin.describe_topics([name])[0]
             if described.get("error_code") == 0 and described.get("topic_id"):
-                break
+                return uuid.UUID(str(described["topic_id"]))
             assert time.monotonic() < deadline, described
             time.sleep(0.1)
-        yield name, {uuid.UUID(str(described["topic_id"])): name}
     finally:
         admin.close()
+
+
+@pytest.fixture
+def topic(kafka: str) -> Iterator[tuple[str, dict[uuid.UUID, str]]]:
+    name = f"kip848-{uuid.uuid4().hex[:8]}"
+    yield name, {create_topic_with_id(kafka, name, PARTITIONS): name}
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:

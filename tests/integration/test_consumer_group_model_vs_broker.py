@@ -27,14 +27,13 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import pytest
-from kafka.admin import KafkaAdminClient, NewTopic
 
 from coordination._protocol import consumer_group as cg
 from coordination._protocol import messages as m
 from coordination._protocol.error_codes import error_name
 from coordination._transport.kafka import KafkaTransport
 
-from .test_consumer_group_member import on_kafka
+from .test_consumer_group_member import create_topic_with_id, on_kafka
 from .test_model_vs_broker import BrokerDriver, Commit, Fetch, ModelDriver
 
 pytestmark = pytest.mark.integration
@@ -366,19 +365,7 @@ SCENARIOS = [two_members_share, epoch_errors, static_members, offsets, request_v
 @pytest.fixture(scope="module")
 def topic(kafka: str) -> Iterator[tuple[str, uuid.UUID]]:
     name = f"cg-mvb-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=kafka)
-    try:
-        admin.create_topics([NewTopic(name, PARTITIONS, 1)])
-        deadline = time.monotonic() + 30
-        while True:
-            described = admin.describe_topics([name])[0]
-            if described.get("error_code") == 0 and described.get("topic_id"):
-                break
-            assert time.monotonic() < deadline, described
-            time.sleep(0.1)
-        topic_id = uuid.UUID(str(described["topic_id"]))
-    finally:
-        admin.close()
+    topic_id = create_topic_with_id(kafka, name, PARTITIONS)
     _await_group_coordinator_metadata(kafka, name)
     yield name, topic_id
 
