@@ -18,6 +18,7 @@ core, with figures::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import random
@@ -27,11 +28,15 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from kafka.record import MemoryRecordsBuilder
+
 from coordination.__main__ import timeline_line
 from coordination._inspection import decode_timeline_record
 from coordination._metrics import RebalanceRecord
 from coordination._protocol import consumer_group as cg
 from coordination._protocol import consumer_group_codec as cg_codec
+from coordination._protocol import share_group as sg
+from coordination._protocol import share_group_codec as sg_codec
 from coordination.errors import CoordinationError, ProtocolCodecError
 from recipes.election._wire import (
     Candidate,
@@ -351,6 +356,93 @@ def _heartbeat_request_v1(data: bytes) -> object:
     return cg_codec.decode(cg.ConsumerGroupHeartbeatRequest, data, 1)
 
 
+def _share_records() -> bytes:
+    """Two record batches, the second gzip-compressed, as a ShareFetch returns them."""
+    out = b""
+    for offset, compression in ((10, 0), (13, 1)):
+        builder = MemoryRecordsBuilder(2, compression, 1 << 16, offset=offset)
+        builder.append(1_700_000_000_000, b"k", b"v", [("h", b"x"), ("n", None)])
+        builder.append(1_700_000_000_001, None, b"\x00" * 40, [])
+        builder.close()
+        out += bytes(builder.buffer())
+    return out
+
+
+def _share_response_samples(kind: type[sg_codec.Response], version: int) -> list[bytes]:
+    leader = sg.LeaderIdAndEpoch(1, 0)
+    nodes = (sg.NodeEndpoint(2, "broker-2", 9092, "rack"), sg.NodeEndpoint(3, "h", 1))
+    responses: list[sg_codec.Response]
+    if kind is sg.ShareGroupHeartbeatResponse:
+        responses = [
+            sg.ShareGroupHeartbeatResponse(0, None, "m-1", 3, 5000, _CG_TOPICS),
+            sg.ShareGroupHeartbeatResponse(25, "unknown member", None, -1),
+        ]
+    elif kind is sg.ShareGroupDescribeResponse:
+        topics = tuple(
+            cg.DescribedTopicPartitions(t.topic_id, f"topic-{n}", t.partitions)
+            for n, t in enumerate(_CG_TOPICS)
+        )
+        member = sg.DescribedShareGroupMember("m-1", "rack", 4, "c", "/127.0.0.1", ("a",), topics)
+        groups = (
+            sg.DescribedShareGroup(0, "g", None, "Stable", 5, 5, "simple", (member,)),
+            sg.DescribedShareGroup(69, "h", "not found", "Dead"),
+        )
+        responses = [sg.ShareGroupDescribeResponse(groups)]
+    elif kind is sg.ShareFetchResponse:
+        acquired = (sg.AcquiredRecords(10, 11, 1), sg.AcquiredRecords(13, 14, 5))
+        partitions = (
+            sg.ShareFetchPartitionData(0, current_leader=leader, records=_share_records(),
+                                       acquired_records=acquired),
+            sg.ShareFetchPartitionData(1, 6, "not leader", 121, "lock", sg.LeaderIdAndEpoch(2, 7)),
+        )  # fmt: skip
+        fetched = (sg.ShareFetchTopicResponse(_CG_TOPICS[0].topic_id, partitions),)
+        responses = [
+            sg.ShareFetchResponse(0, None, 30_000, fetched, nodes),
+            sg.ShareFetchResponse(122, "no session", -1),
+        ]
+    else:
+        data = (
+            sg.ShareAcknowledgePartitionData(0, current_leader=leader),
+            sg.ShareAcknowledgePartitionData(1, 121, "lock lost"),
+        )
+        acknowledged = (sg.ShareAcknowledgeTopicResponse(_CG_TOPICS[0].topic_id, data),)
+        responses = [
+            sg.ShareAcknowledgeResponse(0, None, 15_000 * (version - 1), acknowledged, nodes)
+        ]
+    return [sg_codec.encode(r, version) for r in responses]
+
+
+def _share_request_samples(kind: type[sg_codec.Request]) -> list[bytes]:
+    batches = (
+        sg.AcknowledgementBatch(10, 12, (sg.AcknowledgeType.ACCEPT,)),
+        sg.AcknowledgementBatch(13, 15, (1, 0, 4)),
+    )
+    topic_id = _CG_TOPICS[0].topic_id
+    requests: list[sg_codec.Request]
+    if kind is sg.ShareFetchRequest:
+        topics = (sg.ShareFetchTopic(topic_id, (sg.ShareFetchPartition(0, batches),)),)
+        requests = [
+            sg.ShareFetchRequest("g", "m", 0, 500, 1, topics=topics),
+            sg.ShareFetchRequest("g", "m", 4, 0, 0, 1 << 20, 1, 1, 1, True, topics, _CG_TOPICS),
+        ]
+    else:
+        partitions = (sg.ShareAcknowledgePartition(0, batches),)
+        requests = [
+            sg.ShareAcknowledgeRequest(
+                "g", "m", 2, True, (sg.ShareAcknowledgeTopic(topic_id, partitions),)
+            )
+        ]
+    return [sg_codec.encode(r, 2) for r in requests]
+
+
+def _share_decoder(kind: type[sg_codec.Message], version: int) -> Decoder:
+    def decode(data: bytes) -> object:
+        return sg_codec.decode(kind, data, version)
+
+    decode.__name__ = f"decode {kind.__name__} v{version}"
+    return decode
+
+
 def _commit_metadata_samples() -> list[bytes]:
     return [
         b"events-3-00000000000000000100-00000000000000000200-0f8fad5b-d9cb-469f-a161-4f4c1b5d0e11",
@@ -480,6 +572,34 @@ CASES: list[Case] = [
         _heartbeat_request_samples,
         False,
     ),
+    # Share groups (KIP-932): the responses from the broker, the requests the simulator reads,
+    # and the record batches of a ShareFetch.
+    *(
+        Case(
+            f"{kind.__name__.removesuffix('Response')} response v{version}",
+            _share_decoder(kind, version),
+            functools.partial(_share_response_samples, kind, version),
+            False,
+        )
+        for kind, version in (
+            (sg.ShareGroupHeartbeatResponse, 1),
+            (sg.ShareGroupDescribeResponse, 1),
+            (sg.ShareFetchResponse, 1),
+            (sg.ShareFetchResponse, 2),
+            (sg.ShareAcknowledgeResponse, 1),
+            (sg.ShareAcknowledgeResponse, 2),
+        )
+    ),
+    *(
+        Case(
+            f"{kind.__name__.removesuffix('Request')} request v2",
+            _share_decoder(kind, 2),
+            functools.partial(_share_request_samples, kind),
+            False,
+        )
+        for kind in (sg.ShareFetchRequest, sg.ShareAcknowledgeRequest)
+    ),
+    Case("ShareFetch records", sg_codec.decode_records, lambda: [_share_records()], False),
 ]
 
 

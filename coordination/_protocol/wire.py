@@ -1,17 +1,18 @@
 """Kafka's wire primitives for flexible message versions (KIP-482), and the headers around them.
 
 Internal, no compatibility guarantee. kafka-python encodes the classic group requests; the
-APIs it has no message classes for (ConsumerGroupHeartbeat, ConsumerGroupDescribe) are
-encoded here, from Kafka's message definitions (``clients/src/main/resources/common/
-message/*.json``): big-endian fixed-width integers, unsigned varints, compact strings and
-arrays (length + 1 as an unsigned varint, 0 for null), UUIDs as 16 bytes, and a tagged
-field section after every struct. A :class:`Reader` refuses anything malformed with
-:class:`~coordination.errors.ProtocolCodecError` and allocates nothing a hostile length
-announces before the bytes are there.
+APIs it has no message classes for (ConsumerGroupHeartbeat, ConsumerGroupDescribe, the
+share-group APIs) are encoded here, from Kafka's message definitions (``clients/src/main/
+resources/common/message/*.json``): big-endian fixed-width integers, unsigned varints,
+compact strings, bytes and arrays (length + 1 as an unsigned varint, 0 for null), UUIDs as
+16 bytes, and a tagged field section after every struct. A :class:`Reader` refuses anything
+malformed with :class:`~coordination.errors.ProtocolCodecError` and allocates nothing a
+hostile length announces before the bytes are there.
 """
 
 from __future__ import annotations
 
+import builtins
 import struct
 import uuid
 from typing import Final
@@ -80,6 +81,14 @@ class Writer:
             raise ProtocolCodecError(f"{field} is {len(encoded)} bytes, more than Kafka's 32767")
         self.uvarint(len(encoded) + 1)
         self._out += encoded
+
+    def compact_bytes(self, value: builtins.bytes | None) -> None:
+        """Compact (nullable) bytes: length + 1 as an unsigned varint, 0 for null."""
+        if value is None:
+            self._out.append(0)
+            return
+        self.uvarint(len(value) + 1)
+        self._out += value
 
     def legacy_string(self, value: str | None) -> None:
         """A nullable string with an int16 length (-1 for null): the request header's client
@@ -200,6 +209,15 @@ class Reader:
         value = self.compact_string(field)
         assert value is not None
         return value
+
+    def compact_bytes(self, field: str, *, nullable: bool = False) -> bytes | None:
+        """Compact bytes (a ``bytes`` or ``records`` field): length + 1, 0 for null."""
+        size = self.uvarint() - 1
+        if size < 0:
+            if not nullable:
+                raise self.fail(f"{field} is null")
+            return None
+        return self._take(size)
 
     def legacy_string(self, field: str) -> str | None:
         size = self.int16()
