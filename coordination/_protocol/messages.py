@@ -23,6 +23,22 @@ from .consumer_group import ConsumerGroupDescribeResponse as ConsumerGroupDescri
 from .consumer_group import ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequest
 from .consumer_group import ConsumerGroupHeartbeatResponse as ConsumerGroupHeartbeatResponse
 
+# Share groups' messages (KIP-932): share_group.py, their codec share_group_codec.py.
+from .share_group import (
+    SHARE_ACKNOWLEDGE_MAX_VERSION,
+    SHARE_FETCH_MAX_VERSION,
+    SHARE_GROUP_DESCRIBE_MAX_VERSION,
+    SHARE_GROUP_HEARTBEAT_MAX_VERSION,
+)
+from .share_group import ShareAcknowledgeRequest as ShareAcknowledgeRequest
+from .share_group import ShareAcknowledgeResponse as ShareAcknowledgeResponse
+from .share_group import ShareFetchRequest as ShareFetchRequest
+from .share_group import ShareFetchResponse as ShareFetchResponse
+from .share_group import ShareGroupDescribeRequest as ShareGroupDescribeRequest
+from .share_group import ShareGroupDescribeResponse as ShareGroupDescribeResponse
+from .share_group import ShareGroupHeartbeatRequest as ShareGroupHeartbeatRequest
+from .share_group import ShareGroupHeartbeatResponse as ShareGroupHeartbeatResponse
+
 # The newest version of each API the engine speaks (Kafka 3.2+ brokers offer all of them).
 MAX_VERSIONS: Final = {
     "FindCoordinator": 6,
@@ -40,6 +56,11 @@ MAX_VERSIONS: Final = {
     # The consumer group protocol (KIP-848): Kafka 4.0+ only (consumer_group.py).
     "ConsumerGroupHeartbeat": CONSUMER_GROUP_HEARTBEAT_MAX_VERSION,
     "ConsumerGroupDescribe": CONSUMER_GROUP_DESCRIBE_MAX_VERSION,
+    # Share groups (KIP-932): Kafka 4.1+ (v1), with share.version enabled (share_group.py).
+    "ShareGroupHeartbeat": SHARE_GROUP_HEARTBEAT_MAX_VERSION,
+    "ShareGroupDescribe": SHARE_GROUP_DESCRIBE_MAX_VERSION,
+    "ShareFetch": SHARE_FETCH_MAX_VERSION,
+    "ShareAcknowledge": SHARE_ACKNOWLEDGE_MAX_VERSION,
 }
 # OffsetFetch with the member's id and epoch (KIP-848; Kafka 4.0+, like the protocol itself).
 OFFSET_FETCH_MEMBER_VERSION: Final = 9
@@ -263,6 +284,10 @@ Request = (
     | DescribeGroupRequest
     | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest
+    | ShareGroupHeartbeatRequest
+    | ShareGroupDescribeRequest
+    | ShareFetchRequest
+    | ShareAcknowledgeRequest
 )
 Response = (
     FindCoordinatorResponse
@@ -275,4 +300,8 @@ Response = (
     | DescribeGroupResponse
     | ConsumerGroupHeartbeatResponse
     | ConsumerGroupDescribeResponse
+    | ShareGroupHeartbeatResponse
+    | ShareGroupDescribeResponse
+    | ShareFetchResponse
+    | ShareAcknowledgeResponse
 )

@@ -32,6 +32,8 @@ from .._config import bootstrap_list, split_server
 from .._protocol import consumer_group as cg
 from .._protocol import consumer_group_codec as cg_codec
 from .._protocol import messages as m
+from .._protocol import share_group as sg
+from .._protocol import share_group_codec as sg_codec
 from .._protocol.error_codes import ErrorCode
 from .._protocol.wire import Reader, decode_response_header
 from ..errors import AuthenticationFailedError, ConfigurationError, ProtocolCodecError, TlsError
@@ -43,6 +45,11 @@ log = logging.getLogger("coordination.transport")
 R = TypeVar("R", bound=m.Response)
 
 _GROUP_KEY_TYPE = 0  # FindCoordinator key type GROUP
+# The requests kafka-python has no classes for, encoded here (_OwnCodecRequest), and theirs.
+_OwnRequest = cg.ConsumerGroupHeartbeatRequest | cg.ConsumerGroupDescribeRequest | sg_codec.Request
+_OwnResponse = (
+    cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse | sg_codec.Response
+)
 # One bootstrap attempt lasts at most this long, so a caller waiting with a timeout learns
 # why the cluster cannot be reached while it still waits (kafka-python keeps retrying inside).
 _BOOTSTRAP_ATTEMPT_S = 5.0
@@ -403,7 +410,7 @@ class KafkaTransport:
 
     @staticmethod
     def _encode(request: m.Request) -> Any:
-        if isinstance(request, cg.ConsumerGroupHeartbeatRequest | cg.ConsumerGroupDescribeRequest):
+        if isinstance(request, _OwnRequest):
             return _OwnCodecRequest(request)
         if isinstance(request, m.FindCoordinatorRequest):
             return KFindCoordinatorRequest(
@@ -471,7 +478,7 @@ class KafkaTransport:
 
     @staticmethod
     def _decode(raw: Any) -> m.Response:
-        if isinstance(raw, cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse):
+        if isinstance(raw, _OwnResponse):
             return raw  # decoded by _OwnCodecResponse
         version = raw.version
         if isinstance(raw, kgroup.JoinGroupResponse):
@@ -766,27 +773,30 @@ def _exchange(direct: DirectConnection, request: Any, timeout_s: float, then: An
 
 # The Kafka version that brought the consumer group protocol out of early access (GA, v1).
 _CONSUMER_PROTOCOL_KAFKA: Final = "4.0"
+# The Kafka version whose share-group APIs are v1, the oldest spoken here (4.0 had v0 only).
+_SHARE_GROUPS_KAFKA: Final = "4.1"
 
 
 class _OwnCodecRequest:
-    """A request of an API kafka-python has no classes for (the consumer group protocol's),
-    encoded by ``consumer_group_codec``, in the shape kafka-python's connections and
-    ``DirectConnection`` handle a request in: they choose its version from the broker's
-    ApiVersions (``API_KEY``, ``min_version``/``max_version``, and this request's own bounds
-    ``_min_version``/``_max_version``), set ``API_VERSION``, give it a header, frame it, and
-    read its answer with the class its header names."""
+    """A request of an API kafka-python has no classes for (the consumer group protocol's,
+    share groups'), encoded by ``consumer_group_codec`` or ``share_group_codec``, in the
+    shape kafka-python's connections and ``DirectConnection`` handle a request in: they
+    choose its version from the broker's ApiVersions (``API_KEY``, ``min_version``/
+    ``max_version``, and this request's own bounds ``_min_version``/``_max_version``), set
+    ``API_VERSION``, give it a header, frame it, and read its answer with the class its
+    header names."""
 
-    def __init__(
-        self, request: cg.ConsumerGroupHeartbeatRequest | cg.ConsumerGroupDescribeRequest
-    ) -> None:
+    def __init__(self, request: _OwnRequest) -> None:
         self.request = request
         kind = type(request)
-        self.API_KEY = cg_codec.api_key(kind)
+        self._codec: Any = sg_codec if isinstance(request, sg_codec.Request) else cg_codec
+        self.API_KEY = self._codec.api_key(kind)
         self.name = kind.__name__.removesuffix("Request")
         self.min_version = 0
-        self.max_version = cg_codec.max_version(kind)
-        # v1 at least, Kafka 4.0's: v0 is Kafka 3.7-3.9's early access, which those brokers
-        # list in ApiVersions even where they refuse it (UNSUPPORTED_VERSION, no message).
+        self.max_version = self._codec.max_version(kind)
+        # v1 at least: the consumer group protocol's v0 is Kafka 3.7-3.9's early access, which
+        # those brokers list in ApiVersions even where they refuse it (UNSUPPORTED_VERSION, no
+        # message); share groups' v0 is Kafka 4.0's early access, which 4.1 removed.
         self._min_version = 1
         self._max_version = m.MAX_VERSIONS[self.name]
         self.API_VERSION: int | None = None
@@ -802,20 +812,21 @@ class _OwnCodecRequest:
 
     def encode(self, header: bool = False, framed: bool = False) -> bytes:
         assert self.API_VERSION is not None
+        data: bytes
         if header:
             assert self.header is not None
-            data = cg_codec.encode_request(
+            data = self._codec.encode_request(
                 self.request, self.API_VERSION, self.header.correlation_id, self.header.client_id
             )
         else:
-            data = cg_codec.encode(self.request, self.API_VERSION)
+            data = self._codec.encode(self.request, self.API_VERSION)
         return struct.pack(">i", len(data)) + data if framed else data
 
-    def unoffered(
-        self, e: Exception
-    ) -> cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse:
+    def unoffered(self, e: Exception) -> _OwnResponse:
         """The answer to a request the broker offers no version of: UNSUPPORTED_VERSION, with
         a message naming the Kafka version needed (as Kafka's clients answer it themselves)."""
+        if isinstance(self.request, sg_codec.Request):
+            return self._share_unoffered(e)
         message = (
             f"this broker offers no {self.name} v{self._min_version} (API key {self.API_KEY}): "
             f"the consumer group protocol (KIP-848) needs Kafka {_CONSUMER_PROTOCOL_KAFKA} "
@@ -835,9 +846,31 @@ class _OwnCodecRequest:
             version=-1,
         )
 
-    def _response_type(
-        self,
-    ) -> type[cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse]:
+    def _share_unoffered(self, e: Exception) -> sg_codec.Response:
+        message = (
+            f"this broker offers no {self.name} v{self._min_version} (API key {self.API_KEY}): "
+            f"share groups (KIP-932) need Kafka {_SHARE_GROUPS_KAFKA} or newer with the "
+            "share.version feature enabled (kafka-features.sh upgrade --feature "
+            f"share.version=1); {e}"
+        )
+        code = ErrorCode.UNSUPPORTED_VERSION
+        if isinstance(self.request, sg.ShareGroupHeartbeatRequest):
+            return sg.ShareGroupHeartbeatResponse(code, message, member_epoch=-1, version=-1)
+        if isinstance(self.request, sg.ShareGroupDescribeRequest):
+            return sg.ShareGroupDescribeResponse(
+                groups=tuple(
+                    sg.DescribedShareGroup(error_code=code, group_id=g, error_message=message)
+                    for g in self.request.group_ids
+                ),
+                version=-1,
+            )
+        if isinstance(self.request, sg.ShareFetchRequest):
+            return sg.ShareFetchResponse(code, message, version=-1)
+        return sg.ShareAcknowledgeResponse(code, message, version=-1)
+
+    def _response_type(self) -> type[_OwnResponse]:
+        if isinstance(self.request, sg_codec.Request):
+            return sg_codec.response_type(type(self.request))
         if isinstance(self.request, cg.ConsumerGroupHeartbeatRequest):
             return cg.ConsumerGroupHeartbeatResponse
         return cg.ConsumerGroupDescribeResponse
@@ -863,13 +896,10 @@ class _OwnCodecResponse:
     response class (``parse_header`` then ``decode`` of a buffer), or as DirectConnection
     does (``decode`` of the bytes after the size, header included)."""
 
-    def __init__(
-        self,
-        kind: type[cg.ConsumerGroupHeartbeatResponse | cg.ConsumerGroupDescribeResponse],
-        version: int,
-    ) -> None:
+    def __init__(self, kind: type[_OwnResponse], version: int) -> None:
         self._kind = kind
         self._version = version
+        self._codec: Any = sg_codec if issubclass(kind, sg_codec.Response) else cg_codec
 
     def parse_header(self, buffer: Any) -> Any:
         start = buffer.tell()
@@ -885,8 +915,8 @@ class _OwnCodecResponse:
         payload = data.read() if hasattr(data, "read") else data
         try:
             if header:
-                return cg_codec.decode_response(self._kind, payload, self._version)[1]
-            return cg_codec.decode(self._kind, payload, self._version)
+                return self._codec.decode_response(self._kind, payload, self._version)[1]
+            return self._codec.decode(self._kind, payload, self._version)
         except ProtocolCodecError as e:
             raise ValueError(str(e)) from e  # what kafka-python's parser reports as such
 

@@ -28,6 +28,10 @@ _RESPONSE_TYPES = (
     m.DescribeGroupResponse,
     m.ConsumerGroupHeartbeatResponse,
     m.ConsumerGroupDescribeResponse,
+    m.ShareGroupHeartbeatResponse,
+    m.ShareGroupDescribeResponse,
+    m.ShareFetchResponse,
+    m.ShareAcknowledgeResponse,
 )
 
 
