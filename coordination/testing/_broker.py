@@ -302,6 +302,10 @@ class KafkaCluster:
             "offsets.topic.replication.factor": replication,
             "transaction.state.log.replication.factor": replication,
             "transaction.state.log.min.isr": "1",
+            # Share groups' state topic (Kafka 4.x; 3 replicas by default): without it a
+            # share group's partitions are never initialized, so never assigned.
+            "share.coordinator.state.topic.replication.factor": replication,
+            "share.coordinator.state.topic.min.isr": "1",
             "min.insync.replicas": "1",
             "default.replication.factor": replication,
         }
