@@ -227,7 +227,8 @@ class ShareFetchRequest:
     fetch from), -1 closes it; otherwise it is the previous request's plus one, and
     ``topics`` and ``forgotten_topics_data`` are the changes to the session's partitions
     (plus any partition with acknowledgements). ``max_records`` and ``batch_size`` are
-    record counts. v2+: ``share_acquire_mode`` (:class:`ShareAcquireMode`; dropped at v1,
+    record counts (500 here by default, the Java consumer's ``max.poll.records``; Kafka's
+    schema has no default). v2+: ``share_acquire_mode`` (:class:`ShareAcquireMode`; dropped at v1,
     an ignorable field) and ``is_renew_ack`` (set when a batch holds a RENEW; v1 cannot
     carry it).
     """
