@@ -30,6 +30,7 @@ from coordination import Generation, MemberMetrics, OffsetAndMetadata
 from coordination.clock import Clock
 from coordination.consumer_group import ConsumerGroupMember, Subscription
 from coordination.errors import ConfigurationError
+from coordination.lease import LeaseGuard
 from coordination.transport import Transport
 
 from ._listener import RebalanceListener
@@ -62,6 +63,7 @@ class BrokerAssignedPartitioning:
         group_remote_assignor: str | None = None,
         listener: RebalanceListener | None = None,
         rack_id: str | None = None,
+        lease_margin_ms: int | None = None,
         topic_metadata: TopicMetadata | None = None,
         transport: Transport | None = None,
         clock: Clock | None = None,
@@ -70,10 +72,10 @@ class BrokerAssignedPartitioning:
         """Validate the settings; nothing connects until :meth:`start`.
 
         Args:
-            group_id, topics, pattern, listener, rack_id, transport, clock, **settings: as
-                for :class:`ConsumerPartitioning` (``client_rack`` is accepted for
-                ``rack_id``); the pattern is the broker's to evaluate (RE2J syntax, whole
-                topic names).
+            group_id, topics, pattern, listener, rack_id, lease_margin_ms, transport, clock,
+                **settings: as for :class:`ConsumerPartitioning` (``client_rack`` is
+                accepted for ``rack_id``); the pattern is the broker's to evaluate (RE2J
+                syntax, whole topic names).
             group_remote_assignor: the broker's assignor (Kafka ``group.remote.assignor``):
                 one of the broker's ``group.consumer.assignors`` (``"uniform"``,
                 ``"range"``), or None for its default.
@@ -106,6 +108,8 @@ class BrokerAssignedPartitioning:
         self._member = ConsumerGroupMember(
             group_id, _Callbacks(self), transport=transport, clock=clock, **settings
         )
+        self._lease_margin_ms = lease_margin_ms
+        self._lease = None if lease_margin_ms is None else self._guard_lease()
         self._own_metadata: Any = None
         if topic_metadata is None:
             self._topics: Any = _ClusterTopicIds(self._member.config.client_settings())
@@ -170,6 +174,27 @@ class BrokerAssignedPartitioning:
 
     def membership_lease(self) -> float:
         return self._member.membership_lease()
+
+    @property
+    def lease(self) -> LeaseGuard:
+        """The membership-lease guard, as :attr:`ConsumerPartitioning.lease`: while
+        ``lease.holds()``, no other member can own a partition this one owns.
+
+        Raises:
+            ConfigurationError: the default ``lease_margin_ms`` leaves no room with these
+                settings (pass a smaller one).
+        """
+        if self._lease is None:
+            self._lease = self._guard_lease()
+        return self._lease
+
+    def _guard_lease(self) -> LeaseGuard:
+        return LeaseGuard(
+            self._member.membership_lease,
+            self._member.config,
+            self._lease_margin_ms,
+            why=", or the lease of a consumer's partitions would never hold",
+        )
 
     def start(self) -> None:
         self._member.start()

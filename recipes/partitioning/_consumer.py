@@ -26,6 +26,7 @@ from coordination.errors import (
     CoordinatorStateError,
     broker_error,
 )
+from coordination.lease import LeaseGuard
 from coordination.parts import check_int, check_part
 from coordination.transport import Transport
 
@@ -150,6 +151,7 @@ class Consumer:
         fetcher: RecordFetcher | None = None,
         group_protocol: str = "classic",
         group_remote_assignor: str | None = None,
+        stop_at_lease_end: bool = True,
         **settings: Any,
     ) -> None:
         """Validate the settings; nothing connects until :meth:`start` (or ``with``).
@@ -163,6 +165,11 @@ class Consumer:
             group_remote_assignor: with ``group_protocol="consumer"``, the broker's assignor
                 (``"uniform"``, ``"range"``; None: the broker's default).
             listener: told of revoked, assigned and lost partitions.
+            stop_at_lease_end: :meth:`poll` returns no record while the member's membership
+                lease is within ``lease_margin_ms`` of its end (default
+                ``heartbeat_interval_ms``), when the broker may soon give its partitions to
+                another member; records flow again once a heartbeat renews it. False: hand
+                out records until a loss is known (Java's and kafka-python's behaviour).
             auto_offset_reset: where to start in a partition without a committed offset:
                 ``"earliest"`` or ``"latest"`` (Kafka ``auto.offset.reset``). The default is
                 ``"earliest"``, NOT ``"latest"`` as in Java, kafka-python and aiokafka: a new
@@ -176,9 +183,9 @@ class Consumer:
             fetcher: where the records come from (a :class:`RecordFetcher`); default:
                 kafka-python's ``KafkaConsumer``, made by :meth:`start` from the fetch
                 settings.
-            **settings: group settings (see :class:`coordination.Coordinator`; with the
-                classic protocol also ``rack_id``, ``metadata_max_age_ms`` and
-                ``lease_margin_ms``, as for :class:`ConsumerPartitioning`) and kafka-python
+            **settings: group settings (see :class:`coordination.Coordinator`; also
+                ``lease_margin_ms``, and with the classic protocol ``rack_id`` and
+                ``metadata_max_age_ms``, as for :class:`ConsumerPartitioning`) and kafka-python
                 fetch settings
                 (``max_poll_records``, ``fetch_max_wait_ms``, ``isolation_level``,
                 ``value_deserializer``, ``bootstrap_timeout_ms``: how
@@ -243,6 +250,17 @@ class Consumer:
                 f"got {group_protocol!r}"
             )
         self._clock = self._group.clock
+        self._lease_gate: LeaseGuard | None = None
+        if stop_at_lease_end:
+            try:
+                self._lease_gate = self._group.lease
+            except ConfigurationError as e:
+                raise ConfigurationError(f"{e} (or pass stop_at_lease_end=False)") from e
+        # When poll() found the lease low, for one warning per low spell (None: it holds).
+        self._lease_low_since: float | None = None
+        # What a poll waits on, a slice at a time, while the lease is low: never set, so a
+        # poll always waits its timeout (a caller polling in a loop never spins).
+        self._lease_wait = self._clock.event()
         self._fetch_config = {
             **self._group.config.client_settings(),
             **fetch,
@@ -427,37 +445,73 @@ class Consumer:
                 self._settle()
                 if delivery is not None and delivery.outcome is not None:
                     return {}  # its caller is gone: take nothing for it
-                result = self._take(max_records, delivery)
-                if result:
-                    return result
-                # Rounded up: a slice rounded down to 0 ms would never reach the deadline
-                # on a clock that moves only as the fetcher waits (a simulated one).
-                left_ms = math.ceil((deadline - self._clock.monotonic()) * 1000)
-                assert self._fetcher is not None  # made by start(), dropped only by close()
-                try:
-                    fetched = self._fetcher.poll(max(0, min(_POLL_SLICE_MS, left_ms)))
-                except (kafka_errors.KafkaError, OSError) as e:  # a deserializer's own errors pass
-                    raise self._fetcher_error(e, "Fetch") from e
-                owned = self._group.owned()
-                for ktp, batch in fetched.items():
-                    tp = TopicPartition(ktp.topic, ktp.partition)
-                    records = list(batch)
-                    if not records or not self._returnable(tp, owned):
-                        # Revoked or paused while the fetch was in flight. Not returned, so
-                        # self._positions stays; the fetcher starts there again on resume.
-                        continue
-                    held = self._held.get(tp)
-                    after = held[-1].offset + 1 if held else self._next(tp)
-                    if records[0].offset < after:  # returned or held already: never twice
-                        records = [r for r in records if r.offset >= after]
-                    if records:
-                        self._held.setdefault(tp, []).extend(records)
-                self._settle()  # a pause asked for meanwhile applies to what was fetched
-                if delivery is not None and delivery.outcome is not None:
-                    return {}  # refused meanwhile: what was fetched stays held
-                result = self._take(max_records, delivery)
+                lease_holds = self._lease_holds()
+                if lease_holds:
+                    result = self._take(max_records, delivery)
+                    if result:
+                        return result
+                    self._fetch_slice(deadline)
+                    if delivery is not None and delivery.outcome is not None:
+                        return {}  # refused meanwhile: what was fetched stays held
+                    result = self._take(max_records, delivery)
+            if not lease_holds:
+                # Neither returned nor fetched (what is held stays held): wait a slice.
+                left_s = deadline - self._clock.monotonic()
+                if left_s <= 0:
+                    return {}
+                self._clock.sleep(min(_POLL_SLICE_MS / 1000, left_s), self._lease_wait)
+                continue
             if result or self._clock.monotonic() >= deadline:
                 return result
+
+    def _fetch_slice(self, deadline: float) -> None:
+        """(Under self._lock) One fetch of at most a slice; the records of partitions still
+        returnable are held, never one twice."""
+        # Rounded up: a slice rounded down to 0 ms would never reach the deadline on a clock
+        # that moves only as the fetcher waits (a simulated one).
+        left_ms = math.ceil((deadline - self._clock.monotonic()) * 1000)
+        assert self._fetcher is not None  # made by start(), dropped only by close()
+        try:
+            fetched = self._fetcher.poll(max(0, min(_POLL_SLICE_MS, left_ms)))
+        except (kafka_errors.KafkaError, OSError) as e:  # a deserializer's own errors pass
+            raise self._fetcher_error(e, "Fetch") from e
+        owned = self._group.owned()
+        for ktp, batch in fetched.items():
+            tp = TopicPartition(ktp.topic, ktp.partition)
+            records = list(batch)
+            if not records or not self._returnable(tp, owned):
+                # Revoked or paused while the fetch was in flight. Not returned, so
+                # self._positions stays; the fetcher starts there again on resume.
+                continue
+            held = self._held.get(tp)
+            after = held[-1].offset + 1 if held else self._next(tp)
+            if records[0].offset < after:  # returned or held already: never twice
+                records = [r for r in records if r.offset >= after]
+            if records:
+                self._held.setdefault(tp, []).extend(records)
+        self._settle()  # a pause asked for meanwhile applies to what was fetched
+
+    def _lease_holds(self) -> bool:
+        """(Under self._lock) Whether records may be handed out: the membership lease is
+        above its margin, or nothing is owned (nothing to hand out). Logs each low spell."""
+        if self._lease_gate is None or not self._group.owned() or self._lease_gate.holds():
+            if self._lease_low_since is not None:
+                log.info(
+                    "group %s: membership lease renewed after %.1fs; poll() returns records again",
+                    self._group.group_id,
+                    self._clock.monotonic() - self._lease_low_since,
+                )
+                self._lease_low_since = None
+            return True
+        if self._lease_low_since is None:
+            self._lease_low_since = self._clock.monotonic()
+            log.warning(
+                "group %s: membership lease within lease_margin_ms of its end (no heartbeat "
+                "answered lately): poll() returns no records until it is renewed, as the "
+                "broker may soon give this member's partitions to another",
+                self._group.group_id,
+            )
+        return False
 
     def _let_a_callback_in(self) -> None:
         """(Polling thread, not holding self._lock) If a rebalance callback waits for the
