@@ -16,14 +16,16 @@ from typing import Any
 import kafka.errors as kafka_errors
 from typing_extensions import Self
 
-from coordination import Generation, MemberMetrics, OffsetAndMetadata
+from coordination import Generation, MemberMetrics, OffsetAndMetadata, describe_group
 from coordination.clock import Clock
 from coordination.errors import (
+    AuthenticationFailedError,
     ConfigurationError,
     ConnectionFailedError,
     CoordinationError,
     CoordinationTimeoutError,
     CoordinatorStateError,
+    TlsError,
     broker_error,
 )
 from coordination.lease import LeaseGuard
@@ -367,7 +369,7 @@ class Consumer:
                 try:
                     self._fetcher = KafkaRecordFetcher(**self._fetch_config)
                 except (Exception, AssertionError) as e:
-                    raise self._fetcher_error(e, "connecting the fetcher") from e
+                    raise self._diagnosed(self._fetcher_error(e, "connecting the fetcher")) from e
         self._group.start()
         self._started = True
 
@@ -1000,6 +1002,22 @@ class Consumer:
         self._held.pop(tp, None)
         self._reserved.pop(tp, None)
         self._epochs[tp] = next(self._epoch)
+
+    def _diagnosed(self, error: CoordinationError) -> CoordinationError:
+        """The cause of a failed bootstrap of the fetcher, if the group side can tell it.
+
+        kafka-python's consumer reports a refused SASL login or a failed TLS handshake as a
+        bootstrap timeout; this library's transport tells them apart
+        (:class:`AuthenticationFailedError`, :class:`TlsError`), so it is asked once."""
+        if type(error) is not ConnectionFailedError:
+            return error
+        try:
+            describe_group(self._group.group_id, **self._group.config.client_settings())
+        except (AuthenticationFailedError, TlsError) as refused:
+            return refused
+        except CoordinationError:
+            pass  # not reachable from here either: the fetcher's error says it
+        return error
 
     def _fetcher_error(self, e: Exception, doing: str) -> CoordinationError:
         """A kafka-python error of the fetcher as this library's, saying what to do."""

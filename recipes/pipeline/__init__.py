@@ -26,6 +26,7 @@ from ._events import WorkerClosed as WorkerClosed
 from ._events import WorkerEvent as WorkerEvent
 from ._events import WorkerEventKind as WorkerEventKind
 from ._events import WorkerStarted as WorkerStarted
+from ._kafka_options import spark_kafka_options as spark_kafka_options
 from ._output import OffsetRange as OffsetRange
 from ._output import PipelineOutput as PipelineOutput
 from ._output import PipelineOutputError as PipelineOutputError
@@ -80,6 +81,7 @@ __all__ = [
     "kafka_rows",
     "parse_events",
     "read_results",
+    "spark_kafka_options",
     "spark_session",
     "stage_batch",
     "stage_many",

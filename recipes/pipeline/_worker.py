@@ -49,6 +49,7 @@ from ._events import (
     WorkerEvent,
     WorkerStarted,
 )
+from ._kafka_options import spark_kafka_options
 from ._output import OffsetRange, PipelineOutput, PipelineOutputError, StagedBatch, StagedFilesError
 from ._sinks import ParquetSink
 from ._spark import Batch, spark_session, stage_batch, stage_many
@@ -60,9 +61,6 @@ if TYPE_CHECKING:
 __all__ = ["PipelineWorker"]
 
 log = logging.getLogger("recipes.pipeline")
-
-# kafka-python connection settings that Spark's Kafka source needs in its own spelling.
-_SECURITY_SETTINGS: Final = ("security_protocol", "sasl_mechanism", "ssl_cafile")
 
 # The Consumer's fetch settings (kafka-python's, for its default fetcher): Spark reads the
 # records, so the worker refuses them. The worker sets two itself (auto_offset_reset,
@@ -244,8 +242,11 @@ class PipelineWorker:
             master: ``spark.master``; default ``local[1]``, one core per worker.
             spark_conf: Further Spark settings (see :func:`spark_session`).
             kafka_options: Settings of Spark's Kafka source (``kafka.*``, e.g.
-                ``kafka.security.protocol``); ``kafka.bootstrap.servers`` defaults
-                to ``bootstrap_servers``.
+                ``kafka.fetch.max.bytes``), over those derived from the group's
+                connection settings: ``kafka.bootstrap.servers``, and for TLS and
+                PLAIN/SCRAM logins the security options (see
+                :func:`~recipes.pipeline.spark_kafka_options`). Given
+                ``kafka.security.protocol``, no security option is derived.
             max_batch_records: Most offsets in one batch.
             max_batch_delay_ms: Longest time a record waits before its batch is cut.
             poll_interval_ms: How often an idle worker asks the partitions' ends.
@@ -317,7 +318,7 @@ class PipelineWorker:
                     "generations fence their output (Kafka's consumer group protocol, "
                     "KIP-848, is not supported by the pipeline yet)"
                 )
-        self.kafka_options = _kafka_options(settings, kafka_options)
+        self.kafka_options = spark_kafka_options(settings, kafka_options)
         # A fixed group id for Spark's Kafka consumers (which only read, assigned, and never
         # join it): Spark caches a consumer per group id and partition, so every batch of a
         # partition reuses one instead of each batch creating (and caching) its own.
@@ -1009,35 +1010,3 @@ def _spark_gone(error: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
-
-
-def _kafka_options(settings: Mapping[str, Any], given: Mapping[str, str] | None) -> dict[str, str]:
-    """Spark's Kafka source options: ``given``, with the group's bootstrap servers by default.
-
-    Raises:
-        ConfigurationError: The group connects with security settings that Spark's
-            source would not know of, and ``given`` does not configure it.
-    """
-    options = dict(given or {})
-    bad = sorted(k for k in options if not k.startswith("kafka."))
-    if bad:
-        raise ConfigurationError(
-            f"kafka_options are settings of Spark's Kafka source's consumer, each starting "
-            f"with 'kafka.' (e.g. kafka.security.protocol): {', '.join(bad)}"
-        )
-    servers = settings.get("bootstrap_servers")
-    if "kafka.bootstrap.servers" not in options and servers is not None:
-        options["kafka.bootstrap.servers"] = (
-            servers if isinstance(servers, str) else ",".join(servers)
-        )
-    secured = [k for k in _SECURITY_SETTINGS if k in settings]
-    if (
-        settings.get("security_protocol", "PLAINTEXT") != "PLAINTEXT"
-        and "kafka.security.protocol" not in options
-    ):
-        raise ConfigurationError(
-            f"PipelineWorker: the group connects with {', '.join(secured)}; give Spark's "
-            "Kafka source the same in kafka_options (kafka.security.protocol, "
-            "kafka.sasl.jaas.config, kafka.ssl.truststore.location, ...)"
-        )
-    return options

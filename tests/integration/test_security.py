@@ -471,3 +471,88 @@ def test_no_write_on_a_topic_fails_the_fenced_producers_write_clearly(secured: S
             assert "sec-out" in str(raised.value)
         finally:
             producer.close(timeout=5)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_a_pipeline_over_sasl_ssl_publishes_exact_results(secured: Secured, tmp_path: Path) -> None:
+    # Both sides log in as alice over SASL_SSL with SCRAM: the group side with the settings
+    # given, Spark's Kafka source with those the worker derives from them (a JAAS login and
+    # the PEM trust store; recipes/pipeline/_kafka_options.py). Nothing else is configured.
+    import threading
+
+    from recipes.pipeline import PipelineOutput, PipelineWorker, read_results, spark_session
+    from recipes.pipeline._generator import produce
+
+    run = uuid.uuid4().hex[:8]
+    topic, window_ms = f"sec-pipe-{run}", 60_000
+    admin = secured.admin()
+    try:
+        admin.create_topics([NewTopic(topic, 2, 1)])
+    finally:
+        admin.close()
+    tally = produce(
+        secured.cluster.bootstrap_servers, topic, partitions=2, events=400, rate=0,
+        window_ms=window_ms,
+    )  # fmt: skip
+    worker = PipelineWorker(
+        f"sec-pipe-{run}",
+        topic=topic,
+        output=tmp_path / "out",
+        window_ms=window_ms,
+        max_batch_delay_ms=200,
+        **secured.login("alice"),
+    )
+    assert worker.kafka_options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            worker.run(stop)
+        except BaseException as e:
+            failed.append(e)
+
+    worker.start()
+    thread = threading.Thread(target=work, name="secured-pipeline")
+    thread.start()
+    try:
+        output = PipelineOutput(tmp_path / "out")
+        wanted = {(topic, 0): (0, 200), (topic, 1): (0, 200)}
+        deadline = time.monotonic() + 240
+        while True:
+            assert not failed, failed
+            try:
+                output.check_published(wanted)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(120)
+        worker.close()
+    assert not failed, failed
+    spark = spark_session("local[1]", app_name="secured-pipeline-verify")
+    assert read_results(spark, PipelineOutput(tmp_path / "out")) == tally.results
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_pipeline_with_a_wrong_password_stops_at_start_with_an_authentication_error(
+    secured: Secured, tmp_path: Path
+) -> None:
+    from recipes.pipeline import PipelineWorker
+
+    worker = PipelineWorker(
+        f"sec-pipe-{uuid.uuid4().hex[:8]}",
+        topic="sec-in",
+        output=tmp_path / "out",
+        **secured.login("alice", "wrong"),
+    )
+    try:
+        with pytest.raises(errors.AuthenticationFailedError, match="authentication failed"):
+            worker.start()
+    finally:
+        worker.close()
