@@ -653,7 +653,20 @@ class PipelineWorker:
             metadata = committed.metadata if committed is not None else None
             # Whether recover finishes a predecessor's commit (for the timeline).
             unpublished = bool(metadata) and metadata in self.output.staged(tp.topic, tp.partition)
-            recovered = self.output.recover(tp.topic, tp.partition, offset, metadata)
+            try:
+                recovered = self.output.recover(tp.topic, tp.partition, offset, metadata)
+            except PipelineOutputError as e:
+                self._fatal = e
+                raise
+            except Exception as e:
+                if self._stopped_by(e):
+                    return
+                # The sink failed to publish the predecessor's committed batch: it stays
+                # staged and the next step prepares the partition again, as after a failed
+                # publish of the worker's own batch (not a reason to stop the worker).
+                log.exception("%s: %s: recovering %s failed", self.name, tp, metadata)
+                self._failed(part, e)
+                return
             orphans = self.output.cleanup_orphans(
                 tp.topic, tp.partition, offset, metadata, still_owner=self._lease.holds
             )
