@@ -394,6 +394,9 @@ class PipelineDriver(DriverBase):
             self._read_published()
         elif not commits:
             return
+        uncommitted = sorted(self.published_end.keys() - self.committed.keys())
+        if uncommitted:
+            raise Violation(f"{TOPIC}-{uncommitted[0]} published without a commit")
         for p, (offset, metadata) in self.committed.items():
             end = self.published_end.get(p, 0)
             if end > offset:
