@@ -16,6 +16,7 @@ from examples.shards_simulation import ShardsDriver
 
 from .consumers import AsyncConsumersDriver, BrokerAssignedConsumersDriver, ConsumersDriver
 from .election import AsyncElectionDriver, ElectionDriver
+from .pipeline import PipelineDriver
 from .tasks import TasksDriver
 
 # The recipes the simulator runs, by name.
@@ -27,6 +28,7 @@ RECIPES: dict[str, DriverFactory] = {
     "consumer": ConsumersDriver,
     "consumer-async": AsyncConsumersDriver,
     "consumer-848": BrokerAssignedConsumersDriver,
+    "pipeline": PipelineDriver,
 }
 
 

@@ -16,14 +16,14 @@ import logging
 import os
 import socket
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from coordination import ErrorCode, OffsetAndMetadata
+from coordination.clock import Event, Thread
 from coordination.errors import CommitFailedError, ConfigurationError, CoordinationError
 from coordination.hooks import CoordinationHooks, RebalanceStarted
 from coordination.lease import LeaseGuard
@@ -66,6 +66,10 @@ log = logging.getLogger("recipes.pipeline")
 # records, so the worker refuses them. The worker sets two itself (auto_offset_reset,
 # isolation_level).
 _FETCH_SETTINGS: Final = FETCH_SETTINGS
+
+# What stages a job's ranges in place of Spark: (output, ranges, owner) -> one StagedBatch per
+# range, in order, as stage_many returns them.
+BatchStage = Callable[[PipelineOutput, Sequence[OffsetRange], str], Sequence[StagedBatch]]
 
 
 @dataclass(eq=False)
@@ -221,6 +225,7 @@ class PipelineWorker:
         max_partitions_per_batch: int = 64,
         lease_margin_ms: int | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
+        stage: BatchStage | None = None,
         **settings: Any,
     ) -> None:
         """Validate the settings; nothing starts until :meth:`start`.
@@ -258,10 +263,22 @@ class PipelineWorker:
                 the membership lease exceeds this; default ``heartbeat_interval_ms``.
                 Must be below ``min(session_timeout_ms, rebalance_timeout_ms)``.
             on_event: Observer of the worker's events (see the class docstring).
+            stage: Stages a job's ranges instead of Spark: called with the
+                output, the ranges and the worker's name, it returns one
+                complete :class:`~recipes.pipeline.StagedBatch` per range, in
+                order (what :func:`~recipes.pipeline.stage_many` returns). With
+                it no Spark session is started (nor warmed up). For a stand-in
+                of Spark in tests and the deterministic simulator
+                (``devtools/simulation/pipeline.py``); default: Spark.
             **settings: Group and connection settings of
                 :class:`~recipes.partitioning.ConsumerPartitioning`
                 (``bootstrap_servers`` (required), ``session_timeout_ms``, ...,
-                ``hooks``, ``transport`` and ``clock``).
+                ``hooks``, ``transport`` and ``clock``), and the consumer's
+                ``fetcher`` (a :class:`~recipes.partitioning.RecordFetcher` with
+                ``end_offsets``, which must end each partition at its last
+                stable offset: the worker asks it for the partitions' ends and
+                starts, never for records; default: kafka-python's, reading
+                ``read_committed``).
 
         Raises:
             ConfigurationError: A setting is invalid.
@@ -304,6 +321,7 @@ class PipelineWorker:
         self._master = master
         self._spark_conf = dict(spark_conf or {})
         self._on_event = on_event
+        self._stage_with = stage
         refused = sorted(k for k in settings if k in _FETCH_SETTINGS)
         if refused:
             raise ConfigurationError(
@@ -324,14 +342,16 @@ class PipelineWorker:
         # partition reuses one instead of each batch creating (and caching) its own.
         self.kafka_options.setdefault("kafka.group.id", f"{group_id}.spark-reader")
         settings["hooks"] = _with_hook(settings.get("hooks"), _RebalanceClock(self))
+        if "fetcher" not in settings:
+            # Batches end at the last stable offset: aborted records are never read. A
+            # fetcher of the caller's takes no fetch settings: it promises the same itself.
+            settings["isolation_level"] = "read_committed"
         self.consumer = Consumer(
             group_id,
             topics=list(pipeline.topics),
             assignors=[CooperativeStickyAssignor()],
             listener=_Handover(self),
             auto_offset_reset="earliest",
-            # Batches end at the last stable offset: aborted records are never read.
-            isolation_level="read_committed",
             **settings,
         )
         self._clock = self.group.clock
@@ -356,7 +376,7 @@ class PipelineWorker:
         self._revoking: set[TopicPartition] = set()
         # Partitions with a batch (or a preparation) under way: at most one each.
         self._in_flight: set[TopicPartition] = set()
-        self._batch_threads: list[threading.Thread] = []
+        self._batch_threads: list[Thread] = []
         # Set when no batch can run any more (Spark gone, the output broken): run() raises it.
         self._fatal: BaseException | None = None
         self._rebalance_t0: float | None = None
@@ -380,8 +400,8 @@ class PipelineWorker:
         return self._output
 
     def start(self) -> None:
-        """Start Spark (seconds: a JVM starts), then the consumer: it joins the group in
-        the background.
+        """Start Spark (seconds: a JVM starts; not with ``stage=``), then the consumer: it
+        joins the group in the background.
 
         Raises:
             pyspark.errors.PySparkException: Spark could not start.
@@ -390,7 +410,7 @@ class PipelineWorker:
                 has ``batches_together``).
             ConnectionFailedError: the bootstrap servers could not be reached.
         """
-        if self._spark is None:
+        if self._spark is None and self._stage_with is None:
             t0 = self._clock.monotonic()
             self._spark = spark_session(
                 self._master,
@@ -410,9 +430,9 @@ class PipelineWorker:
                     warm_up_ms=self._ms_since(t0),
                 )
             )
-            # What crashed workers left mid-job (nothing there was committed); never a live
-            # worker's, whatever its name.
-            self.output.remove_dead_jobs()
+        # What crashed workers left mid-job (nothing there was committed); never a live
+        # worker's, whatever its name.
+        self.output.remove_dead_jobs()
         self.consumer.start()
         self._started = True
 
@@ -456,7 +476,7 @@ class PipelineWorker:
                 )
             output.close()  # its job run's lock file goes with the scratch directory
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Event) -> None:
         """Fetch and process batches until ``stop`` is set (call :meth:`start` first).
 
         Args:
@@ -468,7 +488,7 @@ class PipelineWorker:
                 output is in a state the protocol does not allow (e.g. a
                 committed batch's results were deleted); the worker stops.
         """
-        if self._spark is None or not self._started:
+        if not self._started or self._closed:
             raise CoordinationError("PipelineWorker.run: call start() first")
         try:
             while not stop.is_set():
@@ -550,9 +570,7 @@ class PipelineWorker:
         else:
             # Spark runs the jobs of several threads at once: one job's driver-side work
             # (planning, committing files, the offset commit) overlaps another's tasks.
-            thread = threading.Thread(
-                target=self._process, args=(batches,), name=f"{self.name}-batch", daemon=True
-            )
+            thread = self._clock.thread(lambda: self._process(batches), f"{self.name}-batch")
             self._batch_threads = [t for t in self._batch_threads if t.is_alive()] + [thread]
             thread.start()
 
@@ -636,7 +654,20 @@ class PipelineWorker:
             metadata = committed.metadata if committed is not None else None
             # Whether recover finishes a predecessor's commit (for the timeline).
             unpublished = bool(metadata) and metadata in self.output.staged(tp.topic, tp.partition)
-            recovered = self.output.recover(tp.topic, tp.partition, offset, metadata)
+            try:
+                recovered = self.output.recover(tp.topic, tp.partition, offset, metadata)
+            except PipelineOutputError as e:
+                self._fatal = e
+                raise
+            except Exception as e:
+                if self._stopped_by(e):
+                    return
+                # The sink failed to publish the predecessor's committed batch: it stays
+                # staged and the next step prepares the partition again, as after a failed
+                # publish of the worker's own batch (not a reason to stop the worker).
+                log.exception("%s: %s: recovering %s failed", self.name, tp, metadata)
+                self._failed(part, e)
+                return
             orphans = self.output.cleanup_orphans(
                 tp.topic, tp.partition, offset, metadata, still_owner=self._lease.holds
             )
@@ -793,7 +824,7 @@ class PipelineWorker:
     def _stopped_by(self, error: BaseException) -> bool:
         """Whether ``error`` says the Spark JVM is gone (killed, out of memory); then no
         batch can run here any more: the worker stops and the group moves its partitions."""
-        if not _spark_gone(error):
+        if self._spark is None or not _spark_gone(error):
             return False
         self._fatal = error
         log.error("%s: Spark is gone: %s", self.name, error)
@@ -813,6 +844,8 @@ class PipelineWorker:
 
     def _stage(self, batches: list[OffsetRange]) -> list[StagedBatch]:
         """Spark reads the batches from Kafka and runs the pipeline on them, into staging."""
+        if self._stage_with is not None:
+            return list(self._stage_with(self.output, batches, self.name))
         assert self._spark is not None
         return stage_many(
             self._spark, self.output, batches, self.kafka_options, self.pipeline, owner=self.name

@@ -524,6 +524,30 @@ class TestFailures:
         process(worker, part, 0, 10)
         assert part.failures == 0 and part.start == 10
 
+    def test_a_sink_failing_to_recover_a_committed_batch_leaves_it_for_the_next_try(
+        self, worker, events, monkeypatch
+    ):
+        # Found by the simulator (devtools/simulation/pipeline.py): the failure escaped
+        # run(), whose thread ended while the consumer kept the partition.
+        staged = stage_at(worker.output, 0, 10)
+        group(worker).committed[("t", 0)] = OffsetAndMetadata(10, staged.commit_metadata)
+        failures = [OSError("the sink is down")]
+
+        def flaky(*_: Any) -> None:
+            if failures:
+                raise failures.pop()
+
+        monkeypatch.setattr(worker.output, "_before_publish", flaky)
+        part = _Partition(tp=TP, assigned_at=0.0)
+        worker._parts[TP] = part
+        worker._prepare(part)
+        assert not part.ready and part.failures == 1
+        assert [e.kind for e in events] == ["failed"]
+        assert worker.output.staged("t", 0) == [staged.name]
+        worker._prepare(part)
+        assert part.ready and part.start == 10
+        assert worker.output.published() == [staged.range]
+
     def test_a_lost_spark_jvm_stops_the_worker(self, worker, events, monkeypatch):
         import threading
 

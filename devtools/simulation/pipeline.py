@@ -1,0 +1,490 @@
+"""The pipeline under simulation: :class:`recipes.pipeline.PipelineWorker` as shipped, with
+Spark replaced by a stand-in stage, publishing into a real :class:`PipelineOutput`.
+
+The workers cut batches from the committed offsets and the partitions' ends, stage them,
+commit them (the staging name as metadata, fenced by the generation), ask the broker
+whether a failed commit landed, publish, recover a predecessor's committed batch and
+delete orphans under their membership lease: the coordination side runs unchanged. Only
+two things stand in for the world: the stage (``PipelineWorker(stage=...)``) computes the
+windowed sum of ``windowed_sum`` (count and sum per key and tumbling window) in pure
+Python from records that are a function of their offset, and writes it with a manifest
+into a staging directory of a temporary output directory shared by the workers; and the
+consumer's fetcher answers the partitions' ends from a topic that grows with simulated
+time. The stage takes simulated time, now and then fails (Spark failing a job) and takes
+the slow-callback fault; the sink now and then fails a publish.
+
+Checked after every step (the output's directories are listed only when their time stamp
+or link count moved, the coordinator's log read only when it grew):
+
+- each partition's published ranges start at 0 and follow one another: an offset
+  published twice (an overlap) or skipped (a gap) is a violation, and so is a published
+  directory that disappears;
+- nothing is published past the committed offset (read from what the coordinator wrote),
+  and what is committed but not yet published is exactly the batch the commit's metadata
+  names, still staged with its manifest (else its results are lost);
+- committed offsets never go back (until the group and its offsets are deleted);
+- every published batch holds the windowed sums of exactly its range's records.
+
+After the faults: every partition is owned by exactly one worker whose lease holds, its
+commits have reached what the topic held when the faults ended, everything committed is
+published, and the sums of all published results equal the totals of every record below
+the committed offsets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from coordination.errors import CoordinationError
+from coordination.testing.simulation import (
+    GROUP,
+    DriverBase,
+    GroupLog,
+    HistorySettings,
+    Host,
+    OffsetRecord,
+    OffsetTombstone,
+    Process,
+    Scheduler,
+    SimTransport,
+    Trace,
+    Violation,
+)
+from recipes.pipeline import (
+    OffsetRange,
+    PipelineOutput,
+    PipelineOutputError,
+    StagedBatch,
+    WorkerEvent,
+)
+
+from .consumers import TOPIC, SimFetcher, SimTopic
+
+PARTITIONS = 4
+WINDOW_MS = 1_000
+TS_STEP_MS = 100  # a record's timestamp: its offset times this
+MAX_BATCH_RECORDS = 200
+RESULTS_FILE = "part-00000.json"
+STAGE_FAILURE = 0.03  # a share of the stand-in's jobs fail, as Spark's sometimes do
+PUBLISH_FAILURE = 0.02  # a share of the publishes fail in the sink
+
+Totals = dict[tuple[str, int], tuple[int, int]]  # (key, window start) -> (count, sum)
+
+
+def event(partition: int, offset: int) -> tuple[str, int, int] | None:
+    """The event at ``offset`` of ``partition``: (key, ts_ms, value), None for a record
+    that is not a valid event (rejected, as ``windowed_sum`` rejects one)."""
+    if (partition * 31 + offset) % 13 == 0:
+        return None
+    key = f"sensor-{(offset * 7 + partition) % 5}"
+    return key, offset * TS_STEP_MS, (offset * 37 + partition * 11) % 19 - 9
+
+
+def windowed_sums(partition: int, start: int, end: int) -> Totals:
+    """What ``windowed_sum`` computes of the records ``[start, end)`` of ``partition``."""
+    sums: Totals = {}
+    for offset in range(start, end):
+        found = event(partition, offset)
+        if found is None:
+            continue
+        key, ts_ms, value = found
+        window = (key, ts_ms - ts_ms % WINDOW_MS)
+        count, total = sums.get(window, (0, 0))
+        sums[window] = (count + 1, total + value)
+    return sums
+
+
+def add(into: Totals, more: Totals) -> None:
+    for window, (count, total) in more.items():
+        before = into.get(window, (0, 0))
+        into[window] = (before[0] + count, before[1] + total)
+
+
+def read_sums(path: Path) -> Totals:
+    rows = json.loads((path / RESULTS_FILE).read_text(encoding="utf-8"))
+    return {(key, start): (count, total) for key, start, count, total in rows}
+
+
+class SimSink:
+    """A :class:`recipes.pipeline.Sink` publishing into ``root`` (a ParquetSink's layout and
+    protocol), whose publish fails now and then before anything moved."""
+
+    def __init__(self, root: Path, clock: Scheduler, trace: Trace, who: str) -> None:
+        self.root = root
+        self._rng = clock.random()
+        self._trace = trace
+        self._who = who
+
+    def output(self, spark: Any) -> PipelineOutput:
+        return PipelineOutput(self.root, before_publish=self._before_publish)
+
+    def read(self, spark: Any) -> Any:
+        raise NotImplementedError("the simulation's checker reads the output itself")
+
+    def _before_publish(self, path: Path, offsets: OffsetRange, files: Sequence[str]) -> None:
+        if self._rng.random() < PUBLISH_FAILURE:
+            self._trace(f"{self._who}: the sink fails to publish {offsets.name}")
+            raise OSError(f"stand-in sink: publishing {offsets.name} failed")
+
+
+class PipelineFetcher(SimFetcher):
+    """The consumer's fetcher, for what the worker asks it: each partition's end (a
+    ListOffsets round trip; nothing answers a member cut off from the brokers)."""
+
+    def end_offsets(self, partitions: Sequence[Any], timeout_ms: int) -> dict[Any, int]:
+        clock = self._clock
+        clock.sleep(self._rng.uniform(0.002, 0.02), clock.event())
+        if self._transport.isolated_until > clock.monotonic():
+            clock.sleep(timeout_ms / 1000, clock.event())
+            raise TimeoutError("ListOffsets: no broker answered")
+        end = self._topic.end(clock.monotonic())
+        return {tp: end for tp in partitions}
+
+
+class _Worker:
+    """A worker process: its PipelineWorker, and the events that stop its run() and tell
+    that it returned."""
+
+    def __init__(self, process: Process, worker: Any) -> None:
+        self.process = process
+        self.worker = worker
+        self.group = worker.group
+        self.stop = worker.group.clock.event()
+        self.stopped = worker.group.clock.event()
+
+
+class PipelineDriver(DriverBase):
+    name = "pipeline"
+
+    def __init__(self, settings: HistorySettings) -> None:
+        super().__init__(settings)
+        self.margin_s = settings.heartbeat_interval_ms / 1000
+        shm = Path("/dev/shm")
+        self.root = Path(
+            tempfile.mkdtemp(prefix="pipeline-sim-", dir=shm if os.access(shm, os.W_OK) else None)
+        )
+        weakref.finalize(self, shutil.rmtree, self.root, True)
+        self.published_dir = self.root / "published"
+        self.staging_dir = self.root / "staging"
+        self._watched = (str(self.published_dir), str(self.staging_dir))
+        self.workers: dict[str, _Worker] = {}  # by process name
+        self.topic: SimTopic | None = None
+        self.metadata: Any = None
+        self.log: GroupLog | None = None
+        self.clock: Scheduler | None = None
+        self._read_entries = 0
+        # What the checker has seen: the committed offsets and metadata (from the
+        # coordinator's log), the published directories, and how far each partition's
+        # published ranges reach from 0.
+        self.committed: dict[int, tuple[int, str]] = {}
+        self.published: set[str] = set()
+        self.published_end: dict[int, int] = {}
+        self.quiet_since: float | None = None
+        self.emptied_at = float("-inf")  # when group_deleted last emptied the output
+        self._stamps: list[tuple[int, int]] = []  # see _output_changed
+
+    # ------------------------------------------------------------------ members
+
+    def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        from recipes.partitioning import InMemoryTopicMetadata
+        from recipes.pipeline import Pipeline, PipelineWorker
+
+        process = host.process
+        assert process is not None
+        me = process.name
+        if self.topic is None:
+            self.topic = SimTopic(clock.monotonic())
+            self.metadata = InMemoryTopicMetadata({TOPIC: PARTITIONS})
+            self.log = transport.cluster.log
+            self.clock = clock
+        rng = clock.random()
+
+        def stage(
+            output: PipelineOutput, ranges: Sequence[OffsetRange], owner: str
+        ) -> list[StagedBatch]:
+            # The job's time, then its writes at once: a job killed midway leaves nothing
+            # in staging (Spark's job directory, removed by the next start, is not modelled).
+            clock.sleep(rng.uniform(0.02, 0.3), clock.event())
+            self.take_slow(host, clock)
+            if rng.random() < STAGE_FAILURE:
+                trace(f"{me}: the stand-in job fails")
+                raise RuntimeError("stand-in Spark job failed")
+            return [self._stage_one(output, offsets, rng.getrandbits(128)) for offsets in ranges]
+
+        pipeline = Pipeline(
+            topics=[TOPIC],
+            sink=SimSink(self.root, clock, trace, me),
+            name="sim-windowed-sum",
+            window_ms=WINDOW_MS,
+        )
+        worker = PipelineWorker(
+            GROUP,
+            pipeline,
+            name=me,
+            stage=stage,
+            max_batch_records=MAX_BATCH_RECORDS,
+            max_batch_delay_ms=500,
+            poll_interval_ms=100,
+            parallel_batches=rng.choice([1, 2]),
+            on_event=lambda e: trace(f"{me}: {_describe(e)}"),
+            topic_metadata=self.metadata,
+            fetcher=PipelineFetcher(self.topic, clock, transport),
+            transport=transport,
+            clock=clock,
+            group_instance_id=host.instance_id,
+            **self.settings.member_settings(),
+        )
+        member = self.workers[me] = _Worker(process, worker)
+        started = clock.monotonic()
+        worker.start()
+        try:
+            worker.run(member.stop)
+        except CoordinationError as e:
+            # A worker that read a commit before the operator emptied the output (see
+            # group_deleted) finds its batch gone and stops, as it must; any other reason
+            # to stop is a violation (the thread dies of it).
+            cause = e if isinstance(e, PipelineOutputError) else e.__cause__
+            if not isinstance(cause, PipelineOutputError) or self.emptied_at < started:
+                raise
+            trace(f"{me}: stops: {cause}")
+            # The batch thread that met it died of it too: expected, not a failure.
+            clock.failures[:] = [
+                (thread, error)
+                for thread, error in clock.failures
+                if not (thread.startswith(f"{me}-") and isinstance(error, PipelineOutputError))
+            ]
+            worker.close(10.0)
+        finally:
+            member.stopped.set()
+
+    @staticmethod
+    def _stage_one(output: PipelineOutput, offsets: OffsetRange, attempt: int) -> StagedBatch:
+        """Stage one range as ``stage_many`` does: results and a manifest in a staging
+        directory named by the range and a random attempt."""
+        path = output.staging_dir / f"{offsets.name}-{attempt:032x}"
+        path.mkdir()
+        sums = windowed_sums(offsets.partition, offsets.start_offset, offsets.end_offset)
+        rows = sorted([key, start, count, total] for (key, start), (count, total) in sums.items())
+        (path / RESULTS_FILE).write_text(json.dumps(rows), encoding="utf-8")
+        rejected = [
+            o
+            for o in range(offsets.start_offset, offsets.end_offset)
+            if event(offsets.partition, o) is None
+        ]
+        return output.finish_stage(
+            path,
+            offsets,
+            records=offsets.end_offset - offsets.start_offset,
+            rejected_offsets=rejected,
+            window_ms=WINDOW_MS,
+            files={RESULTS_FILE: len(rows)},
+        )
+
+    def close(self, host: Host) -> None:
+        # The member of the process this runs in (its thread is "<process>-close"), which
+        # may no longer be host.process: a restart whose process was paused before it ran
+        # finds the host replaced meanwhile (a hung process's replacement), and must not
+        # stop the replacement.
+        assert self.clock is not None
+        caller = getattr(self.clock.current_thread(), "name", "")
+        member = self.workers.get(caller.split("-", 1)[0])
+        if member is None:
+            return
+        member.stop.set()
+        member.stopped.wait(30.0)  # run() returns after the batches under way
+        member.worker.close(10.0)
+
+    def group_deleted(self) -> None:
+        # The group and its offsets are gone: the workers start over from offset 0. An
+        # operator who does that starts the output over too (its results would count
+        # every record again), so the output is emptied and the checker starts over.
+        assert self.clock is not None
+        self.emptied_at = self.clock.monotonic()
+        for directory in (self.published_dir, self.staging_dir):
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+        self.committed.clear()
+        self.published.clear()
+        self.published_end.clear()
+
+    # ------------------------------------------------------------------ invariants
+
+    def _read_commits(self) -> bool:
+        """What the coordinator wrote since the last look; whether anything was new."""
+        log = self.log
+        if log is None or len(log.entries) == self._read_entries:
+            return False
+        for entry in log.entries[self._read_entries :]:
+            if isinstance(entry, OffsetTombstone) and entry.group_id == GROUP:
+                self.committed.pop(entry.partition, None)
+            elif isinstance(entry, OffsetRecord) and entry.group_id == GROUP:
+                before = self.committed.get(entry.partition, (0, ""))[0]
+                if entry.offset < before:
+                    raise Violation(
+                        f"committed offset of {TOPIC}-{entry.partition} went back "
+                        f"{before} -> {entry.offset}"
+                    )
+                self.committed[entry.partition] = (entry.offset, entry.metadata)
+        self._read_entries = len(log.entries)
+        return True
+
+    def _output_changed(self) -> bool:
+        """Whether an entry of published/ or staging/ came or went since the last look.
+
+        A directory's modification time and link count (two per subdirectory more) are
+        read at every step, its entries only when they changed: listing a directory that
+        grows by a batch at a time at every step would cost most of a history.
+        """
+        stamps = []
+        for directory in self._watched:
+            try:
+                found = os.stat(directory)
+            except FileNotFoundError:
+                stamps.append((0, 0))
+                continue
+            stamps.append((found.st_mtime_ns, found.st_nlink))
+        if stamps == self._stamps:
+            return False
+        self._stamps = stamps
+        return True
+
+    def _read_published(self) -> None:
+        """The published directories that appeared since the last look: each must follow
+        its partition's last one and hold its range's sums."""
+        try:
+            names = set(os.listdir(self.published_dir))
+        except FileNotFoundError:
+            names = set()
+        gone = self.published - names
+        if gone:
+            raise Violation(f"published results deleted: {sorted(gone)}")
+        for name in sorted(names - self.published, key=_by_range):
+            offsets = OffsetRange.parse(name)
+            if offsets is None:
+                raise Violation(f"{name!r} in published/ is not a batch's directory")
+            p = offsets.partition
+            end = self.published_end.get(p, 0)
+            if offsets.start_offset < end:
+                raise Violation(
+                    f"offsets [{offsets.start_offset}, {min(end, offsets.end_offset)}) of "
+                    f"{TOPIC}-{p} published twice ({name})"
+                )
+            if offsets.start_offset > end:
+                raise Violation(
+                    f"offsets [{end}, {offsets.start_offset}) of {TOPIC}-{p} skipped: {name} "
+                    "published after a gap"
+                )
+            expected = windowed_sums(p, offsets.start_offset, offsets.end_offset)
+            if read_sums(self.published_dir / name) != expected:
+                raise Violation(f"{name} does not hold the windowed sums of its range")
+            self.published_end[p] = offsets.end_offset
+            self.published.add(name)
+
+    def check(self, now: float) -> None:
+        commits = self._read_commits()
+        if self._output_changed():
+            self._read_published()
+        elif not commits:
+            return
+        uncommitted = sorted(self.published_end.keys() - self.committed.keys())
+        if uncommitted:
+            raise Violation(f"{TOPIC}-{uncommitted[0]} published without a commit")
+        for p, (offset, metadata) in self.committed.items():
+            end = self.published_end.get(p, 0)
+            if end > offset:
+                raise Violation(
+                    f"{TOPIC}-{p} published up to {end}, past its committed offset {offset}"
+                )
+            if end == offset:
+                continue
+            named = OffsetRange.parse(metadata) if metadata else None
+            if named is None or (named.start_offset, named.end_offset) != (end, offset):
+                raise Violation(
+                    f"{TOPIC}-{p}: [{end}, {offset}) committed, but the commit names "
+                    f"{metadata!r}, not that range: its results are lost"
+                )
+            if not (self.staging_dir / metadata / "_manifest.json").is_file():
+                raise Violation(
+                    f"{TOPIC}-{p}: the committed batch {metadata} is neither published nor "
+                    "staged: its results are lost"
+                )
+
+    def _holders(self) -> dict[int, list[str]]:
+        holders: dict[int, list[str]] = {}
+        for name, member in list(self.workers.items()):
+            if member.process.dead:
+                del self.workers[name]
+                continue
+            group = member.group
+            owned = group.owned()
+            if not owned or group.membership_lease() <= self.margin_s:
+                continue
+            for tp in owned:
+                holders.setdefault(tp.partition, []).append(name)
+        return holders
+
+    def settled(self, live: list[Host]) -> str | None:
+        assert self.clock is not None and self.topic is not None
+        if self.quiet_since is None:
+            self.quiet_since = self.clock.monotonic()
+        holders = self._holders()
+        wrong = [p for p in range(PARTITIONS) if len(holders.get(p, ())) != 1]
+        if wrong:
+            return f"partitions not owned by exactly one worker: {wrong}"
+        written = self.topic.end(self.quiet_since)
+        behind = {
+            p: self.committed.get(p, (0, ""))[0]
+            for p in range(PARTITIONS)
+            if self.committed.get(p, (0, ""))[0] < written
+        }
+        if behind:
+            return f"commits behind offset {written}, written before the faults ended: {behind}"
+        self._read_published()  # whatever the directory's time stamp did not tell
+        unpublished = {
+            p: (self.published_end.get(p, 0), offset)
+            for p, (offset, _) in self.committed.items()
+            if self.published_end.get(p, 0) != offset
+        }
+        if unpublished:
+            return f"committed but not yet published: {unpublished}"
+        self._check_totals()
+        return None
+
+    def _check_totals(self) -> None:
+        """The sums of everything published equal the totals of every record below the
+        committed offsets."""
+        got: Totals = {}
+        for name in self.published:
+            add(got, read_sums(self.published_dir / name))
+        expected: Totals = {}
+        for p, (offset, _) in self.committed.items():
+            add(expected, windowed_sums(p, 0, offset))
+        if got != expected:
+            wrong = sorted(w for w in got.keys() | expected.keys() if got.get(w) != expected.get(w))
+            raise Violation(
+                f"published totals differ from the records' in {len(wrong)} windows, e.g. "
+                f"{wrong[0]}: {got.get(wrong[0])} published, {expected.get(wrong[0])} expected"
+            )
+
+
+def _by_range(name: str) -> tuple[int, int, str]:
+    offsets = OffsetRange.parse(name)
+    return (-1, -1, name) if offsets is None else (offsets.partition, offsets.start_offset, name)
+
+
+def _describe(event: WorkerEvent) -> str:
+    """A worker event for the trace, without its times (wall-clock ones: no seed decides them)."""
+    shown = {
+        f.name: getattr(event, f.name)
+        for f in dataclasses.fields(event)
+        if f.name not in ("kind", "worker", "t") and not f.name.endswith("_ms")
+    }
+    return f"{event.kind} {shown}"
