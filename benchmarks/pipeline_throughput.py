@@ -18,7 +18,10 @@ Measured:
 3. a killed driver at a steady rate: ours SIGKILLs one worker (the others keep going, the
    group moves its partitions); the peer's driver is SIGKILLed and restarted at once from
    its checkpoint, as a supervisor would. Reported: the longest time any partition went
-   without output after the kill, and that both outputs are exact.
+   without output after the kill ("resumed after"); the time until every event
+   acknowledged before the kill is in the output ("exact again after": the output is then
+   complete up to the kill, and the final check shows it equal to the expected totals);
+   and that both outputs are exact.
 
     python -m benchmarks.pipeline_throughput [--quick] [--bootstrap HOST:PORT] [--sink delta]
         [--throughput-runs N] [--phases throughput,latency,kill]
@@ -118,8 +121,8 @@ class Feed:
         return lambda event: self.acked[bisect.bisect_right(counts, event)][1]
 
 
-def latencies(feed: Feed, events: int, visible: list[tuple[float, int, int]]) -> list[float]:
-    """Seconds from each event's acknowledgement to the batch that made it visible.
+def visible_at(visible: list[tuple[float, int, int]]) -> Callable[[int], float | None]:
+    """When event ``i`` became visible in the output (None: not yet), as a function of ``i``.
 
     ``visible``: ``(time, partition, end offset)`` per published batch. Event ``i`` is
     offset ``i // PARTITIONS`` of partition ``i % PARTITIONS`` (a fresh topic, one producer).
@@ -129,15 +132,34 @@ def latencies(feed: Feed, events: int, visible: list[tuple[float, int, int]]) ->
         seen = per_partition.setdefault(p, [])
         if not seen or end > seen[-1][0]:
             seen.append((end, t))
-    acked_at = feed.acked_at()
-    out = []
-    for i in range(events):
-        p, offset = i % PARTITIONS, i // PARTITIONS
-        ends = per_partition.get(p, [])
-        k = bisect.bisect_right(ends, (offset, float("inf")))
-        if k < len(ends):
-            out.append(ends[k][1] - acked_at(i))
-    return out
+
+    def at(i: int) -> float | None:
+        ends = per_partition.get(i % PARTITIONS, [])
+        k = bisect.bisect_right(ends, (i // PARTITIONS, float("inf")))
+        return ends[k][1] if k < len(ends) else None
+
+    return at
+
+
+def latencies(feed: Feed, events: int, visible: list[tuple[float, int, int]]) -> list[float]:
+    """Seconds from each event's acknowledgement to the batch that made it visible."""
+    acked_at, shown_at = feed.acked_at(), visible_at(visible)
+    return [t - acked_at(i) for i in range(events) if (t := shown_at(i)) is not None]
+
+
+def time_to_exact(
+    feed: Feed, visible: list[tuple[float, int, int]], killed_at: float
+) -> float | None:
+    """Seconds from the kill until every event acknowledged before it is in the output
+    (None: some never was). With the final check exact, the output then holds exactly
+    those events' results: the time to exact output, where "resumed after" is only the
+    first batch after the kill."""
+    before = max((n for n, t in feed.acked if t <= killed_at), default=0)
+    shown_at = visible_at(visible)
+    times = [shown_at(i) for i in range(before)]
+    if any(t is None for t in times):
+        return None
+    return max([killed_at, *(t for t in times if t is not None)]) - killed_at
 
 
 # ---------------------------------------------------------------------------- ours
@@ -219,15 +241,18 @@ def ours_throughput(bootstrap: str, events: int, sink: str) -> float:
 
 def ours_streaming(
     bootstrap: str, events: int, rate: float, sink: str, *, kill: bool
-) -> tuple[list[float], float | None, bool]:
-    """Latencies, the longest stall of a killed worker's partitions, whether exact."""
+) -> tuple[list[float], float | None, bool, float | None]:
+    """Latencies, the longest stall of a killed worker's partitions, whether exact, and
+    the time to exact output after the kill."""
     topic = create_topic(bootstrap)
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
         root = Path(tmp)
         output = PipelineOutput(root / "output")
         workers = start_workers(bootstrap, topic, root, sink)
         t0 = time.time()
-        stall = None
+        stall: float | None = None
+        to_exact: float | None = None
+        killed_at: float | None = None
         try:
             for w in workers:
                 w.send("go")
@@ -237,6 +262,7 @@ def ours_streaming(
                 wait(lambda: len(feed.acked) > 0 and feed.acked[-1][0] >= events // 2, 600, "half")
                 victim = max(workers, key=lambda w: len(w.owned()))
                 owned = sorted(victim.owned())
+                killed_at = time.time()
                 victim.kill()
             tally = feed.join()
             ends = {p: events // PARTITIONS for p in range(PARTITIONS)}
@@ -248,8 +274,10 @@ def ours_streaming(
             report = Timeline(workers, t0).kill_report(victim.name, owned)
             resumed = [s for s in report.resumed_after_s.values() if s is not None]
             stall = max(resumed) if len(resumed) == len(owned) else None
+        if killed_at is not None:
+            to_exact = time_to_exact(feed, ours_visible(workers), killed_at)
         exact = read_ours(root / "output", sink) == tally.results
-        return latencies(feed, events, ours_visible(workers)), stall, exact
+        return latencies(feed, events, ours_visible(workers)), stall, exact, to_exact
 
 
 def read_ours(output: Path, sink: str) -> Results:
@@ -355,12 +383,16 @@ def streaming_throughput(bootstrap: str, events: int, sink: str) -> float:
 
 def streaming_streaming(
     bootstrap: str, events: int, rate: float, sink: str, *, kill: bool
-) -> tuple[list[float], float | None, bool]:
+) -> tuple[list[float], float | None, bool, float | None]:
+    """As :func:`ours_streaming`, for the peer (a killed driver restarts from its
+    checkpoint)."""
     topic = create_topic(bootstrap)
     with tempfile.TemporaryDirectory(prefix="streaming-bench-") as tmp:
         root = Path(tmp)
         drivers = [StreamingDriver(bootstrap, topic, root, sink, once=False)]
-        stall = None
+        stall: float | None = None
+        to_exact: float | None = None
+        killed_at: float | None = None
         try:
             drivers[0].go()
             feed = Feed(bootstrap, topic, events, rate).start()
@@ -380,14 +412,15 @@ def streaming_streaming(
                 return all(seen.get(p, 0) >= end for p, end in last.items())
 
             wait(caught_up, 600, "the streaming query to catch up")
-            if kill:
+            if killed_at is not None:
                 resumed = [t for t, _, _ in streaming_visible(drivers[1:])]
                 stall = min(resumed) - killed_at if resumed else None
+                to_exact = time_to_exact(feed, streaming_visible(drivers), killed_at)
         finally:
             for d in drivers:
                 d.close()
         exact = read_streaming(root / "output", sink) == tally.results
-        return latencies(feed, events, streaming_visible(drivers)), stall, exact
+        return latencies(feed, events, streaming_visible(drivers)), stall, exact, to_exact
 
 
 def read_streaming(output: Path, sink: str) -> Results:
@@ -497,8 +530,8 @@ def throughput_phase(bootstrap: str, events: int, sink: str, runs: int) -> str:
 
 
 def latency_phase(bootstrap: str, streamed: int, rate: float, sink: str) -> str:
-    ours_lat, _, ours_ok = ours_streaming(bootstrap, streamed, rate, sink, kill=False)
-    peer_lat, _, peer_ok = streaming_streaming(bootstrap, streamed, rate, sink, kill=False)
+    ours_lat, _, ours_ok, _ = ours_streaming(bootstrap, streamed, rate, sink, kill=False)
+    peer_lat, _, peer_ok, _ = streaming_streaming(bootstrap, streamed, rate, sink, kill=False)
     print(
         f"latency at {rate:.0f}/s: ours median {statistics.median(ours_lat):.2f} s, "
         f"p99 {pct(ours_lat, 0.99):.2f} s; Structured Streaming median "
@@ -515,17 +548,23 @@ def latency_phase(bootstrap: str, streamed: int, rate: float, sink: str) -> str:
 
 
 def kill_phase(bootstrap: str, streamed: int, rate: float, sink: str) -> str:
-    _, ours_stall, ours_ok = ours_streaming(bootstrap, streamed, rate, sink, kill=True)
-    _, peer_stall, peer_ok = streaming_streaming(bootstrap, streamed, rate, sink, kill=True)
+    _, ours_stall, ours_ok, ours_exact = ours_streaming(bootstrap, streamed, rate, sink, kill=True)
+    _, peer_stall, peer_ok, peer_exact = streaming_streaming(
+        bootstrap, streamed, rate, sink, kill=True
+    )
+    ratio = f"{ours_exact / peer_exact:.2f}" if ours_exact is not None and peer_exact else "none"
     print(
         f"killed driver: ours output resumed after {_s(ours_stall)} (other workers never "
         f"stopped), Structured Streaming after {_s(peer_stall)} (restart from checkpoint); "
+        f"exact again (every event acknowledged before the kill in the output) after "
+        f"{_s(ours_exact)} against {_s(peer_exact)} (ratio {ratio}); "
         f"exact {ours_ok}/{peer_ok}",
         flush=True,
     )
     return (
         f"ours_kill_resume_s={_s(ours_stall, unit='')} ss_kill_resume_s={_s(peer_stall, unit='')} "
-        f"kill_exact={ours_ok and peer_ok}"
+        f"ours_kill_exact_s={_s(ours_exact, unit='')} ss_kill_exact_s={_s(peer_exact, unit='')} "
+        f"kill_exact_ratio={ratio} kill_exact={ours_ok and peer_ok}"
     )
 
 
