@@ -36,7 +36,13 @@ from .._protocol import share_group as sg
 from .._protocol import share_group_codec as sg_codec
 from .._protocol.error_codes import ErrorCode
 from .._protocol.wire import Reader, decode_response_header
-from ..errors import AuthenticationFailedError, ConfigurationError, ProtocolCodecError, TlsError
+from ..errors import (
+    AuthenticationFailedError,
+    ConfigurationError,
+    ConnectionFailedError,
+    ProtocolCodecError,
+    TlsError,
+)
 from ..transport import CoordinatorNode, FollowUp, TransportError
 from .link import DirectConnection, DirectSettings, certificate_advice
 
@@ -368,7 +374,9 @@ class KafkaTransport:
                 raise TransportError(
                     f"cannot reach bootstrap servers {servers}: {why or e}",
                     fatal=fatal,
-                    error_type=TlsError,
+                    # A settings problem is a TLS one (the port speaks TLS, or not); an
+                    # unreachable server is only that.
+                    error_type=TlsError if fatal else ConnectionFailedError,
                 ) from e
 
     def _bootstrap(self, seconds: float) -> None:

@@ -1009,8 +1009,9 @@ class Consumer:
         kafka-python's consumer reports a refused SASL login or a failed TLS handshake as a
         bootstrap timeout; this library's transport tells them apart
         (:class:`AuthenticationFailedError`, :class:`TlsError`), so it is asked once."""
-        if type(error) is not ConnectionFailedError:
-            return error
+        secured = self._fetch_config.get("security_protocol", "PLAINTEXT") != "PLAINTEXT"
+        if type(error) is not ConnectionFailedError or not secured:
+            return error  # (plaintext: nothing to refuse; no time spent asking)
         try:
             describe_group(self._group.group_id, **self._group.config.client_settings())
         except (AuthenticationFailedError, TlsError) as refused:
