@@ -243,7 +243,7 @@ class ShareConsumer:
         deadline = self._clock.monotonic() + max(0, timeout_ms) / 1000
         if self._implicit:
             self._accept_all_held()
-        sent = self._take_pending()
+        sent, _ = self._take_pending()  # a refusal is reported; poll goes on
         while True:
             remaining_ms = max(0, int((deadline - self._clock.monotonic()) * 1000))
             outcome = self._member.fetch(sent, remaining_ms)
@@ -295,10 +295,10 @@ class ShareConsumer:
         self._check_open()
         if self._implicit:
             self._accept_all_held()
-        sent = self._take_pending()
+        sent, refused = self._take_pending()
         if not sent:
-            return {}
-        return self._settle(sent, self._member.acknowledge(sent))
+            return refused
+        return _merged(refused, self._settle(sent, self._member.acknowledge(sent)))
 
     def close(self, timeout: float = 30.0) -> dict[TopicPartition, AcknowledgementError | None]:
         """Send the acknowledgements made so far (implicit mode: accept the last poll's
@@ -319,13 +319,13 @@ class ShareConsumer:
             partition = self._pending.setdefault((key[0], key[1]), {})
             if partition.get(key[2], AcknowledgeType.RENEW) is AcknowledgeType.RENEW:
                 partition[key[2]] = AcknowledgeType.RELEASE
-        sent = self._take_pending()
+        sent, refused = self._take_pending()
         try:
             answered = self._member.close(sent, timeout)
         except Exception:
             self._held.clear()
             raise
-        return self._settle(sent, answered) if sent else {}
+        return _merged(refused, self._settle(sent, answered)) if sent else refused
 
     def __enter__(self) -> Self:
         self._member.start()
@@ -372,7 +372,11 @@ class ShareConsumer:
             acks = self._pending.setdefault((topic_id, partition), {})
             acks.setdefault(offset, AcknowledgeType.ACCEPT)
 
-    def _take_pending(self) -> dict[_Key, dict[int, AcknowledgeType]]:
+    def _take_pending(
+        self,
+    ) -> tuple[
+        dict[_Key, dict[int, AcknowledgeType]], dict[TopicPartition, AcknowledgementError | None]
+    ]:
         """The acknowledgements to send now; those of records whose lock has run out by this
         consumer's clock are reported at once instead, not sent: Kafka applies a
         partition's acknowledgements all or none, so one of them would fail the others."""
@@ -384,10 +388,9 @@ class ShareConsumer:
                 held = self._held.get((key[0], key[1], offset))
                 if held is not None and held.lock_until <= now:
                     expired.setdefault(key, {})[offset] = offsets.pop(offset)
-        if expired:
-            code = int(ErrorCode.INVALID_RECORD_STATE)
-            self._settle(expired, {key: code for key in expired})
-        return {key: offsets for key, offsets in pending.items() if offsets}
+        code = int(ErrorCode.INVALID_RECORD_STATE)
+        refused = self._settle(expired, {key: code for key in expired})
+        return {key: offsets for key, offsets in pending.items() if offsets}, refused
 
     def _settle(
         self,
@@ -481,3 +484,15 @@ def _error(topic: str, partition: int, offsets: tuple[int, ...], code: int) -> A
     if code == NO_ANSWER:
         return AcknowledgementUncertainError(topic, partition, offsets, code)
     return AcknowledgementError(topic, partition, offsets, code)
+
+
+def _merged(
+    *results: dict[TopicPartition, AcknowledgementError | None],
+) -> dict[TopicPartition, AcknowledgementError | None]:
+    """Outcomes per partition, put together: an error wins over a success."""
+    merged: dict[TopicPartition, AcknowledgementError | None] = {}
+    for result in results:
+        for partition, error in result.items():
+            if merged.get(partition) is None:
+                merged[partition] = error
+    return merged

@@ -20,6 +20,8 @@ import pytest
 from kafka import KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
+from coordination import ErrorCode
+from coordination.share_group import AcquiredRecord, ShareGroupMember
 from recipes.queues import (
     AcknowledgeType,
     AcquisitionLockExpiredError,
@@ -150,3 +152,169 @@ def test_records_are_delivered_with_their_fields_and_accepted_once(
     assert c.commit() == {(topic, 0): None}
     assert c.poll(timeout_ms=1000) == []  # accepted: never delivered again
     assert c.metrics().acknowledged == {"ACCEPT": 5}
+
+
+def produce_in_batches(kafka: str, topic: str, count: int, per_batch: int, partitions: int) -> None:
+    """``count`` more records, flushed every ``per_batch`` (the broker acquires whole
+    batches: small ones let several consumers share a partition)."""
+    producer = KafkaProducer(bootstrap_servers=kafka, linger_ms=0)
+    try:
+        for n in range(count):
+            producer.send(topic, value=b"job-%d" % n, partition=n % partitions)
+            if n % per_batch == per_batch - 1:
+                producer.flush(timeout=TIMEOUT_S)
+        producer.flush(timeout=TIMEOUT_S)
+    finally:
+        producer.close(timeout=TIMEOUT_S)
+
+
+@ON_SHARE_BROKERS
+def test_two_consumers_split_the_records_and_each_is_accepted_once(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    topic = produced(kafka, 0, partitions=2)
+    produce_in_batches(kafka, topic, 120, per_batch=4, partitions=2)
+    group = share_group(kafka)
+    a = consumer(kafka, group, topic, consumers, max_poll_records=8)
+    b = consumer(kafka, group, topic, consumers, max_poll_records=8)
+    accepted: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+    deadline = time.monotonic() + 60
+    while len(accepted["a"]) + len(accepted["b"]) < 120:
+        assert time.monotonic() < deadline, {k: len(v) for k, v in accepted.items()}
+        for name, c in (("a", a), ("b", b)):
+            for record in c.poll(timeout_ms=200):
+                c.acknowledge(record, ACCEPT)
+                accepted[name].append((record.partition, record.offset))
+            assert all(error is None for error in c.commit().values())
+    together = accepted["a"] + accepted["b"]
+    assert sorted(together) == sorted({(p, o) for p, o in together})  # none twice
+    assert len(together) == 120
+    assert accepted["a"] and accepted["b"], "one consumer got everything"
+    for c in (a, b):
+        assert c.poll(timeout_ms=300) == []
+
+
+@ON_SHARE_BROKERS
+def test_a_released_record_comes_back_with_delivery_count_2(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    topic = produced(kafka, 2)
+    c = consumer(kafka, share_group(kafka), topic, consumers)
+    first = poll_until(c, lambda got: len(got) >= 2)
+    c.acknowledge(first[0], RELEASE)
+    c.acknowledge(first[1], ACCEPT)
+    assert c.commit() == {(topic, 0): None}
+    (again,) = poll_until(c, lambda got: len(got) >= 1)
+    assert (again.offset, again.value, again.delivery_count) == (0, b"job-0", 2)
+    c.acknowledge(again, ACCEPT)
+    assert c.commit() == {(topic, 0): None}
+    assert c.metrics().records_redelivered == 1
+
+
+@ON_SHARE_BROKERS
+def test_a_rejected_record_is_never_delivered_again(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    topic = produced(kafka, 2)
+    group = share_group(kafka)
+    c = consumer(kafka, group, topic, consumers)
+    got = poll_until(c, lambda got: len(got) >= 2)
+    c.acknowledge(got[0], REJECT)
+    c.acknowledge(got[1], RELEASE)
+    assert c.commit() == {(topic, 0): None}
+    # Only the released one comes back, to this consumer or a new one.
+    other = consumer(kafka, group, topic, consumers)
+    seen: list[ShareRecord] = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        for each in (c, other):
+            for record in each.poll(timeout_ms=200):
+                seen.append(record)
+                each.acknowledge(record, ACCEPT)
+            each.commit()
+    assert [(r.offset, r.delivery_count) for r in seen] == [(1, 2)]
+
+
+@ON_SHARE_BROKERS
+def test_closing_with_records_in_flight_releases_them_at_once(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    topic = produced(kafka, 3)
+    group = share_group(kafka)
+    leaving = consumer(kafka, group, topic, consumers)
+    staying = consumer(kafka, group, topic, consumers)
+    staying.start(timeout=TIMEOUT_S)
+    held = poll_until(leaving, lambda got: len(got) >= 3)
+    leaving.acknowledge(held[0], ACCEPT)
+    closed_at = time.monotonic()
+    assert leaving.close() == {(topic, 0): None}
+    # The lock is 30 s: the others' records come back long before it would run out.
+    again = poll_until(staying, lambda got: len(got) >= 2, lambda r: staying.acknowledge(r))
+    assert time.monotonic() - closed_at < 10
+    assert sorted((r.offset, r.delivery_count) for r in again) == [(1, 2), (2, 2)]
+
+
+@ON_SHARE_BROKERS
+def test_implicit_mode_accepts_what_the_last_poll_returned(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    topic = produced(kafka, 4)
+    group = share_group(kafka)
+    c = consumer(kafka, group, topic, consumers, acknowledgement_mode="implicit")
+    got = poll_until(c, lambda got: len(got) >= 4)
+    with pytest.raises(Exception, match="explicit"):
+        c.acknowledge(got[0], ACCEPT)
+    assert c.poll(timeout_ms=500) == []  # and it accepted all four
+    assert c.metrics().acknowledged == {"ACCEPT": 4}
+    other = consumer(kafka, group, topic, consumers)
+    assert other.poll(timeout_ms=1500) == []
+
+
+@ON_SHARE_BROKERS
+def test_renew_keeps_a_record_past_the_lock_and_an_expired_one_is_reported(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    topic = produced(kafka, 2)
+    group = share_group(kafka, **{"share.record.lock.duration.ms": "1500"})
+    c = consumer(kafka, group, topic, consumers)
+    other = consumer(kafka, group, topic, consumers)
+    other.start(timeout=TIMEOUT_S)
+    kept, dropped = poll_until(c, lambda got: len(got) >= 2)
+    renewed_until = time.monotonic() + 4  # well past the 1.5 s lock
+    while time.monotonic() < renewed_until:
+        c.acknowledge(kept, RENEW)
+        assert c.commit() == {(topic, 0): None}
+        # The other consumer gets the record left to expire, never the renewed one.
+        for record in other.poll(timeout_ms=300):
+            assert record.offset == dropped.offset and record.delivery_count >= 2
+            other.acknowledge(record, RELEASE)
+        other.commit()
+    c.acknowledge(kept, ACCEPT)
+    assert c.commit() == {(topic, 0): None}
+    assert c.metrics().lock_renewals >= 4
+    c.acknowledge(dropped, ACCEPT)  # its lock ran out 2.5 s ago
+    (outcome,) = c.commit().values()
+    assert isinstance(outcome, AcquisitionLockExpiredError)
+    assert outcome.offsets == (dropped.offset,)
+
+
+@ON_SHARE_BROKERS
+def test_the_broker_refuses_an_acknowledgement_after_the_lock_ran_out(kafka: str) -> None:
+    # The member underneath, without the consumer's own check of the lock's time.
+    topic = produced(kafka, 1)
+    group = share_group(kafka, **{"share.record.lock.duration.ms": "1000"})
+    with ShareGroupMember(group, [topic], bootstrap_servers=kafka) as member:
+        member.wait_assigned(timeout=TIMEOUT_S)
+        deadline = time.monotonic() + TIMEOUT_S
+        records: list[AcquiredRecord] = []
+        while not records:
+            assert time.monotonic() < deadline
+            records = member.fetch({}, max_wait_ms=500).records
+        (record,) = records
+        assert record.lock_timeout_ms == 1000
+        time.sleep(2.5)  # the lock runs out; the broker makes the record available again
+        key = (record.topic_id, record.partition)
+        answer = member.acknowledge({key: {record.offset: AcknowledgeType.ACCEPT}})
+        assert answer == {key: ErrorCode.INVALID_RECORD_STATE}
+        again = member.fetch({}, max_wait_ms=2000).records
+        assert [(r.offset, r.delivery_count) for r in again] == [(record.offset, 2)]
