@@ -65,6 +65,8 @@ class ShareGroupMembership(EpochHeartbeats):
         self._assignment: frozenset[TopicIdPartition] | None = None  # None until the first
         self._send_full = True
         self._heartbeat_now = True
+        # The coordinator discovery (stats' count) the last heartbeat went to.
+        self._discovery_heartbeated = 0
 
     # ------------------------------------------------------------------ public view
 
@@ -201,6 +203,10 @@ class ShareGroupMembership(EpochHeartbeats):
             self._mark_coordinator_unknown("session timed out without a heartbeat answer")
             return 0.0
         with self._lock:
+            if self._stats.coordinator_discoveries != self._discovery_heartbeated:
+                # The coordinator found (again): tell it everything, now.
+                self._discovery_heartbeated = self._stats.coordinator_discoveries
+                self._heartbeat_now = self._send_full = True
             if not self._heartbeat_now and not self._timers.is_due(now):
                 return self._timers.time_to_next(now)
             self._heartbeat_now = False
@@ -242,6 +248,8 @@ class ShareGroupMembership(EpochHeartbeats):
                 Api.SHARE_GROUP_HEARTBEAT, response.error_code, response.error_message, sent, now
             )
         with self._lock:
+            if self._coordinator is None or self._heartbeat_now:
+                return 0.0  # find the coordinator (or rejoin) now
             return self._timers.time_to_next(self._clock.monotonic())
 
     def _error_for(
@@ -268,7 +276,12 @@ class ShareGroupMembership(EpochHeartbeats):
             self._heartbeat_retries.clear()
             self._retry_backoff.reset()
             if response.heartbeat_interval_ms > 0:
+                # The broker's interval, from this heartbeat's sending (the first one was
+                # scheduled with the configured one).
                 self._timers.interval = response.heartbeat_interval_ms / 1000
+                self._timers.next_due = min(
+                    self._timers.next_due, self._timers.last_sent + self._timers.interval
+                )
             if response.member_id:
                 self._member_id = response.member_id
             self._epoch = response.member_epoch

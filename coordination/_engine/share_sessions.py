@@ -152,6 +152,7 @@ class ShareSessions:
         # away): acknowledged as GAP with the partition's next acknowledgements.
         self._gaps: dict[TopicIdPartition, dict[int, sg.AcknowledgeType]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._failed = False  # a request of this round failed (see fetch)
 
     # ------------------------------------------------------------------ the consumer's calls
 
@@ -186,9 +187,13 @@ class ShareSessions:
             for leader, wanted in plan.items()
         }
         timeout_s = self._config.request_timeout_ms / 1000 + max_wait_ms / 1000
+        self._failed = False
         for leader, answer in self._send_all(requests, sg.ShareFetchResponse, timeout_s):
             request, wanted = requests[leader], plan[leader]
             self._on_fetched(leader, request, wanted, answer, outcome)
+        if self._failed and not outcome.records:
+            # A failed fetch answers at once: wait before the next, as Kafka's clients do.
+            self._membership.pause(self._config.retry_backoff_ms / 1000)
         return outcome
 
     def acknowledge(self, acks: Acknowledgements) -> dict[TopicIdPartition, int]:
@@ -312,6 +317,7 @@ class ShareSessions:
             # The session's state at the broker is unknown: open a new one. Whether the
             # acknowledgements were applied, nobody knows.
             outcome.acknowledged.update({tp: NO_ANSWER for tp in carried})
+            self._failed = True
             self._membership.note_problem(f"ShareFetch to {leader}: {answer}")
             self._sessions.pop(leader, None)
             return
@@ -367,6 +373,7 @@ class ShareSessions:
     def _react(self, api: Api, leader: CoordinatorNode, code: int, message: str | None) -> None:
         """Act on ``code`` as ``classify.py``'s column for ``api`` says."""
         reaction = classify.reaction(api, code)
+        self._failed = True
         self._membership.note_problem(
             f"{api.value} to {leader} returned {error_name(code)}"
             + (f" ({message})" if message else "")
