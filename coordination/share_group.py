@@ -279,7 +279,15 @@ class ClusterLeaders:
                 b["broker_id"]: CoordinatorNode(b["broker_id"], b["host"], b["port"])
                 for b in self._admin.describe_cluster()["brokers"]
             }
-            described = self._admin.describe_topics(sorted(topics))
+            try:
+                described = self._admin.describe_topics(sorted(topics))
+            except Exception:
+                # One of them does not exist (yet): every topic, the existing ones kept.
+                described = [
+                    t
+                    for t in self._admin.describe_topics()
+                    if (t.get("topic") or t.get("name")) in topics
+                ]
         found: dict[uuid.UUID, TopicLocation] = {}
         for t in described:
             name = t.get("topic") or t.get("name")

@@ -292,6 +292,9 @@ class ShareGroupMembership(EpochHeartbeats):
                     (t.topic_id, p) for t in response.assignment for p in t.partitions
                 )
                 if assignment != self._assignment:
+                    if self._stats.attempt(now, "the broker sent a new assignment"):
+                        started = self._stats.started_event(self._member_id, "new assignment")
+                        self._hooks.rebalance_started(lambda: started)
                     self._log.info(
                         "%s: assigned %d partitions at epoch %d",
                         self._who(),

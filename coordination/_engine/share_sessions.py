@@ -148,6 +148,7 @@ class ShareSessions:
         self._located: dict[TopicIdPartition, tuple[str, CoordinatorNode | None]] = {}
         self._names: dict[uuid.UUID, str] = {}
         self._stale = True  # look the leaders up before the next request
+        self._refresh_after = 0.0  # not before (the membership's clock)
         # Offsets of acquired ranges that held no record (transaction markers, compacted
         # away): acknowledged as GAP with the partition's next acknowledgements.
         self._gaps: dict[TopicIdPartition, dict[int, sg.AcknowledgeType]] = {}
@@ -216,7 +217,11 @@ class ShareSessions:
     def _plan(self, acks: Acknowledgements) -> dict[CoordinatorNode, frozenset[TopicIdPartition]]:
         """Which partitions to fetch from at each leader."""
         assigned = self._membership.assignment()
-        if self._stale or any(tp not in self._located for tp in assigned):
+        unlocated = any(self._located.get(tp, ("", None))[1] is None for tp in assigned)
+        now = self._membership.clock.monotonic()
+        if (self._stale or unlocated) and now >= self._refresh_after:
+            # At most once a backoff: a partition may have no leader for a while.
+            self._refresh_after = now + self._config.retry_backoff_ms / 1000
             self._refresh()
         plan: dict[CoordinatorNode, set[TopicIdPartition]] = {}
         for tp in assigned:

@@ -318,3 +318,16 @@ def test_the_broker_refuses_an_acknowledgement_after_the_lock_ran_out(kafka: str
         assert answer == {key: ErrorCode.INVALID_RECORD_STATE}
         again = member.fetch({}, max_wait_ms=2000).records
         assert [(r.offset, r.delivery_count) for r in again] == [(record.offset, 2)]
+
+
+@ON_SHARE_BROKERS
+def test_a_subscribed_topic_that_does_not_exist_holds_up_nothing(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    topic = produced(kafka, 2)
+    missing = f"queue-missing-{uuid.uuid4().hex[:8]}"
+    c = ShareConsumer(share_group(kafka), topics=[topic, missing], bootstrap_servers=kafka)
+    consumers.append(c)
+    got = poll_until(c, lambda got: len(got) >= 2, lambda r: c.acknowledge(r))
+    assert {(r.topic, r.offset) for r in got} == {(topic, 0), (topic, 1)}
+    assert c.commit() == {(topic, 0): None}

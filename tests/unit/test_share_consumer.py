@@ -31,6 +31,12 @@ from coordination.errors import (
     GroupMaxSizeReachedError,
     ShareGroupsUnsupportedError,
 )
+from coordination.hooks import (
+    CoordinationHooks,
+    HeartbeatFailed,
+    RebalanceFinished,
+    RebalanceStarted,
+)
 from coordination.share_group import ShareGroupMember, TopicLocation
 from coordination.transport import CoordinatorNode, TransportError
 from recipes.queues import (
@@ -552,3 +558,29 @@ def test_batches_are_runs_of_one_type() -> None:
         sg.AcknowledgementBatch(9, 10, (2,)),
     )
     assert batches({}) == ()
+
+
+def test_hooks_hear_the_join_its_failures_and_the_assignment() -> None:
+    heard: list[str] = []
+
+    class Heard(CoordinationHooks):
+        def on_rebalance_started(self, event: RebalanceStarted) -> None:
+            heard.append(f"started {event.reason}")
+
+        def on_rebalance_finished(self, event: RebalanceFinished) -> None:
+            heard.append(f"finished {event.generation}")
+
+        def on_heartbeat_failed(self, event: HeartbeatFailed) -> None:
+            heard.append(f"failed {event.error}")
+
+    broker = Broker()
+    broker.then(sg.ShareGroupHeartbeatResponse, int(E.COORDINATOR_LOAD_IN_PROGRESS))
+    c = make(broker, hooks=[Heard()])
+    c.start(timeout=5)
+    c.close()
+    assert heard == [
+        "started joining",
+        "failed ShareGroupHeartbeat returned COORDINATOR_LOAD_IN_PROGRESS",
+        "finished 1",
+    ]
+    assert c.member.metrics().failed_rebalance_total == 1
