@@ -97,8 +97,9 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     "group.min.session.timeout.ms..group.max.session.timeout.ms range",
     ErrorCode.REBALANCE_IN_PROGRESS: "the group is rebalancing",
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "the principal is not authorized for the group",
-    ErrorCode.UNSUPPORTED_VERSION: "the broker does not support the request version "
-    "(static membership needs JoinGroup v5, Kafka 2.3 or newer)",
+    ErrorCode.UNSUPPORTED_VERSION: "the broker does not support the request or its version "
+    "(static membership needs JoinGroup v5, Kafka 2.3 or newer; share groups, Kafka 4.2 "
+    "with share.version enabled)",
     ErrorCode.TOPIC_ALREADY_EXISTS: "the topic already exists",
     ErrorCode.INVALID_REQUEST: "the broker rejected the request as malformed",
     ErrorCode.NON_EMPTY_GROUP: "the group is not empty",
