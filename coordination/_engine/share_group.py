@@ -125,9 +125,9 @@ class ShareGroupMembership(EpochHeartbeats):
             self._threads[0].start()
 
     def wait_assigned(self, timeout_s: float | None) -> None:
-        """Block until the member is in the group and has received its first assignment
-        (which may be empty: the broker assigns a share group's partitions a moment after
-        the member joins).
+        """Block until the member is in the group and the broker has sent it an assignment
+        (possibly empty: the broker computes a share group's assignment a moment after a
+        member joins, and sends it with a later heartbeat).
 
         Raises:
             CoordinationTimeoutError: not in time; the member keeps trying.

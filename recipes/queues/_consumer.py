@@ -253,7 +253,7 @@ class ShareConsumer:
                 return [self._hold(r) for r in outcome.records]
 
     def acknowledge(
-        self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT
+        self, record: ShareRecord, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT
     ) -> None:
         """Acknowledge ``record`` (sent with the next :meth:`poll` or :meth:`commit`). A
         later acknowledgement of the same record before then replaces this one.
@@ -262,7 +262,7 @@ class ShareConsumer:
             CoordinatorStateError: implicit mode, the record is not held by this consumer
                 (acknowledged already, delivered again since, or from another consumer), or
                 the consumer is closed.
-            ConfigurationError: ``type`` is not ACCEPT, RELEASE, REJECT or RENEW.
+            ConfigurationError: ``ack_type`` is not ACCEPT, RELEASE, REJECT or RENEW.
         """
         self._check_open()
         if self._implicit:
@@ -270,15 +270,18 @@ class ShareConsumer:
                 "acknowledge() is for acknowledgement_mode='explicit'; in implicit mode the "
                 "next poll accepts every record"
             )
-        if type not in _USER_TYPES:
-            raise ConfigurationError(f"type must be ACCEPT, RELEASE, REJECT or RENEW, got {type!r}")
+        if ack_type not in _USER_TYPES:
+            raise ConfigurationError(
+                f"ack_type must be ACCEPT, RELEASE, REJECT or RENEW, got {ack_type!r}"
+            )
         held = self._held.get((record.topic_id, record.partition, record.offset))
         if held is None or held.record is not record:
             raise CoordinatorStateError(
                 f"{record.topic}[{record.partition}] offset {record.offset} is not held by this "
                 "consumer: acknowledged already, delivered again since, or not its record"
             )
-        self._pending.setdefault((record.topic_id, record.partition), {})[record.offset] = type
+        acks = self._pending.setdefault((record.topic_id, record.partition), {})
+        acks[record.offset] = ack_type
 
     def commit(self) -> dict[TopicPartition, AcknowledgementError | None]:
         """Send the acknowledgements made so far now (in implicit mode: accept every record
