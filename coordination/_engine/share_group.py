@@ -273,6 +273,7 @@ class ShareGroupMembership(EpochHeartbeats):
                 return  # fenced meanwhile: an answer to the old epoch says nothing
             self._timers.received(now)
             self._stats.heartbeat_answered(now)
+            self._stats.heartbeat_total += 1
             self._heartbeat_retries.clear()
             self._retry_backoff.reset()
             if response.heartbeat_interval_ms > 0:

@@ -331,3 +331,19 @@ def test_a_subscribed_topic_that_does_not_exist_holds_up_nothing(
     got = poll_until(c, lambda got: len(got) >= 2, lambda r: c.acknowledge(r))
     assert {(r.topic, r.offset) for r in got} == {(topic, 0), (topic, 1)}
     assert c.commit() == {(topic, 0): None}
+
+
+@ON_SHARE_BROKERS
+def test_a_long_poll_holds_up_no_heartbeat(kafka: str, consumers: list[ShareConsumer]) -> None:
+    # The fetch waits at the partition's leader on a connection of its own; the heartbeats
+    # (every 0.5 s on the test broker) go on the coordinator's meanwhile.
+    topic = produced(kafka, 0)
+    c = consumer(kafka, share_group(kafka), topic, consumers)
+    c.start(timeout=TIMEOUT_S)
+    before = c.member.metrics().heartbeat_total
+    started = time.monotonic()
+    assert c.poll(timeout_ms=3000) == []
+    assert time.monotonic() - started >= 2.9
+    after = c.member.metrics()
+    assert after.heartbeat_total - before >= 4
+    assert after.last_heartbeat_age_s is not None and after.last_heartbeat_age_s < 1.5
