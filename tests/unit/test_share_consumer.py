@@ -49,6 +49,7 @@ from recipes.queues import (
 
 TOPIC = uuid.UUID(int=7)
 LEADER = CoordinatorNode(1, "leader", 9092)
+LEADERS = (LEADER, CoordinatorNode(2, "other-leader", 9092))
 A = AcknowledgeType
 
 
@@ -62,12 +63,14 @@ class Broker:
         self.sent: list[Any] = []
         self.group_epoch = 0
         self.answers: dict[type, list[Any]] = {}  # prepared answers, used first
-        self.sessions: dict[str, int] = {}  # member id -> the next epoch expected
+        # (member id, leader) -> the next epoch expected
+        self.sessions: dict[tuple[str, CoordinatorNode | None], int] = {}
         # (partition, offset) -> [state, delivery count, holder]
         self.state: dict[tuple[int, int], list[Any]] = {
             (n % partitions, n // partitions): ["available", 0, None] for n in range(records)
         }
         self.closed = False
+        self.leaders_apart = False  # partition n led by LEADERS[n % 2], else all by LEADER
 
     # -- scripting -------------------------------------------------------------------
 
@@ -112,13 +115,13 @@ class Broker:
             return response_type(error_code=prepared)
         if prepared is not None:
             return prepared
-        handlers: dict[type, Callable[[Any], Any]] = {
+        handlers: dict[type, Callable[[Any, CoordinatorNode | None], Any]] = {
             sg.ShareGroupHeartbeatRequest: self._heartbeat,
             sg.ShareFetchRequest: self._fetch,
             sg.ShareAcknowledgeRequest: self._acknowledge,
         }
         with self.lock:
-            return handlers[type(request)](request)
+            return handlers[type(request)](request, coordinator)
 
     def disconnect(self, coordinator: CoordinatorNode) -> None:
         pass
@@ -131,7 +134,9 @@ class Broker:
 
     # -- the broker's side -------------------------------------------------------------
 
-    def _heartbeat(self, r: sg.ShareGroupHeartbeatRequest) -> sg.ShareGroupHeartbeatResponse:
+    def _heartbeat(
+        self, r: sg.ShareGroupHeartbeatRequest, _: CoordinatorNode | None
+    ) -> sg.ShareGroupHeartbeatResponse:
         if r.member_epoch == sg.LEAVE_EPOCH:
             return sg.ShareGroupHeartbeatResponse(0, member_id=r.member_id, member_epoch=-1)
         assignment = None
@@ -146,21 +151,19 @@ class Broker:
             assignment=assignment,
         )
 
-    def _session(self, member_id: str | None, epoch: int) -> int:
+    def _session(self, key: tuple[str, CoordinatorNode | None], epoch: int) -> int:
         """The session check of Kafka's ShareSessionCache; an error code or 0."""
-        assert member_id is not None
         if epoch == sg.OPEN_SESSION_EPOCH:
-            self._release(member_id)  # a new session replaces the old one
-            self.sessions[member_id] = 1
+            self.sessions[key] = 1
             return 0
-        expected = self.sessions.get(member_id)
+        expected = self.sessions.get(key)
         if expected is None:
             return E.SHARE_SESSION_NOT_FOUND
         if epoch == sg.CLOSE_SESSION_EPOCH:
             return 0
         if epoch != expected:
             return E.INVALID_SHARE_SESSION_EPOCH
-        self.sessions[member_id] = expected + 1
+        self.sessions[key] = expected + 1
         return 0
 
     def _apply(self, member_id: str, p: int, acks: tuple[sg.AcknowledgementBatch, ...]) -> int:
@@ -183,16 +186,21 @@ class Broker:
                 st[0], st[2] = "archived", None
         return 0
 
-    def _release(self, member_id: str) -> None:
-        for st in self.state.values():
-            if st[0] == "acquired" and st[2] == member_id:
+    def _release(self, member_id: str, partitions: set[int]) -> None:
+        for (p, _), st in self.state.items():
+            if p in partitions and st[0] == "acquired" and st[2] == member_id:
                 st[0], st[2] = "available", None
 
-    def _fetch(self, r: sg.ShareFetchRequest) -> sg.ShareFetchResponse:
-        code = self._session(r.member_id, r.share_session_epoch)
+    def leader_of(self, partition: int) -> CoordinatorNode:
+        return LEADERS[partition % len(LEADERS)] if self.leaders_apart else LEADER
+
+    def _fetch(
+        self, r: sg.ShareFetchRequest, leader: CoordinatorNode | None
+    ) -> sg.ShareFetchResponse:
+        assert r.member_id is not None
+        code = self._session((r.member_id, leader), r.share_session_epoch)
         if code:
             return sg.ShareFetchResponse(code)
-        assert r.member_id is not None
         answers = []
         for topic in r.topics:
             for part in topic.partitions:
@@ -232,11 +240,13 @@ class Broker:
             acquired_records=tuple(ranges),
         )
 
-    def _acknowledge(self, r: sg.ShareAcknowledgeRequest) -> sg.ShareAcknowledgeResponse:
-        code = self._session(r.member_id, r.share_session_epoch)
+    def _acknowledge(
+        self, r: sg.ShareAcknowledgeRequest, leader: CoordinatorNode | None
+    ) -> sg.ShareAcknowledgeResponse:
+        assert r.member_id is not None
+        code = self._session((r.member_id, leader), r.share_session_epoch)
         if code:
             return sg.ShareAcknowledgeResponse(code)
-        assert r.member_id is not None
         answers = [
             sg.ShareAcknowledgePartitionData(
                 part.partition_index,
@@ -246,8 +256,8 @@ class Broker:
             for part in topic.partitions
         ]
         if r.share_session_epoch == sg.CLOSE_SESSION_EPOCH:
-            self._release(r.member_id)
-            del self.sessions[r.member_id]
+            self._release(r.member_id, {p for (p, _) in self.state if self.leader_of(p) == leader})
+            del self.sessions[(r.member_id, leader)]
         return sg.ShareAcknowledgeResponse(
             0,
             acquisition_lock_timeout_ms=self.lock_ms,
@@ -256,15 +266,17 @@ class Broker:
 
 
 class Leaders:
-    """The topic's id and its partitions' leader; counts the lookups."""
+    """The topic's id and its partitions' leaders (the broker's); counts the lookups."""
 
-    def __init__(self, partitions: int = 1) -> None:
+    def __init__(self, partitions: int = 1, broker: Broker | None = None) -> None:
         self.partitions = partitions
+        self.broker = broker
         self.lookups = 0
 
     def locate(self, topics: frozenset[str]) -> Mapping[uuid.UUID, TopicLocation]:
         self.lookups += 1
-        return {TOPIC: TopicLocation("jobs", {p: LEADER for p in range(self.partitions)})}
+        leader = self.broker.leader_of if self.broker is not None else (lambda p: LEADER)
+        return {TOPIC: TopicLocation("jobs", {p: leader(p) for p in range(self.partitions)})}
 
 
 def make(broker: Broker, **kw: Any) -> ShareConsumer:
@@ -272,7 +284,7 @@ def make(broker: Broker, **kw: Any) -> ShareConsumer:
         "g",
         topics=["jobs"],
         transport=broker,
-        leaders=kw.pop("leaders", None) or Leaders(broker.partitions),
+        leaders=kw.pop("leaders", None) or Leaders(broker.partitions, broker),
         bootstrap_servers="x:1",
         retry_backoff_ms=10,
         **kw,
@@ -584,3 +596,35 @@ def test_hooks_hear_the_join_its_failures_and_the_assignment() -> None:
         "finished 1",
     ]
     assert c.member.metrics().failed_rebalance_total == 1
+
+
+def test_a_session_per_leader_each_with_its_own_epochs() -> None:
+    broker = Broker(records=4, partitions=2)
+    broker.leaders_apart = True
+    c = make(broker)
+    records = poll_n(c, 4)
+    for record in records:
+        c.acknowledge(record, A.ACCEPT if record.partition == 0 else A.REJECT)
+    assert c.commit() == {("jobs", 0): None, ("jobs", 1): None}
+    with broker.lock:
+        sent = [(r, node) for r, node in broker.sent if isinstance(r, sg.ShareFetchRequest)]
+    for leader, partition in zip(LEADERS, (0, 1), strict=True):
+        to_it = [r for r, node in sent if node == leader]
+        assert to_it[0].share_session_epoch == 0
+        assert [p.partition_index for t in to_it[0].topics for p in t.partitions] == [partition]
+        assert [r.share_session_epoch for r in to_it] == list(range(len(to_it)))
+    acks = {node: r for r, node in broker.sent if isinstance(r, sg.ShareAcknowledgeRequest)}
+    assert set(acks) == set(LEADERS)
+    c.close()
+    closing = [
+        node
+        for r, node in broker.sent
+        if isinstance(r, sg.ShareAcknowledgeRequest) and r.share_session_epoch == -1
+    ]
+    assert sorted(n.node_id for n in closing) == [1, 2]
+    assert [st[0] for (p, _), st in sorted(broker.state.items())] == [
+        "acknowledged",
+        "acknowledged",
+        "archived",
+        "archived",
+    ]
