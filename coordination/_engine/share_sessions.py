@@ -322,9 +322,7 @@ class ShareSessions:
             # The session's state at the broker is unknown: open a new one. Whether the
             # acknowledgements were applied, nobody knows.
             outcome.acknowledged.update({tp: NO_ANSWER for tp in carried})
-            self._failed = True
-            self._membership.note_problem(f"ShareFetch to {leader}: {answer}")
-            self._sessions.pop(leader, None)
+            self._lost_leader(leader, f"ShareFetch to {leader}: {answer}")
             return
         if answer.error_code != ErrorCode.NONE:
             # Nothing of the request was applied.
@@ -374,6 +372,15 @@ class ShareSessions:
             )
             for record, count in got
         ]
+
+    def _lost_leader(self, leader: CoordinatorNode, problem: str) -> None:
+        """A request to ``leader`` got no answer: the broker may be gone (its partitions led
+        elsewhere now), and the session's state there is unknown: a new one, and the leaders
+        looked up again."""
+        self._failed = True
+        self._stale = True
+        self._sessions.pop(leader, None)
+        self._membership.note_problem(problem)
 
     def _react(self, api: Api, leader: CoordinatorNode, code: int, message: str | None) -> None:
         """Act on ``code`` as ``classify.py``'s column for ``api`` says."""
@@ -439,8 +446,7 @@ class ShareSessions:
         timeout_s = self._config.request_timeout_ms / 1000
         ((_, answer),) = self._send_all({leader: request}, sg.ShareAcknowledgeResponse, timeout_s)
         if isinstance(answer, TransportError):
-            self._membership.note_problem(f"ShareAcknowledge to {leader}: {answer}")
-            self._sessions.pop(leader, None)
+            self._lost_leader(leader, f"ShareAcknowledge to {leader}: {answer}")
             return {tp: NO_ANSWER for tp in acks}
         if answer.error_code != ErrorCode.NONE:
             self._react(Api.SHARE_ACKNOWLEDGE, leader, answer.error_code, answer.error_message)
