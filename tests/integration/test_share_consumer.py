@@ -6,8 +6,9 @@ REJECT never does; a consumer closed with records in flight releases them at onc
 implicit mode accepts what the last poll returned; RENEW keeps a record past the group's
 lock duration (set to 1 s for the group: the harness's broker allows it,
 ``group.share.min.record.lock.duration.ms``); a record acknowledged after its lock ran out
-is reported as AcquisitionLockExpiredError. Kafka 3.9: the typed error naming Kafka 4.2
-and share.version.
+is reported as AcquisitionLockExpiredError; a long poll holds up no heartbeat. On a
+cluster of three: records keep coming when a partition's leader dies. Kafka 3.9: the typed
+error naming Kafka 4.2 and share.version.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kafka import KafkaProducer
-from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from coordination import ErrorCode
 from coordination.share_group import AcquiredRecord, ShareGroupMember
+from coordination.testing import NEWEST_KAFKA, KafkaCluster
 from recipes.queues import (
     AcknowledgeType,
     AcquisitionLockExpiredError,
@@ -347,3 +349,41 @@ def test_a_long_poll_holds_up_no_heartbeat(kafka: str, consumers: list[ShareCons
     after = c.member.metrics()
     assert after.heartbeat_total - before >= 4
     assert after.last_heartbeat_age_s is not None and after.last_heartbeat_age_s < 1.5
+
+
+def test_records_keep_coming_when_a_partition_leader_dies() -> None:
+    # Three brokers (a KRaft quorum survives one's death); partitions with 2 replicas.
+    fast_failover = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+    with KafkaCluster(3, version=NEWEST_KAFKA, config=fast_failover) as cluster:
+        kafka = cluster.bootstrap_servers
+        topic = f"queue-{uuid.uuid4().hex[:8]}"
+        admin = KafkaAdminClient(bootstrap_servers=kafka)
+        try:
+            admin.create_topics([NewTopic(topic, 3, 2)])
+            deadline = time.monotonic() + TIMEOUT_S
+            while True:
+                (described,) = admin.describe_topics([topic])
+                leaders = {p["partition_index"]: p["leader_id"] for p in described["partitions"]}
+                if len(leaders) == 3 and all(n >= 0 for n in leaders.values()):
+                    break
+                assert time.monotonic() < deadline, described
+                time.sleep(0.2)
+        finally:
+            admin.close()
+        produce_in_batches(kafka, topic, 30, per_batch=5, partitions=3)
+        made: list[ShareConsumer] = []
+        try:
+            c = consumer(kafka, share_group(kafka), topic, made)
+            accepted = poll_until(c, lambda got: len(got) >= 30, lambda r: c.acknowledge(r))
+            assert all(e is None for e in c.commit().values())
+            cluster.kill_broker(leaders[0])
+            produce_in_batches(kafka, topic, 30, per_batch=5, partitions=3)
+            accepted += poll_until(
+                c, lambda got: len(got) >= 30, lambda r: c.acknowledge(r), timeout_s=90
+            )
+            c.commit()
+        finally:
+            for each in made:
+                each.close(timeout=10)
+    seen = [(r.partition, r.offset) for r in accepted]
+    assert len(seen) == 60 and len(set(seen)) == 60, sorted(seen)
