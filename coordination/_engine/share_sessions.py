@@ -175,7 +175,7 @@ class ShareSessions:
         acks = self._with_gaps(
             {tp: a for tp, a in acks.items() if tp not in renewing}, every_gap=True
         )
-        plan = self._plan(acks)
+        plan = self._plan()
         stray = {tp: a for tp, a in acks.items() if not any(tp in p for p in plan.values())}
         if stray:
             # Acknowledgements for partitions no longer fetched from: their own request.
@@ -214,7 +214,7 @@ class ShareSessions:
 
     # ------------------------------------------------------------------ requests
 
-    def _plan(self, acks: Acknowledgements) -> dict[CoordinatorNode, frozenset[TopicIdPartition]]:
+    def _plan(self) -> dict[CoordinatorNode, frozenset[TopicIdPartition]]:
         """Which partitions to fetch from at each leader."""
         assigned = self._membership.assignment()
         unlocated = any(self._located.get(tp, ("", None))[1] is None for tp in assigned)
