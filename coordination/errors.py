@@ -23,6 +23,7 @@ Catch :class:`CoordinationError` to catch them all. The tree::
     │       ├── InvalidGroupIdError               INVALID_GROUP_ID
     │       ├── GroupMaxSizeReachedError          GROUP_MAX_SIZE_REACHED
     │       ├── UnsupportedVersionError           UNSUPPORTED_VERSION
+    │       │   └── ShareGroupsUnsupportedError   the broker has no share groups (KIP-932)
     │       ├── UnreleasedInstanceIdError         UNRELEASED_INSTANCE_ID (consumer groups)
     │       ├── UnsupportedAssignorError          UNSUPPORTED_ASSIGNOR (consumer groups)
     │       └── InvalidRegularExpressionError     INVALID_REGULAR_EXPRESSION (consumer groups)
@@ -64,6 +65,7 @@ __all__ = [
     "ProtocolCodecError",
     "RebalanceRequiredError",
     "RetriableBrokerError",
+    "ShareGroupsUnsupportedError",
     "TlsError",
     "TopicAuthorizationError",
     "UnreleasedInstanceIdError",
@@ -245,6 +247,18 @@ class UnsupportedVersionError(FatalBrokerError):
         "Static membership (group_instance_id) needs Kafka 2.3 or newer, and the consumer "
         "group protocol (group_protocol='consumer', KIP-848) Kafka 4.0 or newer; upgrade the "
         "broker or unset the setting"
+    )
+
+
+class ShareGroupsUnsupportedError(UnsupportedVersionError):
+    """(Share groups, KIP-932) the broker has no share groups: it is older than Kafka 4.1
+    (it offers none of their requests), or share groups are not enabled on it (Kafka 4.1+
+    answers UNSUPPORTED_VERSION while the ``share.version`` feature is 0)."""
+
+    hint = (
+        "Share groups need Kafka 4.2 or newer (production-ready there; 4.1 is a preview) with "
+        "the share.version feature enabled: bin/kafka-features.sh --bootstrap-server ... "
+        "upgrade --feature share.version=1 (a cluster formatted by 4.2+ has it on)"
     )
 
 

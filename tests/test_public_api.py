@@ -23,11 +23,13 @@ MODULES = [
     "coordination.errors",
     "coordination.lease",
     "coordination.parts",
+    "coordination.share_group",
     "coordination.testing",
     "recipes.election",
     "recipes.partitioning",
     "recipes.partitioning.assignors",
     "recipes.partitioning.protocol",
+    "recipes.queues",
     "recipes.tasks",
     "coordination.transport",
 ]
@@ -38,6 +40,7 @@ PLAIN_MODULES = {
     "coordination.clock",
     "coordination.lease",
     "coordination.parts",
+    "coordination.share_group",
     "coordination.transport",
     "recipes.partitioning.protocol",
 }

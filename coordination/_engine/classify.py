@@ -17,6 +17,14 @@ again. This engine has no caller in the loop, so it logs the error and retries
 with backoff instead of stopping the member; only the codes a person must act
 on are fatal. Offset commits and fetches, and a member's DescribeGroups (a read of
 its group as the coordinator stores it), do have a caller: they raise to it.
+
+Share groups (KIP-932): ShareGroupHeartbeat reacts as ConsumerGroupHeartbeat does (Kafka's
+``ShareHeartbeatRequestManager``). ShareFetch and ShareAcknowledge go to each partition's
+leader, not the coordinator; a code in their columns may be the whole request's or one
+partition's (a partition's leader moved: ``REFRESH_METADATA``; the share session is gone:
+``NEW_SESSION``). An acknowledgement that fails is always reported to the caller, whatever
+else its column says (a record whose acquisition lock ran out answers INVALID_RECORD_STATE:
+it is never counted as acknowledged).
 """
 
 from __future__ import annotations
@@ -58,6 +66,9 @@ class Api(enum.Enum):
     OFFSET_FETCH = "OffsetFetch"
     DESCRIBE_GROUPS = "DescribeGroups"
     CONSUMER_GROUP_HEARTBEAT = "ConsumerGroupHeartbeat"
+    SHARE_GROUP_HEARTBEAT = "ShareGroupHeartbeat"
+    SHARE_FETCH = "ShareFetch"
+    SHARE_ACKNOWLEDGE = "ShareAcknowledge"
 
 
 class Next(enum.Enum):
@@ -91,6 +102,12 @@ class Next(enum.Enum):
     carries on."""
     IGNORE = "ignore"
     """(LeaveGroup) log and carry on: the member is leaving anyway, its session expires."""
+    REFRESH_METADATA = "refresh metadata"
+    """(ShareFetch, ShareAcknowledge) the partition's leader is elsewhere or unknown: look it
+    up again before the next request to it (its share session there is dropped)."""
+    NEW_SESSION = "new share session"
+    """(ShareFetch, ShareAcknowledge) the leader has no share session of this epoch: open a
+    new one (epoch 0) at the next request to it, after the backoff."""
     FATAL = "fatal"
     """Stop the member and raise a typed error to the user."""
 
@@ -127,6 +144,9 @@ class Policy:
     offset_fetch: Reaction | None = None
     describe_groups: Reaction | None = None
     consumer_group_heartbeat: Reaction | None = None
+    share_group_heartbeat: Reaction | None = None
+    share_fetch: Reaction | None = None
+    share_acknowledge: Reaction | None = None
 
     @property
     def name(self) -> str:
@@ -148,6 +168,9 @@ class Policy:
             Api.OFFSET_FETCH: self.offset_fetch,
             Api.DESCRIBE_GROUPS: self.describe_groups,
             Api.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+            Api.SHARE_GROUP_HEARTBEAT: self.share_group_heartbeat,
+            Api.SHARE_FETCH: self.share_fetch,
+            Api.SHARE_ACKNOWLEDGE: self.share_acknowledge,
         }[api]
 
 
@@ -158,6 +181,9 @@ FATAL: Final = Reaction(Next.FATAL)
 FATAL_RESET: Final = Reaction(Next.FATAL, Reset.MEMBER)
 RAISE: Final = Reaction(Next.RAISE)
 IGNORE: Final = Reaction(Next.IGNORE)
+REJOIN_KEEP_ID: Final = Reaction(Next.REJOIN, Reset.GENERATION)
+REFRESH: Final = Reaction(Next.REFRESH_METADATA)
+NEW_SESSION: Final = Reaction(Next.NEW_SESSION)
 
 # What each request does about a code it does not list (see the module docstring).
 DEFAULTS: Final[dict[Api, Reaction]] = {
@@ -171,6 +197,10 @@ DEFAULTS: Final[dict[Api, Reaction]] = {
     Api.OFFSET_FETCH: RAISE,
     Api.DESCRIBE_GROUPS: RAISE,
     Api.CONSUMER_GROUP_HEARTBEAT: BACKOFF,
+    Api.SHARE_GROUP_HEARTBEAT: BACKOFF,
+    Api.SHARE_FETCH: BACKOFF,
+    # The acknowledgements failed: the caller learns it for each of their records.
+    Api.SHARE_ACKNOWLEDGE: RAISE,
 }
 
 # The reactions each request's handler implements; a unit test holds the table to them.
@@ -211,6 +241,17 @@ HANDLED: Final[dict[Api, frozenset[Next]]] = {
     Api.CONSUMER_GROUP_HEARTBEAT: frozenset(
         {Next.RETRY_BACKOFF, Next.FIND_COORDINATOR, Next.REJOIN, Next.FATAL}
     ),
+    # KIP-932 (share_group.py): REJOIN joins again at epoch 0 with the same member id.
+    Api.SHARE_GROUP_HEARTBEAT: frozenset(
+        {Next.RETRY_BACKOFF, Next.FIND_COORDINATOR, Next.REJOIN, Next.FATAL}
+    ),
+    # share_sessions.py: the fetch's own error, or one partition's.
+    Api.SHARE_FETCH: frozenset(
+        {Next.RETRY_BACKOFF, Next.REFRESH_METADATA, Next.NEW_SESSION, Next.FATAL}
+    ),
+    Api.SHARE_ACKNOWLEDGE: frozenset(
+        {Next.RAISE, Next.REFRESH_METADATA, Next.NEW_SESSION, Next.FATAL}
+    ),
 }
 
 POLICIES: Final[tuple[Policy, ...]] = (
@@ -228,6 +269,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         offset_fetch=REDISCOVER,
         describe_groups=REDISCOVER,
         consumer_group_heartbeat=REDISCOVER,
+        share_group_heartbeat=REDISCOVER,
     ),
     Policy(
         E.NOT_COORDINATOR,
@@ -241,6 +283,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         offset_fetch=REDISCOVER,
         describe_groups=REDISCOVER,
         consumer_group_heartbeat=REDISCOVER,
+        share_group_heartbeat=REDISCOVER,
     ),
     Policy(
         E.COORDINATOR_LOAD_IN_PROGRESS,
@@ -253,6 +296,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         offset_fetch=BACKOFF,
         describe_groups=BACKOFF,
         consumer_group_heartbeat=BACKOFF,
+        share_group_heartbeat=BACKOFF,
     ),
     Policy(
         E.REQUEST_TIMED_OUT,
@@ -305,6 +349,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         # KIP-848: the member keeps its id and joins again at epoch 0 (as Kafka's do).
         consumer_group_heartbeat=Reaction(Next.REJOIN, Reset.GENERATION),
         offset_fetch=Reaction(Next.FENCED_FETCH, Reset.GENERATION),
+        share_group_heartbeat=REJOIN_KEEP_ID,
     ),
     # Fatal to the member: a person must act.
     Policy(
@@ -325,6 +370,9 @@ POLICIES: Final[tuple[Policy, ...]] = (
         sync_group=FATAL,
         heartbeat=FATAL,
         consumer_group_heartbeat=FATAL,
+        share_group_heartbeat=FATAL,
+        share_fetch=FATAL,
+        share_acknowledge=FATAL,
     ),
     Policy(
         E.INCONSISTENT_GROUP_PROTOCOL,
@@ -339,15 +387,25 @@ POLICIES: Final[tuple[Policy, ...]] = (
         GroupMaxSizeReachedError,
         join_group=FATAL,
         consumer_group_heartbeat=FATAL,
+        share_group_heartbeat=FATAL,
     ),
     Policy(
         E.UNSUPPORTED_VERSION,
         UnsupportedVersionError,
         join_group=FATAL,
         consumer_group_heartbeat=FATAL,
+        # A broker without share groups (before 4.1, or share.version off).
+        share_group_heartbeat=FATAL,
+        share_fetch=FATAL,
+        share_acknowledge=FATAL,
     ),
     # FindCoordinator: a malformed request will not get better (Kafka throws it too).
-    Policy(E.INVALID_REQUEST, find_coordinator=FATAL, consumer_group_heartbeat=FATAL),
+    Policy(
+        E.INVALID_REQUEST,
+        find_coordinator=FATAL,
+        consumer_group_heartbeat=FATAL,
+        share_group_heartbeat=FATAL,
+    ),
     # KIP-848 consumer groups. A fenced epoch: the partitions may be another's already.
     Policy(
         E.FENCED_MEMBER_EPOCH,
@@ -355,6 +413,7 @@ POLICIES: Final[tuple[Policy, ...]] = (
         consumer_group_heartbeat=Reaction(Next.REJOIN, Reset.GENERATION),
         offset_commit=Reaction(Next.FENCED_COMMIT, Reset.GENERATION),
         offset_fetch=Reaction(Next.FENCED_FETCH, Reset.GENERATION),
+        share_group_heartbeat=REJOIN_KEEP_ID,
     ),
     # A commit made with an epoch the member has since moved past: nothing was committed;
     # the member is still in the group (a heartbeat brings the current epoch).
@@ -372,13 +431,79 @@ POLICIES: Final[tuple[Policy, ...]] = (
         InvalidRegularExpressionError,
         consumer_group_heartbeat=FATAL,
     ),
+    # Share groups (KIP-932): a partition's leader moved or is unknown here.
+    Policy(
+        E.NOT_LEADER_OR_FOLLOWER,
+        RetriableBrokerError,
+        share_fetch=REFRESH,
+        share_acknowledge=REFRESH,
+    ),
+    Policy(
+        E.LEADER_NOT_AVAILABLE, RetriableBrokerError, share_fetch=REFRESH, share_acknowledge=REFRESH
+    ),
+    Policy(
+        E.FENCED_LEADER_EPOCH, RetriableBrokerError, share_fetch=REFRESH, share_acknowledge=REFRESH
+    ),
+    Policy(
+        E.UNKNOWN_LEADER_EPOCH, RetriableBrokerError, share_fetch=REFRESH, share_acknowledge=REFRESH
+    ),
+    Policy(
+        E.UNKNOWN_TOPIC_OR_PARTITION,
+        RetriableBrokerError,
+        share_fetch=REFRESH,
+        share_acknowledge=REFRESH,
+    ),
+    Policy(
+        E.UNKNOWN_TOPIC_ID, RetriableBrokerError, share_fetch=REFRESH, share_acknowledge=REFRESH
+    ),
+    Policy(
+        E.INCONSISTENT_TOPIC_ID,
+        RetriableBrokerError,
+        share_fetch=REFRESH,
+        share_acknowledge=REFRESH,
+    ),
+    Policy(
+        E.KAFKA_STORAGE_ERROR, RetriableBrokerError, share_fetch=REFRESH, share_acknowledge=REFRESH
+    ),
+    Policy(
+        E.FENCED_STATE_EPOCH, RetriableBrokerError, share_fetch=REFRESH, share_acknowledge=REFRESH
+    ),
+    # The leader lost this member's share session (it expired, the broker restarted), or
+    # holds too many to open one.
+    Policy(
+        E.SHARE_SESSION_NOT_FOUND,
+        RetriableBrokerError,
+        share_fetch=NEW_SESSION,
+        share_acknowledge=NEW_SESSION,
+    ),
+    Policy(
+        E.INVALID_SHARE_SESSION_EPOCH,
+        RetriableBrokerError,
+        share_fetch=NEW_SESSION,
+        share_acknowledge=NEW_SESSION,
+    ),
+    Policy(
+        E.SHARE_SESSION_LIMIT_REACHED,
+        RetriableBrokerError,
+        share_fetch=NEW_SESSION,
+        share_acknowledge=NEW_SESSION,
+    ),
+    # An acknowledgement of a record this member no longer holds (its lock ran out): the
+    # caller learns it (AcquisitionLockExpiredError in recipes.queues).
+    Policy(E.INVALID_RECORD_STATE, share_acknowledge=RAISE),
+    Policy(
+        E.TOPIC_AUTHORIZATION_FAILED,
+        TopicAuthorizationError,
+        share_group_heartbeat=FATAL,
+        share_fetch=FATAL,
+        share_acknowledge=FATAL,
+    ),
     # Known codes with no reaction of their own: every request reacts as to any other code.
     Policy(E.UNKNOWN_SERVER_ERROR),
     Policy(E.OFFSET_OUT_OF_RANGE),
-    Policy(E.UNKNOWN_TOPIC_OR_PARTITION),
+    Policy(E.CORRUPT_MESSAGE),
     Policy(E.OFFSET_METADATA_TOO_LARGE),
     Policy(E.INVALID_COMMIT_OFFSET_SIZE),
-    Policy(E.TOPIC_AUTHORIZATION_FAILED, TopicAuthorizationError),
     Policy(E.NON_EMPTY_GROUP),
     Policy(E.GROUP_ID_NOT_FOUND),
     Policy(E.TOPIC_ALREADY_EXISTS),
@@ -443,6 +568,8 @@ _NEXT_TEXT: Final[dict[Next, str]] = {
     Next.FENCED_FETCH: "tell the member; retry with its new epoch, or raise if reset",
     Next.RAISE: "raise the error",
     Next.IGNORE: "logged, ignored",
+    Next.REFRESH_METADATA: "find the partition's leader again",
+    Next.NEW_SESSION: "new share session, after backoff",
     Next.FATAL: "fatal",
 }
 _RESET_TEXT: Final[dict[Reset, str]] = {

@@ -36,31 +36,20 @@ in the generation's place, as Kafka's OffsetCommit v9 reads it), and the error t
 
 from __future__ import annotations
 
-import base64
-import random
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .._config import CoordinatorConfig
 from .._protocol import consumer_group as cg
 from .._protocol.error_codes import ErrorCode, error_name
 from .._transport.base import Wakeups
-from .._types import NO_GENERATION, Generation, Member, MemberState, ProtocolMetadata
+from .._types import NO_GENERATION, Generation, MemberState
 from ..clock import Clock
-from ..errors import (
-    CoordinationError,
-    CoordinationTimeoutError,
-    CoordinatorStateError,
-    broker_error,
-)
-from ..hooks import HeartbeatFailed
+from ..errors import CoordinationTimeoutError, CoordinatorStateError
 from ..transport import Transport, TransportError
-from . import classify
-from .classify import Api, Next, Reset
-from .core import Stopped, routine
+from .classify import Api, Reset
+from .epochs import IDLE_WAIT_S, NoClassicCallbacks, new_member_id
 from .reconcile import (
-    IDLE_WAIT_S,
     PROTOCOL_NAME,
     ConsumerGroupReconcile,
     PartitionCallbacks,
@@ -74,14 +63,6 @@ __all__ = [
     "Subscription",
     "TopicIdPartition",
 ]
-
-
-def new_member_id(rng: random.Random) -> str:
-    """A member id made by the client, as KIP-1082 asks of ConsumerGroupHeartbeat v1:
-    a random (version 4) UUID in Kafka's text form (URL-safe base64, no padding). Drawn from
-    the clock's random source, so that a simulated history replays exactly."""
-    made = uuid.UUID(int=rng.getrandbits(128), version=4)
-    return base64.urlsafe_b64encode(made.bytes).rstrip(b"=").decode()
 
 
 @dataclass(slots=True)
@@ -104,7 +85,9 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
         clock: Clock | None = None,
         wakeups: Wakeups | None = None,
     ) -> None:
-        super().__init__(_NoClassicCallbacks(), callbacks, config, transport, clock, wakeups)
+        super().__init__(
+            NoClassicCallbacks(PROTOCOL_NAME), callbacks, config, transport, clock, wakeups
+        )
         self._member_id = new_member_id(self._clock.random())
         self._epoch = cg.JOIN_EPOCH
         self._protocol_type = PROTOCOL_NAME
@@ -276,50 +259,13 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
             instance_id=self._config.group_instance_id,
         )
         self._log.info("%s: leaving the group (epoch %d)", self._who(), epoch)
-        try:
-            response = self._transport.send(
-                request,
-                cg.ConsumerGroupHeartbeatResponse,
-                coordinator=node,
-                timeout_s=max(
-                    0.5,
-                    min(self._config.request_timeout_ms / 1000, deadline - self._clock.monotonic()),
-                ),
-            )
-        except TransportError as e:
-            self._log.info("%s: the leaving heartbeat got no answer (%s)", self._who(), e)
+        if self._send_leave(request, cg.ConsumerGroupHeartbeatResponse, node, deadline) is None:
             return
-        if response.error_code != ErrorCode.NONE:
-            self._log.info(
-                "%s: the leaving heartbeat returned %s (ignored: the session ends it)",
-                self._who(),
-                error_name(response.error_code),
-            )
         with self._lock:
             self._epoch = epoch
             self._lease_until = None
 
     # ------------------------------------------------------------------ heartbeat thread
-
-    def _run_heartbeats(self) -> None:
-        while not self._stop.is_set():
-            try:
-                delay = self.heartbeat_once()
-            except Stopped:
-                break
-            except CoordinationError:
-                if self._fatal is not None:
-                    break
-                self._log.exception("%s: error in the heartbeat thread", self._who())
-                delay = self._retry_backoff.next_delay()
-            except Exception:
-                self._log.exception("%s: unexpected error in the heartbeat thread", self._who())
-                delay = self._retry_backoff.next_delay()
-            with self._lock:
-                if self._stop.is_set() or self._fatal is not None:
-                    break
-                if delay > 0 and not self._heartbeat_now:
-                    self._changed.wait(min(delay, IDLE_WAIT_S))
 
     def heartbeat_once(self) -> float:
         """Send a heartbeat if one is due; returns the seconds until the next is due."""
@@ -454,31 +400,13 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
                 self._heartbeat_now = True
                 self._changed.notify_all()
             return
-        reaction = classify.reaction(Api.CONSUMER_GROUP_HEARTBEAT, code)
-        reason = f"ConsumerGroupHeartbeat returned {error_name(code)}" + (
-            f" ({response.error_message})" if response.error_message else ""
-        )
-        api = Api.CONSUMER_GROUP_HEARTBEAT.value
-        error = broker_error(
+        self._heartbeat_error(
+            Api.CONSUMER_GROUP_HEARTBEAT,
             code,
-            group_id=self._config.group_id,
-            member_id=request.member_id,
-            api=f"{api} (the broker says: {response.error_message})"
-            if response.error_message
-            else api,
+            response.error_message,
+            (request.member_id, request.member_epoch),
+            sent_at,
         )
-        self._heartbeat_failed(reason, sent_at)
-        if reaction.next is Next.FATAL:
-            self._fail(error)
-        elif reaction.next is Next.REJOIN:
-            self._fenced(reason, request.member_epoch)
-        elif reaction.next is Next.FIND_COORDINATOR:
-            self._mark_coordinator_unknown(reason)
-        else:
-            level = self._heartbeat_retries.level(self._clock.monotonic(), routine(error))
-            self._log.log(level, "%s: %s; retrying after backoff", self._who(), reason)
-            with self._lock:
-                self._timers.failed(self._clock.monotonic(), self._retry_backoff.next_delay())
 
     def _on_success(
         self,
@@ -548,28 +476,6 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
                         self._hooks.rebalance_started(lambda: started)
             self._changed.notify_all()
 
-    def _heartbeat_failed(self, reason: str, sent_at: float) -> None:
-        """A heartbeat got an error or no answer: the ``heartbeat_failed`` hook, and, while a
-        rebalance is under way (joining, or moving to a new assignment), a failed attempt of
-        it (``rebalance_failed``), as the classic engine reports a failed join."""
-        with self._lock:
-            self._note_problem(reason)
-            self._send_full = True
-            self._timers.received(self._clock.monotonic())
-            rebalancing = self._stats.rebalance_started_at is not None
-            if rebalancing:
-                self._stats.attempt_failed()
-            member_id, epoch = self._member_id, self._epoch
-        group_id = self._config.group_id
-        self._hooks.heartbeat_failed(
-            lambda: HeartbeatFailed(
-                group_id=group_id, member_id=member_id, generation=epoch, error=reason
-            )
-        )
-        if rebalancing:
-            stats = self._stats
-            self._hooks.rebalance_failed(lambda: stats.failed_event(member_id, reason))
-
     def _fenced(self, reason: str, sent_epoch: int) -> None:
         """The broker no longer counts this member (fenced epoch, unknown member): its
         partitions may be someone else's already. Lose them, rejoin at epoch 0 with the
@@ -601,36 +507,3 @@ def _by_topic(partitions: frozenset[TopicIdPartition]) -> tuple[cg.TopicIdPartit
         cg.TopicIdPartitions(topic_id=t, partitions=tuple(sorted(ps)))
         for t, ps in sorted(by_topic.items())
     )
-
-
-class _NoClassicCallbacks:
-    """MemberCore's classic callbacks, which a KIP-848 member never calls (it has no
-    JoinGroup metadata, no leader, no join or sync)."""
-
-    rejoin_changes_metadata = False
-
-    def protocol_type(self) -> str:
-        return PROTOCOL_NAME
-
-    def metadata(self) -> Sequence[ProtocolMetadata]:
-        raise _not_classic()
-
-    def perform_assignment(
-        self, leader_id: str, protocol: str, members: Sequence[Member]
-    ) -> Mapping[str, bytes]:
-        raise _not_classic()
-
-    def on_join_prepare(self, generation: int, member_id: str) -> None:
-        raise _not_classic()
-
-    def on_join_complete(
-        self, generation: int, member_id: str, protocol: str, assignment: bytes
-    ) -> None:
-        raise _not_classic()
-
-    def on_leave_prepare(self) -> None:
-        raise _not_classic()
-
-
-def _not_classic() -> CoordinatorStateError:
-    return CoordinatorStateError("a KIP-848 member has no classic protocol callbacks")

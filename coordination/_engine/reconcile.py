@@ -25,12 +25,10 @@ from .._types import Generation
 from ..clock import Clock
 from ..errors import CoordinationError
 from ..transport import Transport
-from .core import Callbacks, MemberCore, Stopped
+from .core import Callbacks, Stopped
+from .epochs import IDLE_WAIT_S, EpochHeartbeats
 
 PROTOCOL_NAME = "consumer"
-
-# How often idle threads look at their stop flag even if nobody wakes them.
-IDLE_WAIT_S = 1.0
 
 TopicIdPartition = tuple[uuid.UUID, int]
 """A partition as the protocol names it: the topic's id and the partition number."""
@@ -81,12 +79,9 @@ class PartitionCallbacks(Protocol):
         ...
 
 
-class ConsumerGroupReconcile(MemberCore):
-    """The reconcile thread's state and work (:meth:`_run_reconcile`)."""
-
-    # The heartbeat side's, read or set here under the lock.
-    _member_id: str
-    _heartbeat_now: bool
+class ConsumerGroupReconcile(EpochHeartbeats):
+    """The reconcile thread's state and work (:meth:`_run_reconcile`); the heartbeat thread
+    is :class:`~coordination._engine.epochs.EpochHeartbeats`'s."""
 
     def __init__(
         self,

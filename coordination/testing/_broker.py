@@ -55,6 +55,11 @@ TEST_BROKER_CONFIG: Final[Mapping[str, str]] = {
     "group.consumer.session.timeout.ms": "6000",
     "group.consumer.min.heartbeat.interval.ms": "100",
     "group.consumer.heartbeat.interval.ms": "500",
+    # Share groups (KIP-932): test-sized heartbeat (5 s by default, its minimum too), and a
+    # record lock a group may set as low as 1 s (15 s minimum by default) to test expiry.
+    "group.share.min.heartbeat.interval.ms": "100",
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.min.record.lock.duration.ms": "1000",
 }
 
 # What Kafka's own start scripts give a broker's JVM (kafka-server-start.sh's heap,

@@ -50,6 +50,26 @@ def test_key_rows() -> None:
     )
 
 
+def test_share_group_rows() -> None:
+    beat, fetch, ack = Api.SHARE_GROUP_HEARTBEAT, Api.SHARE_FETCH, Api.SHARE_ACKNOWLEDGE
+    # Fenced or unknown: join again at epoch 0, keeping the member id (KIP-1082).
+    for code in (E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID):
+        assert classify.reaction(beat, code) == Reaction(Next.REJOIN, Reset.GENERATION)
+    for code in (E.GROUP_MAX_SIZE_REACHED, E.UNSUPPORTED_VERSION, E.GROUP_AUTHORIZATION_FAILED):
+        assert classify.reaction(beat, code).next is Next.FATAL
+    assert classify.reaction(beat, E.NOT_COORDINATOR).next is Next.FIND_COORDINATOR
+    assert classify.reaction(beat, 12345).next is Next.RETRY_BACKOFF
+    for api in (fetch, ack):
+        assert classify.reaction(api, E.NOT_LEADER_OR_FOLLOWER).next is Next.REFRESH_METADATA
+        assert classify.reaction(api, E.SHARE_SESSION_NOT_FOUND).next is Next.NEW_SESSION
+        assert classify.reaction(api, E.INVALID_SHARE_SESSION_EPOCH).next is Next.NEW_SESSION
+        assert classify.reaction(api, E.TOPIC_AUTHORIZATION_FAILED).next is Next.FATAL
+    # A lock that ran out: the caller hears of it; an unlisted ack error too.
+    assert classify.reaction(ack, E.INVALID_RECORD_STATE).next is Next.RAISE
+    assert classify.reaction(ack, 12345).next is Next.RAISE
+    assert classify.reaction(fetch, 12345).next is Next.RETRY_BACKOFF
+
+
 @pytest.mark.parametrize("code", [12345, E.UNKNOWN_SERVER_ERROR, E.GROUP_ID_NOT_FOUND])
 def test_unlisted_codes_back_off_raise_or_are_ignored(code: int) -> None:
     for api in (Api.FIND_COORDINATOR, Api.JOIN_GROUP, Api.SYNC_GROUP, Api.HEARTBEAT):
@@ -76,6 +96,7 @@ def test_the_registry_is_the_tables_error_column() -> None:
 def test_a_code_the_engine_retries_somewhere_is_retriable_and_none_is_both() -> None:
     retry = {Next.RETRY_NOW, Next.RETRY_WITH_MEMBER_ID, Next.RETRY_BACKOFF}
     retry |= {Next.FIND_COORDINATOR, Next.REJOIN, Next.REJOIN_IF_STABLE}
+    retry |= {Next.REFRESH_METADATA, Next.NEW_SESSION}
     for p in classify.POLICIES:
         listed = {r.next for api in Api if (r := p.listed(api)) is not None}
         if listed & retry:

@@ -1,0 +1,513 @@
+"""Share groups (KIP-932): fetching and acknowledging records, in share sessions, at each
+partition's leader.
+
+A share group's member fetches from the leaders of the partitions it is assigned, not from
+the coordinator. At each leader it keeps a *share session*: the first ShareFetch opens it
+(``share_session_epoch`` 0) and names every partition to fetch from; each later request
+carries the next epoch (1, 2, ...) and only the changes (partitions added, partitions
+forgotten); a ShareAcknowledge of epoch -1 closes it, which releases whatever the member
+still holds there. Acknowledgements ride on the next ShareFetch to the partition's leader
+(a RENEW, which must not fetch, goes on a ShareAcknowledge of its own); a ShareAcknowledge
+sends them without fetching (``commit``, ``close``).
+
+Each request's answer is judged with ``classify.py``'s ShareFetch and ShareAcknowledge
+columns: a moved leader drops the session there and the metadata is asked again; a lost
+session is opened anew; an authorization failure or a broker without share groups stops.
+An acknowledgement that did not succeed is reported for its partition, with its code: a
+record whose lock ran out answers INVALID_RECORD_STATE, and is never counted as
+acknowledged. An acknowledgement whose request got no answer is reported with
+NETWORK_EXCEPTION: the broker may or may not have applied it.
+
+Not thread-safe: one thread (the consumer's) calls it, as Kafka's share consumer is used.
+A ShareFetch long-polls on a connection of its own per leader (the transport's
+``dedicated_node``), so that it never holds up the member's heartbeats.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol, TypeVar
+
+from .._protocol import share_group as sg
+from .._protocol import share_group_codec as codec
+from .._protocol.consumer_group import TopicIdPartitions
+from .._protocol.error_codes import ErrorCode, error_name
+from ..errors import ProtocolCodecError
+from ..transport import CoordinatorNode, Transport, TransportError
+from . import classify
+from .classify import Api, Next
+from .share_group import ShareGroupMembership, TopicIdPartition
+
+# The code an acknowledgement is reported with when its request got no answer.
+NO_ANSWER: Final = ErrorCode.NETWORK_EXCEPTION
+# The code for acknowledgements of a partition with no share session to carry them.
+NO_SESSION: Final = ErrorCode.SHARE_SESSION_NOT_FOUND
+
+R = TypeVar("R", sg.ShareFetchResponse, sg.ShareAcknowledgeResponse)
+
+Acknowledgements = Mapping[TopicIdPartition, Mapping[int, sg.AcknowledgeType]]
+"""Per partition, the acknowledgement of each offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLocation:
+    """A subscribed topic as the cluster's metadata tells it: its name and each partition's
+    leader (None: no leader at the moment)."""
+
+    name: str
+    leaders: Mapping[int, CoordinatorNode | None]
+
+
+class Leaders(Protocol):
+    """Where the member learns its topics' ids and partition leaders (the cluster's
+    Metadata, or a stand-in in tests)."""
+
+    def locate(self, topics: frozenset[str]) -> Mapping[uuid.UUID, TopicLocation]:
+        """The topics of ``topics`` that exist, by id. May block on I/O; may raise."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class AcquiredRecord:
+    """A record this member acquired: it holds it under the acquisition lock until it
+    acknowledges it or ``lock_timeout_ms`` (counted from its fetch) runs out."""
+
+    topic_id: uuid.UUID
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+    delivery_count: int
+    lock_timeout_ms: int
+
+
+@dataclass(slots=True)
+class FetchOutcome:
+    """What one round of ShareFetches brought: the records acquired, and the outcome of the
+    acknowledgements it carried (a code per partition; NONE for success)."""
+
+    records: list[AcquiredRecord] = field(default_factory=list)
+    acknowledged: dict[TopicIdPartition, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Session:
+    """The share session at one leader, as this member and the broker both know it."""
+
+    epoch: int = sg.OPEN_SESSION_EPOCH  # the next request's
+    partitions: frozenset[TopicIdPartition] = frozenset()  # in the session at the broker
+
+    def advance(self, partitions: frozenset[TopicIdPartition]) -> None:
+        """The request of this epoch was answered: the next one carries the next epoch."""
+        self.partitions = partitions
+        # Kafka wraps the epoch to 1 after INT32_MAX (0 would open a new session).
+        self.epoch = 1 if self.epoch >= 0x7FFFFFFF else self.epoch + 1
+
+
+def batches(acks: Mapping[int, sg.AcknowledgeType]) -> tuple[sg.AcknowledgementBatch, ...]:
+    """``acks`` as acknowledgement batches: each run of consecutive offsets with one type."""
+    out: list[sg.AcknowledgementBatch] = []
+    run: list[int] = []
+    for offset in sorted(acks):
+        if run and (offset != run[-1] + 1 or acks[offset] != acks[run[0]]):
+            out.append(sg.AcknowledgementBatch(run[0], run[-1], (int(acks[run[0]]),)))
+            run = []
+        run.append(offset)
+    if run:
+        out.append(sg.AcknowledgementBatch(run[0], run[-1], (int(acks[run[0]]),)))
+    return tuple(out)
+
+
+def _has_renew(acks: Mapping[int, sg.AcknowledgeType]) -> bool:
+    return sg.AcknowledgeType.RENEW in acks.values()
+
+
+class ShareSessions:
+    """The share sessions of one member, one per leader (see the module docstring)."""
+
+    def __init__(
+        self,
+        membership: ShareGroupMembership,
+        leaders: Leaders,
+        transport: Transport,
+        *,
+        max_records: int,
+    ) -> None:
+        self._membership = membership
+        self._leaders = leaders
+        self._link = LeaderLink(transport)
+        self._max_records = max_records
+        self._config = membership.config
+        self._sessions: dict[CoordinatorNode, _Session] = {}
+        self._located: dict[TopicIdPartition, tuple[str, CoordinatorNode | None]] = {}
+        self._names: dict[uuid.UUID, str] = {}
+        self._stale = True  # look the leaders up before the next request
+        self._refresh_after = 0.0  # not before (the membership's clock)
+        # Offsets of acquired ranges that held no record (transaction markers, compacted
+        # away): acknowledged as GAP with the partition's next acknowledgements.
+        self._gaps: dict[TopicIdPartition, dict[int, sg.AcknowledgeType]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._failed = False  # a request of this round failed (see fetch)
+
+    # ------------------------------------------------------------------ the consumer's calls
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._names.get(topic_id)
+
+    def fetch(self, acks: Acknowledgements, max_wait_ms: int) -> FetchOutcome:
+        """One ShareFetch to each leader of the assignment (at once, each on its own
+        connection), carrying ``acks``; RENEWs first, in a ShareAcknowledge.
+
+        Raises:
+            FatalBrokerError: an answer the member cannot go on from (authorization, a broker
+                without share groups); the caller stops.
+        """
+        outcome = FetchOutcome()
+        renewing = {tp: a for tp, a in acks.items() if _has_renew(a)}
+        if renewing:
+            outcome.acknowledged.update(self.acknowledge(renewing))
+        acks = self._with_gaps(
+            {tp: a for tp, a in acks.items() if tp not in renewing}, every_gap=True
+        )
+        plan = self._plan()
+        stray = {tp: a for tp, a in acks.items() if not any(tp in p for p in plan.values())}
+        if stray:
+            # Acknowledgements for partitions no longer fetched from: their own request.
+            outcome.acknowledged.update(self.acknowledge(stray))
+        if not plan:
+            self._membership.wait_changed(max_wait_ms / 1000)
+            return outcome
+        requests = {
+            leader: self._fetch_request(leader, wanted, acks, max_wait_ms)
+            for leader, wanted in plan.items()
+        }
+        timeout_s = self._config.request_timeout_ms / 1000 + max_wait_ms / 1000
+        self._failed = False
+        for leader, answer in self._send_all(requests, sg.ShareFetchResponse, timeout_s):
+            request, wanted = requests[leader], plan[leader]
+            self._on_fetched(leader, request, wanted, answer, outcome)
+        if self._failed and not outcome.records:
+            # A failed fetch answers at once: wait before the next, as Kafka's clients do.
+            self._membership.pause(self._config.retry_backoff_ms / 1000)
+        return outcome
+
+    def acknowledge(self, acks: Acknowledgements) -> dict[TopicIdPartition, int]:
+        """Send ``acks`` now, in a ShareAcknowledge to each partition's leader; the outcome
+        per partition (a code, NONE for success)."""
+        return self._acknowledge(self._with_gaps(dict(acks)), closing=False)
+
+    def close(self, acks: Acknowledgements) -> dict[TopicIdPartition, int]:
+        """Send ``acks`` and close every share session (a ShareAcknowledge of epoch -1 to
+        each leader): what the member still holds there is released at once."""
+        try:
+            return self._acknowledge(self._with_gaps(dict(acks)), closing=True)
+        finally:
+            self._sessions.clear()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ requests
+
+    def _plan(self) -> dict[CoordinatorNode, frozenset[TopicIdPartition]]:
+        """Which partitions to fetch from at each leader."""
+        assigned = self._membership.assignment()
+        unlocated = any(self._located.get(tp, ("", None))[1] is None for tp in assigned)
+        now = self._membership.clock.monotonic()
+        if (self._stale or unlocated) and now >= self._refresh_after:
+            # At most once a backoff: a partition may have no leader for a while.
+            self._refresh_after = now + self._config.retry_backoff_ms / 1000
+            self._refresh()
+        plan: dict[CoordinatorNode, set[TopicIdPartition]] = {}
+        for tp in assigned:
+            leader = self._located.get(tp, ("", None))[1]
+            if leader is not None:
+                plan.setdefault(leader, set()).add(tp)
+        # A session whose partitions all moved away (or left the assignment): close it.
+        for leader in [s for s in self._sessions if s not in plan]:
+            self._acknowledge_at(leader, {}, closing=True)
+        return {leader: frozenset(tps) for leader, tps in plan.items()}
+
+    def _refresh(self) -> None:
+        try:
+            found = self._leaders.locate(self._membership.topics)
+        except Exception as e:  # the next poll asks again
+            self._membership.note_problem(f"metadata lookup failed: {e!r}")
+            return
+        self._stale = False
+        self._names.update({topic_id: t.name for topic_id, t in found.items()})
+        self._located = {
+            (topic_id, partition): (t.name, leader)
+            for topic_id, t in found.items()
+            for partition, leader in t.leaders.items()
+        }
+
+    def _fetch_request(
+        self,
+        leader: CoordinatorNode,
+        wanted: frozenset[TopicIdPartition],
+        acks: Acknowledgements,
+        max_wait_ms: int,
+    ) -> sg.ShareFetchRequest:
+        session = self._sessions.setdefault(leader, _Session())
+        opening = session.epoch == sg.OPEN_SESSION_EPOCH
+        acked = {tp for tp in wanted if acks.get(tp)}
+        # Opening: every partition; then only the new ones, and those with acknowledgements.
+        named = wanted if opening else (wanted - session.partitions) | acked
+        forgotten = frozenset() if opening else session.partitions - wanted
+        return sg.ShareFetchRequest(
+            group_id=self._config.group_id,
+            member_id=self._membership.member_id,
+            share_session_epoch=session.epoch,
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_records=self._max_records,
+            batch_size=self._max_records,
+            topics=tuple(
+                sg.ShareFetchTopic(
+                    topic_id,
+                    tuple(
+                        sg.ShareFetchPartition(p, batches(acks.get((topic_id, p), {})))
+                        for p in partitions
+                    ),
+                )
+                for topic_id, partitions in _by_topic(named)
+            ),
+            forgotten_topics_data=tuple(
+                TopicIdPartitions(topic_id, partitions)
+                for topic_id, partitions in _by_topic(forgotten)
+            ),
+        )
+
+    def _send_all(
+        self, requests: Mapping[CoordinatorNode, Any], response_type: type[R], timeout_s: float
+    ) -> list[tuple[CoordinatorNode, R | TransportError]]:
+        """Each request's answer (or the TransportError it got), sent to all leaders at once."""
+
+        def one(leader: CoordinatorNode) -> R | TransportError:
+            try:
+                return self._link.send(requests[leader], response_type, leader, timeout_s)
+            except TransportError as e:
+                return e
+
+        leaders = list(requests)
+        if len(leaders) == 1:
+            return [(leaders[0], one(leaders[0]))]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(8, thread_name_prefix="coordination-share-fetch")
+        return list(zip(leaders, self._pool.map(one, leaders), strict=True))
+
+    # ------------------------------------------------------------------ answers
+
+    def _on_fetched(
+        self,
+        leader: CoordinatorNode,
+        request: sg.ShareFetchRequest,
+        wanted: frozenset[TopicIdPartition],
+        answer: sg.ShareFetchResponse | TransportError,
+        outcome: FetchOutcome,
+    ) -> None:
+        carried = [
+            (t.topic_id, p.partition_index)
+            for t in request.topics
+            for p in t.partitions
+            if p.acknowledgement_batches
+        ]
+        if isinstance(answer, TransportError):
+            # The session's state at the broker is unknown: open a new one. Whether the
+            # acknowledgements were applied, nobody knows.
+            outcome.acknowledged.update({tp: NO_ANSWER for tp in carried})
+            self._lost_leader(leader, f"ShareFetch to {leader}: {answer}")
+            return
+        if answer.error_code != ErrorCode.NONE:
+            # Nothing of the request was applied.
+            outcome.acknowledged.update({tp: answer.error_code for tp in carried})
+            self._react(Api.SHARE_FETCH, leader, answer.error_code, answer.error_message)
+            return
+        self._sessions[leader].advance(wanted)
+        for topic in answer.responses:
+            for partition in topic.partitions:
+                tp = (topic.topic_id, partition.partition_index)
+                if tp in carried:
+                    outcome.acknowledged[tp] = partition.acknowledge_error_code
+                if partition.error_code != ErrorCode.NONE:
+                    self._react(Api.SHARE_FETCH, leader, partition.error_code, None)
+                    continue
+                outcome.records.extend(
+                    self._acquired(tp, partition, answer.acquisition_lock_timeout_ms)
+                )
+
+    def _acquired(
+        self, tp: TopicIdPartition, partition: sg.ShareFetchPartitionData, lock_timeout_ms: int
+    ) -> list[AcquiredRecord]:
+        try:
+            got = codec.acquired(partition)
+        except ProtocolCodecError as e:
+            # Unreadable: its records go back after their lock; say so, carry on.
+            self._membership.note_problem(f"records of {tp} could not be decoded: {e}")
+            return []
+        topic = self._names.get(tp[0], str(tp[0]))
+        delivered = {record.offset for record, _ in got}
+        for r in partition.acquired_records:
+            for offset in range(r.first_offset, r.last_offset + 1):
+                if offset not in delivered:
+                    self._gaps.setdefault(tp, {})[offset] = sg.AcknowledgeType.GAP
+        return [
+            AcquiredRecord(
+                topic_id=tp[0],
+                topic=topic,
+                partition=tp[1],
+                offset=record.offset,
+                key=record.key,
+                value=record.value,
+                headers=record.headers,
+                timestamp=record.timestamp,
+                delivery_count=count,
+                lock_timeout_ms=lock_timeout_ms,
+            )
+            for record, count in got
+        ]
+
+    def _lost_leader(self, leader: CoordinatorNode, problem: str) -> None:
+        """A request to ``leader`` got no answer: the broker may be gone (its partitions led
+        elsewhere now), and the session's state there is unknown: a new one, and the leaders
+        looked up again."""
+        self._failed = True
+        self._stale = True
+        self._sessions.pop(leader, None)
+        self._membership.note_problem(problem)
+
+    def _react(self, api: Api, leader: CoordinatorNode, code: int, message: str | None) -> None:
+        """Act on ``code`` as ``classify.py``'s column for ``api`` says."""
+        reaction = classify.reaction(api, code)
+        self._failed = True
+        self._membership.note_problem(
+            f"{api.value} to {leader} returned {error_name(code)}"
+            + (f" ({message})" if message else "")
+        )
+        if reaction.next is Next.FATAL:
+            self._membership.fail(self._membership.error_for(api, code, message))
+        if reaction.next is Next.REFRESH_METADATA:
+            self._stale = True
+            self._sessions.pop(leader, None)
+        elif reaction.next is Next.NEW_SESSION:
+            self._sessions.pop(leader, None)
+        if code == ErrorCode.UNKNOWN_MEMBER_ID:
+            self._membership.heartbeat_soon()
+
+    # ------------------------------------------------------------------ acknowledgements
+
+    def _acknowledge(self, acks: Acknowledgements, *, closing: bool) -> dict[TopicIdPartition, int]:
+        results: dict[TopicIdPartition, int] = {}
+        by_leader: dict[CoordinatorNode, dict[TopicIdPartition, Mapping[int, Any]]] = {}
+        for tp, offsets in acks.items():
+            leader = self._located.get(tp, ("", None))[1]
+            if not offsets:
+                continue
+            if leader is None or leader not in self._sessions:
+                results[tp] = NO_SESSION
+                continue
+            by_leader.setdefault(leader, {})[tp] = offsets
+        leaders = set(by_leader) | (set(self._sessions) if closing else set())
+        for leader in leaders:
+            results.update(self._acknowledge_at(leader, by_leader.get(leader, {}), closing))
+        return results
+
+    def _acknowledge_at(
+        self, leader: CoordinatorNode, acks: Acknowledgements, closing: bool
+    ) -> dict[TopicIdPartition, int]:
+        session = self._sessions.get(leader)
+        if session is None or session.epoch == sg.OPEN_SESSION_EPOCH:
+            self._sessions.pop(leader, None)
+            return {tp: NO_SESSION for tp in acks}  # no session: nothing to acknowledge in
+        request = sg.ShareAcknowledgeRequest(
+            group_id=self._config.group_id,
+            member_id=self._membership.member_id,
+            share_session_epoch=sg.CLOSE_SESSION_EPOCH if closing else session.epoch,
+            is_renew_ack=any(_has_renew(a) for a in acks.values()),
+            topics=tuple(
+                sg.ShareAcknowledgeTopic(
+                    topic_id,
+                    tuple(
+                        sg.ShareAcknowledgePartition(p, batches(acks[(topic_id, p)]))
+                        for p in partitions
+                    ),
+                )
+                for topic_id, partitions in _by_topic(frozenset(acks))
+            ),
+        )
+        if closing:
+            self._sessions.pop(leader, None)
+        timeout_s = self._config.request_timeout_ms / 1000
+        ((_, answer),) = self._send_all({leader: request}, sg.ShareAcknowledgeResponse, timeout_s)
+        if isinstance(answer, TransportError):
+            self._lost_leader(leader, f"ShareAcknowledge to {leader}: {answer}")
+            return {tp: NO_ANSWER for tp in acks}
+        if answer.error_code != ErrorCode.NONE:
+            self._react(Api.SHARE_ACKNOWLEDGE, leader, answer.error_code, answer.error_message)
+            return {tp: answer.error_code for tp in acks}
+        if not closing:
+            session.advance(session.partitions)
+        results = {tp: int(ErrorCode.NONE) for tp in acks}
+        for topic in answer.responses:
+            for partition in topic.partitions:
+                tp = (topic.topic_id, partition.partition_index)
+                results[tp] = partition.error_code
+                if partition.error_code != ErrorCode.NONE:
+                    self._react(Api.SHARE_ACKNOWLEDGE, leader, partition.error_code, None)
+        return results
+
+    def _with_gaps(
+        self, acks: Acknowledgements, *, every_gap: bool = False
+    ) -> dict[TopicIdPartition, dict[int, Any]]:
+        """``acks`` and the GAPs waiting for their partitions (``every_gap``: for any)."""
+        out: dict[TopicIdPartition, dict[int, Any]] = {tp: dict(a) for tp, a in acks.items()}
+        for tp in list(self._gaps):
+            if tp in out or every_gap:
+                out[tp] = {**self._gaps.pop(tp), **out.get(tp, {})}
+        return out
+
+
+class LeaderLink:
+    """Sends share-group requests to a partition's leader, on a connection of their own per
+    leader with Kafka's transport (apart from the coordinator's, where the heartbeats go);
+    any other transport gets them with the leader as its ``coordinator``."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        from .._transport.kafka import KafkaTransport
+
+        self._kafka = transport if isinstance(transport, KafkaTransport) else None
+
+    def send(
+        self,
+        request: sg.ShareFetchRequest | sg.ShareAcknowledgeRequest,
+        response_type: type[R],
+        leader: CoordinatorNode,
+        timeout_s: float,
+    ) -> R:
+        if self._kafka is None:
+            return self._transport.send(
+                request, response_type, coordinator=leader, timeout_s=timeout_s
+            )
+        from .._transport.kafka import _OwnCodecRequest
+
+        node = self._kafka.dedicated_node("share", leader.node_id, leader.host, leader.port)
+        answer = self._kafka.send_kafka(
+            _OwnCodecRequest(request), node_id=node, timeout_s=timeout_s
+        )
+        if not isinstance(answer, response_type):
+            raise TransportError(f"{type(request).__name__}: unexpected answer {answer!r}")
+        return answer
+
+
+def _by_topic(partitions: Iterable[TopicIdPartition]) -> list[tuple[uuid.UUID, tuple[int, ...]]]:
+    by_topic: dict[uuid.UUID, list[int]] = {}
+    for topic_id, partition in partitions:
+        by_topic.setdefault(topic_id, []).append(partition)
+    return [(t, tuple(sorted(ps))) for t, ps in sorted(by_topic.items())]

@@ -1,0 +1,501 @@
+"""The share consumer: Kafka's ``KafkaShareConsumer`` API on a share group's member."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+from typing_extensions import Self
+
+from coordination import ErrorCode
+from coordination.clock import Clock
+from coordination.errors import ConfigurationError, CoordinatorStateError
+from coordination.share_group import (
+    NO_ANSWER,
+    AcknowledgeType,
+    AcquiredRecord,
+    Leaders,
+    ShareGroupMember,
+)
+from coordination.transport import Transport
+
+from ._errors import (
+    AcknowledgementError,
+    AcknowledgementUncertainError,
+    AcquisitionLockExpiredError,
+)
+
+log = logging.getLogger("recipes.queues")
+
+TopicPartition = tuple[str, int]
+"""A partition: topic name and partition number."""
+
+_Key = tuple[uuid.UUID, int]  # a partition as the member names it: topic id, partition
+_USER_TYPES = frozenset(
+    {AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT, AcknowledgeType.RENEW}
+)
+
+OnAcknowledged = Callable[[TopicPartition, tuple[int, ...], "AcknowledgementError | None"], None]
+"""``on_acknowledged(partition, offsets, error)``: error None when they took effect."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ShareRecord:
+    """A record delivered by :meth:`ShareConsumer.poll`, held by this consumer under the
+    acquisition lock until it is acknowledged or the lock runs out.
+
+    ``delivery_count``: 1 at its first delivery, one more at each (after a RELEASE, a lock
+    that ran out, a consumer that closed holding it). Compared by identity: a record
+    delivered again is a new ``ShareRecord``.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+    delivery_count: int
+    topic_id: uuid.UUID = field(repr=False)
+
+
+@dataclass(slots=True)
+class ShareMetrics:
+    """Counts since the consumer started."""
+
+    records_acquired: int = 0
+    """Records delivered by poll()."""
+    records_redelivered: int = 0
+    """Of those, records delivered before (delivery_count above 1)."""
+    acknowledged: dict[str, int] = field(default_factory=dict)
+    """Records whose acknowledgement took effect, by type (``"ACCEPT"``, ...)."""
+    lock_renewals: int = 0
+    """RENEWs that took effect."""
+    acknowledgements_failed: int = 0
+    """Records whose acknowledgement did not take effect (lock expired, no answer, ...)."""
+
+
+@dataclass(slots=True)
+class _Held:
+    """A delivered record not acknowledged yet, and when its lock runs out (our clock; the
+    broker's lock began earlier, so it has run out by then at the latest)."""
+
+    record: ShareRecord
+    lock_until: float
+    lock_s: float
+
+
+class ShareConsumer:
+    """Consume a topic as a queue: records shared among the members of a share group
+    (KIP-932), each acknowledged on its own.
+
+    Example:
+        with ShareConsumer("jobs", topics=["jobs"], bootstrap_servers="localhost:9092") as c:
+            while True:
+                for record in c.poll(timeout_ms=1000):
+                    try:
+                        handle(record.value)
+                        c.acknowledge(record, AcknowledgeType.ACCEPT)
+                    except Exception:
+                        c.acknowledge(record, AcknowledgeType.RELEASE)  # deliver it again
+                c.commit()  # or let the next poll carry the acknowledgements
+
+    Acknowledgement modes (Kafka ``share.acknowledgement.mode``):
+        ``"explicit"``: each record is acknowledged with :meth:`acknowledge`; the next
+        :meth:`poll` (or :meth:`commit`) sends the acknowledgements. A record left
+        unacknowledged stays locked to this consumer until its lock runs out.
+        ``"implicit"``: the next :meth:`poll` (or :meth:`commit`, :meth:`close`) accepts
+        every record the previous poll returned.
+
+    Acknowledgement types: ACCEPT (done), RELEASE (deliver again, to any member), REJECT
+    (never deliver again: archived), RENEW (keep the lock: still working; sent at the next
+    poll or commit, the record stays this consumer's).
+
+    Failures: an acknowledgement that did not take effect is reported, never counted: for
+    a record whose lock ran out, :class:`AcquisitionLockExpiredError`; for a request that
+    got no answer, :class:`AcknowledgementUncertainError`. :meth:`commit` returns them per
+    partition; ``on_acknowledged`` hears of every outcome (those sent with a poll too); a
+    failure nobody listens to is logged at WARNING.
+
+    Concurrency: not thread-safe, as Kafka's consumers: one thread calls poll, acknowledge,
+    commit and close. The heartbeats run on the member's own thread.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        topics: Iterable[str],
+        acknowledgement_mode: Literal["explicit", "implicit"] = "explicit",
+        max_poll_records: int = 500,
+        on_acknowledged: OnAcknowledged | None = None,
+        rack_id: str | None = None,
+        leaders: Leaders | None = None,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
+        **settings: Any,
+    ) -> None:
+        """Validate the settings; nothing connects until the first :meth:`poll` (or
+        :meth:`start`).
+
+        Args:
+            group_id: the share group (Kafka ``group.id``).
+            topics: the topics to consume.
+            acknowledgement_mode: ``"explicit"`` (default) or ``"implicit"`` (Kafka
+                ``share.acknowledgement.mode``), see the class docstring.
+            max_poll_records: the most records a poll acquires from each leader (Kafka
+                ``max.poll.records``, default 500).
+            on_acknowledged: called, on the polling thread, with every acknowledgement's
+                outcome: ``(partition, offsets, error)``, error None when it took effect.
+            rack_id: the consumer's rack (Kafka ``client.rack``).
+            leaders, transport, clock, **settings: as for
+                :class:`coordination.share_group.ShareGroupMember` (``bootstrap_servers``,
+                security settings, ``session_timeout_ms``, ...).
+
+        Raises:
+            ConfigurationError: an invalid setting.
+        """
+        if acknowledgement_mode not in ("explicit", "implicit"):
+            raise ConfigurationError(
+                "acknowledgement_mode must be 'explicit' or 'implicit', got "
+                f"{acknowledgement_mode!r}"
+            )
+        self._implicit = acknowledgement_mode == "implicit"
+        self._on_acknowledged = on_acknowledged
+        self._member = ShareGroupMember(
+            group_id,
+            topics,
+            rack_id=rack_id,
+            max_records=max_poll_records,
+            leaders=leaders,
+            transport=transport,
+            clock=clock,
+            **settings,
+        )
+        self._clock = self._member.clock
+        self._held: dict[tuple[uuid.UUID, int, int], _Held] = {}
+        self._pending: dict[_Key, dict[int, AcknowledgeType]] = {}
+        self._topic_names: dict[uuid.UUID, str] = {}
+        self._closed = False
+        self._metrics = ShareMetrics()
+
+    # ------------------------------------------------------------------ the member's view
+
+    @property
+    def group_id(self) -> str:
+        return self._member.group_id
+
+    @property
+    def member(self) -> ShareGroupMember:
+        """The share group's member underneath (member id, epoch, assignment)."""
+        return self._member
+
+    @property
+    def member_id(self) -> str:
+        return self._member.member_id
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions this consumer may fetch from now."""
+        return self._member.assignment()
+
+    def metrics(self) -> ShareMetrics:
+        """A copy of the consumer's counts."""
+        m = self._metrics
+        return ShareMetrics(
+            m.records_acquired,
+            m.records_redelivered,
+            dict(m.acknowledged),
+            m.lock_renewals,
+            m.acknowledgements_failed,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float | None = None) -> None:
+        """Join the share group and wait for the assignment (the first poll does it too).
+
+        Raises:
+            ShareGroupsUnsupportedError: the broker has no share groups (Kafka 4.2+ with
+                ``share.version`` enabled is needed).
+            CoordinationTimeoutError: not joined within ``timeout``.
+            FatalBrokerError: another error a person must fix.
+        """
+        self._check_open()
+        self._member.wait_assigned(timeout)
+
+    def poll(self, timeout_ms: int) -> list[ShareRecord]:
+        """Records acquired for this consumer, waiting up to ``timeout_ms`` for some; sends
+        the acknowledgements made since the last poll (in implicit mode: accepts every
+        record the last poll returned).
+
+        Raises:
+            ShareGroupsUnsupportedError: the broker has no share groups.
+            FatalBrokerError: the member stopped on an error a person must fix.
+            CoordinatorStateError: the consumer is closed.
+        """
+        self._check_open()
+        self._member.start()  # joins in the background; the fetches wait for the assignment
+        deadline = self._clock.monotonic() + max(0, timeout_ms) / 1000
+        if self._implicit:
+            self._accept_all_held()
+        sent, _ = self._take_pending()  # a refusal is reported; poll goes on
+        while True:
+            remaining_ms = max(0, int((deadline - self._clock.monotonic()) * 1000))
+            outcome = self._member.fetch(sent, remaining_ms)
+            self._settle(sent, outcome.acknowledged)
+            sent = {}
+            if outcome.records or remaining_ms == 0:
+                return [self._hold(r) for r in outcome.records]
+
+    def acknowledge(
+        self, record: ShareRecord, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT
+    ) -> None:
+        """Acknowledge ``record`` (sent with the next :meth:`poll` or :meth:`commit`). A
+        later acknowledgement of the same record before then replaces this one.
+
+        Raises:
+            CoordinatorStateError: implicit mode, the record is not held by this consumer
+                (acknowledged already, delivered again since, or from another consumer), or
+                the consumer is closed.
+            ConfigurationError: ``ack_type`` is not ACCEPT, RELEASE, REJECT or RENEW.
+        """
+        self._check_open()
+        if self._implicit:
+            raise CoordinatorStateError(
+                "acknowledge() is for acknowledgement_mode='explicit'; in implicit mode the "
+                "next poll accepts every record"
+            )
+        if ack_type not in _USER_TYPES:
+            raise ConfigurationError(
+                f"ack_type must be ACCEPT, RELEASE, REJECT or RENEW, got {ack_type!r}"
+            )
+        held = self._held.get((record.topic_id, record.partition, record.offset))
+        if held is None or held.record is not record:
+            raise CoordinatorStateError(
+                f"{record.topic}[{record.partition}] offset {record.offset} is not held by this "
+                "consumer: acknowledged already, delivered again since, or not its record"
+            )
+        acks = self._pending.setdefault((record.topic_id, record.partition), {})
+        acks[record.offset] = ack_type
+
+    def commit(self) -> dict[TopicPartition, AcknowledgementError | None]:
+        """Send the acknowledgements made so far now (in implicit mode: accept every record
+        the last poll returned), and wait for their outcome.
+
+        Returns:
+            Per partition acknowledged: None if every acknowledgement took effect, else the
+            error for the records whose did not (:class:`AcquisitionLockExpiredError`, ...).
+
+        Raises:
+            FatalBrokerError: the member stopped on an error a person must fix.
+            CoordinatorStateError: the consumer is closed.
+        """
+        self._check_open()
+        if self._implicit:
+            self._accept_all_held()
+        sent, refused = self._take_pending()
+        if not sent:
+            return refused
+        return _merged(refused, self._settle(sent, self._member.acknowledge(sent)))
+
+    def close(self, timeout: float = 30.0) -> dict[TopicPartition, AcknowledgementError | None]:
+        """Send the acknowledgements made so far (implicit mode: accept the last poll's
+        records), release every other record this consumer holds (other members get them at
+        once, not after their lock), close the share sessions and leave the group.
+        Idempotent.
+
+        Returns:
+            The outcome of the acknowledgements, as :meth:`commit` returns it.
+        """
+        if self._closed:
+            return {}
+        self._closed = True
+        if self._implicit:
+            self._accept_all_held()
+        for key in list(self._held):
+            # Not acknowledged: release it now (a RENEW pending is a record still held).
+            partition = self._pending.setdefault((key[0], key[1]), {})
+            if partition.get(key[2], AcknowledgeType.RENEW) is AcknowledgeType.RENEW:
+                partition[key[2]] = AcknowledgeType.RELEASE
+        sent, refused = self._take_pending()
+        try:
+            answered = self._member.close(sent, timeout)
+        except Exception:
+            self._held.clear()
+            raise
+        return _merged(refused, self._settle(sent, answered)) if sent else refused
+
+    def __enter__(self) -> Self:
+        self._member.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ShareConsumer group={self.group_id!r} member={self.member_id!r}>"
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _hold(self, acquired: AcquiredRecord) -> ShareRecord:
+        record = ShareRecord(
+            topic=acquired.topic,
+            partition=acquired.partition,
+            offset=acquired.offset,
+            key=acquired.key,
+            value=acquired.value,
+            headers=acquired.headers,
+            timestamp=acquired.timestamp,
+            delivery_count=acquired.delivery_count,
+            topic_id=acquired.topic_id,
+        )
+        self._topic_names[acquired.topic_id] = acquired.topic
+        lock_s = acquired.lock_timeout_ms / 1000
+        now = self._clock.monotonic()
+        self._held[(acquired.topic_id, acquired.partition, acquired.offset)] = _Held(
+            record, now + lock_s, lock_s
+        )
+        self._metrics.records_acquired += 1
+        if acquired.delivery_count > 1:
+            self._metrics.records_redelivered += 1
+        return record
+
+    def _accept_all_held(self) -> None:
+        for topic_id, partition, offset in self._held:
+            acks = self._pending.setdefault((topic_id, partition), {})
+            acks.setdefault(offset, AcknowledgeType.ACCEPT)
+
+    def _take_pending(
+        self,
+    ) -> tuple[
+        dict[_Key, dict[int, AcknowledgeType]], dict[TopicPartition, AcknowledgementError | None]
+    ]:
+        """The acknowledgements to send now; those of records whose lock has run out by this
+        consumer's clock are reported at once instead, not sent: Kafka applies a
+        partition's acknowledgements all or none, so one of them would fail the others."""
+        pending, self._pending = self._pending, {}
+        now = self._clock.monotonic()
+        expired: dict[_Key, dict[int, AcknowledgeType]] = {}
+        for key, offsets in pending.items():
+            for offset in list(offsets):
+                held = self._held.get((key[0], key[1], offset))
+                if held is not None and held.lock_until <= now:
+                    expired.setdefault(key, {})[offset] = offsets.pop(offset)
+        code = int(ErrorCode.INVALID_RECORD_STATE)
+        refused = self._settle(expired, {key: code for key in expired})
+        return {key: offsets for key, offsets in pending.items() if offsets}, refused
+
+    def _settle(
+        self,
+        sent: dict[_Key, dict[int, AcknowledgeType]],
+        codes: dict[_Key, int],
+    ) -> dict[TopicPartition, AcknowledgementError | None]:
+        """Apply the outcome of ``sent`` (a code per partition) to the records held, and
+        report it. A partition refused with INVALID_RECORD_STATE for several records is
+        acknowledged again record by record, to tell which of them had run out."""
+        results: dict[TopicPartition, AcknowledgementError | None] = {}
+        for key, offsets in sent.items():
+            # A partition the answer does not name: its outcome is unknown.
+            code = codes.get(key, NO_ANSWER)
+            outcome = {offset: code for offset in offsets}
+            if code == ErrorCode.INVALID_RECORD_STATE and len(offsets) > 1 and not self._closed:
+                outcome = self._one_by_one(key, offsets)
+            results[self._name(key)] = self._apply(key, offsets, outcome)
+        return results
+
+    def _one_by_one(self, key: _Key, offsets: dict[int, AcknowledgeType]) -> dict[int, int]:
+        outcome: dict[int, int] = {}
+        for offset, kind in sorted(offsets.items()):
+            held = self._held.get((key[0], key[1], offset))
+            if held is not None and held.lock_until <= self._clock.monotonic():
+                outcome[offset] = ErrorCode.INVALID_RECORD_STATE
+                continue
+            answer = self._member.acknowledge({key: {offset: kind}})
+            outcome[offset] = answer.get(key, NO_ANSWER)
+        return outcome
+
+    def _apply(
+        self,
+        key: _Key,
+        offsets: dict[int, AcknowledgeType],
+        outcome: dict[int, int],
+    ) -> AcknowledgementError | None:
+        topic, partition = self._name(key)
+        now = self._clock.monotonic()
+        done: list[int] = []
+        failed: dict[int, list[int]] = {}
+        for offset, kind in sorted(offsets.items()):
+            held_key = (key[0], key[1], offset)
+            code = outcome[offset]
+            if code == ErrorCode.NONE:
+                done.append(offset)
+                name = kind.name
+                self._metrics.acknowledged[name] = self._metrics.acknowledged.get(name, 0) + 1
+                if kind is AcknowledgeType.RENEW:
+                    self._metrics.lock_renewals += 1
+                    held = self._held.get(held_key)
+                    if held is not None:
+                        held.lock_until = now + held.lock_s
+                    continue
+            else:
+                failed.setdefault(code, []).append(offset)
+                self._metrics.acknowledgements_failed += 1
+            self._held.pop(held_key, None)
+        if done:
+            self._report((topic, partition), tuple(done), None)
+        error: AcknowledgementError | None = None
+        for code, failed_offsets in sorted(failed.items()):
+            error = _error(topic, partition, tuple(failed_offsets), code)
+            self._report((topic, partition), error.offsets, error)
+        return error
+
+    def _report(
+        self,
+        partition: TopicPartition,
+        offsets: tuple[int, ...],
+        error: AcknowledgementError | None,
+    ) -> None:
+        if self._on_acknowledged is not None:
+            try:
+                self._on_acknowledged(partition, offsets, error)
+            except Exception:
+                log.exception("on_acknowledged raised; the consumer carries on")
+        elif error is not None:
+            log.warning("share group %r: %s", self.group_id, error)
+
+    def _name(self, key: _Key) -> TopicPartition:
+        return (self._topic_names.get(key[0], str(key[0])), key[1])
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CoordinatorStateError(f"share group {self.group_id!r}: the consumer is closed")
+
+
+def _error(topic: str, partition: int, offsets: tuple[int, ...], code: int) -> AcknowledgementError:
+    if code == ErrorCode.INVALID_RECORD_STATE:
+        return AcquisitionLockExpiredError(topic, partition, offsets, code)
+    if code == NO_ANSWER:
+        return AcknowledgementUncertainError(topic, partition, offsets, code)
+    return AcknowledgementError(topic, partition, offsets, code)
+
+
+def _merged(
+    *results: dict[TopicPartition, AcknowledgementError | None],
+) -> dict[TopicPartition, AcknowledgementError | None]:
+    """Outcomes per partition, put together: an error wins over a success."""
+    merged: dict[TopicPartition, AcknowledgementError | None] = {}
+    for result in results:
+        for partition, error in result.items():
+            if merged.get(partition) is None:
+                merged[partition] = error
+    return merged

@@ -1,0 +1,630 @@
+"""The share-group member and consumer (coordination/_engine/share_group.py,
+share_sessions.py, recipes/queues) against a small model of the broker's side.
+
+The model answers as Kafka's share-group coordinator and share-partition leader document
+it: a joining member (epoch 0) gets epoch 1 and every partition; a share session opens at
+epoch 0 and must then be continued with the next epoch; a partition's acknowledgements are
+applied all or none (INVALID_RECORD_STATE if any record is not held by the member, as
+``SharePartition.acknowledge`` rolls back); a closed session releases what it held.
+Threads run on real time with short intervals; the tests wait for conditions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+from kafka.record import MemoryRecordsBuilder
+
+from coordination._engine.share_sessions import batches
+from coordination._protocol import messages as m
+from coordination._protocol import share_group as sg
+from coordination._protocol.consumer_group import TopicIdPartitions
+from coordination._protocol.error_codes import ErrorCode as E
+from coordination.errors import (
+    ConfigurationError,
+    CoordinatorStateError,
+    GroupMaxSizeReachedError,
+    ShareGroupsUnsupportedError,
+)
+from coordination.hooks import (
+    CoordinationHooks,
+    HeartbeatFailed,
+    RebalanceFinished,
+    RebalanceStarted,
+)
+from coordination.share_group import ShareGroupMember, TopicLocation
+from coordination.transport import CoordinatorNode, TransportError
+from recipes.queues import (
+    AcknowledgementError,
+    AcknowledgementUncertainError,
+    AcknowledgeType,
+    AcquisitionLockExpiredError,
+    ShareConsumer,
+)
+
+TOPIC = uuid.UUID(int=7)
+LEADER = CoordinatorNode(1, "leader", 9092)
+LEADERS = (LEADER, CoordinatorNode(2, "other-leader", 9092))
+A = AcknowledgeType
+
+
+class Broker:
+    """The coordinator and the partition leader of one topic, for one or more members."""
+
+    def __init__(self, records: int = 3, partitions: int = 1, lock_ms: int = 30_000) -> None:
+        self.lock = threading.Lock()
+        self.partitions = partitions
+        self.lock_ms = lock_ms
+        self.sent: list[Any] = []
+        self.group_epoch = 0
+        self.answers: dict[type, list[Any]] = {}  # prepared answers, used first
+        # (member id, leader) -> the next epoch expected
+        self.sessions: dict[tuple[str, CoordinatorNode | None], int] = {}
+        # (partition, offset) -> [state, delivery count, holder]
+        self.state: dict[tuple[int, int], list[Any]] = {
+            (n % partitions, n // partitions): ["available", 0, None] for n in range(records)
+        }
+        self.closed = False
+        self.leaders_apart = False  # partition n led by LEADERS[n % 2], else all by LEADER
+
+    # -- scripting -------------------------------------------------------------------
+
+    def then(self, kind: type, answer: Any) -> None:
+        """Answer the next request of ``kind`` with ``answer`` (a response or an error code
+        or a TransportError)."""
+        with self.lock:
+            self.answers.setdefault(kind, []).append(answer)
+
+    def requests(self, kind: type) -> list[Any]:
+        with self.lock:
+            return [r for r, _ in self.sent if isinstance(r, kind)]
+
+    def expire(self, partition: int, offset: int) -> None:
+        """The record's lock runs out: available again."""
+        with self.lock:
+            self.state[(partition, offset)][0] = "available"
+            self.state[(partition, offset)][2] = None
+
+    # -- Transport -------------------------------------------------------------------
+
+    def send(
+        self,
+        request: Any,
+        response_type: type[Any],
+        *,
+        coordinator: CoordinatorNode | None,
+        timeout_s: float,
+        then: Any = None,
+    ) -> Any:
+        if self.closed:
+            raise TransportError("closed")
+        if isinstance(request, m.FindCoordinatorRequest):
+            return m.FindCoordinatorResponse(error_code=0, node_id=1, host="h", port=1)
+        with self.lock:
+            self.sent.append((request, coordinator))
+            queued = self.answers.get(response_type)
+            prepared = queued.pop(0) if queued else None
+        if isinstance(prepared, TransportError):
+            raise prepared
+        if isinstance(prepared, int):
+            return response_type(error_code=prepared)
+        if prepared is not None:
+            return prepared
+        handlers: dict[type, Callable[[Any, CoordinatorNode | None], Any]] = {
+            sg.ShareGroupHeartbeatRequest: self._heartbeat,
+            sg.ShareFetchRequest: self._fetch,
+            sg.ShareAcknowledgeRequest: self._acknowledge,
+        }
+        with self.lock:
+            return handlers[type(request)](request, coordinator)
+
+    def disconnect(self, coordinator: CoordinatorNode) -> None:
+        pass
+
+    def warm_up(self, coordinator: CoordinatorNode) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    # -- the broker's side -------------------------------------------------------------
+
+    def _heartbeat(
+        self, r: sg.ShareGroupHeartbeatRequest, _: CoordinatorNode | None
+    ) -> sg.ShareGroupHeartbeatResponse:
+        if r.member_epoch == sg.LEAVE_EPOCH:
+            return sg.ShareGroupHeartbeatResponse(0, member_id=r.member_id, member_epoch=-1)
+        assignment = None
+        if r.member_epoch == sg.JOIN_EPOCH:
+            self.group_epoch += 1
+            assignment = (TopicIdPartitions(TOPIC, tuple(range(self.partitions))),)
+        return sg.ShareGroupHeartbeatResponse(
+            0,
+            member_id=r.member_id,
+            member_epoch=self.group_epoch,
+            heartbeat_interval_ms=20,
+            assignment=assignment,
+        )
+
+    def _session(self, key: tuple[str, CoordinatorNode | None], epoch: int) -> int:
+        """The session check of Kafka's ShareSessionCache; an error code or 0."""
+        if epoch == sg.OPEN_SESSION_EPOCH:
+            self.sessions[key] = 1
+            return 0
+        expected = self.sessions.get(key)
+        if expected is None:
+            return E.SHARE_SESSION_NOT_FOUND
+        if epoch == sg.CLOSE_SESSION_EPOCH:
+            return 0
+        if epoch != expected:
+            return E.INVALID_SHARE_SESSION_EPOCH
+        self.sessions[key] = expected + 1
+        return 0
+
+    def _apply(self, member_id: str, p: int, acks: tuple[sg.AcknowledgementBatch, ...]) -> int:
+        """All or none, as SharePartition.acknowledge."""
+        kinds = {}
+        for b in acks:
+            for offset in range(b.first_offset, b.last_offset + 1):
+                kinds[offset] = b.acknowledge_types[0]
+        for offset in kinds:
+            st = self.state.get((p, offset))
+            if st is None or st[0] != "acquired" or st[2] != member_id:
+                return E.INVALID_RECORD_STATE
+        for offset, kind in kinds.items():
+            st = self.state[(p, offset)]
+            if kind == A.ACCEPT:
+                st[0], st[2] = "acknowledged", None
+            elif kind == A.RELEASE:
+                st[0], st[2] = "available", None
+            elif kind == A.REJECT:
+                st[0], st[2] = "archived", None
+        return 0
+
+    def _release(self, member_id: str, partitions: set[int]) -> None:
+        for (p, _), st in self.state.items():
+            if p in partitions and st[0] == "acquired" and st[2] == member_id:
+                st[0], st[2] = "available", None
+
+    def leader_of(self, partition: int) -> CoordinatorNode:
+        return LEADERS[partition % len(LEADERS)] if self.leaders_apart else LEADER
+
+    def _fetch(
+        self, r: sg.ShareFetchRequest, leader: CoordinatorNode | None
+    ) -> sg.ShareFetchResponse:
+        assert r.member_id is not None
+        code = self._session((r.member_id, leader), r.share_session_epoch)
+        if code:
+            return sg.ShareFetchResponse(code)
+        answers = []
+        for topic in r.topics:
+            for part in topic.partitions:
+                acked = self._apply(r.member_id, part.partition_index, part.acknowledgement_batches)
+                answers.append(
+                    self._acquire(r.member_id, part.partition_index, r.max_records, acked)
+                )
+        got = any(a.acquired_records for a in answers)
+        if not got:
+            time.sleep(min(r.max_wait_ms, 20) / 1000)
+        return sg.ShareFetchResponse(
+            0,
+            acquisition_lock_timeout_ms=self.lock_ms,
+            responses=(sg.ShareFetchTopicResponse(TOPIC, tuple(answers)),) if answers else (),
+        )
+
+    def _acquire(
+        self, member_id: str, p: int, limit: int, acked: int
+    ) -> sg.ShareFetchPartitionData:
+        offsets = sorted(o for (q, o), st in self.state.items() if q == p and st[0] == "available")
+        offsets = offsets[:limit]
+        if not offsets:
+            return sg.ShareFetchPartitionData(p, acknowledge_error_code=acked)
+        builder = MemoryRecordsBuilder(2, 0, 1 << 16, offset=offsets[0])
+        ranges = []
+        for offset in offsets:
+            st = self.state[(p, offset)]
+            st[0], st[1], st[2] = "acquired", st[1] + 1, member_id
+            ranges.append(sg.AcquiredRecords(offset, offset, st[1]))
+        for offset in range(offsets[0], offsets[-1] + 1):
+            builder.append(1_000 + offset, b"k", b"v%d" % offset, [])
+        builder.close()
+        return sg.ShareFetchPartitionData(
+            p,
+            acknowledge_error_code=acked,
+            records=bytes(builder.buffer()),
+            acquired_records=tuple(ranges),
+        )
+
+    def _acknowledge(
+        self, r: sg.ShareAcknowledgeRequest, leader: CoordinatorNode | None
+    ) -> sg.ShareAcknowledgeResponse:
+        assert r.member_id is not None
+        code = self._session((r.member_id, leader), r.share_session_epoch)
+        if code:
+            return sg.ShareAcknowledgeResponse(code)
+        answers = [
+            sg.ShareAcknowledgePartitionData(
+                part.partition_index,
+                self._apply(r.member_id, part.partition_index, part.acknowledgement_batches),
+            )
+            for topic in r.topics
+            for part in topic.partitions
+        ]
+        if r.share_session_epoch == sg.CLOSE_SESSION_EPOCH:
+            self._release(r.member_id, {p for (p, _) in self.state if self.leader_of(p) == leader})
+            del self.sessions[(r.member_id, leader)]
+        return sg.ShareAcknowledgeResponse(
+            0,
+            acquisition_lock_timeout_ms=self.lock_ms,
+            responses=(sg.ShareAcknowledgeTopicResponse(TOPIC, tuple(answers)),),
+        )
+
+
+class Leaders:
+    """The topic's id and its partitions' leaders (the broker's); counts the lookups."""
+
+    def __init__(self, partitions: int = 1, broker: Broker | None = None) -> None:
+        self.partitions = partitions
+        self.broker = broker
+        self.lookups = 0
+
+    def locate(self, topics: frozenset[str]) -> Mapping[uuid.UUID, TopicLocation]:
+        self.lookups += 1
+        leader = self.broker.leader_of if self.broker is not None else (lambda p: LEADER)
+        return {TOPIC: TopicLocation("jobs", {p: leader(p) for p in range(self.partitions)})}
+
+
+def make(broker: Broker, **kw: Any) -> ShareConsumer:
+    return ShareConsumer(
+        "g",
+        topics=["jobs"],
+        transport=broker,
+        leaders=kw.pop("leaders", None) or Leaders(broker.partitions, broker),
+        bootstrap_servers="x:1",
+        retry_backoff_ms=10,
+        **kw,
+    )
+
+
+def poll_n(c: ShareConsumer, n: int, timeout_s: float = 5.0) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n:
+        assert time.monotonic() < deadline, got
+        got.extend(c.poll(timeout_ms=100))
+    return got
+
+
+def fetches(broker: Broker) -> list[sg.ShareFetchRequest]:
+    return broker.requests(sg.ShareFetchRequest)
+
+
+# ----------------------------------------------------------------- membership
+
+
+def test_joins_with_its_own_member_id_and_the_subscription_then_sends_only_changes() -> None:
+    broker = Broker()
+    member = ShareGroupMember(
+        "g", ["jobs"], transport=broker, leaders=Leaders(), bootstrap_servers="x:1"
+    )
+    with member:
+        member.wait_assigned(timeout=5)
+        assert member.member_epoch == 1 and member.assignment() == frozenset()  # no name yet
+        deadline = time.monotonic() + 5
+        while len(broker.requests(sg.ShareGroupHeartbeatRequest)) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    join, second, *rest = broker.requests(sg.ShareGroupHeartbeatRequest)
+    assert join.member_epoch == 0 and join.subscribed_topic_names == ("jobs",)
+    assert join.member_id == member.member_id and len(join.member_id) == 22  # KIP-1082
+    assert second.member_epoch == 1 and second.subscribed_topic_names is None
+    assert rest[-1].member_epoch == sg.LEAVE_EPOCH and rest[-1].member_id == join.member_id
+
+
+@pytest.mark.parametrize("code", [E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID])
+def test_a_fenced_member_joins_again_at_epoch_0_with_the_same_id(code: int) -> None:
+    broker = Broker()
+    member = ShareGroupMember(
+        "g", ["jobs"], transport=broker, leaders=Leaders(), bootstrap_servers="x:1"
+    )
+    with member:
+        member.wait_assigned(timeout=5)
+        broker.then(sg.ShareGroupHeartbeatResponse, int(code))
+        deadline = time.monotonic() + 5
+        while broker.group_epoch < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        member.wait_assigned(timeout=5)
+    beats = broker.requests(sg.ShareGroupHeartbeatRequest)
+    joins = [b for b in beats if b.member_epoch == 0]
+    assert len(joins) == 2 and {b.member_id for b in joins} == {member.member_id}
+    assert joins[1].subscribed_topic_names == ("jobs",)  # a full heartbeat again
+
+
+def test_not_coordinator_finds_the_coordinator_again() -> None:
+    broker = Broker()
+    broker.then(sg.ShareGroupHeartbeatResponse, int(E.NOT_COORDINATOR))
+    member = ShareGroupMember(
+        "g", ["jobs"], transport=broker, leaders=Leaders(), bootstrap_servers="x:1"
+    )
+    with member:
+        member.wait_assigned(timeout=5)
+        assert member.member_epoch == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "words"),
+    [
+        (E.GROUP_MAX_SIZE_REACHED, GroupMaxSizeReachedError, ["group.max.size"]),
+        # Kafka 4.1+ with share.version off: UNSUPPORTED_VERSION, no message.
+        (E.UNSUPPORTED_VERSION, ShareGroupsUnsupportedError, ["Kafka 4.2", "share.version"]),
+    ],
+)  # fmt: skip
+def test_errors_a_person_must_fix_stop_the_member(
+    answer: int, error: type[Exception], words: list[str]
+) -> None:
+    broker = Broker()
+    broker.then(sg.ShareGroupHeartbeatResponse, int(answer))
+    c = make(broker)
+    with pytest.raises(error) as raised:
+        c.start(timeout=5)
+    assert all(w in str(raised.value) for w in words), raised.value
+    with pytest.raises(error):
+        c.poll(timeout_ms=10)
+    c.close()
+
+
+# ----------------------------------------------------------------- sessions, acknowledgements
+
+
+def test_session_epochs_and_piggy_backed_acknowledgements() -> None:
+    broker = Broker(records=3)
+    c = make(broker)
+    records = poll_n(c, 3)
+    assert [(r.topic, r.partition, r.offset, r.value, r.delivery_count) for r in records] == [
+        ("jobs", 0, n, b"v%d" % n, 1) for n in range(3)
+    ]
+    c.acknowledge(records[0], A.ACCEPT)
+    c.acknowledge(records[1], A.ACCEPT)
+    c.acknowledge(records[2], A.REJECT)
+    c.poll(timeout_ms=50)
+    first, *later = fetches(broker)
+    assert first.share_session_epoch == 0 and first.topics[0].partitions[0].partition_index == 0
+    carrying = next(
+        f for f in later if f.topics and f.topics[0].partitions[0].acknowledgement_batches
+    )
+    assert carrying.topics[0].partitions[0].acknowledgement_batches == (
+        sg.AcknowledgementBatch(0, 1, (A.ACCEPT,)),
+        sg.AcknowledgementBatch(2, 2, (A.REJECT,)),
+    )
+    epochs = [f.share_session_epoch for f in fetches(broker)]
+    assert epochs == list(range(len(epochs)))
+    assert all(f.topics == () for f in later if f is not carrying and f.share_session_epoch > 1)
+    assert c.metrics().acknowledged == {"ACCEPT": 2, "REJECT": 1}
+    c.close()
+    assert broker.requests(sg.ShareAcknowledgeRequest)[-1].share_session_epoch == -1
+    assert [st[0] for st in broker.state.values()] == ["acknowledged"] * 2 + ["archived"]
+
+
+def test_commit_sends_now_and_close_releases_what_is_left() -> None:
+    broker = Broker(records=3)
+    c = make(broker)
+    a, b, _ = poll_n(c, 3)
+    c.acknowledge(a, A.ACCEPT)
+    assert c.commit() == {("jobs", 0): None}
+    ack = broker.requests(sg.ShareAcknowledgeRequest)[-1]
+    assert ack.share_session_epoch >= 1 and not ack.is_renew_ack
+    c.acknowledge(b, A.ACCEPT)
+    assert c.close() == {("jobs", 0): None}
+    closing = broker.requests(sg.ShareAcknowledgeRequest)[-1]
+    assert closing.share_session_epoch == -1
+    assert closing.topics[0].partitions[0].acknowledgement_batches == (
+        sg.AcknowledgementBatch(1, 1, (A.ACCEPT,)),
+        sg.AcknowledgementBatch(2, 2, (A.RELEASE,)),
+    )
+    assert broker.state[(0, 2)][0] == "available"
+    assert broker.requests(sg.ShareGroupHeartbeatRequest)[-1].member_epoch == -1
+    with pytest.raises(CoordinatorStateError):
+        c.poll(timeout_ms=1)
+
+
+def test_implicit_mode_accepts_the_last_polls_records_with_the_next_poll() -> None:
+    broker = Broker(records=2)
+    c = make(broker, acknowledgement_mode="implicit")
+    records = poll_n(c, 2)
+    with pytest.raises(CoordinatorStateError, match="explicit"):
+        c.acknowledge(records[0])
+    c.poll(timeout_ms=50)
+    assert [st[0] for st in broker.state.values()] == ["acknowledged"] * 2
+    c.close()
+
+
+def test_misuse_of_acknowledge_is_refused() -> None:
+    broker = Broker(records=1)
+    c = make(broker)
+    (record,) = poll_n(c, 1)
+    with pytest.raises(ConfigurationError):
+        c.acknowledge(record, A.GAP)
+    c.acknowledge(record)
+    c.commit()
+    with pytest.raises(CoordinatorStateError, match="not held"):
+        c.acknowledge(record)  # acknowledged already
+    c.close()
+
+
+def test_renew_keeps_the_record_and_goes_alone_in_a_share_acknowledge() -> None:
+    broker = Broker(records=1)
+    c = make(broker)
+    (record,) = poll_n(c, 1)
+    c.acknowledge(record, A.RENEW)
+    assert c.poll(timeout_ms=20) == []
+    renew = broker.requests(sg.ShareAcknowledgeRequest)[-1]
+    assert renew.is_renew_ack
+    assert renew.topics[0].partitions[0].acknowledgement_batches == (
+        sg.AcknowledgementBatch(0, 0, (A.RENEW,)),
+    )
+    assert c.metrics().lock_renewals == 1
+    c.acknowledge(record, A.ACCEPT)  # still held
+    assert c.commit() == {("jobs", 0): None}
+    c.close()
+
+
+def test_an_expired_lock_is_reported_for_the_right_records_only() -> None:
+    # Kafka refuses the whole partition (INVALID_RECORD_STATE); the consumer sends the
+    # acknowledgements again one by one to tell which record's lock had run out.
+    broker = Broker(records=2)
+    heard: list[tuple[Any, ...]] = []
+    c = make(broker, on_acknowledged=lambda *outcome: heard.append(outcome))
+    first, second = poll_n(c, 2)
+    broker.expire(0, 0)
+    c.acknowledge(first)
+    c.acknowledge(second)
+    (error,) = c.commit().values()
+    assert isinstance(error, AcquisitionLockExpiredError)
+    assert error.offsets == (0,) and error.topic == "jobs" and error.code == E.INVALID_RECORD_STATE
+    assert "share.record.lock.duration.ms" in str(error)
+    assert (("jobs", 0), (1,), None) in heard
+    assert broker.state[(0, 1)][0] == "acknowledged"
+    c.close()
+
+
+def test_a_record_past_its_lock_by_the_consumers_clock_is_not_sent() -> None:
+    broker = Broker(records=1, lock_ms=30)
+    c = make(broker)
+    (record,) = poll_n(c, 1)
+    time.sleep(0.05)
+    c.acknowledge(record)
+    before = len(broker.requests(sg.ShareAcknowledgeRequest))
+    (error,) = c.commit().values()
+    assert isinstance(error, AcquisitionLockExpiredError)
+    assert len(broker.requests(sg.ShareAcknowledgeRequest)) == before
+    c.close()
+
+
+def test_a_lost_session_reports_its_acknowledgements_and_opens_a_new_one() -> None:
+    broker = Broker(records=2)
+    heard: list[Any] = []
+    c = make(broker, on_acknowledged=lambda p, o, e: heard.append(e))
+    first, _ = poll_n(c, 2)
+    c.acknowledge(first)
+    broker.then(sg.ShareFetchResponse, int(E.SHARE_SESSION_NOT_FOUND))
+    c.poll(timeout_ms=50)
+    (error,) = [e for e in heard if e is not None]
+    assert type(error) is AcknowledgementError and error.code == E.SHARE_SESSION_NOT_FOUND
+    assert fetches(broker)[-1].share_session_epoch == 0 or any(
+        f.share_session_epoch == 0 for f in fetches(broker)[2:]
+    )
+    c.close()
+
+
+def test_no_answer_makes_the_outcome_uncertain() -> None:
+    broker = Broker(records=1)
+    c = make(broker)
+    (record,) = poll_n(c, 1)
+    c.acknowledge(record)
+    broker.then(sg.ShareAcknowledgeResponse, TransportError("timed out"))
+    (error,) = c.commit().values()
+    assert isinstance(error, AcknowledgementUncertainError)
+    assert "may or may not" in str(error)
+    c.close()
+
+
+def test_a_moved_leader_makes_the_consumer_look_it_up_again() -> None:
+    broker = Broker(records=1)
+    leaders = Leaders()
+    c = make(broker, leaders=leaders)
+    c.start(timeout=5)
+    lookups = leaders.lookups
+    moved = sg.ShareFetchPartitionData(0, error_code=E.NOT_LEADER_OR_FOLLOWER)
+    broker.then(
+        sg.ShareFetchResponse,
+        sg.ShareFetchResponse(0, responses=(sg.ShareFetchTopicResponse(TOPIC, (moved,)),)),
+    )
+    poll_n(c, 1)
+    assert leaders.lookups > lookups
+    assert fetches(broker)[1].share_session_epoch == 0  # the session there was dropped
+    c.close()
+
+
+def test_fetches_go_to_the_leader_not_the_coordinator() -> None:
+    broker = Broker(records=1)
+    c = make(broker)
+    poll_n(c, 1)
+    with broker.lock:
+        where = {type(r): node for r, node in broker.sent}
+    assert where[sg.ShareFetchRequest] == LEADER
+    assert where[sg.ShareGroupHeartbeatRequest] != LEADER
+    c.close()
+
+
+def test_batches_are_runs_of_one_type() -> None:
+    acks = {5: A.ACCEPT, 6: A.ACCEPT, 7: A.RELEASE, 9: A.RELEASE, 10: A.RELEASE}
+    assert batches(acks) == (
+        sg.AcknowledgementBatch(5, 6, (1,)),
+        sg.AcknowledgementBatch(7, 7, (2,)),
+        sg.AcknowledgementBatch(9, 10, (2,)),
+    )
+    assert batches({}) == ()
+
+
+def test_hooks_hear_the_join_its_failures_and_the_assignment() -> None:
+    heard: list[str] = []
+
+    class Heard(CoordinationHooks):
+        def on_rebalance_started(self, event: RebalanceStarted) -> None:
+            heard.append(f"started {event.reason}")
+
+        def on_rebalance_finished(self, event: RebalanceFinished) -> None:
+            heard.append(f"finished {event.generation}")
+
+        def on_heartbeat_failed(self, event: HeartbeatFailed) -> None:
+            heard.append(f"failed {event.error}")
+
+    broker = Broker()
+    broker.then(sg.ShareGroupHeartbeatResponse, int(E.COORDINATOR_LOAD_IN_PROGRESS))
+    c = make(broker, hooks=[Heard()])
+    c.start(timeout=5)
+    c.close()
+    assert heard == [
+        "started joining",
+        "failed ShareGroupHeartbeat returned COORDINATOR_LOAD_IN_PROGRESS",
+        "finished 1",
+    ]
+    assert c.member.metrics().failed_rebalance_total == 1
+
+
+def test_a_session_per_leader_each_with_its_own_epochs() -> None:
+    broker = Broker(records=4, partitions=2)
+    broker.leaders_apart = True
+    c = make(broker)
+    records = poll_n(c, 4)
+    for record in records:
+        c.acknowledge(record, A.ACCEPT if record.partition == 0 else A.REJECT)
+    assert c.commit() == {("jobs", 0): None, ("jobs", 1): None}
+    with broker.lock:
+        sent = [(r, node) for r, node in broker.sent if isinstance(r, sg.ShareFetchRequest)]
+    for leader, partition in zip(LEADERS, (0, 1), strict=True):
+        to_it = [r for r, node in sent if node == leader]
+        assert to_it[0].share_session_epoch == 0
+        assert [p.partition_index for t in to_it[0].topics for p in t.partitions] == [partition]
+        assert [r.share_session_epoch for r in to_it] == list(range(len(to_it)))
+    acks = {node: r for r, node in broker.sent if isinstance(r, sg.ShareAcknowledgeRequest)}
+    assert set(acks) == set(LEADERS)
+    c.close()
+    closing = [
+        node
+        for r, node in broker.sent
+        if isinstance(r, sg.ShareAcknowledgeRequest) and r.share_session_epoch == -1
+    ]
+    assert sorted(n.node_id for n in closing) == [1, 2]
+    assert [st[0] for (p, _), st in sorted(broker.state.items())] == [
+        "acknowledged",
+        "acknowledged",
+        "archived",
+        "archived",
+    ]
