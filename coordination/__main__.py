@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     _connection_arguments(groups)
     describe = commands.add_parser(
         "describe",
-        help="a group's state and members, decoded (consumer, election, tasks); does not join",
+        help="a group's state and members, decoded (consumer, election, tasks, KIP-848 "
+        "consumer groups, share groups); does not join",
     )
     describe.add_argument("group", help="the group id")
     describe.add_argument(
@@ -180,8 +181,8 @@ def _inspect(args: argparse.Namespace) -> int:
         if not group.exists:
             print(
                 f"error: group {_printable(args.group)!r} does not exist (the coordinator "
-                "describes it as Dead, with no members and no protocol type; a KIP-848 "
-                "consumer group is not described by DescribeGroups)",
+                "describes it as Dead, with no members and no protocol type, and it is no "
+                "KIP-848 consumer group nor share group either)",
                 file=sys.stderr,
             )
             return NO_SUCH_GROUP

@@ -25,6 +25,7 @@ from ._config import CoordinatorConfig
 from ._metrics import RebalanceRecord
 from ._protocol import consumer_group as cg
 from ._protocol import messages as m
+from ._protocol import share_group as sg
 from ._protocol.error_codes import ErrorCode
 from .errors import ConfigurationError, CoordinationError, ProtocolCodecError, broker_error
 from .transport import CoordinatorNode, TransportError
@@ -54,7 +55,8 @@ class GroupListing:
     """"Stable", "PreparingRebalance", "CompletingRebalance", "Empty", "Dead" ("" from
     brokers too old to say)."""
     group_type: str
-    """"classic" or "consumer" (KIP-848), "" from brokers too old to say."""
+    """"classic", "consumer" (KIP-848) or "share" (KIP-932), "" from brokers too old to
+    say."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,9 @@ class GroupDescription:
     group_type: str = "classic"
     """"classic" (JoinGroup, DescribeGroups), or "consumer" for a KIP-848 consumer group
     (ConsumerGroupDescribe: ``protocol`` is then the broker's assignor, and each member's
-    ``decoded`` its epoch, assignment, target assignment and subscription)."""
+    ``decoded`` its epoch, assignment, target assignment and subscription), or "share" for a
+    KIP-932 share group (ShareGroupDescribe: ``protocol`` is the broker's assignor, each
+    member's ``decoded`` its epoch, assignment and subscription)."""
 
     @property
     def exists(self) -> bool:
@@ -100,8 +104,9 @@ class GroupDescription:
         ``Dead``, no members and no protocol type (from version 6 of the request, also the
         error GROUP_ID_NOT_FOUND). A group that exists has a protocol type from its first
         member's JoinGroup on, keeps it while Empty (members gone, offsets kept), and is
-        ``Dead`` only on its way to deletion. A KIP-848 consumer group is not a classic group:
-        DescribeGroups describes it as missing too.
+        ``Dead`` only on its way to deletion. A KIP-848 consumer group or a share group is not
+        a classic group: DescribeGroups describes it as missing too, and :func:`describe_group`
+        asks ConsumerGroupDescribe, then ShareGroupDescribe.
         """
         return not (self.state == "Dead" and not self.members and not self.protocol_type)
 
@@ -519,9 +524,14 @@ class _Admin:
         described = group_description(group_id, response)
         if described.exists:
             return described
-        # Not a classic group: it may be a KIP-848 consumer group (Kafka 4+).
+        # Not a classic group: it may be a KIP-848 consumer group (Kafka 4+), or a share
+        # group (Kafka 4.1+); each describe API calls a group of another type not found.
         node = CoordinatorNode(found.node_id, found.host, found.port)
-        return self._describe_consumer_group(group_id, node) or described
+        return (
+            self._describe_consumer_group(group_id, node)
+            or self._describe_share_group(group_id, node)
+            or described
+        )
 
     def _describe_consumer_group(
         self, group_id: str, node: CoordinatorNode
@@ -548,13 +558,81 @@ class _Admin:
             raise _NotReady(error) if group.error_code in _NOT_READY else error
         return consumer_group_description(group)
 
+    def _describe_share_group(
+        self, group_id: str, node: CoordinatorNode
+    ) -> GroupDescription | None:
+        """The share group ``group_id`` (ShareGroupDescribe); None if there is none, or the
+        broker has no share groups (older than Kafka 4.1, or share.version not enabled)."""
+        try:
+            response = self.transport.send(
+                sg.ShareGroupDescribeRequest((group_id,)),
+                sg.ShareGroupDescribeResponse,
+                coordinator=node,
+                timeout_s=self.timeout_s,
+            )
+        except TransportError as e:
+            raise e.stop_error(f"group {group_id!r}: ShareGroupDescribe") from e
+        (group,) = response.groups or (None,)
+        if group is None or group.error_code in (
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            ErrorCode.UNSUPPORTED_VERSION,
+        ):
+            return None
+        if group.error_code != ErrorCode.NONE:
+            error = broker_error(group.error_code, group_id=group_id, api="ShareGroupDescribe")
+            raise _NotReady(error) if group.error_code in _NOT_READY else error
+        return share_group_description(group)
+
+
+def _partitions(assigned: Sequence[cg.DescribedTopicPartitions]) -> list[list[Any]]:
+    return sorted([t.topic_name, p] for t in assigned for p in t.partitions)
+
+
+def share_group_description(group: sg.DescribedShareGroup) -> GroupDescription:
+    """A share group as ShareGroupDescribe describes it.
+
+    Several members of a share group may be assigned the same partition (they share its
+    records): the summary's ``sharing`` lists, per partition, the members fetching from it.
+    """
+    members = tuple(
+        MemberDescription(
+            member_id=x.member_id,
+            group_instance_id=None,  # share groups have no static membership
+            client_id=x.client_id,
+            client_host=x.client_host,
+            metadata=b"",
+            assignment=b"",
+            decoded={
+                "member_epoch": x.member_epoch,
+                "assigned": _partitions(x.assignment),
+                "subscribed_topics": sorted(x.subscribed_topic_names),
+                "rack": x.rack_id,
+            },
+        )
+        for x in sorted(group.members, key=lambda x: x.member_id)
+    )
+    sharing: dict[str, list[str]] = {}
+    for member in members:
+        assert member.decoded is not None
+        for topic, partition in member.decoded["assigned"]:
+            sharing.setdefault(f"{topic}-{partition}", []).append(member.member_id)
+    return GroupDescription(
+        group_id=group.group_id,
+        state=group.group_state,
+        protocol_type="share",
+        protocol=group.assignor_name,
+        members=members,
+        summary={
+            "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "sharing": dict(sorted(sharing.items())),
+        },
+        group_type="share",
+    )
+
 
 def consumer_group_description(group: cg.DescribedConsumerGroup) -> GroupDescription:
     """A KIP-848 consumer group as ConsumerGroupDescribe describes it."""
-
-    def partitions(assigned: Sequence[cg.DescribedTopicPartitions]) -> list[list[Any]]:
-        return sorted([t.topic_name, p] for t in assigned for p in t.partitions)
-
     members = tuple(
         MemberDescription(
             member_id=x.member_id,
@@ -565,8 +643,8 @@ def consumer_group_description(group: cg.DescribedConsumerGroup) -> GroupDescrip
             assignment=b"",
             decoded={
                 "member_epoch": x.member_epoch,
-                "assigned": partitions(x.assignment),
-                "target": partitions(x.target_assignment),
+                "assigned": _partitions(x.assignment),
+                "target": _partitions(x.target_assignment),
                 "subscribed_topics": sorted(x.subscribed_topic_names),
                 "subscribed_regex": x.subscribed_topic_regex,
                 "rack": x.rack_id,

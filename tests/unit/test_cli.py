@@ -7,17 +7,20 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from coordination import RebalanceRecord, rebalance_timeline
+from coordination import RebalanceRecord, _inspection, rebalance_timeline
 from coordination.__main__ import NO_SUCH_GROUP, PASSWORD_VARIABLE, main
 from coordination._protocol import consumer_group as cg
 from coordination._protocol import messages as m
+from coordination._protocol import share_group as sg
 from coordination._transport import kafka, wakeups
 from coordination.errors import ConfigurationError
 from coordination.testing import ScriptedTransport
@@ -62,11 +65,16 @@ class Cluster:
                 answer.state == "Dead" and not answer.members and not answer.protocol_type
             )
             if missing:
-                # Not a classic group: the command asks whether it is a KIP-848 one, and a
-                # Kafka 4 broker says it is no group at all.
+                # Not a classic group: the command asks whether it is a KIP-848 one, then a
+                # share group, and a Kafka 4 broker says it is no group at all.
                 self.transport.prepare(
                     cg.ConsumerGroupDescribeResponse(
                         (cg.DescribedConsumerGroup(error_code=69, group_id="-"),)
+                    )
+                )
+                self.transport.prepare(
+                    sg.ShareGroupDescribeResponse(
+                        (sg.DescribedShareGroup(error_code=69, group_id="-"),)
                     )
                 )
 
@@ -150,6 +158,160 @@ def test_a_refusal_is_not_asked_again(cluster: Cluster, capsys: pytest.CaptureFi
     assert main(["describe", "g"]) == 1
     assert "GROUP_AUTHORIZATION_FAILED" in capsys.readouterr().err
     assert len(cluster.transport.requests(m.DescribeGroupRequest)) == 1
+
+
+# -- share groups (KIP-932) ---------------------------------------------------------------
+
+TOPIC_ID = uuid.UUID(int=7)
+SHARE_GROUP = sg.DescribedShareGroup(
+    error_code=0,
+    group_id="jobs",
+    group_state="Stable",
+    group_epoch=4,
+    assignment_epoch=4,
+    assignor_name="simple",
+    members=(
+        # Out of order, and both fetching from partition 0: share groups share partitions.
+        sg.DescribedShareGroupMember(
+            member_id="m-b",
+            rack_id=None,
+            member_epoch=3,
+            client_id="worker-2",
+            client_host="/10.0.0.2",
+            subscribed_topic_names=("jobs",),
+            assignment=(cg.DescribedTopicPartitions(TOPIC_ID, "jobs", (0,)),),
+        ),
+        sg.DescribedShareGroupMember(
+            member_id="m-a",
+            rack_id="r1",
+            member_epoch=4,
+            client_id="worker-1",
+            client_host="/10.0.0.1",
+            subscribed_topic_names=("jobs",),
+            assignment=(cg.DescribedTopicPartitions(TOPIC_ID, "jobs", (1, 0)),),
+        ),
+    ),
+)
+
+
+def describes_share_group(cluster: Cluster, group: sg.DescribedShareGroup) -> None:
+    """Not a classic group, not a KIP-848 one: a share group."""
+    cluster.transport.prepare(FOUND)
+    cluster.transport.prepare(m.DescribeGroupResponse(error_code=69))
+    cluster.transport.prepare(
+        cg.ConsumerGroupDescribeResponse((cg.DescribedConsumerGroup(error_code=69, group_id="-"),))
+    )
+    cluster.transport.prepare(sg.ShareGroupDescribeResponse((group,)))
+
+
+def test_a_share_group_is_described_with_its_members_and_who_shares_each_partition(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    describes_share_group(cluster, SHARE_GROUP)
+    assert main(["describe", "jobs"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("group jobs: Stable, protocol type 'share', protocol 'simple', 2 member(s)")
+    assert "  sharing: {'jobs-0': ['m-a', 'm-b'], 'jobs-1': ['m-a']}" in out
+    first = out.index("- m-a worker-1@/10.0.0.1")
+    assert out[first + 1 : first + 5] == [
+        "    member_epoch: 4",
+        "    assigned: [['jobs', 0], ['jobs', 1]]",
+        "    subscribed_topics: ['jobs']",
+        "    rack: r1",
+    ]
+    assert "- m-b worker-2@/10.0.0.2" in out
+    (asked,) = cluster.transport.requests(sg.ShareGroupDescribeRequest)
+    assert asked.group_ids == ("jobs",)
+    assert cluster.transport.pending() == 0
+
+
+def test_a_share_group_as_json_names_its_type(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    describes_share_group(cluster, SHARE_GROUP)
+    assert main(["describe", "jobs", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["group_type"], out["protocol_type"], out["protocol"]) == (
+        "share",
+        "share",
+        "simple",
+    )
+    assert out["summary"] == {
+        "group_epoch": 4,
+        "assignment_epoch": 4,
+        "sharing": {"jobs-0": ["m-a", "m-b"], "jobs-1": ["m-a"]},
+    }
+    assert [x["member_id"] for x in out["members"]] == ["m-a", "m-b"]
+    assert out["members"][1]["decoded"] == {
+        "member_epoch": 3,
+        "assigned": [["jobs", 0]],
+        "subscribed_topics": ["jobs"],
+        "rack": None,
+    }
+
+
+def test_an_empty_share_group_exists(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    describes_share_group(
+        cluster, sg.DescribedShareGroup(error_code=0, group_id="jobs", group_state="Empty")
+    )
+    assert main(["describe", "jobs"]) == 0
+    assert capsys.readouterr().out.startswith("group jobs: Empty, protocol type 'share'")
+
+
+def test_a_broker_without_share_groups_describes_no_such_group(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What the transport makes up when the broker offers no ShareGroupDescribe (Kafka < 4.1,
+    # or share.version off): UNSUPPORTED_VERSION, as Kafka's clients answer it themselves.
+    describes_share_group(
+        cluster, sg.DescribedShareGroup(error_code=35, group_id="jobs", error_message="none")
+    )
+    assert main(["describe", "jobs"]) == NO_SUCH_GROUP
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_share_group_refusal_is_named(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    describes_share_group(cluster, sg.DescribedShareGroup(error_code=30, group_id="jobs"))
+    assert main(["describe", "jobs"]) == 1
+    err = capsys.readouterr().err
+    assert "GROUP_AUTHORIZATION_FAILED" in err
+    assert "ShareGroupDescribe" in err
+
+
+def test_groups_lists_share_groups_with_their_type(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ListGroups v5 (Kafka 3.8+) names each group's type; no types filter lists every type.
+    listed = [
+        SimpleNamespace(
+            group_id="jobs", protocol_type="share", group_state="Stable", group_type="share"
+        ),
+        SimpleNamespace(
+            group_id="orders", protocol_type="consumer", group_state="Empty", group_type="classic"
+        ),
+    ]
+    asked: list[Any] = []
+
+    def send(admin: Any, request: Any, node: Any) -> Any:
+        asked.append(request)
+        if type(request).__name__.startswith("Metadata"):
+            return SimpleNamespace(brokers=[SimpleNamespace(node_id=1, host="h", port=9092)])
+        return SimpleNamespace(error_code=0, groups=listed)
+
+    monkeypatch.setattr(_inspection._Admin, "_send", send)
+    monkeypatch.setattr(ScriptedTransport, "dedicated_node", lambda *a: 1, raising=False)
+    assert main(["groups", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0] == {
+        "group_id": "jobs",
+        "protocol_type": "share",
+        "state": "Stable",
+        "group_type": "share",
+    }
+    assert asked[1].types_filter == []  # share groups too, not only consumer groups
+    assert main(["groups"]) == 0
+    assert re.search(r"^jobs +share +Stable +share$", capsys.readouterr().out, re.MULTILINE)
 
 
 # -- the timeline: other parties' records ------------------------------------------------
@@ -278,21 +440,21 @@ def test_a_pem_keystore_gives_the_client_certificate_and_key(
     cluster.describes(STABLE)
     assert main(["describe", "g", "--command-config", config]) == 0
     assert cluster.client_ids == ["ops-console"]
-    assert cluster.connections == [{
-        "bootstrap_servers": "localhost:9092",
-        "security_protocol": "SSL",
-        "ssl_certfile": str(tmp_path / "client.pem"),
-        "ssl_keyfile": str(tmp_path / "client.pem"),
-        "ssl_password": "k\u00e9y",
-        "ssl_check_hostname": True,
-    }]
+    assert cluster.connections == [
+        {
+            "bootstrap_servers": "localhost:9092",
+            "security_protocol": "SSL",
+            "ssl_certfile": str(tmp_path / "client.pem"),
+            "ssl_keyfile": str(tmp_path / "client.pem"),
+            "ssl_password": "k\u00e9y",
+            "ssl_check_hostname": True,
+        }
+    ]
     (sent,) = [s for s in cluster.transport.sent if isinstance(s.request, m.FindCoordinatorRequest)]
     assert sent.timeout_s == 5.0
 
 
-def test_flags_override_the_file_and_a_plain_login_works(
-    cluster: Cluster, tmp_path: Path
-) -> None:
+def test_flags_override_the_file_and_a_plain_login_works(cluster: Cluster, tmp_path: Path) -> None:
     config = _properties(
         tmp_path,
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
