@@ -25,10 +25,17 @@ from .consumer_group import ConsumerGroupHeartbeatResponse as ConsumerGroupHeart
 
 # Share groups' messages (KIP-932): share_group.py, their codec share_group_codec.py.
 from .share_group import (
+    DESCRIBE_SHARE_GROUP_OFFSETS_MAX_VERSION,
     SHARE_ACKNOWLEDGE_MAX_VERSION,
     SHARE_FETCH_MAX_VERSION,
     SHARE_GROUP_DESCRIBE_MAX_VERSION,
     SHARE_GROUP_HEARTBEAT_MAX_VERSION,
+)
+from .share_group import (
+    DescribeShareGroupOffsetsRequest as DescribeShareGroupOffsetsRequest,
+)
+from .share_group import (
+    DescribeShareGroupOffsetsResponse as DescribeShareGroupOffsetsResponse,
 )
 from .share_group import ShareAcknowledgeRequest as ShareAcknowledgeRequest
 from .share_group import ShareAcknowledgeResponse as ShareAcknowledgeResponse
@@ -61,6 +68,7 @@ MAX_VERSIONS: Final = {
     "ShareGroupDescribe": SHARE_GROUP_DESCRIBE_MAX_VERSION,
     "ShareFetch": SHARE_FETCH_MAX_VERSION,
     "ShareAcknowledge": SHARE_ACKNOWLEDGE_MAX_VERSION,
+    "DescribeShareGroupOffsets": DESCRIBE_SHARE_GROUP_OFFSETS_MAX_VERSION,
 }
 # OffsetFetch with the member's id and epoch (KIP-848; Kafka 4.0+, like the protocol itself).
 OFFSET_FETCH_MEMBER_VERSION: Final = 9
@@ -288,6 +296,7 @@ Request = (
     | ShareGroupDescribeRequest
     | ShareFetchRequest
     | ShareAcknowledgeRequest
+    | DescribeShareGroupOffsetsRequest
 )
 Response = (
     FindCoordinatorResponse
@@ -304,4 +313,5 @@ Response = (
     | ShareGroupDescribeResponse
     | ShareFetchResponse
     | ShareAcknowledgeResponse
+    | DescribeShareGroupOffsetsResponse
 )

@@ -1,5 +1,6 @@
 """The messages of Kafka's share groups (KIP-932, "queues for Kafka"): ShareGroupHeartbeat (API
-key 76), ShareGroupDescribe (77), ShareFetch (78) and ShareAcknowledge (79).
+key 76), ShareGroupDescribe (77), ShareFetch (78), ShareAcknowledge (79), and the admin's
+DescribeShareGroupOffsets (90).
 
 Internal, no compatibility guarantee. Field names are those of Kafka's message definitions
 (``ShareFetchRequest.json`` and friends) in snake_case; topics are named by id
@@ -30,6 +31,8 @@ SHARE_FETCH_MAX_VERSION: Final = 2
 """v2 (Kafka 4.2, KIP-1206 and KIP-1222) adds ``share_acquire_mode``, ``is_renew_ack`` and
 the RENEW acknowledgement."""
 SHARE_ACKNOWLEDGE_MAX_VERSION: Final = 2
+DESCRIBE_SHARE_GROUP_OFFSETS_MAX_VERSION: Final = 1
+"""v1 (KIP-1226) adds each share-partition's ``lag``."""
 """v2 (Kafka 4.2, KIP-1222) adds ``is_renew_ack`` (request) and
 ``acquisition_lock_timeout_ms`` (response)."""
 
@@ -181,6 +184,77 @@ class ShareGroupDescribeResponse:
     def error_code(self) -> int:
         """The first group's error code that is not 0, else 0 (the response has only
         per-group codes)."""
+        return next((g.error_code for g in self.groups if g.error_code), 0)
+
+
+# -- DescribeShareGroupOffsets ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupOffsetsRequestGroup:
+    """One group whose share-partitions to describe; ``topics`` (name, partitions) or None
+    for every share-partition the group has state for."""
+
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeShareGroupOffsetsRequest:
+    """The share-partition state of share groups (Kafka's DescribeShareGroupOffsets), asked
+    of each group's coordinator."""
+
+    groups: tuple[ShareGroupOffsetsRequestGroup, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionOffset:
+    """One share-partition: where the group's delivery window starts, and its lag.
+
+    ``start_offset``: the first offset not yet acknowledged for good (records before it are
+    accepted, rejected or archived); -1 if the group has never fetched from the partition.
+    ``lag``: records from the start offset to the partition's end that are not yet done
+    (v1+; -1 when unknown, and from v0).
+    """
+
+    partition_index: int
+    start_offset: int
+    leader_epoch: int
+    lag: int = -1
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupOffsetsTopic:
+    """The described share-partitions of one topic."""
+
+    topic_name: str
+    topic_id: uuid.UUID
+    partitions: tuple[SharePartitionOffset, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedShareGroupOffsets:
+    """One group's share-partitions, or why they could not be described (``error_code``)."""
+
+    group_id: str
+    topics: tuple[ShareGroupOffsetsTopic, ...] = ()
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeShareGroupOffsetsResponse:
+    """The described groups (``version`` as in :class:`ShareGroupHeartbeatResponse`)."""
+
+    groups: tuple[DescribedShareGroupOffsets, ...]
+    throttle_time_ms: int = 0
+    version: int = DESCRIBE_SHARE_GROUP_OFFSETS_MAX_VERSION
+
+    @property
+    def error_code(self) -> int:
+        """The first group's error code that is not 0, else 0."""
         return next((g.error_code for g in self.groups if g.error_code), 0)
 
 

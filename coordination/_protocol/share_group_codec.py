@@ -35,18 +35,21 @@ SHARE_GROUP_HEARTBEAT_KEY: Final = 76
 SHARE_GROUP_DESCRIBE_KEY: Final = 77
 SHARE_FETCH_KEY: Final = 78
 SHARE_ACKNOWLEDGE_KEY: Final = 79
+DESCRIBE_SHARE_GROUP_OFFSETS_KEY: Final = 90
 
 Request = (
     sg.ShareGroupHeartbeatRequest
     | sg.ShareGroupDescribeRequest
     | sg.ShareFetchRequest
     | sg.ShareAcknowledgeRequest
+    | sg.DescribeShareGroupOffsetsRequest
 )
 Response = (
     sg.ShareGroupHeartbeatResponse
     | sg.ShareGroupDescribeResponse
     | sg.ShareFetchResponse
     | sg.ShareAcknowledgeResponse
+    | sg.DescribeShareGroupOffsetsResponse
 )
 Message = Request | Response
 M = TypeVar("M", bound=Message)
@@ -331,6 +334,112 @@ def _decode_describe_response(reader: Reader, version: int) -> sg.ShareGroupDesc
         )
     reader.tagged_fields()
     return sg.ShareGroupDescribeResponse(tuple(groups), throttle_time_ms, version)
+
+
+# -- DescribeShareGroupOffsets ------------------------------------------------------------------
+
+
+def _encode_offsets_request(r: sg.DescribeShareGroupOffsetsRequest, version: int) -> bytes:
+    out = Writer()
+    out.compact_length(len(r.groups))
+    for group in r.groups:
+        out.compact_string(group.group_id, "group_id")
+        out.compact_length(None if group.topics is None else len(group.topics))
+        for name, partitions in group.topics or ():
+            out.compact_string(name, "topic_name")
+            _write_int32_array(out, partitions)
+            out.no_tagged_fields()
+        out.no_tagged_fields()
+    out.no_tagged_fields()
+    return out.bytes()
+
+
+def _decode_offsets_request(reader: Reader, version: int) -> sg.DescribeShareGroupOffsetsRequest:
+    groups = []
+    # A group takes at least 3 bytes: its id, a null topic array and no tags.
+    for _ in range(reader.compact_length("groups", least_bytes=3)):
+        group_id = reader.string("group_id")
+        count = reader.compact_length("topics", nullable=True, least_bytes=3)
+        topics = None
+        if count >= 0:
+            topics = []
+            for _ in range(count):
+                name = reader.string("topic_name")
+                partitions = reader.int32_array("partitions")
+                reader.tagged_fields()
+                topics.append((name, partitions))
+        reader.tagged_fields()
+        groups.append(
+            sg.ShareGroupOffsetsRequestGroup(group_id, None if topics is None else tuple(topics))
+        )
+    reader.tagged_fields()
+    return sg.DescribeShareGroupOffsetsRequest(tuple(groups))
+
+
+def _encode_offsets_response(r: sg.DescribeShareGroupOffsetsResponse, version: int) -> bytes:
+    out = Writer()
+    out.int32(r.throttle_time_ms)
+    out.compact_length(len(r.groups))
+    for group in r.groups:
+        out.compact_string(group.group_id, "group_id")
+        out.compact_length(len(group.topics))
+        for topic in group.topics:
+            out.compact_string(topic.topic_name, "topic_name")
+            out.uuid(topic.topic_id)
+            out.compact_length(len(topic.partitions))
+            for p in topic.partitions:
+                out.int32(p.partition_index)
+                out.int64(p.start_offset)
+                out.int32(p.leader_epoch)
+                if version >= 1:
+                    out.int64(p.lag)
+                out.int16(p.error_code)
+                out.compact_string(p.error_message, "error_message")
+                out.no_tagged_fields()
+            out.no_tagged_fields()
+        out.int16(group.error_code)
+        out.compact_string(group.error_message, "error_message")
+        out.no_tagged_fields()
+    out.no_tagged_fields()
+    return out.bytes()
+
+
+def _decode_offsets_response(reader: Reader, version: int) -> sg.DescribeShareGroupOffsetsResponse:
+    throttle_time_ms = reader.int32()
+    groups = []
+    # A group takes at least 5 bytes: its id, no topics, an error code, a null message, no
+    # tags; a topic at least 19 (a name, its id, no partitions, no tags); a partition at
+    # least 20 (v0: an index, a start offset, an epoch, an error code, a null message, no tags).
+    for _ in range(reader.compact_length("groups", least_bytes=5)):
+        group_id = reader.string("group_id")
+        topics = []
+        for _ in range(reader.compact_length("topics", least_bytes=19)):
+            name = reader.string("topic_name")
+            topic_id = reader.uuid()
+            partitions = []
+            for _ in range(reader.compact_length("partitions", least_bytes=20)):
+                index = reader.int32()
+                start_offset = reader.int64()
+                leader_epoch = reader.int32()
+                lag = reader.int64() if version >= 1 else -1
+                error_code = reader.int16()
+                error_message = reader.compact_string("error_message", nullable=True)
+                reader.tagged_fields()
+                partitions.append(
+                    sg.SharePartitionOffset(
+                        index, start_offset, leader_epoch, lag, error_code, error_message
+                    )
+                )
+            reader.tagged_fields()
+            topics.append(sg.ShareGroupOffsetsTopic(name, topic_id, tuple(partitions)))
+        error_code = reader.int16()
+        error_message = reader.compact_string("error_message", nullable=True)
+        reader.tagged_fields()
+        groups.append(
+            sg.DescribedShareGroupOffsets(group_id, tuple(topics), error_code, error_message)
+        )
+    reader.tagged_fields()
+    return sg.DescribeShareGroupOffsetsResponse(tuple(groups), throttle_time_ms, version)
 
 
 # -- ShareFetch --------------------------------------------------------------------------------
@@ -733,6 +842,18 @@ def _apis() -> dict[type, _Api]:
                 _decode_acknowledge_response,
             ),
         ),
+        (
+            sg.DescribeShareGroupOffsetsRequest,
+            sg.DescribeShareGroupOffsetsResponse,
+            DESCRIBE_SHARE_GROUP_OFFSETS_KEY,
+            sg.DESCRIBE_SHARE_GROUP_OFFSETS_MAX_VERSION,
+            (
+                _encode_offsets_request,
+                _decode_offsets_request,
+                _encode_offsets_response,
+                _decode_offsets_response,
+            ),
+        ),
     ]
     apis = {}
     for request, response, key, newest, (enc_req, dec_req, enc_resp, dec_resp) in table:
@@ -747,12 +868,14 @@ _REQUESTS: Final[dict[int, type[Request]]] = {
     SHARE_GROUP_DESCRIBE_KEY: sg.ShareGroupDescribeRequest,
     SHARE_FETCH_KEY: sg.ShareFetchRequest,
     SHARE_ACKNOWLEDGE_KEY: sg.ShareAcknowledgeRequest,
+    DESCRIBE_SHARE_GROUP_OFFSETS_KEY: sg.DescribeShareGroupOffsetsRequest,
 }
 _RESPONSES: Final[dict[type[Request], type[Response]]] = {
     sg.ShareGroupHeartbeatRequest: sg.ShareGroupHeartbeatResponse,
     sg.ShareGroupDescribeRequest: sg.ShareGroupDescribeResponse,
     sg.ShareFetchRequest: sg.ShareFetchResponse,
     sg.ShareAcknowledgeRequest: sg.ShareAcknowledgeResponse,
+    sg.DescribeShareGroupOffsetsRequest: sg.DescribeShareGroupOffsetsResponse,
 }
 
 
@@ -768,7 +891,7 @@ def _api(kind: type, version: int) -> _Api:
 
 
 def api_key(kind: type[Message]) -> int:
-    """The Kafka API key of a message type (76 to 79)."""
+    """The Kafka API key of a message type (76 to 79, 90)."""
     return _api(kind, sg.SHARE_MIN_VERSION).api_key
 
 

@@ -874,6 +874,14 @@ class _OwnCodecRequest:
             )
         if isinstance(self.request, sg.ShareFetchRequest):
             return sg.ShareFetchResponse(code, message, version=-1)
+        if isinstance(self.request, sg.DescribeShareGroupOffsetsRequest):
+            return sg.DescribeShareGroupOffsetsResponse(
+                groups=tuple(
+                    sg.DescribedShareGroupOffsets(g.group_id, (), code, message)
+                    for g in self.request.groups
+                ),
+                version=-1,
+            )
         return sg.ShareAcknowledgeResponse(code, message, version=-1)
 
     def _response_type(self) -> type[_OwnResponse]:

@@ -32,6 +32,7 @@ _RESPONSE_TYPES = (
     m.ShareGroupDescribeResponse,
     m.ShareFetchResponse,
     m.ShareAcknowledgeResponse,
+    m.DescribeShareGroupOffsetsResponse,
 )
 
 
