@@ -581,18 +581,48 @@ class _Admin:
         if group.error_code != ErrorCode.NONE:
             error = broker_error(group.error_code, group_id=group_id, api="ShareGroupDescribe")
             raise _NotReady(error) if group.error_code in _NOT_READY else error
-        return share_group_description(group)
+        return share_group_description(group, self._share_partitions(group_id, node))
+
+    def _share_partitions(
+        self, group_id: str, node: CoordinatorNode
+    ) -> sg.DescribedShareGroupOffsets | None:
+        """The share-partition state of the group (DescribeShareGroupOffsets v1); None where
+        the broker does not offer it."""
+        try:
+            response = self.transport.send(
+                sg.DescribeShareGroupOffsetsRequest((sg.ShareGroupOffsetsRequestGroup(group_id),)),
+                sg.DescribeShareGroupOffsetsResponse,
+                coordinator=node,
+                timeout_s=self.timeout_s,
+            )
+        except TransportError as e:
+            raise e.stop_error(f"group {group_id!r}: DescribeShareGroupOffsets") from e
+        (group,) = response.groups or (None,)
+        if group is None or group.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            return None
+        if group.error_code != ErrorCode.NONE:
+            error = broker_error(
+                group.error_code, group_id=group_id, api="DescribeShareGroupOffsets"
+            )
+            raise _NotReady(error) if group.error_code in _NOT_READY else error
+        return group
 
 
 def _partitions(assigned: Sequence[cg.DescribedTopicPartitions]) -> list[list[Any]]:
     return sorted([t.topic_name, p] for t in assigned for p in t.partitions)
 
 
-def share_group_description(group: sg.DescribedShareGroup) -> GroupDescription:
-    """A share group as ShareGroupDescribe describes it.
+def share_group_description(
+    group: sg.DescribedShareGroup, offsets: sg.DescribedShareGroupOffsets | None = None
+) -> GroupDescription:
+    """A share group as ShareGroupDescribe describes it, with its share-partitions' state
+    where DescribeShareGroupOffsets told it (``offsets``).
 
     Several members of a share group may be assigned the same partition (they share its
     records): the summary's ``sharing`` lists, per partition, the members fetching from it.
+    Its ``share_partitions`` gives, per partition the group has state for, the start offset
+    (records before it are done: accepted, rejected or archived) and the lag (records from
+    there on not yet done; -1 where the broker cannot tell), or the partition's error.
     """
     members = tuple(
         MemberDescription(
@@ -616,19 +646,38 @@ def share_group_description(group: sg.DescribedShareGroup) -> GroupDescription:
         assert member.decoded is not None
         for topic, partition in member.decoded["assigned"]:
             sharing.setdefault(f"{topic}-{partition}", []).append(member.member_id)
+    summary: dict[str, Any] = {
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
+        "sharing": dict(sorted(sharing.items())),
+    }
+    if offsets is not None:
+        state: dict[tuple[str, int], dict[str, Any]] = {}
+        for topic in offsets.topics:
+            for p in topic.partitions:
+                state[topic.topic_name, p.partition_index] = (
+                    {"start_offset": p.start_offset, "lag": p.lag}
+                    if p.error_code == ErrorCode.NONE
+                    else {"error": _error_name(p.error_code, p.error_message)}
+                )
+        summary["share_partitions"] = {f"{t}-{p}": state[t, p] for t, p in sorted(state)}
     return GroupDescription(
         group_id=group.group_id,
         state=group.group_state,
         protocol_type="share",
         protocol=group.assignor_name,
         members=members,
-        summary={
-            "group_epoch": group.group_epoch,
-            "assignment_epoch": group.assignment_epoch,
-            "sharing": dict(sorted(sharing.items())),
-        },
+        summary=summary,
         group_type="share",
     )
+
+
+def _error_name(code: int, message: str | None) -> str:
+    try:
+        name = ErrorCode(code).name
+    except ValueError:
+        name = f"error {code}"
+    return f"{name}: {message}" if message else name
 
 
 def consumer_group_description(group: cg.DescribedConsumerGroup) -> GroupDescription:

@@ -194,14 +194,40 @@ SHARE_GROUP = sg.DescribedShareGroup(
 )
 
 
-def describes_share_group(cluster: Cluster, group: sg.DescribedShareGroup) -> None:
-    """Not a classic group, not a KIP-848 one: a share group."""
+OFFSETS = sg.DescribedShareGroupOffsets(
+    "jobs",
+    (
+        sg.ShareGroupOffsetsTopic(
+            "jobs",
+            TOPIC_ID,
+            (
+                sg.SharePartitionOffset(1, start_offset=40, leader_epoch=0, lag=2),
+                sg.SharePartitionOffset(0, start_offset=17, leader_epoch=0, lag=0),
+                sg.SharePartitionOffset(2, -1, -1, error_code=3, error_message="gone"),
+            ),
+        ),
+    ),
+)
+# What the transport makes up when the broker offers no version of an API (Kafka < 4.1, or
+# share.version off; or no DescribeShareGroupOffsets v1): UNSUPPORTED_VERSION.
+UNOFFERED = sg.DescribedShareGroupOffsets("jobs", error_code=35, error_message="not offered")
+
+
+def describes_share_group(
+    cluster: Cluster,
+    group: sg.DescribedShareGroup,
+    offsets: sg.DescribedShareGroupOffsets | None = OFFSETS,
+) -> None:
+    """Not a classic group, not a KIP-848 one: a share group (``offsets`` None: no
+    DescribeShareGroupOffsets is expected)."""
     cluster.transport.prepare(FOUND)
     cluster.transport.prepare(m.DescribeGroupResponse(error_code=69))
     cluster.transport.prepare(
         cg.ConsumerGroupDescribeResponse((cg.DescribedConsumerGroup(error_code=69, group_id="-"),))
     )
     cluster.transport.prepare(sg.ShareGroupDescribeResponse((group,)))
+    if offsets is not None:
+        cluster.transport.prepare(sg.DescribeShareGroupOffsetsResponse((offsets,)))
 
 
 def test_a_share_group_is_described_with_its_members_and_who_shares_each_partition(
@@ -212,6 +238,11 @@ def test_a_share_group_is_described_with_its_members_and_who_shares_each_partiti
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ("group jobs: Stable, protocol type 'share', protocol 'simple', 2 member(s)")
     assert "  sharing: {'jobs-0': ['m-a', 'm-b'], 'jobs-1': ['m-a']}" in out
+    assert out[4] == (
+        "  share_partitions: {'jobs-0': {'start_offset': 17, 'lag': 0}, "
+        "'jobs-1': {'start_offset': 40, 'lag': 2}, "
+        "'jobs-2': {'error': 'UNKNOWN_TOPIC_OR_PARTITION: gone'}}"
+    )
     first = out.index("- m-a worker-1@/10.0.0.1")
     assert out[first + 1 : first + 5] == [
         "    member_epoch: 4",
@@ -222,6 +253,8 @@ def test_a_share_group_is_described_with_its_members_and_who_shares_each_partiti
     assert "- m-b worker-2@/10.0.0.2" in out
     (asked,) = cluster.transport.requests(sg.ShareGroupDescribeRequest)
     assert asked.group_ids == ("jobs",)
+    (state,) = cluster.transport.requests(sg.DescribeShareGroupOffsetsRequest)
+    assert state.groups == (sg.ShareGroupOffsetsRequestGroup("jobs", None),)  # every partition
     assert cluster.transport.pending() == 0
 
 
@@ -240,6 +273,11 @@ def test_a_share_group_as_json_names_its_type(
         "group_epoch": 4,
         "assignment_epoch": 4,
         "sharing": {"jobs-0": ["m-a", "m-b"], "jobs-1": ["m-a"]},
+        "share_partitions": {
+            "jobs-0": {"start_offset": 17, "lag": 0},
+            "jobs-1": {"start_offset": 40, "lag": 2},
+            "jobs-2": {"error": "UNKNOWN_TOPIC_OR_PARTITION: gone"},
+        },
     }
     assert [x["member_id"] for x in out["members"]] == ["m-a", "m-b"]
     assert out["members"][1]["decoded"] == {
@@ -258,13 +296,37 @@ def test_an_empty_share_group_exists(cluster: Cluster, capsys: pytest.CaptureFix
     assert capsys.readouterr().out.startswith("group jobs: Empty, protocol type 'share'")
 
 
+def test_a_broker_without_the_share_partition_state_still_describes_the_group(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    describes_share_group(cluster, SHARE_GROUP, UNOFFERED)
+    assert main(["describe", "jobs", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "share_partitions" not in out["summary"]
+    assert len(out["members"]) == 2
+
+
+def test_a_coordinator_not_ready_for_the_share_partition_state_is_asked_again(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    describes_share_group(
+        cluster, SHARE_GROUP, sg.DescribedShareGroupOffsets("jobs", error_code=14)
+    )
+    describes_share_group(cluster, SHARE_GROUP)
+    assert main(["describe", "jobs"]) == 0
+    assert "share_partitions" in capsys.readouterr().out
+    assert cluster.transport.pending() == 0
+
+
 def test_a_broker_without_share_groups_describes_no_such_group(
     cluster: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # What the transport makes up when the broker offers no ShareGroupDescribe (Kafka < 4.1,
     # or share.version off): UNSUPPORTED_VERSION, as Kafka's clients answer it themselves.
     describes_share_group(
-        cluster, sg.DescribedShareGroup(error_code=35, group_id="jobs", error_message="none")
+        cluster,
+        sg.DescribedShareGroup(error_code=35, group_id="jobs", error_message="none"),
+        offsets=None,
     )
     assert main(["describe", "jobs"]) == NO_SUCH_GROUP
     assert "does not exist" in capsys.readouterr().err
@@ -273,7 +335,9 @@ def test_a_broker_without_share_groups_describes_no_such_group(
 def test_a_share_group_refusal_is_named(
     cluster: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    describes_share_group(cluster, sg.DescribedShareGroup(error_code=30, group_id="jobs"))
+    describes_share_group(
+        cluster, sg.DescribedShareGroup(error_code=30, group_id="jobs"), offsets=None
+    )
     assert main(["describe", "jobs"]) == 1
     err = capsys.readouterr().err
     assert "GROUP_AUTHORIZATION_FAILED" in err
