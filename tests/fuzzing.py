@@ -600,7 +600,26 @@ CASES: list[Case] = [
         for kind in (sg.ShareFetchRequest, sg.ShareAcknowledgeRequest)
     ),
     Case("ShareFetch records", sg_codec.decode_records, lambda: [_share_records()], False),
+    Case(
+        "DescribeShareGroupOffsets response v1",
+        _share_decoder(sg.DescribeShareGroupOffsetsResponse, 1),
+        lambda: _share_offsets_samples(),
+        False,
+    ),
 ]
+
+
+def _share_offsets_samples() -> list[bytes]:
+    partitions = (
+        sg.SharePartitionOffset(0, 17, 5, 2),
+        sg.SharePartitionOffset(1, -1, -1, -1, 3, "unknown partition"),
+    )
+    topics = (sg.ShareGroupOffsetsTopic("orders", _CG_TOPICS[0].topic_id, partitions),)
+    responses = [
+        sg.DescribeShareGroupOffsetsResponse((sg.DescribedShareGroupOffsets("g", topics),)),
+        sg.DescribeShareGroupOffsetsResponse((sg.DescribedShareGroupOffsets("g", (), 16, "no"),)),
+    ]
+    return [sg_codec.encode(r, 1) for r in responses]
 
 
 @dataclass
