@@ -1,0 +1,124 @@
+"""Share groups seen from outside on a real broker: with a ShareConsumer running,
+``list_groups`` lists its group with the type ``share``, ``describe_group`` (and the
+``coordination`` command) shows the member, its assignment and each share-partition's start
+offset and lag; a broker without share groups calls such a group missing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from coordination import GroupDescription, GroupInspector, describe_group, list_groups
+from coordination.__main__ import NO_SUCH_GROUP, main
+from recipes.queues import AcknowledgeType, ShareConsumer
+
+from .test_share_consumer import (
+    ON_OLDER_BROKERS,
+    ON_SHARE_BROKERS,
+    TIMEOUT_S,
+    consumer,
+    poll_until,
+    produced,
+    share_group,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[ShareConsumer]]:
+    made: list[ShareConsumer] = []
+    yield made
+    for c in made:
+        c.close(timeout=10)
+
+
+def described_until(
+    kafka: str, group: str, done: Callable[[GroupDescription], bool]
+) -> GroupDescription:
+    """The group's description once ``done(description)`` holds (the share coordinator
+    persists the share-partitions' state after the acknowledgements are answered)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        described = describe_group(group, bootstrap_servers=kafka)
+        if done(described):
+            return described
+        assert time.monotonic() < deadline, described
+        time.sleep(0.5)
+
+
+@ON_SHARE_BROKERS
+def test_a_running_share_group_is_listed_and_described(
+    kafka: str, consumers: list[ShareConsumer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = produced(kafka, 6, partitions=2)
+    group = share_group(kafka)
+    c = consumer(kafka, group, topic, consumers, client_id="inspected-worker")
+    poll_until(c, lambda got: len(got) >= 6, lambda r: c.acknowledge(r, AcknowledgeType.ACCEPT))
+    assert all(error is None for error in c.commit().values())
+
+    (listed,) = [g for g in list_groups(bootstrap_servers=kafka) if g.group_id == group]
+    assert (listed.group_type, listed.protocol_type) == ("share", "share")
+    assert listed.state == "Stable"
+
+    described = described_until(
+        kafka,
+        group,
+        lambda d: (
+            d.summary.get("share_partitions")
+            == {
+                f"{topic}-0": {"start_offset": 3, "lag": 0},
+                f"{topic}-1": {"start_offset": 3, "lag": 0},
+            }
+        ),
+    )
+    assert described.exists
+    assert (described.group_type, described.protocol_type) == ("share", "share")
+    assert described.state == "Stable" and described.protocol  # the broker's assignor
+    (member,) = described.members
+    assert member.member_id == c.member_id
+    assert member.client_id == "inspected-worker"
+    assert member.decoded is not None
+    assert member.decoded["assigned"] == [[topic, 0], [topic, 1]]
+    assert member.decoded["subscribed_topics"] == [topic]
+    assert described.summary["sharing"] == {
+        f"{topic}-0": [c.member_id],
+        f"{topic}-1": [c.member_id],
+    }
+
+    with GroupInspector(bootstrap_servers=kafka) as inspector:
+        assert inspector.describe(group).members == described.members
+
+    assert main(["describe", group, "--bootstrap-servers", kafka, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["group_type"] == "share"
+    assert [m["member_id"] for m in shown["members"]] == [c.member_id]
+    assert main(["describe", group, "--bootstrap-servers", kafka]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"group {group}: Stable, protocol type 'share'")
+    assert f"- {c.member_id} inspected-worker@" in text
+    assert main(["groups", "--bootstrap-servers", kafka]) == 0
+    assert any(
+        line.split() == [group, "share", "Stable", "share"]
+        for line in capsys.readouterr().out.splitlines()
+    )
+
+
+@ON_SHARE_BROKERS
+def test_a_group_of_no_kind_is_missing_on_a_broker_with_share_groups(
+    kafka: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group = f"nothing-{uuid.uuid4().hex[:8]}"
+    assert not describe_group(group, bootstrap_servers=kafka).exists
+    assert main(["describe", group, "--bootstrap-servers", kafka]) == NO_SUCH_GROUP
+    assert "does not exist" in capsys.readouterr().err
+
+
+@ON_OLDER_BROKERS
+def test_a_broker_without_share_groups_describes_a_missing_group(kafka: str) -> None:
+    assert not describe_group(f"nothing-{uuid.uuid4().hex[:8]}", bootstrap_servers=kafka).exists
