@@ -25,12 +25,15 @@ from .consumer_group import ConsumerGroupHeartbeatResponse as ConsumerGroupHeart
 
 # Share groups' messages (KIP-932): share_group.py, their codec share_group_codec.py.
 from .share_group import (
+    ALTER_SHARE_GROUP_OFFSETS_VERSION,
     DESCRIBE_SHARE_GROUP_OFFSETS_MAX_VERSION,
     SHARE_ACKNOWLEDGE_MAX_VERSION,
     SHARE_FETCH_MAX_VERSION,
     SHARE_GROUP_DESCRIBE_MAX_VERSION,
     SHARE_GROUP_HEARTBEAT_MAX_VERSION,
 )
+from .share_group import AlterShareGroupOffsetsRequest as AlterShareGroupOffsetsRequest
+from .share_group import AlterShareGroupOffsetsResponse as AlterShareGroupOffsetsResponse
 from .share_group import (
     DescribeShareGroupOffsetsRequest as DescribeShareGroupOffsetsRequest,
 )
@@ -69,6 +72,7 @@ MAX_VERSIONS: Final = {
     "ShareFetch": SHARE_FETCH_MAX_VERSION,
     "ShareAcknowledge": SHARE_ACKNOWLEDGE_MAX_VERSION,
     "DescribeShareGroupOffsets": DESCRIBE_SHARE_GROUP_OFFSETS_MAX_VERSION,
+    "AlterShareGroupOffsets": ALTER_SHARE_GROUP_OFFSETS_VERSION,
 }
 # OffsetFetch with the member's id and epoch (KIP-848; Kafka 4.0+, like the protocol itself).
 OFFSET_FETCH_MEMBER_VERSION: Final = 9
@@ -297,6 +301,7 @@ Request = (
     | ShareFetchRequest
     | ShareAcknowledgeRequest
     | DescribeShareGroupOffsetsRequest
+    | AlterShareGroupOffsetsRequest
 )
 Response = (
     FindCoordinatorResponse
@@ -314,4 +319,5 @@ Response = (
     | ShareFetchResponse
     | ShareAcknowledgeResponse
     | DescribeShareGroupOffsetsResponse
+    | AlterShareGroupOffsetsResponse
 )

@@ -1,6 +1,6 @@
 """The messages of Kafka's share groups (KIP-932, "queues for Kafka"): ShareGroupHeartbeat (API
 key 76), ShareGroupDescribe (77), ShareFetch (78), ShareAcknowledge (79), and the admin's
-DescribeShareGroupOffsets (90).
+DescribeShareGroupOffsets (90) and AlterShareGroupOffsets (91).
 
 Internal, no compatibility guarantee. Field names are those of Kafka's message definitions
 (``ShareFetchRequest.json`` and friends) in snake_case; topics are named by id
@@ -33,6 +33,8 @@ the RENEW acknowledgement."""
 SHARE_ACKNOWLEDGE_MAX_VERSION: Final = 2
 DESCRIBE_SHARE_GROUP_OFFSETS_MAX_VERSION: Final = 1
 """v1 (KIP-1226) adds each share-partition's ``lag``."""
+ALTER_SHARE_GROUP_OFFSETS_VERSION: Final = 0
+"""AlterShareGroupOffsets' only version (its v0 is not early access: spoken here)."""
 """v2 (Kafka 4.2, KIP-1222) adds ``is_renew_ack`` (request) and
 ``acquisition_lock_timeout_ms`` (response)."""
 
@@ -256,6 +258,49 @@ class DescribeShareGroupOffsetsResponse:
     def error_code(self) -> int:
         """The first group's error code that is not 0, else 0."""
         return next((g.error_code for g in self.groups if g.error_code), 0)
+
+
+# -- AlterShareGroupOffsets ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlterShareGroupOffsetsRequest:
+    """Set the start offset of share-partitions of an empty share group (Kafka's
+    AlterShareGroupOffsets, to the group's coordinator); ``topics``: (topic name,
+    ((partition, start offset), ...)) pairs."""
+
+    group_id: str
+    topics: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlteredSharePartition:
+    """One share-partition's outcome."""
+
+    partition_index: int
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlteredShareGroupOffsetsTopic:
+    """The outcomes for one topic's share-partitions."""
+
+    topic_name: str
+    topic_id: uuid.UUID
+    partitions: tuple[AlteredSharePartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterShareGroupOffsetsResponse:
+    """The request's outcome (``error_code``: the whole request's, e.g. NON_EMPTY_GROUP), and
+    each share-partition's; ``version`` as in :class:`ShareGroupHeartbeatResponse`."""
+
+    error_code: int
+    error_message: str | None = None
+    responses: tuple[AlteredShareGroupOffsetsTopic, ...] = ()
+    throttle_time_ms: int = 0
+    version: int = ALTER_SHARE_GROUP_OFFSETS_VERSION
 
 
 # -- acknowledgements, shared by ShareFetch and ShareAcknowledge ------------------------------

@@ -36,6 +36,7 @@ SHARE_GROUP_DESCRIBE_KEY: Final = 77
 SHARE_FETCH_KEY: Final = 78
 SHARE_ACKNOWLEDGE_KEY: Final = 79
 DESCRIBE_SHARE_GROUP_OFFSETS_KEY: Final = 90
+ALTER_SHARE_GROUP_OFFSETS_KEY: Final = 91
 
 Request = (
     sg.ShareGroupHeartbeatRequest
@@ -43,6 +44,7 @@ Request = (
     | sg.ShareFetchRequest
     | sg.ShareAcknowledgeRequest
     | sg.DescribeShareGroupOffsetsRequest
+    | sg.AlterShareGroupOffsetsRequest
 )
 Response = (
     sg.ShareGroupHeartbeatResponse
@@ -50,6 +52,7 @@ Response = (
     | sg.ShareFetchResponse
     | sg.ShareAcknowledgeResponse
     | sg.DescribeShareGroupOffsetsResponse
+    | sg.AlterShareGroupOffsetsResponse
 )
 Message = Request | Response
 M = TypeVar("M", bound=Message)
@@ -442,6 +445,85 @@ def _decode_offsets_response(reader: Reader, version: int) -> sg.DescribeShareGr
     return sg.DescribeShareGroupOffsetsResponse(tuple(groups), throttle_time_ms, version)
 
 
+# -- AlterShareGroupOffsets ---------------------------------------------------------------------
+
+
+def _encode_alter_request(r: sg.AlterShareGroupOffsetsRequest, version: int) -> bytes:
+    out = Writer()
+    out.compact_string(r.group_id, "group_id")
+    out.compact_length(len(r.topics))
+    for name, partitions in r.topics:
+        out.compact_string(name, "topic_name")
+        out.compact_length(len(partitions))
+        for index, start_offset in partitions:
+            out.int32(index)
+            out.int64(start_offset)
+            out.no_tagged_fields()
+        out.no_tagged_fields()
+    out.no_tagged_fields()
+    return out.bytes()
+
+
+def _decode_alter_request(reader: Reader, version: int) -> sg.AlterShareGroupOffsetsRequest:
+    group_id = reader.string("group_id")
+    topics = []
+    # A topic takes at least 3 bytes (a name, no partitions, no tags), a partition 13.
+    for _ in range(reader.compact_length("topics", least_bytes=3)):
+        name = reader.string("topic_name")
+        partitions = []
+        for _ in range(reader.compact_length("partitions", least_bytes=13)):
+            partitions.append((reader.int32(), reader.int64()))
+            reader.tagged_fields()
+        reader.tagged_fields()
+        topics.append((name, tuple(partitions)))
+    reader.tagged_fields()
+    return sg.AlterShareGroupOffsetsRequest(group_id, tuple(topics))
+
+
+def _encode_alter_response(r: sg.AlterShareGroupOffsetsResponse, version: int) -> bytes:
+    out = Writer()
+    out.int32(r.throttle_time_ms)
+    out.int16(r.error_code)
+    out.compact_string(r.error_message, "error_message")
+    out.compact_length(len(r.responses))
+    for topic in r.responses:
+        out.compact_string(topic.topic_name, "topic_name")
+        out.uuid(topic.topic_id)
+        out.compact_length(len(topic.partitions))
+        for p in topic.partitions:
+            out.int32(p.partition_index)
+            out.int16(p.error_code)
+            out.compact_string(p.error_message, "error_message")
+            out.no_tagged_fields()
+        out.no_tagged_fields()
+    out.no_tagged_fields()
+    return out.bytes()
+
+
+def _decode_alter_response(reader: Reader, version: int) -> sg.AlterShareGroupOffsetsResponse:
+    throttle_time_ms = reader.int32()
+    error_code = reader.int16()
+    error_message = reader.compact_string("error_message", nullable=True)
+    topics = []
+    # A topic takes at least 19 bytes (a name, its id, no partitions, no tags), a partition 8.
+    for _ in range(reader.compact_length("responses", least_bytes=19)):
+        name = reader.string("topic_name")
+        topic_id = reader.uuid()
+        partitions = []
+        for _ in range(reader.compact_length("partitions", least_bytes=8)):
+            index = reader.int32()
+            code = reader.int16()
+            message = reader.compact_string("error_message", nullable=True)
+            reader.tagged_fields()
+            partitions.append(sg.AlteredSharePartition(index, code, message))
+        reader.tagged_fields()
+        topics.append(sg.AlteredShareGroupOffsetsTopic(name, topic_id, tuple(partitions)))
+    reader.tagged_fields()
+    return sg.AlterShareGroupOffsetsResponse(
+        error_code, error_message, tuple(topics), throttle_time_ms, version
+    )
+
+
 # -- ShareFetch --------------------------------------------------------------------------------
 
 
@@ -781,18 +863,20 @@ class _Api:
         self,
         name: str,
         api_key: int,
-        max_version: int,
+        versions: tuple[int, int],
         encode: Callable[[Any, int], bytes],
         decode: Callable[[Reader, int], Any],
     ) -> None:
         self.name = name
         self.api_key = api_key
-        self.max_version = max_version
+        self.min_version, self.max_version = versions
         self.encode = encode
         self.decode = decode
 
 
 def _apis() -> dict[type, _Api]:
+    # The versions spoken: from SHARE_MIN_VERSION (v0 was Kafka 4.0's early access) to the
+    # newest, except where v0 is the only version.
     table: list[tuple[type, type, int, int, tuple[Callable[..., Any], ...]]] = [
         (
             sg.ShareGroupHeartbeatRequest,
@@ -854,11 +938,24 @@ def _apis() -> dict[type, _Api]:
                 _decode_offsets_response,
             ),
         ),
+        (
+            sg.AlterShareGroupOffsetsRequest,
+            sg.AlterShareGroupOffsetsResponse,
+            ALTER_SHARE_GROUP_OFFSETS_KEY,
+            sg.ALTER_SHARE_GROUP_OFFSETS_VERSION,
+            (
+                _encode_alter_request,
+                _decode_alter_request,
+                _encode_alter_response,
+                _decode_alter_response,
+            ),
+        ),
     ]
     apis = {}
     for request, response, key, newest, (enc_req, dec_req, enc_resp, dec_resp) in table:
-        apis[request] = _Api(request.__name__, key, newest, enc_req, dec_req)
-        apis[response] = _Api(response.__name__, key, newest, enc_resp, dec_resp)
+        versions = (min(sg.SHARE_MIN_VERSION, newest), newest)
+        apis[request] = _Api(request.__name__, key, versions, enc_req, dec_req)
+        apis[response] = _Api(response.__name__, key, versions, enc_resp, dec_resp)
     return apis
 
 
@@ -869,6 +966,7 @@ _REQUESTS: Final[dict[int, type[Request]]] = {
     SHARE_FETCH_KEY: sg.ShareFetchRequest,
     SHARE_ACKNOWLEDGE_KEY: sg.ShareAcknowledgeRequest,
     DESCRIBE_SHARE_GROUP_OFFSETS_KEY: sg.DescribeShareGroupOffsetsRequest,
+    ALTER_SHARE_GROUP_OFFSETS_KEY: sg.AlterShareGroupOffsetsRequest,
 }
 _RESPONSES: Final[dict[type[Request], type[Response]]] = {
     sg.ShareGroupHeartbeatRequest: sg.ShareGroupHeartbeatResponse,
@@ -876,28 +974,39 @@ _RESPONSES: Final[dict[type[Request], type[Response]]] = {
     sg.ShareFetchRequest: sg.ShareFetchResponse,
     sg.ShareAcknowledgeRequest: sg.ShareAcknowledgeResponse,
     sg.DescribeShareGroupOffsetsRequest: sg.DescribeShareGroupOffsetsResponse,
+    sg.AlterShareGroupOffsetsRequest: sg.AlterShareGroupOffsetsResponse,
 }
 
 
-def _api(kind: type, version: int) -> _Api:
+def _known(kind: type) -> _Api:
     api = _APIS.get(kind)
     if api is None:
         raise TypeError(f"{kind.__name__} is not a share-group message")
-    if not sg.SHARE_MIN_VERSION <= version <= api.max_version:
+    return api
+
+
+def _api(kind: type, version: int) -> _Api:
+    api = _known(kind)
+    if not api.min_version <= version <= api.max_version:
         raise ProtocolCodecError(
-            f"{api.name} has no version {version} ({sg.SHARE_MIN_VERSION}-{api.max_version})"
+            f"{api.name} has no version {version} ({api.min_version}-{api.max_version})"
         )
     return api
 
 
 def api_key(kind: type[Message]) -> int:
-    """The Kafka API key of a message type (76 to 79, 90)."""
-    return _api(kind, sg.SHARE_MIN_VERSION).api_key
+    """The Kafka API key of a message type (76 to 79, 90, 91)."""
+    return _known(kind).api_key
+
+
+def min_version(kind: type[Message]) -> int:
+    """The oldest version of a message type this codec speaks."""
+    return _known(kind).min_version
 
 
 def max_version(kind: type[Message]) -> int:
     """The newest version of a message type this codec speaks."""
-    return _api(kind, sg.SHARE_MIN_VERSION).max_version
+    return _known(kind).max_version
 
 
 def response_type(kind: type[Request]) -> type[Response]:

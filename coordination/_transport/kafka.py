@@ -804,8 +804,11 @@ class _OwnCodecRequest:
         self.max_version = self._codec.max_version(kind)
         # v1 at least: the consumer group protocol's v0 is Kafka 3.7-3.9's early access, which
         # those brokers list in ApiVersions even where they refuse it (UNSUPPORTED_VERSION, no
-        # message); share groups' v0 is Kafka 4.0's early access, which 4.1 removed.
-        self._min_version = 1
+        # message); share groups' v0 is Kafka 4.0's early access, which 4.1 removed (but for
+        # AlterShareGroupOffsets, whose only version is v0).
+        self._min_version = (
+            sg_codec.min_version(type(request)) if isinstance(request, sg_codec.Request) else 1
+        )
         self._max_version = m.MAX_VERSIONS[self.name]
         self.API_VERSION: int | None = None
         self.header: _OwnCodecHeader | None = None
@@ -882,6 +885,8 @@ class _OwnCodecRequest:
                 ),
                 version=-1,
             )
+        if isinstance(self.request, sg.AlterShareGroupOffsetsRequest):
+            return sg.AlterShareGroupOffsetsResponse(code, message, version=-1)
         return sg.ShareAcknowledgeResponse(code, message, version=-1)
 
     def _response_type(self) -> type[_OwnResponse]:

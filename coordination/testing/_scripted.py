@@ -33,6 +33,7 @@ _RESPONSE_TYPES = (
     m.ShareFetchResponse,
     m.ShareAcknowledgeResponse,
     m.DescribeShareGroupOffsetsResponse,
+    m.AlterShareGroupOffsetsResponse,
 )
 
 

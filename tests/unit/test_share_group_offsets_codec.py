@@ -1,7 +1,8 @@
-"""DescribeShareGroupOffsets (API key 90) on the wire: bytes written out by hand from Kafka's
-message definitions (kafka-clients 4.3.1's ``DescribeShareGroupOffsetsRequest.json`` and
-``...Response.json``: flexible from v0, ``Lag`` from v1), a round trip of generated messages,
-malformed input refused, and the transport's version choice and made-up answer.
+"""DescribeShareGroupOffsets (API key 90) and AlterShareGroupOffsets (91) on the wire: bytes
+written out by hand from Kafka's message definitions (kafka-clients 4.3.1's
+``DescribeShareGroupOffsetsRequest.json`` and the others: flexible from v0, ``Lag`` from v1;
+AlterShareGroupOffsets has v0 only), a round trip of generated messages, malformed input
+refused, and the transport's version choice and made-up answer.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from kafka.protocol.broker_version_data import BrokerVersionData
 from coordination._protocol import share_group_codec as codec
 from coordination._protocol.error_codes import ErrorCode
 from coordination._protocol.share_group import (
+    AlteredShareGroupOffsetsTopic,
+    AlteredSharePartition,
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse,
     DescribedShareGroupOffsets,
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsResponse,
@@ -63,6 +68,26 @@ GOLDEN: dict[str, tuple[codec.Message, int, str]] = {
         ),
         1,
         "0000000a 02 0267 01 0010 0278 00 00",
+    ),
+    "alter-request-v0": (
+        AlterShareGroupOffsetsRequest("g", (("t", ((0, 5),)),)),
+        0,
+        # "g"; 1 topic, "t"; 1 partition: 0, start offset 5, tags; the topic's tags; tags
+        "0267 02 0274 02 00000000 0000000000000005 00 00 00",
+    ),
+    "alter-response-v0": (
+        AlterShareGroupOffsetsResponse(
+            0, None, (AlteredShareGroupOffsetsTopic("t", TOPIC, (AlteredSharePartition(0),)),)
+        ),
+        0,
+        # throttle, no error, null message; 1 topic, "t", its id; 1 partition: 0, no error,
+        # null message, tags; the topic's tags; tags
+        "00000000 0000 00 02 0274 00000000000000000000000000000001 02 00000000 0000 00 00 00 00",
+    ),
+    "alter-response-error-v0": (
+        AlterShareGroupOffsetsResponse(ErrorCode.NON_EMPTY_GROUP, "members"),
+        0,
+        "00000000 0044 086d656d62657273 01 00",
     ),
 }
 
@@ -166,3 +191,57 @@ def test_version_is_v1_and_a_broker_without_it_is_answered_unsupported_version()
     (group,) = answer.groups
     assert group.group_id == "g" and group.error_code == ErrorCode.UNSUPPORTED_VERSION
     assert group.error_message is not None and "API key 90" in group.error_message
+
+
+def test_alter_is_v0_and_a_broker_without_it_is_answered_unsupported_version() -> None:
+    request = _OwnCodecRequest(AlterShareGroupOffsetsRequest("g", (("t", ((0, 5),)),)))
+    assert request.API_KEY == 91
+    assert BrokerVersionData(api_versions={91: (0, 0)}).api_version(request) == 0
+    with pytest.raises(kafka_errors.IncompatibleBrokerVersion) as e:
+        BrokerVersionData(api_versions={}).api_version(request)
+    answer = request.unoffered(e.value)
+    assert isinstance(answer, AlterShareGroupOffsetsResponse) and answer.version == -1
+    assert answer.error_code == ErrorCode.UNSUPPORTED_VERSION
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.builds(
+        AlterShareGroupOffsetsRequest,
+        NAMES,
+        st.lists(
+            st.tuples(NAMES, st.lists(st.tuples(INT32, INT64), max_size=3).map(tuple)), max_size=3
+        ).map(tuple),
+    ),
+    st.builds(
+        AlterShareGroupOffsetsResponse,
+        st.integers(-(2**15), 2**15 - 1),
+        st.none() | NAMES,
+        st.lists(
+            st.builds(
+                AlteredShareGroupOffsetsTopic,
+                NAMES,
+                st.uuids(),
+                st.lists(
+                    st.builds(
+                        AlteredSharePartition,
+                        INT32,
+                        st.integers(-(2**15), 2**15 - 1),
+                        st.none() | NAMES,
+                    ),
+                    max_size=3,
+                ).map(tuple),
+            ),
+            max_size=3,
+        ).map(tuple),
+        INT32,
+        st.just(0),
+    ),
+)
+def test_alter_round_trip(
+    request: AlterShareGroupOffsetsRequest, response: AlterShareGroupOffsetsResponse
+) -> None:
+    assert codec.decode(type(request), codec.encode(request, 0), 0) == request
+    assert codec.decode(type(response), codec.encode(response, 0), 0) == response
+    with pytest.raises(ProtocolCodecError, match="no version 1"):
+        codec.encode(request, 1)
