@@ -17,9 +17,9 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from ._config import CoordinatorConfig
 from ._metrics import RebalanceRecord
@@ -27,10 +27,17 @@ from ._protocol import consumer_group as cg
 from ._protocol import messages as m
 from ._protocol import share_group as sg
 from ._protocol.error_codes import ErrorCode
-from .errors import ConfigurationError, CoordinationError, ProtocolCodecError, broker_error
+from .errors import (
+    BrokerError,
+    ConfigurationError,
+    CoordinationError,
+    ProtocolCodecError,
+    broker_error,
+)
 from .transport import CoordinatorNode, TransportError
 
 log = logging.getLogger("coordination.groups")
+_T = TypeVar("_T")
 
 __all__ = [
     "GroupDecoder",
@@ -413,6 +420,41 @@ class GroupInspector:
         """As :func:`list_groups`."""
         return self._admin.list_groups()
 
+    def alter_share_group_offsets(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], BrokerError | None]:
+        """Set where the share group ``group_id`` starts in each partition (Kafka's
+        AlterShareGroupOffsets, what ``kafka-share-groups.sh --reset-offsets`` sends).
+
+        The group must have no members (close its consumers first). Records before a
+        partition's new start offset are never delivered to the group; from it on, every
+        record is available again, whatever was acknowledged before. Kafka 4.1 or newer.
+
+        Args:
+            group_id: the share group.
+            offsets: the new start offset of each (topic, partition).
+
+        Returns:
+            Each partition's outcome: None where it was set, else the broker's refusal
+            (e.g. UNKNOWN_TOPIC_OR_PARTITION).
+
+        Raises:
+            ConfigurationError: ``offsets`` is empty, or holds a negative offset or partition.
+            BrokerError: the broker refused the whole request: NON_EMPTY_GROUP while members
+                remain, UNSUPPORTED_VERSION from a broker without share groups.
+            GroupAuthorizationError: no READ on the group.
+            CoordinationError: the coordinator could not be found or reached.
+        """
+        if not offsets:
+            raise ConfigurationError("offsets must name at least one (topic, partition)")
+        for (topic, partition), offset in offsets.items():
+            if partition < 0 or offset < 0:
+                raise ConfigurationError(
+                    f"offsets: partition and start offset must not be negative, got "
+                    f"{(topic, partition)!r}: {offset!r}"
+                )
+        return self._admin.alter_share_group_offsets(group_id, offsets)
+
     def close(self) -> None:
         """Close the connections (idempotent)."""
         self._admin.transport.close()
@@ -482,6 +524,9 @@ class _Admin:
         return [found[k] for k in sorted(found)]
 
     def describe(self, group_id: str) -> GroupDescription:
+        return self._retrying(lambda: self._describe_once(group_id))
+
+    def _retrying(self, attempt: Callable[[], _T]) -> _T:
         # A coordinator that is not ready yet (a fresh cluster creates __consumer_offsets on
         # the first FindCoordinator; a moved group is still loading) is asked again, with
         # backoff, until the request timeout: Kafka's admin client does the same.
@@ -489,14 +534,14 @@ class _Admin:
         backoff_s = self.config.retry_backoff_ms / 1000
         while True:
             try:
-                return self._describe_once(group_id)
+                return attempt()
             except _NotReady as e:
                 if time.monotonic() + backoff_s >= deadline:
                     raise e.error from None
             time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_ms / 1000)
 
-    def _describe_once(self, group_id: str) -> GroupDescription:
+    def _coordinator(self, group_id: str) -> CoordinatorNode:
         try:
             found = self.transport.send(
                 m.FindCoordinatorRequest(key=group_id),
@@ -509,11 +554,52 @@ class _Admin:
         if found.error_code != ErrorCode.NONE:
             error = broker_error(found.error_code, group_id=group_id, api="FindCoordinator")
             raise _NotReady(error) if found.error_code in _NOT_READY else error
+        return CoordinatorNode(found.node_id, found.host, found.port)
+
+    def alter_share_group_offsets(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], BrokerError | None]:
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append((partition, offset))
+        request = sg.AlterShareGroupOffsetsRequest(
+            group_id, tuple((t, tuple(p)) for t, p in by_topic.items())
+        )
+
+        def attempt() -> sg.AlterShareGroupOffsetsResponse:
+            try:
+                response = self.transport.send(
+                    request,
+                    sg.AlterShareGroupOffsetsResponse,
+                    coordinator=self._coordinator(group_id),
+                    timeout_s=self.timeout_s,
+                )
+            except TransportError as e:
+                raise e.stop_error(f"group {group_id!r}: AlterShareGroupOffsets") from e
+            if response.error_code != ErrorCode.NONE:
+                error = broker_error(
+                    response.error_code, group_id=group_id, api="AlterShareGroupOffsets"
+                )
+                raise _NotReady(error) if response.error_code in _NOT_READY else error
+            return response
+
+        response = self._retrying(attempt)
+        outcome: dict[tuple[str, int], BrokerError | None] = dict.fromkeys(offsets)
+        for answered in response.responses:
+            for p in answered.partitions:
+                if p.error_code != ErrorCode.NONE:
+                    outcome[answered.topic_name, p.partition_index] = broker_error(
+                        p.error_code, group_id=group_id, api="AlterShareGroupOffsets"
+                    )
+        return outcome
+
+    def _describe_once(self, group_id: str) -> GroupDescription:
+        node = self._coordinator(group_id)
         try:
             response = self.transport.send(
                 m.DescribeGroupRequest(group_id),
                 m.DescribeGroupResponse,
-                coordinator=CoordinatorNode(found.node_id, found.host, found.port),
+                coordinator=node,
                 timeout_s=self.timeout_s,
             )
         except TransportError as e:
@@ -526,7 +612,6 @@ class _Admin:
             return described
         # Not a classic group: it may be a KIP-848 consumer group (Kafka 4+), or a share
         # group (Kafka 4.1+); each describe API calls a group of another type not found.
-        node = CoordinatorNode(found.node_id, found.host, found.port)
         return (
             self._describe_consumer_group(group_id, node)
             or self._describe_share_group(group_id, node)

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from coordination import RebalanceRecord, _inspection, rebalance_timeline
+from coordination import GroupInspector, RebalanceRecord, _inspection, rebalance_timeline
 from coordination.__main__ import NO_SUCH_GROUP, PASSWORD_VARIABLE, main
 from coordination._protocol import consumer_group as cg
 from coordination._protocol import messages as m
 from coordination._protocol import share_group as sg
 from coordination._transport import kafka, wakeups
-from coordination.errors import ConfigurationError
+from coordination.errors import BrokerError, ConfigurationError
 from coordination.testing import ScriptedTransport
 
 FOUND = m.FindCoordinatorResponse(error_code=0, node_id=1, host="h", port=9092)
@@ -342,6 +342,51 @@ def test_a_share_group_refusal_is_named(
     err = capsys.readouterr().err
     assert "GROUP_AUTHORIZATION_FAILED" in err
     assert "ShareGroupDescribe" in err
+
+
+def test_a_share_group_start_offset_is_altered_and_each_partition_outcome_returned(
+    cluster: Cluster,
+) -> None:
+    cluster.transport.prepare(FOUND)
+    cluster.transport.prepare(
+        sg.AlterShareGroupOffsetsResponse(
+            0,
+            responses=(
+                sg.AlteredShareGroupOffsetsTopic(
+                    "jobs", TOPIC_ID, (sg.AlteredSharePartition(0), sg.AlteredSharePartition(1, 3))
+                ),
+            ),
+        )
+    )
+    with GroupInspector(bootstrap_servers="localhost:9092") as inspector:
+        outcome = inspector.alter_share_group_offsets("jobs", {("jobs", 1): 0, ("jobs", 0): 17})
+    assert outcome[("jobs", 0)] is None
+    refused = outcome[("jobs", 1)]
+    assert refused is not None and refused.error_name == "UNKNOWN_TOPIC_OR_PARTITION"
+    (sent,) = cluster.transport.requests(sg.AlterShareGroupOffsetsRequest)
+    assert sent == sg.AlterShareGroupOffsetsRequest("jobs", (("jobs", ((0, 17), (1, 0))),))
+
+
+def test_altering_a_share_group_with_members_is_refused(cluster: Cluster) -> None:
+    cluster.transport.prepare(FOUND)
+    cluster.transport.prepare(sg.AlterShareGroupOffsetsResponse(68, "the group has members"))
+    with (
+        GroupInspector(bootstrap_servers="localhost:9092") as inspector,
+        pytest.raises(BrokerError, match="NON_EMPTY_GROUP"),
+    ):
+        inspector.alter_share_group_offsets("jobs", {("jobs", 0): 0})
+
+
+@pytest.mark.parametrize("offsets", [{}, {("jobs", 0): -1}, {("jobs", -1): 0}])
+def test_altering_refuses_offsets_that_name_nothing_or_are_negative(
+    cluster: Cluster, offsets: dict[tuple[str, int], int]
+) -> None:
+    with (
+        GroupInspector(bootstrap_servers="localhost:9092") as inspector,
+        pytest.raises(ConfigurationError, match="offsets"),
+    ):
+        inspector.alter_share_group_offsets("jobs", offsets)
+    assert cluster.transport.sent == []
 
 
 def test_groups_lists_share_groups_with_their_type(
