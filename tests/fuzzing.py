@@ -606,7 +606,23 @@ CASES: list[Case] = [
         lambda: _share_offsets_samples(),
         False,
     ),
+    Case(
+        "AlterShareGroupOffsets response v0",
+        _share_decoder(sg.AlterShareGroupOffsetsResponse, 0),
+        lambda: _share_alter_samples(),
+        False,
+    ),
 ]
+
+
+def _share_alter_samples() -> list[bytes]:
+    partitions = (sg.AlteredSharePartition(0), sg.AlteredSharePartition(1, 3, "unknown"))
+    topics = (sg.AlteredShareGroupOffsetsTopic("orders", _CG_TOPICS[0].topic_id, partitions),)
+    responses = [
+        sg.AlterShareGroupOffsetsResponse(0, None, topics),
+        sg.AlterShareGroupOffsetsResponse(68, "members"),
+    ]
+    return [sg_codec.encode(r, 0) for r in responses]
 
 
 def _share_offsets_samples() -> list[bytes]:

@@ -110,6 +110,38 @@ def test_a_running_share_group_is_listed_and_described(
 
 
 @ON_SHARE_BROKERS
+def test_an_empty_share_group_start_offset_is_reset_and_records_come_again(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    topic = produced(kafka, 3)
+    group = share_group(kafka)
+    first = consumer(kafka, group, topic, consumers)
+    poll_until(
+        first, lambda got: len(got) >= 3, lambda r: first.acknowledge(r, AcknowledgeType.ACCEPT)
+    )
+    first.close(timeout=10)
+    with GroupInspector(bootstrap_servers=kafka) as inspector:
+        deadline = time.monotonic() + TIMEOUT_S
+        while inspector.describe(group).members:  # the group empties once the leave is seen
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        outcome = inspector.alter_share_group_offsets(group, {(topic, 0): 1})
+    assert outcome == {(topic, 0): None}
+    described_until(
+        kafka,
+        group,
+        lambda d: (
+            d.summary.get("share_partitions", {}).get(f"{topic}-0", {}).get("start_offset") == 1
+        ),
+    )
+    again = consumer(kafka, group, topic, consumers)
+    got = poll_until(
+        again, lambda got: len(got) >= 2, lambda r: again.acknowledge(r, AcknowledgeType.ACCEPT)
+    )
+    assert sorted(r.offset for r in got) == [1, 2]
+
+
+@ON_SHARE_BROKERS
 def test_a_group_of_no_kind_is_missing_on_a_broker_with_share_groups(
     kafka: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
