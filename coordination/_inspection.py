@@ -7,7 +7,9 @@ the group's protocol type. Each decoder is named by the package that owns the pr
 (entry points ``coordination.group_decoders``: this project's recipes name ``consumer``,
 Kafka's consumer protocol from any client, ``election`` and ``tasks``); unknown types keep
 their raw bytes. A protocol type of your own gets decoded once you name its decoder there
-or :func:`register_decoder` it.
+or :func:`register_decoder` it. KIP-848 consumer groups and share groups are no classic
+groups: their own APIs describe them (ConsumerGroupDescribe; ShareGroupDescribe, and
+DescribeShareGroupOffsets for the share-partitions' state).
 """
 
 from __future__ import annotations
@@ -726,15 +728,15 @@ def share_group_description(
         )
         for x in sorted(group.members, key=lambda x: x.member_id)
     )
-    sharing: dict[str, list[str]] = {}
-    for member in members:
-        assert member.decoded is not None
-        for topic, partition in member.decoded["assigned"]:
-            sharing.setdefault(f"{topic}-{partition}", []).append(member.member_id)
+    sharing: dict[tuple[str, int], list[str]] = {}
+    for x in group.members:
+        for assigned in x.assignment:
+            for partition in assigned.partitions:
+                sharing.setdefault((assigned.topic_name, partition), []).append(x.member_id)
     summary: dict[str, Any] = {
         "group_epoch": group.group_epoch,
         "assignment_epoch": group.assignment_epoch,
-        "sharing": dict(sorted(sharing.items())),
+        "sharing": {f"{t}-{p}": sorted(ids) for (t, p), ids in sorted(sharing.items())},
     }
     if offsets is not None:
         state: dict[tuple[str, int], dict[str, Any]] = {}
