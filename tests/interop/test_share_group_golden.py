@@ -1,9 +1,10 @@
-"""ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge bytes (KIP-932)
-against Kafka's own client, both ways: kafka-clients 4.3.1's generated message classes
+"""ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge bytes (KIP-932),
+and the admin's DescribeShareGroupOffsets and AlterShareGroupOffsets, against Kafka's own
+client, both ways: kafka-clients 4.3.1's generated message classes
 (tests/interop/java/ShareGroupWire.java, compiled at run time) write each case as the golden
-bytes of tests/unit/test_share_group_codec.py say (a ShareFetch's record batch included,
-built by Kafka's MemoryRecords), and read our encoding of each case back as the same
-message, every byte used."""
+bytes of tests/unit/test_share_group_codec.py and test_share_group_offsets_codec.py say (a
+ShareFetch's record batch included, built by Kafka's MemoryRecords), and read our encoding
+of each case back as the same message, every byte used."""
 
 from __future__ import annotations
 
@@ -14,9 +15,21 @@ from pathlib import Path
 
 import pytest
 
+from coordination._protocol import share_group_codec as codec
 from coordination.testing import resolve_classpath
 
+from ..unit import test_share_group_offsets_codec as admin
 from ..unit.test_share_group_codec import CASES, GOLDEN, HEADERS, ours
+
+ADMIN_GOLDEN = {name: golden.replace(" ", "") for name, (_, _, golden) in admin.GOLDEN.items()}
+
+
+def _ours(name: str) -> bytes:
+    if name in admin.GOLDEN:
+        message, version, _ = admin.GOLDEN[name]
+        return codec.encode(message, version)
+    return ours(name)
+
 
 JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "ShareGroupWire.java"
 ARTIFACTS = ["org.apache.kafka:kafka-clients:4.3.1", "org.slf4j:slf4j-nop:1.7.36"]
@@ -34,8 +47,8 @@ def java(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict
         check=True,
         timeout=300,
     )
-    names = [*CASES, *HEADERS]
-    ours_lines = "".join(f"{name} {ours(name).hex()}\n" for name in names)
+    names = [*CASES, *HEADERS, *admin.GOLDEN]
+    ours_lines = "".join(f"{name} {_ours(name).hex()}\n" for name in names)
     done = subprocess.run(
         ["java", "-cp", os.pathsep.join([str(classes), *jars]), "ShareGroupWire"],
         input=ours_lines + "\n",
@@ -52,14 +65,15 @@ def java(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict
 
 def test_the_cases_are_the_same_on_both_sides(java: tuple[dict[str, str], dict[str, str]]) -> None:
     theirs, _ = java
-    assert set(theirs) == set(CASES) | set(HEADERS) == set(GOLDEN)
+    assert set(theirs) == set(CASES) | set(HEADERS) | set(admin.GOLDEN)
+    assert set(CASES) | set(HEADERS) == set(GOLDEN)
 
 
 def test_kafka_writes_the_golden_bytes(java: tuple[dict[str, str], dict[str, str]]) -> None:
     theirs, _ = java
-    assert theirs == GOLDEN
+    assert theirs == {**GOLDEN, **ADMIN_GOLDEN}
 
 
 def test_kafka_reads_ours_back(java: tuple[dict[str, str], dict[str, str]]) -> None:
     _, read = java
-    assert read == dict.fromkeys([*CASES, *HEADERS], "equal")
+    assert read == dict.fromkeys([*CASES, *HEADERS, *admin.GOLDEN], "equal")

@@ -1,7 +1,8 @@
 """DescribeShareGroupOffsets (API key 90) and AlterShareGroupOffsets (91) on the wire: bytes
 written out by hand from Kafka's message definitions (kafka-clients 4.3.1's
 ``DescribeShareGroupOffsetsRequest.json`` and the others: flexible from v0, ``Lag`` from v1;
-AlterShareGroupOffsets has v0 only), a round trip of generated messages, malformed input
+AlterShareGroupOffsets has v0 only), which tests/interop/test_share_group_golden.py checks
+against Java's generated classes; a round trip of generated messages, malformed input
 refused, and the transport's version choice and made-up answer.
 """
 
@@ -40,19 +41,19 @@ STATE = DescribedShareGroupOffsets(
 # Field by field, spaces between fields: compact lengths and strings are their length + 1 as
 # a varint; every struct ends with an empty tagged-field section (00).
 GOLDEN: dict[str, tuple[codec.Message, int, str]] = {
-    "request-all-v1": (
+    "offsets-request-all-v1": (
         DescribeShareGroupOffsetsRequest((ShareGroupOffsetsRequestGroup("g"),)),
         1,
         # 1 group, "g", topics null, the group's tags, the request's
         "02 0267 00 00 00",
     ),
-    "request-topics-v1": (
+    "offsets-request-topics-v1": (
         DescribeShareGroupOffsetsRequest((ShareGroupOffsetsRequestGroup("g", (("t", (0, 3)),)),)),
         1,
         # 1 group, "g", 1 topic, "t", 2 partitions (0, 3), tags of the topic, group, request
         "02 0267 02 0274 03 00000000 00000003 00 00 00",
     ),
-    "response-v1": (
+    "offsets-response-v1": (
         DescribeShareGroupOffsetsResponse((STATE,)),
         1,
         # throttle; 1 group, "g"; 1 topic, "t", its id; 1 partition: 0, start offset 17,
@@ -62,7 +63,7 @@ GOLDEN: dict[str, tuple[codec.Message, int, str]] = {
         "02 00000000 0000000000000011 00000005 0000000000000002 0000 00 00 "
         "00 0000 00 00 00",
     ),
-    "response-error-v1": (
+    "offsets-response-error-v1": (
         DescribeShareGroupOffsetsResponse(
             (DescribedShareGroupOffsets("g", (), ErrorCode.NOT_COORDINATOR, "x"),), 10
         ),
@@ -100,7 +101,7 @@ def test_writes_and_reads_what_the_definitions_say(name: str) -> None:
 
 
 def test_whole_frames_carry_api_key_90() -> None:
-    request, _, _ = GOLDEN["request-topics-v1"]
+    request, _, _ = GOLDEN["offsets-request-topics-v1"]
     assert isinstance(request, DescribeShareGroupOffsetsRequest)
     frame = codec.encode_request(request, 1, 7, "admin")
     assert frame[:4] == bytes.fromhex("005a0001")  # key 90, v1
@@ -165,7 +166,7 @@ def test_round_trip(data: st.DataObject) -> None:
 
 
 def test_refuses_malformed_bytes() -> None:
-    good = bytes.fromhex(GOLDEN["response-v1"][2])
+    good = bytes.fromhex(GOLDEN["offsets-response-v1"][2])
     for cut in range(len(good)):
         with pytest.raises(ProtocolCodecError):
             codec.decode(DescribeShareGroupOffsetsResponse, good[:cut], 1)

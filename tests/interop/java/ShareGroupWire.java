@@ -1,5 +1,6 @@
 // Kafka's own encoding of the share-group APIs (KIP-932): ShareGroupHeartbeat,
-// ShareGroupDescribe, ShareFetch and ShareAcknowledge (kafka-clients' generated message
+// ShareGroupDescribe, ShareFetch and ShareAcknowledge, and the admin's
+// DescribeShareGroupOffsets and AlterShareGroupOffsets (kafka-clients' generated message
 // classes), for tests/interop/test_share_group_golden.py.
 //
 // Prints "<case> <hex>" for each case below, serialized with ObjectSerializationCache and
@@ -23,6 +24,10 @@ import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.compress.Compression;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.message.AlterShareGroupOffsetsRequestData;
+import org.apache.kafka.common.message.AlterShareGroupOffsetsResponseData;
+import org.apache.kafka.common.message.DescribeShareGroupOffsetsRequestData;
+import org.apache.kafka.common.message.DescribeShareGroupOffsetsResponseData;
 import org.apache.kafka.common.message.RequestHeaderData;
 import org.apache.kafka.common.message.ResponseHeaderData;
 import org.apache.kafka.common.message.ShareAcknowledgeRequestData;
@@ -342,7 +347,65 @@ public class ShareGroupWire {
             2, RequestHeaderData::new));
         cases.put("response-header-v1", new Case(
             new ResponseHeaderData().setCorrelationId(12345), 1, ResponseHeaderData::new));
+        adminCases(cases);
         return cases;
+    }
+
+    // The cases of tests/unit/test_share_group_offsets_codec.py (topic id 0...01).
+    static void adminCases(Map<String, Case> cases) {
+        Uuid topic = new Uuid(0L, 1L);
+        Reader oRequest = DescribeShareGroupOffsetsRequestData::new;
+        Reader oResponse = DescribeShareGroupOffsetsResponseData::new;
+        Reader altRequest = AlterShareGroupOffsetsRequestData::new;
+        Reader altResponse = AlterShareGroupOffsetsResponseData::new;
+        cases.put("offsets-request-all-v1", new Case(
+            new DescribeShareGroupOffsetsRequestData().setGroups(Arrays.asList(
+                new DescribeShareGroupOffsetsRequestData.DescribeShareGroupOffsetsRequestGroup()
+                    .setGroupId("g").setTopics(null))),
+            1, oRequest));
+        cases.put("offsets-request-topics-v1", new Case(
+            new DescribeShareGroupOffsetsRequestData().setGroups(Arrays.asList(
+                new DescribeShareGroupOffsetsRequestData.DescribeShareGroupOffsetsRequestGroup()
+                    .setGroupId("g").setTopics(Arrays.asList(
+                        new DescribeShareGroupOffsetsRequestData.DescribeShareGroupOffsetsRequestTopic()
+                            .setTopicName("t").setPartitions(Arrays.asList(0, 3)))))),
+            1, oRequest));
+        cases.put("offsets-response-v1", new Case(
+            new DescribeShareGroupOffsetsResponseData().setGroups(Arrays.asList(
+                new DescribeShareGroupOffsetsResponseData.DescribeShareGroupOffsetsResponseGroup()
+                    .setGroupId("g").setTopics(Arrays.asList(
+                        new DescribeShareGroupOffsetsResponseData.DescribeShareGroupOffsetsResponseTopic()
+                            .setTopicName("t").setTopicId(topic).setPartitions(Arrays.asList(
+                                new DescribeShareGroupOffsetsResponseData.DescribeShareGroupOffsetsResponsePartition()
+                                    .setPartitionIndex(0).setStartOffset(17).setLeaderEpoch(5)
+                                    .setLag(2))))))),
+            1, oResponse));
+        cases.put("offsets-response-error-v1", new Case(
+            new DescribeShareGroupOffsetsResponseData().setThrottleTimeMs(10).setGroups(Arrays.asList(
+                new DescribeShareGroupOffsetsResponseData.DescribeShareGroupOffsetsResponseGroup()
+                    .setGroupId("g").setErrorCode((short) 16).setErrorMessage("x"))),
+            1, oResponse));
+        AlterShareGroupOffsetsRequestData.AlterShareGroupOffsetsRequestTopicCollection toAlter =
+            new AlterShareGroupOffsetsRequestData.AlterShareGroupOffsetsRequestTopicCollection();
+        toAlter.add(new AlterShareGroupOffsetsRequestData.AlterShareGroupOffsetsRequestTopic()
+            .setTopicName("t").setPartitions(Arrays.asList(
+                new AlterShareGroupOffsetsRequestData.AlterShareGroupOffsetsRequestPartition()
+                    .setPartitionIndex(0).setStartOffset(5))));
+        cases.put("alter-request-v0", new Case(
+            new AlterShareGroupOffsetsRequestData().setGroupId("g").setTopics(toAlter),
+            0, altRequest));
+        AlterShareGroupOffsetsResponseData.AlterShareGroupOffsetsResponseTopicCollection altered =
+            new AlterShareGroupOffsetsResponseData.AlterShareGroupOffsetsResponseTopicCollection();
+        altered.add(new AlterShareGroupOffsetsResponseData.AlterShareGroupOffsetsResponseTopic()
+            .setTopicName("t").setTopicId(topic).setPartitions(Arrays.asList(
+                new AlterShareGroupOffsetsResponseData.AlterShareGroupOffsetsResponsePartition()
+                    .setPartitionIndex(0))));
+        cases.put("alter-response-v0", new Case(
+            new AlterShareGroupOffsetsResponseData().setResponses(altered), 0, altResponse));
+        cases.put("alter-response-error-v0", new Case(
+            new AlterShareGroupOffsetsResponseData().setErrorCode((short) 68)
+                .setErrorMessage("members"),
+            0, altResponse));
     }
 
     static String hex(ByteBuffer buffer) {
