@@ -66,17 +66,18 @@ def test_a_running_share_group_is_listed_and_described(
     assert (listed.group_type, listed.protocol_type) == ("share", "share")
     assert listed.state == "Stable"
 
+    # Every record is accepted: nothing left to do in either partition. The start offset
+    # need not move past them yet (Kafka 4.3 keeps 0 while the accepted batch is in its
+    # state); it can only be between the first offset and the end.
     described = described_until(
         kafka,
         group,
         lambda d: (
-            d.summary.get("share_partitions")
-            == {
-                f"{topic}-0": {"start_offset": 3, "lag": 0},
-                f"{topic}-1": {"start_offset": 3, "lag": 0},
-            }
+            {k: v["lag"] for k, v in d.summary.get("share_partitions", {}).items()}
+            == {f"{topic}-0": 0, f"{topic}-1": 0}
         ),
     )
+    assert all(0 <= p["start_offset"] <= 3 for p in described.summary["share_partitions"].values())
     assert described.exists
     assert (described.group_type, described.protocol_type) == ("share", "share")
     assert described.state == "Stable" and described.protocol  # the broker's assignor
