@@ -549,21 +549,21 @@ def test_a_pem_keystore_gives_the_client_certificate_and_key(
     cluster.describes(STABLE)
     assert main(["describe", "g", "--command-config", config]) == 0
     assert cluster.client_ids == ["ops-console"]
-    assert cluster.connections == [
-        {
-            "bootstrap_servers": "localhost:9092",
-            "security_protocol": "SSL",
-            "ssl_certfile": str(tmp_path / "client.pem"),
-            "ssl_keyfile": str(tmp_path / "client.pem"),
-            "ssl_password": "k\u00e9y",
-            "ssl_check_hostname": True,
-        }
-    ]
+    assert cluster.connections == [{
+        "bootstrap_servers": "localhost:9092",
+        "security_protocol": "SSL",
+        "ssl_certfile": str(tmp_path / "client.pem"),
+        "ssl_keyfile": str(tmp_path / "client.pem"),
+        "ssl_password": "k\u00e9y",
+        "ssl_check_hostname": True,
+    }]
     (sent,) = [s for s in cluster.transport.sent if isinstance(s.request, m.FindCoordinatorRequest)]
     assert sent.timeout_s == 5.0
 
 
-def test_flags_override_the_file_and_a_plain_login_works(cluster: Cluster, tmp_path: Path) -> None:
+def test_flags_override_the_file_and_a_plain_login_works(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     config = _properties(
         tmp_path,
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
