@@ -9,6 +9,9 @@ Three kinds of peer, each a separate process that reports what it does as JSON l
 * ``ours``: this library's ``Consumer``, ``python -m devtools.member --recipe consumer``
   (the same arguments and events).
 
+A share group's peer is Kafka's ``KafkaShareConsumer``, ``java/SharePeer.java`` (its own
+arguments and events, see there), started by :func:`start_java_share_peer`.
+
 Example:
     create_topic(kafka, "orders", partitions=6)
     peers = [start_java_peer(kafka, group, ["orders"], name=f"java-{i}") for i in range(2)]
@@ -54,6 +57,7 @@ from coordination.testing._maven import cache_dir, resolve_classpath
 
 HERE: Final = Path(__file__).resolve().parent
 JAVA_SOURCE: Final = HERE / "java" / "PeerConsumer.java"
+JAVA_SHARE_SOURCE: Final = HERE / "java" / "SharePeer.java"
 RDKAFKA_SCRIPT: Final = HERE / "rdkafka_peer.py"
 # slf4j-nop: kafka-clients logs through SLF4J; without a binding it prints a warning, with
 # a real one it would flood stderr. The peers report on stdout, in JSON.
@@ -77,8 +81,9 @@ def now_ms() -> float:
 # -- the Java peer's build ------------------------------------------------------------------
 
 
-def compile_java_peer() -> list[Path]:
-    """Compile ``PeerConsumer.java`` (once per source version) and return its classpath.
+def compile_java_peer(source: Path = JAVA_SOURCE) -> list[Path]:
+    """Compile a Java peer, ``PeerConsumer.java`` unless ``source`` names another (once per
+    source version), and return its classpath.
 
     The classes live in the project's cache directory under a key made from the source and
     the artifacts, so an edit recompiles and concurrent test runs never see half a build.
@@ -87,10 +92,11 @@ def compile_java_peer() -> list[Path]:
         if shutil.which(tool) is None:
             raise PeerError(f"`{tool}` is not on PATH: install a JDK (17+)")
     jars = resolve_classpath(list(JAVA_ARTIFACTS))
-    digest = hashlib.sha256(JAVA_SOURCE.read_bytes())
+    digest = hashlib.sha256(source.read_bytes())
     digest.update("\n".join(JAVA_ARTIFACTS).encode())
     classes = cache_dir() / "interop" / f"peer-{digest.hexdigest()[:16]}"
-    if not (classes / "PeerConsumer.class").exists():
+    main_class = classes / f"{source.stem}.class"
+    if not main_class.exists():
         classes.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix="peer-", dir=classes.parent))
         try:
@@ -101,7 +107,7 @@ def compile_java_peer() -> list[Path]:
                     str(staging),
                     "-cp",
                     os.pathsep.join(map(str, jars)),
-                    str(JAVA_SOURCE),
+                    str(source),
                 ],
                 capture_output=True,
                 text=True,
@@ -113,7 +119,7 @@ def compile_java_peer() -> list[Path]:
                 staging.rename(classes)
             except OSError:
                 # Another run finished the same build first; theirs is as good as ours.
-                if not (classes / "PeerConsumer.class").exists():
+                if not main_class.exists():
                     raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -508,6 +514,49 @@ def start_java_peer(
     java = ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
     program = [*java, "-cp", classpath, "PeerConsumer"]
     return _start("java", program, bootstrap_servers, group_id, topics, name, log_dir, options)
+
+
+def start_java_share_peer(
+    bootstrap_servers: str,
+    group_id: str,
+    topics: Sequence[str],
+    *,
+    name: str,
+    log_dir: Path | None = None,
+    max_poll_records: int = 500,
+    release_every: int = 0,
+    stop_after: int = 0,
+) -> PeerProcess:
+    """Start a Java ``KafkaShareConsumer`` peer in the share group ``group_id`` (explicit
+    acknowledgement); ``name`` is also its client.id.
+
+    It accepts every record, but releases those at their first delivery whose offset is a
+    multiple of ``release_every`` (if not 0); it stops polling after ``stop_after`` records
+    (if not 0). Its stderr goes to ``<log_dir>/<name>.stderr``.
+    """
+    classpath = os.pathsep.join(map(str, compile_java_peer(JAVA_SHARE_SOURCE)))
+    java = ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    command = [
+        *java,
+        "-cp",
+        classpath,
+        "SharePeer",
+        "--bootstrap",
+        bootstrap_servers,
+        "--group",
+        group_id,
+        "--topics",
+        ",".join(topics),
+        "--client-id",
+        name,
+        "--max-poll-records",
+        str(max_poll_records),
+        "--release-every",
+        str(release_every),
+        "--stop-after",
+        str(stop_after),
+    ]
+    return PeerProcess(name, "java", command, _log_dir(log_dir) / f"{name}.stderr")
 
 
 def start_rdkafka_peer(
