@@ -162,10 +162,10 @@ class ShareGroupMember:
         return self._membership.state
 
     def assignment(self) -> frozenset[tuple[str, int]]:
-        """The partitions the member may fetch from, by topic name (those whose name is
-        known yet)."""
-        named = ((self._sessions.topic_name(t), p) for t, p in self._membership.assignment())
-        return frozenset((name, p) for name, p in named if name is not None)
+        """The partitions the member may fetch from, by topic name (a topic's name is looked
+        up from the cluster's metadata when first needed; one that cannot be found yet is
+        left out)."""
+        return self._sessions.named(self._membership.assignment())
 
     def start(self) -> None:
         """Start joining in the background (idempotent)."""

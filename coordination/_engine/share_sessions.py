@@ -160,6 +160,17 @@ class ShareSessions:
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self._names.get(topic_id)
 
+    def named(self, partitions: frozenset[TopicIdPartition]) -> frozenset[tuple[str, int]]:
+        """``partitions`` by topic name. A topic whose name is not known yet is looked up
+        (with the leaders, at most once a ``retry_backoff_ms``), so that the assignment can
+        be read by name before the first fetch; one still unknown is left out."""
+        if any(t not in self._names for t, _ in partitions):
+            now = self._membership.clock.monotonic()
+            if now >= self._refresh_after:
+                self._refresh_after = now + self._config.retry_backoff_ms / 1000
+                self._refresh()
+        return frozenset((self._names[t], p) for t, p in partitions if t in self._names)
+
     def fetch(self, acks: Acknowledgements, max_wait_ms: int) -> FetchOutcome:
         """One ShareFetch to each leader of the assignment (at once, each on its own
         connection), carrying ``acks``; RENEWs first, in a ShareAcknowledge.
