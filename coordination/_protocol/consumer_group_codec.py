@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, TypeVar, cast, overload
 
 from ..errors import ProtocolCodecError
 from . import consumer_group as cg
@@ -40,7 +40,8 @@ M = TypeVar("M", bound=Message)
 # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
 
 
-def _write_topic_partitions(out: Writer, value: tuple[cg.TopicIdPartitions, ...] | None) -> None:
+def write_topic_partitions(out: Writer, value: tuple[cg.TopicIdPartitions, ...] | None) -> None:
+    """Partitions by topic id (also the share-group APIs' struct); None as a null array."""
     out.compact_length(None if value is None else len(value))
     for topic in value or ():
         out.uuid(topic.topic_id)
@@ -50,9 +51,16 @@ def _write_topic_partitions(out: Writer, value: tuple[cg.TopicIdPartitions, ...]
         out.no_tagged_fields()
 
 
-def _read_topic_partitions(
+@overload
+def read_topic_partitions(reader: Reader, field: str) -> tuple[cg.TopicIdPartitions, ...]: ...
+@overload
+def read_topic_partitions(
+    reader: Reader, field: str, *, nullable: bool
+) -> tuple[cg.TopicIdPartitions, ...] | None: ...
+def read_topic_partitions(
     reader: Reader, field: str, *, nullable: bool = False
 ) -> tuple[cg.TopicIdPartitions, ...] | None:
+    """Partitions by topic id (also the share-group APIs' struct)."""
     # Each topic takes at least 18 bytes: its id, an empty array and no tags.
     count = reader.compact_length(field, nullable=nullable, least_bytes=18)
     if count < 0:
@@ -83,7 +91,7 @@ def _encode_heartbeat_request(r: cg.ConsumerGroupHeartbeatRequest, version: int)
     elif r.subscribed_topic_regex is not None:
         raise ProtocolCodecError("subscribed_topic_regex needs ConsumerGroupHeartbeat v1")
     out.compact_string(r.server_assignor, "server_assignor")
-    _write_topic_partitions(out, r.topic_partitions)
+    write_topic_partitions(out, r.topic_partitions)
     out.no_tagged_fields()
     return out.bytes()
 
@@ -98,7 +106,7 @@ def _decode_heartbeat_request(reader: Reader, version: int) -> cg.ConsumerGroupH
     names = reader.string_array("subscribed_topic_names", nullable=True)
     regex = reader.compact_string("subscribed_topic_regex", nullable=True) if version else None
     server_assignor = reader.compact_string("server_assignor", nullable=True)
-    owned = _read_topic_partitions(reader, "topic_partitions", nullable=True)
+    owned = read_topic_partitions(reader, "topic_partitions", nullable=True)
     reader.tagged_fields()
     return cg.ConsumerGroupHeartbeatRequest(
         group_id=group_id,
@@ -126,7 +134,7 @@ def _encode_heartbeat_response(r: cg.ConsumerGroupHeartbeatResponse, version: in
         out.int8(-1)
     else:
         out.int8(1)
-        _write_topic_partitions(out, r.assignment)
+        write_topic_partitions(out, r.assignment)
         out.no_tagged_fields()  # the Assignment struct's
     out.no_tagged_fields()
     return out.bytes()
@@ -141,7 +149,7 @@ def _decode_heartbeat_response(reader: Reader, version: int) -> cg.ConsumerGroup
     heartbeat_interval_ms = reader.int32()
     assignment = None
     if reader.int8() >= 0:
-        assignment = _read_topic_partitions(reader, "assignment.topic_partitions")
+        assignment = read_topic_partitions(reader, "assignment.topic_partitions")
         reader.tagged_fields()
     reader.tagged_fields()
     return cg.ConsumerGroupHeartbeatResponse(
@@ -177,9 +185,7 @@ def _decode_describe_request(reader: Reader, version: int) -> cg.ConsumerGroupDe
     return cg.ConsumerGroupDescribeRequest(group_ids, include)
 
 
-def _write_described_assignment(
-    out: Writer, value: tuple[cg.DescribedTopicPartitions, ...]
-) -> None:
+def write_described_assignment(out: Writer, value: tuple[cg.DescribedTopicPartitions, ...]) -> None:
     out.compact_length(len(value))
     for topic in value:
         out.uuid(topic.topic_id)
@@ -191,7 +197,7 @@ def _write_described_assignment(
     out.no_tagged_fields()  # the Assignment struct's
 
 
-def _read_described_assignment(
+def read_described_assignment(
     reader: Reader, field: str
 ) -> tuple[cg.DescribedTopicPartitions, ...]:
     # Each topic takes at least 19 bytes: its id, an empty name and array, and no tags.
@@ -231,8 +237,8 @@ def _encode_describe_response(r: cg.ConsumerGroupDescribeResponse, version: int)
             for name in member.subscribed_topic_names:
                 out.compact_string(name, "subscribed_topic_names")
             out.compact_string(member.subscribed_topic_regex, "subscribed_topic_regex")
-            _write_described_assignment(out, member.assignment)
-            _write_described_assignment(out, member.target_assignment)
+            write_described_assignment(out, member.assignment)
+            write_described_assignment(out, member.target_assignment)
             if version >= 1:
                 out.int8(member.member_type)
             # v0 has no member_type; Kafka drops it there (an ignorable field).
@@ -268,8 +274,8 @@ def _decode_describe_response(reader: Reader, version: int) -> cg.ConsumerGroupD
             names = reader.string_array("subscribed_topic_names")
             assert names is not None
             regex = reader.compact_string("subscribed_topic_regex", nullable=True)
-            assignment = _read_described_assignment(reader, "assignment")
-            target = _read_described_assignment(reader, "target_assignment")
+            assignment = read_described_assignment(reader, "assignment")
+            target = read_described_assignment(reader, "target_assignment")
             member_type = reader.int8() if version >= 1 else -1
             reader.tagged_fields()
             members.append(

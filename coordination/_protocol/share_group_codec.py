@@ -21,7 +21,12 @@ from kafka.record import MemoryRecords
 
 from ..errors import ProtocolCodecError
 from . import share_group as sg
-from .consumer_group import DescribedTopicPartitions, TopicIdPartitions
+from .consumer_group_codec import (
+    read_described_assignment,
+    read_topic_partitions,
+    write_described_assignment,
+    write_topic_partitions,
+)
 from .wire import (
     Reader,
     Writer,
@@ -65,25 +70,6 @@ def _write_int32_array(out: Writer, values: tuple[int, ...]) -> None:
     out.compact_length(len(values))
     for value in values:
         out.int32(value)
-
-
-def _write_topic_partitions(out: Writer, value: tuple[TopicIdPartitions, ...]) -> None:
-    out.compact_length(len(value))
-    for topic in value:
-        out.uuid(topic.topic_id)
-        _write_int32_array(out, topic.partitions)
-        out.no_tagged_fields()
-
-
-def _read_topic_partitions(reader: Reader, field: str) -> tuple[TopicIdPartitions, ...]:
-    # Each topic takes at least 18 bytes: its id, an empty array and no tags.
-    topics = []
-    for _ in range(reader.compact_length(field, least_bytes=18)):
-        topic_id = reader.uuid()
-        partitions = reader.int32_array(f"{field}.partitions")
-        reader.tagged_fields()
-        topics.append(TopicIdPartitions(topic_id, partitions))
-    return tuple(topics)
 
 
 def _write_batches(out: Writer, batches: tuple[sg.AcknowledgementBatch, ...]) -> None:
@@ -184,7 +170,7 @@ def _encode_heartbeat_response(r: sg.ShareGroupHeartbeatResponse, version: int) 
         out.int8(-1)
     else:
         out.int8(1)
-        _write_topic_partitions(out, r.assignment)
+        write_topic_partitions(out, r.assignment)
         out.no_tagged_fields()  # the Assignment struct's
     out.no_tagged_fields()
     return out.bytes()
@@ -199,7 +185,7 @@ def _decode_heartbeat_response(reader: Reader, version: int) -> sg.ShareGroupHea
     heartbeat_interval_ms = reader.int32()
     assignment = None
     if reader.int8() >= 0:
-        assignment = _read_topic_partitions(reader, "assignment.topic_partitions")
+        assignment = read_topic_partitions(reader, "assignment.topic_partitions")
         reader.tagged_fields()
     reader.tagged_fields()
     return sg.ShareGroupHeartbeatResponse(
@@ -257,31 +243,12 @@ def _encode_describe_response(r: sg.ShareGroupDescribeResponse, version: int) ->
             out.compact_length(len(member.subscribed_topic_names))
             for name in member.subscribed_topic_names:
                 out.compact_string(name, "subscribed_topic_names")
-            out.compact_length(len(member.assignment))
-            for topic in member.assignment:
-                out.uuid(topic.topic_id)
-                out.compact_string(topic.topic_name, "topic_name")
-                _write_int32_array(out, topic.partitions)
-                out.no_tagged_fields()
-            out.no_tagged_fields()  # the Assignment struct's
+            write_described_assignment(out, member.assignment)
             out.no_tagged_fields()
         out.int32(group.authorized_operations)
         out.no_tagged_fields()
     out.no_tagged_fields()
     return out.bytes()
-
-
-def _read_described_assignment(reader: Reader) -> tuple[DescribedTopicPartitions, ...]:
-    # Each topic takes at least 19 bytes: its id, an empty name and array, and no tags.
-    topics = []
-    for _ in range(reader.compact_length("assignment", least_bytes=19)):
-        topic_id = reader.uuid()
-        name = reader.string("assignment.topic_name")
-        partitions = reader.int32_array("assignment.partitions")
-        reader.tagged_fields()
-        topics.append(DescribedTopicPartitions(topic_id, name, partitions))
-    reader.tagged_fields()
-    return tuple(topics)
 
 
 def _decode_describe_response(reader: Reader, version: int) -> sg.ShareGroupDescribeResponse:
@@ -307,7 +274,7 @@ def _decode_describe_response(reader: Reader, version: int) -> sg.ShareGroupDesc
             client_host = reader.string("client_host")
             names = reader.string_array("subscribed_topic_names")
             assert names is not None
-            assignment = _read_described_assignment(reader)
+            assignment = read_described_assignment(reader, "assignment")
             reader.tagged_fields()
             members.append(
                 sg.DescribedShareGroupMember(
@@ -552,7 +519,7 @@ def _encode_fetch_request(r: sg.ShareFetchRequest, version: int) -> bytes:
             _write_batches(out, partition.acknowledgement_batches)
             out.no_tagged_fields()
         out.no_tagged_fields()
-    _write_topic_partitions(out, r.forgotten_topics_data)
+    write_topic_partitions(out, r.forgotten_topics_data)
     out.no_tagged_fields()
     return out.bytes()
 
@@ -580,7 +547,7 @@ def _decode_fetch_request(reader: Reader, version: int) -> sg.ShareFetchRequest:
             partitions.append(sg.ShareFetchPartition(index, batches))
         reader.tagged_fields()
         topics.append(sg.ShareFetchTopic(topic_id, tuple(partitions)))
-    forgotten = _read_topic_partitions(reader, "forgotten_topics_data")
+    forgotten = read_topic_partitions(reader, "forgotten_topics_data")
     reader.tagged_fields()
     return sg.ShareFetchRequest(
         group_id=group_id,
