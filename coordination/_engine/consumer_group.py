@@ -46,7 +46,7 @@ from .._transport.base import Wakeups
 from .._types import NO_GENERATION, Generation, MemberState
 from ..clock import Clock
 from ..errors import CoordinationTimeoutError, CoordinatorStateError
-from ..transport import Transport, TransportError
+from ..transport import Transport
 from .classify import Api, Reset
 from .epochs import IDLE_WAIT_S, NoClassicCallbacks, new_member_id
 from .reconcile import (
@@ -288,27 +288,12 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
             self._heartbeat_now = False
             request = self._request_locked()
             node = self._coordinator
-            self._timers.sent(now)
             if self._unanswered_since is None:
                 self._unanswered_since = now
-            if self._epoch == cg.JOIN_EPOCH and self._state is MemberState.UNJOINED:
-                self._state = MemberState.PREPARING_REBALANCE
-                if self._stats.attempt(now, "the member is joining the group"):
-                    started = self._stats.started_event(self._member_id, "joining")
-                    self._hooks.rebalance_started(lambda: started)
+            self._heartbeat_sent_locked(now)
         assert node is not None
-        try:
-            response = self._transport.send(
-                request,
-                cg.ConsumerGroupHeartbeatResponse,
-                coordinator=node,
-                timeout_s=self._config.request_timeout_ms / 1000,
-            )
-        except TransportError as e:
-            if e.fatal:
-                self._fail(e.stop_error(f"{self._who()}: ConsumerGroupHeartbeat"))
-            self._heartbeat_failed(f"ConsumerGroupHeartbeat got no response: {e}", now)
-            self._mark_coordinator_unknown(f"ConsumerGroupHeartbeat got no response: {e}")
+        response = self._exchange_heartbeat(request, cg.ConsumerGroupHeartbeatResponse, node, now)
+        if response is None:
             return 0.0
         self._on_response(request, response, now)
         with self._lock:

@@ -28,7 +28,7 @@ from .._protocol import consumer_group as cg
 from .._protocol import messages as m
 from .._protocol import share_group as sg
 from .._protocol.error_codes import ErrorCode, error_name
-from .._types import Member, ProtocolMetadata
+from .._types import Member, MemberState, ProtocolMetadata
 from ..errors import CoordinationError, CoordinatorStateError, broker_error
 from ..hooks import HeartbeatFailed
 from ..transport import CoordinatorNode, TransportError
@@ -130,6 +130,37 @@ class EpochHeartbeats(MemberCore):
                     break
                 if delay > 0 and not self._heartbeat_now:
                     self._changed.wait(min(delay, IDLE_WAIT_S))
+
+    def _heartbeat_sent_locked(self, now: float) -> None:
+        """(Under the lock) A heartbeat goes out now: its interval starts over, and a member
+        at epoch 0 that had not begun joining begins (counted, and told to the hooks)."""
+        self._timers.sent(now)
+        if self._epoch == cg.JOIN_EPOCH and self._state is MemberState.UNJOINED:  # 0 in both
+            self._state = MemberState.PREPARING_REBALANCE
+            if self._stats.attempt(now, "the member is joining the group"):
+                started = self._stats.started_event(self._member_id, "joining")
+                self._hooks.rebalance_started(lambda: started)
+
+    def _exchange_heartbeat(
+        self, request: m.Request, response_type: type[R], node: CoordinatorNode, sent_at: float
+    ) -> R | None:
+        """The heartbeat's answer, or None if none came: then a fatal failure (TLS, a
+        refused login) has stopped the member, and any other one sends it looking for the
+        coordinator again."""
+        try:
+            return self._transport.send(
+                request,
+                response_type,
+                coordinator=node,
+                timeout_s=self._config.request_timeout_ms / 1000,
+            )
+        except TransportError as e:
+            api = type(request).__name__.removesuffix("Request")
+            if e.fatal:
+                self._fail(e.stop_error(f"{self._who()}: {api}"))
+            self._heartbeat_failed(f"{api} got no response: {e}", sent_at)
+            self._mark_coordinator_unknown(f"{api} got no response: {e}")
+            return None
 
     def _heartbeat_failed(self, reason: str, sent_at: float) -> None:
         """A heartbeat got an error or no answer: the ``heartbeat_failed`` hook, and, while a

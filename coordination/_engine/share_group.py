@@ -33,7 +33,7 @@ from ..errors import (
     CoordinatorStateError,
     ShareGroupsUnsupportedError,
 )
-from ..transport import Transport, TransportError
+from ..transport import Transport
 from .classify import Api
 from .epochs import IDLE_WAIT_S, EpochHeartbeats, NoClassicCallbacks, new_member_id
 
@@ -220,25 +220,10 @@ class ShareGroupMembership(EpochHeartbeats):
             )
             self._send_full = False
             node = self._coordinator
-            self._timers.sent(now)
-            if self._epoch == sg.JOIN_EPOCH and self._state is MemberState.UNJOINED:
-                self._state = MemberState.PREPARING_REBALANCE
-                if self._stats.attempt(now, "the member is joining the group"):
-                    started = self._stats.started_event(self._member_id, "joining")
-                    self._hooks.rebalance_started(lambda: started)
+            self._heartbeat_sent_locked(now)
         assert node is not None
-        try:
-            response = self._transport.send(
-                request,
-                sg.ShareGroupHeartbeatResponse,
-                coordinator=node,
-                timeout_s=self._config.request_timeout_ms / 1000,
-            )
-        except TransportError as e:
-            if e.fatal:
-                self._fail(e.stop_error(f"{self._who()}: ShareGroupHeartbeat"))
-            self._heartbeat_failed(f"ShareGroupHeartbeat got no response: {e}", now)
-            self._mark_coordinator_unknown(f"ShareGroupHeartbeat got no response: {e}")
+        response = self._exchange_heartbeat(request, sg.ShareGroupHeartbeatResponse, node, now)
+        if response is None:
             return 0.0
         if response.error_code == ErrorCode.NONE:
             self._on_success(request, response)
