@@ -561,3 +561,41 @@ def test_a_first_join_refused_for_an_instance_in_use_stops_the_member() -> None:
         assert "left -2" not in broker.events
     finally:
         cgm.close(5)
+
+
+class SilentOnce(Broker):
+    """Answers no heartbeat while ``silent``; records the order of what it was sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.silent = False
+        self.sent: list[str] = []
+        self.unanswered_at: int | None = None  # index in ``sent`` of the heartbeat
+
+    def send(self, request: Any, response_type: type[Any], **kw: Any) -> Any:
+        self.sent.append(type(request).__name__)
+        if self.silent and isinstance(request, cg.ConsumerGroupHeartbeatRequest):
+            self.silent = False
+            self.unanswered_at = len(self.sent) - 1
+            raise TransportError("no answer")
+        return super().send(request, response_type, **kw)
+
+
+def test_a_heartbeat_without_an_answer_makes_the_member_look_for_its_coordinator_again() -> None:
+    # The coordinator may have gone (a broker restarting): looking it up again at once is
+    # what moves the member to the new one before its session runs out.
+    broker = SilentOnce()
+    cgm, _ = member(broker)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        broker.silent = True
+        wait_for(lambda: broker.unanswered_at is not None, "the unanswered heartbeat")
+        assert broker.unanswered_at is not None
+        start = broker.unanswered_at + 1
+        wait_for(lambda: "ConsumerGroupHeartbeatRequest" in broker.sent[start:], "a heartbeat")
+        after = broker.sent[start:]
+        assert "FindCoordinatorRequest" in after, after
+        assert after.index("FindCoordinatorRequest") < after.index("ConsumerGroupHeartbeatRequest")
+    finally:
+        cgm.close(5)
