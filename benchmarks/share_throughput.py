@@ -309,8 +309,8 @@ def share_lag(inspector: GroupInspector, group: str) -> int | None:
     except Exception as e:  # a coordinator moving, a group not described yet
         log.debug("describe %s: %s", group, e)
         return None
-    lags = [p.get("lag", -1) for p in state.values()]
-    if len(lags) < PARTITIONS or any(lag is None or lag < 0 for lag in lags):
+    lags = [int(p.get("lag", -1)) for p in state.values()]
+    if len(lags) < PARTITIONS or any(lag < 0 for lag in lags):
         return None
     return sum(lags)
 
@@ -394,7 +394,7 @@ def redelivery_run(launcher: Launcher, implementation: str, how: str) -> float:
                     f"{implementation} {how}: {b.progress()[1]} of {held} records came back"
                 )
             time.sleep(0.02)
-        back = next(e["t"] for e in b.of("progress") if e["redelivered"] >= held)
+        back = float(next(e["t"] for e in b.of("progress") if e["redelivered"] >= held))
         return (back - ended) / 1000
     finally:
         a.stop(signal.SIGKILL if how == "frozen" else signal.SIGTERM)
