@@ -54,9 +54,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     _connection_arguments(describe)
 
+    reset = commands.add_parser(
+        "reset-share-offsets",
+        help="set where a share group (KIP-932) starts in its partitions; prints the plan "
+        "unless --execute (the group must have no members)",
+    )
+    reset.add_argument("group", help="the share group id")
+    reset.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        metavar="TOPIC[:P,P...]",
+        help="a topic, all its partitions or those listed (repeat for several)",
+    )
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the log's start")
+    to.add_argument("--to-latest", action="store_true", help="the log's end (skip everything)")
+    to.add_argument("--to-offset", type=int, metavar="N", help="this offset in every partition")
+    reset.add_argument("--execute", action="store_true", help="apply the plan")
+    _connection_arguments(reset)
+
     args = parser.parse_args(argv)
     if args.command in ("groups", "describe"):
         return _inspect(args)
+    if args.command == "reset-share-offsets":
+        from ._share_reset import reset_share_offsets
+
+        return reset_share_offsets(args, _connection_settings)
     from .testing import NEWEST_KAFKA, KafkaCluster
 
     if args.command == "broker":

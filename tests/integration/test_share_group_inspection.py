@@ -155,3 +155,58 @@ def test_a_group_of_no_kind_is_missing_on_a_broker_with_share_groups(
 @ON_OLDER_BROKERS
 def test_a_broker_without_share_groups_describes_a_missing_group(kafka: str) -> None:
     assert not describe_group(f"nothing-{uuid.uuid4().hex[:8]}", bootstrap_servers=kafka).exists
+
+
+@ON_SHARE_BROKERS
+def test_the_reset_command_prints_its_plan_and_applies_it_only_when_told(
+    kafka: str, consumers: list[ShareConsumer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = produced(kafka, 6, partitions=2)  # offsets 0..2 on each partition
+    group = share_group(kafka)
+    first = consumer(kafka, group, topic, consumers)
+    poll_until(
+        first, lambda got: len(got) >= 6, lambda r: first.acknowledge(r, AcknowledgeType.ACCEPT)
+    )
+    command = ["reset-share-offsets", group, "--topic", f"{topic}:1", "--bootstrap-servers", kafka]
+
+    # With a member left, the broker refuses; the command says what to do.
+    assert main([*command, "--to-offset", "1", "--execute"]) == 1
+    assert "still has members: close its consumers" in capsys.readouterr().err
+    first.close(timeout=10)
+    with GroupInspector(bootstrap_servers=kafka) as inspector:
+        deadline = time.monotonic() + TIMEOUT_S
+        while inspector.describe(group).members:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+
+    assert main([*command, "--to-earliest"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split() == [topic, "1", "0"]
+    assert "dry run: nothing changed" in out
+    # Past the end is the end: Kafka refuses a start beyond it.
+    assert main([*command, "--to-offset", "99"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == [topic, "1", "3"]
+
+    assert main([*command, "--to-offset", "1", "--execute"]) == 0
+    assert "1 start offset(s) set" in capsys.readouterr().out
+    again = consumer(kafka, group, topic, consumers)
+    got = poll_until(
+        again, lambda got: len(got) >= 2, lambda r: again.acknowledge(r, AcknowledgeType.ACCEPT)
+    )
+    # Partition 0 was left as it was (all accepted); partition 1 starts at 1 again.
+    assert sorted((r.partition, r.offset) for r in got) == [(1, 1), (1, 2)]
+
+
+@ON_SHARE_BROKERS
+def test_the_reset_command_names_a_topic_or_partition_that_does_not_exist(
+    kafka: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = produced(kafka, 1)
+    group = share_group(kafka)
+    base = ["reset-share-offsets", group, "--to-latest", "--bootstrap-servers", kafka]
+    assert main([*base, "--topic", "no-such-topic-here"]) == 1
+    assert "topic 'no-such-topic-here' does not exist" in capsys.readouterr().err
+    assert main([*base, "--topic", f"{topic}:0,5"]) == 1
+    assert f"topic {topic!r} has no partition [5]" in capsys.readouterr().err
+    assert main([*base, "--topic", f"{topic}:x"]) == 1
+    assert "partitions must be numbers" in capsys.readouterr().err
