@@ -506,15 +506,9 @@ class LeaderLink:
             return self._transport.send(
                 request, response_type, coordinator=leader, timeout_s=timeout_s
             )
-        from .._transport.kafka import _OwnCodecRequest
-
-        node = self._kafka.dedicated_node("share", leader.node_id, leader.host, leader.port)
-        answer = self._kafka.send_kafka(
-            _OwnCodecRequest(request), node_id=node, timeout_s=timeout_s
+        return self._kafka.send_dedicated(
+            request, response_type, purpose="share", node=leader, timeout_s=timeout_s
         )
-        if not isinstance(answer, response_type):
-            raise TransportError(f"{type(request).__name__}: unexpected answer {answer!r}")
-        return answer
 
 
 def _by_topic(partitions: Iterable[TopicIdPartition]) -> list[tuple[uuid.UUID, tuple[int, ...]]]:

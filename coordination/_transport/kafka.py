@@ -178,6 +178,26 @@ class KafkaTransport:
             raise TransportError(f"unexpected response {type(response).__name__}")
         return response
 
+    def send_dedicated(
+        self,
+        request: m.Request,
+        response_type: type[R],
+        *,
+        purpose: str,
+        node: CoordinatorNode,
+        timeout_s: float,
+    ) -> R:
+        """Send ``request`` to ``node`` on the connection kept for ``purpose`` (see
+        :meth:`dedicated_node`), e.g. share fetches to a partition's leader, apart from
+        the coordinator's connection where the heartbeats go.
+
+        Raises:
+            TransportError: no response arrived, or the connection failed.
+        """
+        node_id = self.dedicated_node(purpose, node.node_id, node.host, node.port)
+        raw = self.send_kafka(self._encode(request), node_id=node_id, timeout_s=timeout_s)
+        return self._checked(self._decode(raw), response_type)
+
     # -- for the wake-up channel --------------------------------------------------
 
     def send_kafka(self, request: Any, *, node_id: Any, timeout_s: float) -> Any:
