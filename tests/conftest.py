@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from coordination.testing import KafkaCluster
+from coordination.testing._broker import TEST_BROKER_CONFIG
 
 from ._versions import VERSIONS
 
@@ -33,6 +34,20 @@ def _docker_available() -> bool:
         return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def docker_broker_env() -> dict[str, str]:
+    """The environment that gives the image's one broker what the harness's brokers have:
+    the test settings (TEST_BROKER_CONFIG: sessions, heartbeats, share-group locks) and the
+    internal topics of one replica, the share groups' state topic among them (3 replicas by
+    default: with fewer brokers a share group's partitions are never initialized)."""
+    config = {
+        **TEST_BROKER_CONFIG,
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+    }
+    # The image reads KAFKA_<NAME> for each broker setting, dots as underscores.
+    return {"KAFKA_" + name.upper().replace(".", "_"): value for name, value in config.items()}
 
 
 @pytest.fixture(scope="session", params=VERSIONS, ids=lambda v: f"kafka-{v}")
@@ -50,13 +65,8 @@ def kafka(request: pytest.FixtureRequest) -> Iterator[str]:
             pass
         else:
             container = KafkaContainer(f"apache/kafka:{version}").with_kraft()
-            container.with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
-            container.with_env("KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", "500")
-            # KIP-848 groups: the test brokers' session and heartbeat (TEST_BROKER_CONFIG).
-            container.with_env("KAFKA_GROUP_CONSUMER_MIN_SESSION_TIMEOUT_MS", "1000")
-            container.with_env("KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS", "6000")
-            container.with_env("KAFKA_GROUP_CONSUMER_MIN_HEARTBEAT_INTERVAL_MS", "100")
-            container.with_env("KAFKA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", "500")
+            for name, value in docker_broker_env().items():
+                container.with_env(name, value)
             with container:
                 yield container.get_bootstrap_server()
             return
