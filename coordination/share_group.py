@@ -37,7 +37,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from typing_extensions import Self
 
@@ -55,7 +55,7 @@ from ._engine.share_sessions import (
     TopicLocation,
 )
 from ._metrics import MemberMetrics
-from ._protocol.share_group import AcknowledgeType
+from ._protocol.share_group import AcknowledgeType, ShareAcquireMode
 from ._types import MemberState
 from .clock import Clock
 from .errors import ConfigurationError, CoordinatorStateError
@@ -67,6 +67,7 @@ __all__ = [
     "NO_SESSION",
     "AcknowledgeType",
     "Acknowledgements",
+    "AcquireMode",
     "AcquiredRecord",
     "ClusterLeaders",
     "FetchOutcome",
@@ -74,6 +75,13 @@ __all__ = [
     "ShareGroupMember",
     "TopicLocation",
 ]
+
+AcquireMode = Literal["batch_optimized", "record_limit"]
+"""How a fetch bounds what it acquires (Kafka's ``share.acquire.mode``)."""
+_ACQUIRE_MODES: dict[str, ShareAcquireMode] = {
+    "batch_optimized": ShareAcquireMode.BATCH_OPTIMIZED,
+    "record_limit": ShareAcquireMode.RECORD_LIMIT,
+}
 
 
 class ShareGroupMember:
@@ -91,6 +99,7 @@ class ShareGroupMember:
         *,
         rack_id: str | None = None,
         max_records: int = 500,
+        acquire_mode: AcquireMode = "batch_optimized",
         leaders: Leaders | None = None,
         transport: Transport | None = None,
         clock: Clock | None = None,
@@ -104,6 +113,11 @@ class ShareGroupMember:
             rack_id: the member's rack (Kafka ``client.rack``), or None.
             max_records: the most records one fetch acquires per leader (Kafka
                 ``max.poll.records``, default 500).
+            acquire_mode: Kafka's ``share.acquire.mode`` (KIP-1206, ShareFetch v2, Kafka
+                4.2+): ``"batch_optimized"`` (default) acquires whole record batches, so a
+                fetch may acquire more than ``max_records``; ``"record_limit"`` never more,
+                splitting batches (more fetches, fewer records locked at once). A Kafka 4.1
+                broker (ShareFetch v1) knows only the first.
             leaders: where topic ids and partition leaders come from (default: the cluster,
                 :class:`ClusterLeaders`).
             transport, clock, **settings: as for :class:`coordination.Coordinator`.
@@ -117,6 +131,10 @@ class ShareGroupMember:
         if not names or not all(isinstance(t, str) and t for t in names):
             raise ConfigurationError(f"topics must be non-empty topic names, got {topics!r}")
         check_int("max_records", max_records, minimum=1)
+        if acquire_mode not in _ACQUIRE_MODES:
+            raise ConfigurationError(
+                f"acquire_mode must be one of {sorted(_ACQUIRE_MODES)}, got {acquire_mode!r}"
+            )
         self._config = CoordinatorConfig.from_settings(group_id, settings)
         check_part("clock", clock, Clock)
         check_part("transport", transport, Transport)
@@ -131,7 +149,11 @@ class ShareGroupMember:
             names, self._config, transport, clock, rack_id=rack_id
         )
         self._sessions = ShareSessions(
-            self._membership, leaders, transport, max_records=max_records
+            self._membership,
+            leaders,
+            transport,
+            max_records=max_records,
+            acquire_mode=_ACQUIRE_MODES[acquire_mode],
         )
 
     @property

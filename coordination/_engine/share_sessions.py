@@ -138,11 +138,13 @@ class ShareSessions:
         transport: Transport,
         *,
         max_records: int,
+        acquire_mode: sg.ShareAcquireMode = sg.ShareAcquireMode.BATCH_OPTIMIZED,
     ) -> None:
         self._membership = membership
         self._leaders = leaders
         self._link = LeaderLink(transport)
         self._max_records = max_records
+        self._acquire_mode = acquire_mode
         self._config = membership.config
         self._sessions: dict[CoordinatorNode, _Session] = {}
         self._located: dict[TopicIdPartition, tuple[str, CoordinatorNode | None]] = {}
@@ -279,6 +281,7 @@ class ShareSessions:
             min_bytes=1,
             max_records=self._max_records,
             batch_size=self._max_records,
+            share_acquire_mode=self._acquire_mode,
             topics=tuple(
                 sg.ShareFetchTopic(
                     topic_id,

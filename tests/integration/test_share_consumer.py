@@ -387,3 +387,44 @@ def test_records_keep_coming_when_a_partition_leader_dies() -> None:
                 each.close(timeout=10)
     seen = [(r.partition, r.offset) for r in accepted]
     assert len(seen) == 60 and len(set(seen)) == 60, sorted(seen)
+
+
+def produced_in_one_batch(kafka: str, count: int) -> str:
+    """A one-partition topic whose ``count`` records are one record batch."""
+    topic = f"queue-{uuid.uuid4().hex[:8]}"
+    create_topic_with_id(kafka, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=kafka, linger_ms=500)
+    try:
+        for n in range(count):
+            producer.send(topic, value=b"job-%d" % n, partition=0)
+        producer.flush(timeout=TIMEOUT_S)
+    finally:
+        producer.close(timeout=TIMEOUT_S)
+    return topic
+
+
+@ON_SHARE_BROKERS
+@pytest.mark.parametrize("mode", ["batch_optimized", "record_limit"])
+def test_record_limit_acquires_at_most_max_poll_records_even_inside_a_batch(
+    kafka: str, consumers: list[ShareConsumer], mode: str
+) -> None:
+    topic = produced_in_one_batch(kafka, 10)
+    group = share_group(kafka)
+    c = consumer(kafka, group, topic, consumers, max_poll_records=3, acquire_mode=mode)
+    sizes = []
+    got: list[ShareRecord] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(got) < 10:
+        assert time.monotonic() < deadline, f"got only {[r.offset for r in got]}"
+        records = c.poll(timeout_ms=500)
+        if records:
+            sizes.append(len(records))
+            got += records
+            for r in records:
+                c.acknowledge(r, ACCEPT)
+    assert sorted(r.offset for r in got) == list(range(10))
+    if mode == "record_limit":
+        assert max(sizes) <= 3, sizes
+    else:
+        # Kafka's default acquires the whole batch, past max_poll_records.
+        assert max(sizes) == 10, sizes
