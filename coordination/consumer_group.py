@@ -27,9 +27,13 @@ Example:
 
 Timeouts: the broker sets the session and the heartbeat interval of a KIP-848 group
 (``group.consumer.session.timeout.ms``, 45 s by default, and
-``group.consumer.heartbeat.interval.ms``, 5 s); the member heartbeats at the interval the
-broker sends. ``session_timeout_ms`` here is what the membership lease assumes: keep it at
-or below the broker's (it is 45000 by default, as the broker's).
+``group.consumer.heartbeat.interval.ms``, 5 s; a group may have its own,
+``consumer.session.timeout.ms``); the member heartbeats at the interval the broker sends.
+The membership lease counts with the session: before its first join the member reads the
+group's from the broker (DescribeConfigs) and uses it where it is below
+``session_timeout_ms`` (45000 by default, as the broker's), with a warning. Where it cannot
+be read (no DESCRIBE_CONFIGS on the group; a transport given by the caller),
+``session_timeout_ms`` stands: keep it at or below the broker's.
 """
 
 from __future__ import annotations
@@ -43,12 +47,17 @@ from typing_extensions import Self
 from ._config import CoordinatorConfig
 from ._connect import kafka_transport
 from ._engine import offsets as _offsets
-from ._engine.consumer_group import ConsumerGroupMembership, PartitionCallbacks, Subscription
+from ._engine.consumer_group import (
+    ConsumerGroupMembership,
+    PartitionCallbacks,
+    SessionLookup,
+    Subscription,
+)
 from ._metrics import MemberMetrics
 from ._types import Generation, MemberState, OffsetAndMetadata
 from .clock import Clock
 from .parts import check_part
-from .transport import Transport
+from .transport import CoordinatorNode, Transport
 
 __all__ = ["ConsumerGroupMember", "PartitionCallbacks", "Subscription"]
 
@@ -81,9 +90,13 @@ class ConsumerGroupMember:
         check_part("clock", clock, Clock)
         check_part("transport", transport, Transport)
         check_part("callbacks", callbacks, PartitionCallbacks)
+        session_lookup = None
         if transport is None:
             transport, _ = kafka_transport(self._config)
-        self._engine = ConsumerGroupMembership(callbacks, self._config, transport, clock)
+            session_lookup = _broker_session(transport, self._config)
+        self._engine = ConsumerGroupMembership(
+            callbacks, self._config, transport, clock, session_lookup=session_lookup
+        )
 
     @property
     def group_id(self) -> str:
@@ -144,7 +157,8 @@ class ConsumerGroupMember:
 
     def membership_lease(self) -> float:
         """Seconds during which the broker cannot have given this member's partitions to
-        another: from the last answered heartbeat's sending, ``session_timeout_ms``; while a
+        another: from the last answered heartbeat's sending, the session timeout (the
+        broker's where it is shorter than ``session_timeout_ms``, see above); while a
         revocation is pending, no later than ``rebalance_timeout_ms`` after the heartbeat
         that asked for it. 0.0 when not in the group."""
         return self._engine.membership_lease()
@@ -211,3 +225,19 @@ class ConsumerGroupMember:
             f"<ConsumerGroupMember group={self.group_id!r} member={self.member_id!r} "
             f"epoch={self.member_epoch} state={self.state.value}>"
         )
+
+
+def _broker_session(transport: Transport, config: CoordinatorConfig) -> SessionLookup | None:
+    """The group's session timeout as Kafka's broker has it (a group config, Kafka 4.0+)."""
+    from ._transport.kafka import KafkaTransport
+
+    if not isinstance(transport, KafkaTransport):
+        return None
+    kafka = transport
+    timeout_s = config.request_timeout_ms / 1000
+
+    def lookup(node: CoordinatorNode) -> int | None:
+        value = kafka.group_config(config.group_id, "consumer.session.timeout.ms", node, timeout_s)
+        return int(value) if value is not None and value.isdigit() else None
+
+    return lookup

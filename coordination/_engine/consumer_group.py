@@ -22,10 +22,12 @@ The membership lease. The broker removes a member that sends no heartbeat for it
 session, and gives away a partition the member was told to give up once the member's
 rebalance timeout passes without the member reporting it released. The lease
 (:meth:`ConsumerGroupMembership.membership_lease`) runs out before either: from the sending of
-the last answered heartbeat, ``session_timeout_ms`` (which must not exceed the group's
-session timeout at the broker, ``group.consumer.session.timeout.ms``), and while a
-revocation is pending, ``rebalance_timeout_ms`` from the heartbeat whose answer asked for
-it.
+the last answered heartbeat, the session timeout, and while a revocation is pending,
+``rebalance_timeout_ms`` from the heartbeat whose answer asked for it. The session timeout
+is the broker's to set (the group's ``consumer.session.timeout.ms``, else the broker's
+``group.consumer.session.timeout.ms``): before its first join the member asks the broker for
+it (``session_lookup``) and takes it where it is below ``session_timeout_ms``; where the
+broker cannot say, ``session_timeout_ms`` stands, and must not exceed the broker's.
 
 What it shares with the classic engine: finding the coordinator and the failure handling
 (:mod:`.core`), the statistics and hook events (:mod:`.stats`), the heartbeat timers
@@ -37,6 +39,7 @@ in the generation's place, as Kafka's OffsetCommit v9 reads it), and the error t
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._config import CoordinatorConfig
@@ -45,8 +48,8 @@ from .._protocol.error_codes import ErrorCode, error_name
 from .._transport.base import Wakeups
 from .._types import NO_GENERATION, Generation, MemberState
 from ..clock import Clock
-from ..errors import CoordinationTimeoutError, CoordinatorStateError
-from ..transport import Transport
+from ..errors import CoordinationError, CoordinationTimeoutError, CoordinatorStateError
+from ..transport import CoordinatorNode, Transport, TransportError
 from .classify import Api, Reset
 from .epochs import IDLE_WAIT_S, NoClassicCallbacks, new_member_id
 from .reconcile import (
@@ -60,9 +63,14 @@ from .reconcile import (
 __all__ = [
     "ConsumerGroupMembership",
     "PartitionCallbacks",
+    "SessionLookup",
     "Subscription",
     "TopicIdPartition",
 ]
+
+SessionLookup = Callable[[CoordinatorNode], "int | None"]
+"""The group's session timeout in ms as the coordinator ``node`` has it, or None if it does
+not say; raises :class:`TransportError` or :class:`CoordinationError` when it cannot ask."""
 
 
 @dataclass(slots=True)
@@ -84,10 +92,14 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
         transport: Transport,
         clock: Clock | None = None,
         wakeups: Wakeups | None = None,
+        session_lookup: SessionLookup | None = None,
     ) -> None:
         super().__init__(
             NoClassicCallbacks(PROTOCOL_NAME), callbacks, config, transport, clock, wakeups
         )
+        # The session the lease and the session check count with (see the module docstring).
+        self._session_timeout_s = config.session_timeout_ms / 1000
+        self._session_lookup = session_lookup
         self._member_id = new_member_id(self._clock.random())
         self._epoch = cg.JOIN_EPOCH
         self._protocol_type = PROTOCOL_NAME
@@ -270,6 +282,8 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
     def heartbeat_once(self) -> float:
         """Send a heartbeat if one is due; returns the seconds until the next is due."""
         self.ensure_coordinator_ready(deadline=None)  # backs off between attempts
+        if self._session_lookup is not None:
+            self._adopt_broker_session(self._session_lookup)
         now = self._clock.monotonic()
         with self._lock:
             self._check_running()
@@ -298,6 +312,39 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
         self._on_response(request, response, now)
         with self._lock:
             return self._timers.time_to_next(self._clock.monotonic())
+
+    def _adopt_broker_session(self, lookup: SessionLookup) -> None:
+        """Once, before the first join: take the broker's session timeout where it is below
+        ``session_timeout_ms`` (the broker removes the member after its own)."""
+        self._session_lookup = None
+        with self._lock:
+            node = self._coordinator
+        assert node is not None
+        configured = self._config.session_timeout_ms
+        try:
+            broker_ms = lookup(node)
+        except (TransportError, CoordinationError) as e:
+            self._log.warning(
+                "%s: could not read the group's session timeout from the broker (%s); the "
+                "membership lease assumes session_timeout_ms=%d: keep it at or below the "
+                "broker's (group.consumer.session.timeout.ms)",
+                self._who(),
+                e,
+                configured,
+            )
+            return
+        if broker_ms is None or broker_ms >= configured:
+            return
+        self._log.warning(
+            "%s: session_timeout_ms=%d is above the group's session timeout at the broker "
+            "(%d ms): the membership lease and the session check count with the broker's",
+            self._who(),
+            configured,
+            broker_ms,
+        )
+        with self._lock:
+            self._session_timeout_s = broker_ms / 1000
+            self._timers.session_timeout = self._session_timeout_s
 
     def _request_locked(self) -> cg.ConsumerGroupHeartbeatRequest:
         """The next heartbeat: every field when joining or after an error; otherwise only
@@ -414,7 +461,7 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
             if response.member_id:
                 self._member_id = response.member_id
             self._epoch = response.member_epoch
-            self._lease_until = sent_at + self._config.session_timeout_ms / 1000
+            self._lease_until = sent_at + self._session_timeout_s
             # A revocation this answer asks for may have begun when the first heartbeat
             # after the last answered one arrived (an answer between was lost).
             revoking_since = (

@@ -24,6 +24,7 @@ import kafka.errors as kafka_errors
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 from kafka.net.transport import KafkaSSLTransport
+from kafka.protocol.admin.configs import DescribeConfigsRequest
 from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.consumer import group as kgroup
 from kafka.protocol.metadata import FindCoordinatorRequest as KFindCoordinatorRequest
@@ -51,6 +52,7 @@ log = logging.getLogger("coordination.transport")
 R = TypeVar("R", bound=m.Response)
 
 _GROUP_KEY_TYPE = 0  # FindCoordinator key type GROUP
+_GROUP_RESOURCE = 32  # DescribeConfigs resource type GROUP (group configs, Kafka 4.0+)
 # The requests kafka-python has no classes for, encoded here (_OwnCodecRequest), and theirs.
 _OwnRequest = cg.ConsumerGroupHeartbeatRequest | cg.ConsumerGroupDescribeRequest | sg_codec.Request
 _OwnResponse = (
@@ -197,6 +199,33 @@ class KafkaTransport:
         node_id = self.dedicated_node(purpose, node.node_id, node.host, node.port)
         raw = self.send_kafka(self._encode(request), node_id=node_id, timeout_s=timeout_s)
         return self._checked(self._decode(raw), response_type)
+
+    def group_config(
+        self, group_id: str, key: str, node: CoordinatorNode, timeout_s: float
+    ) -> str | None:
+        """The value of the group setting ``key`` (e.g. ``consumer.session.timeout.ms``) as
+        ``node`` has it: the group's own (IncrementalAlterConfigs on the group) or else the
+        broker's default for it. None if the broker does not name it.
+
+        Raises:
+            TransportError: no answer, or the broker refused (e.g. no DESCRIBE_CONFIGS on
+                the group, or a broker before Kafka 4.0 without group configs).
+        """
+        resource = DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=_GROUP_RESOURCE, resource_name=group_id, configuration_keys=[key]
+        )
+        request = DescribeConfigsRequest(resources=[resource], include_synonyms=False)
+        answer = self.send_kafka(request, node_id=node.node_id, timeout_s=timeout_s)
+        for result in answer.results:
+            if result.error_code != ErrorCode.NONE:
+                raise TransportError(
+                    f"DescribeConfigs of group {group_id!r}: "
+                    f"{kafka_errors.for_code(result.error_code).__name__}"
+                )
+            for config in result.configs:
+                if config.name == key:
+                    return str(config.value) if config.value is not None else None
+        return None
 
     # -- for the wake-up channel --------------------------------------------------
 

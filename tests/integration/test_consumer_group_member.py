@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 
 import pytest
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from coordination import Generation, OffsetAndMetadata, describe_group
 from coordination._protocol import messages as m
@@ -172,5 +172,44 @@ def test_on_kafka_3_the_member_stops_with_the_version_it_needs(
     try:
         with pytest.raises(UnsupportedVersionError, match=r"Kafka 4\.0"):
             member.ensure_active_group(timeout=30)
+    finally:
+        member.close()
+
+
+@on_kafka("4")
+def test_the_lease_counts_with_the_brokers_session_when_it_is_shorter(
+    kafka: str, topic: tuple[str, dict[uuid.UUID, str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The test broker's group.consumer.session.timeout.ms is 6000; this group's own is 3000.
+    # The member is left at its default session_timeout_ms, 45000: were the lease to count
+    # with that, the broker could give the partitions away 42 s before the lease ran out.
+    name, ids = topic
+    group = f"kip848-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        resource = ConfigResource(
+            ConfigResourceType.GROUP, group, {"consumer.session.timeout.ms": "3000"}
+        )
+        admin.alter_configs([resource])
+    finally:
+        admin.close()
+    member = ConsumerGroupMember(group, Owner("a", name, ids, []), bootstrap_servers=kafka)
+    try:
+        member.ensure_active_group(timeout=30)
+        assert 0 < member.membership_lease() <= 3.0
+        assert "above the group's session timeout at the broker (3000 ms)" in caplog.text
+        # Where the broker's is longer, the member's own stands.
+        other = ConsumerGroupMember(
+            f"{group}-b",
+            Owner("b", name, ids, []),
+            bootstrap_servers=kafka,
+            session_timeout_ms=2000,
+            heartbeat_interval_ms=500,
+        )
+        try:
+            other.ensure_active_group(timeout=30)
+            assert 0 < other.membership_lease() <= 2.0
+        finally:
+            other.close()
     finally:
         member.close()

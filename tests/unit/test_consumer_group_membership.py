@@ -321,6 +321,52 @@ def test_the_lease_is_bounded_by_the_rebalance_timeout_while_a_revocation_waits(
         cgm.close(5)
 
 
+def test_a_shorter_session_at_the_broker_bounds_the_lease_and_the_session_check() -> None:
+    broker = Broker()
+    asked: list[CoordinatorNode] = []
+
+    def lookup(node: CoordinatorNode) -> int | None:
+        asked.append(node)
+        return 2000
+
+    recipe = Recipe(broker)
+    config = CoordinatorConfig.from_settings(
+        "g", {"bootstrap_servers": "h:1", "heartbeat_interval_ms": 100, "retry_backoff_ms": 10}
+    )
+    cgm = ConsumerGroupMembership(recipe, config, broker, session_lookup=lookup)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        assert 1.0 < cgm.membership_lease() <= 2.0  # not the configured 45 s
+        assert asked == [CoordinatorNode(1, "h", 1)]  # once, at the coordinator
+        assert cgm._timers.session_timeout == 2.0
+    finally:
+        cgm.close(5)
+
+
+def test_a_session_lookup_that_fails_leaves_the_configured_session_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def lookup(node: CoordinatorNode) -> int | None:
+        raise TransportError("DescribeConfigs of group 'g': GroupAuthorizationFailedError")
+
+    broker = Broker()
+    recipe = Recipe(broker)
+    config = CoordinatorConfig.from_settings(
+        "g",
+        {"bootstrap_servers": "h:1", "session_timeout_ms": 6000, "heartbeat_interval_ms": 100},
+    )
+    cgm = ConsumerGroupMembership(recipe, config, broker, session_lookup=lookup)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        assert cgm.membership_lease() > 5.0
+        assert "could not read the group's session timeout" in caplog.text
+        assert "GroupAuthorizationFailedError" in caplog.text
+    finally:
+        cgm.close(5)
+
+
 def test_a_partition_of_a_topic_not_yet_named_waits_for_its_name() -> None:
     broker = Broker()
     broker.target = frozenset({(ORDERS, 0), (AUDIT, 0)})
