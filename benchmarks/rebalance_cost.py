@@ -52,6 +52,7 @@ Run (JDK 17+ and Maven needed; a broker is started on loopback unless
     python benchmarks/rebalance_cost.py --quick        # N = 10, 3 repeats
     python benchmarks/rebalance_cost.py                # N = 10, 50, 200; 5 repeats
     python benchmarks/rebalance_cost.py --sizes 10,50 --repeats 5
+    python benchmarks/rebalance_cost.py --gate-cost --repeats 5   # what poll's lease gate costs
 
 All of ours run in this one process (one GIL for N poll loops, heartbeats and fetchers), so
 large N measures the machine too: on 2 busy cores, 50 members already settle slowly and 200
@@ -702,13 +703,17 @@ def write_backlog(bootstrap_servers: str, topic: str) -> None:
     producer.close()
 
 
-def drain_ours(bootstrap_servers: str, group_id: str, topic: str, protocol: str) -> float:
-    """Records/s of one Consumer's poll loop reading the backlog, between 10% and 90%."""
+def drain_ours(
+    bootstrap_servers: str, group_id: str, topic: str, protocol: str, *, gate: bool = True
+) -> float:
+    """Records/s of one Consumer's poll loop reading the backlog, between 10% and 90%;
+    ``gate``: poll's check of the membership lease (``stop_at_lease_end``)."""
     consumer = Consumer(
         group_id,
         topics=[topic],
         bootstrap_servers=bootstrap_servers,
         auto_offset_reset="earliest",
+        stop_at_lease_end=gate,
         **protocol_settings(protocol),
     )
     count, count_from = 0, -1
@@ -723,6 +728,35 @@ def drain_ours(bootstrap_servers: str, group_id: str, topic: str, protocol: str)
         return (count - count_from) / (time.monotonic() - t_from)
     finally:
         consumer.close()
+
+
+def gate_cost(bootstrap_servers: str, run_id: str, repeats: int) -> int:
+    """What poll's membership-lease gate costs a poll loop: the backlog drained with and
+    without it, taking turns; prints the ratio (gated / ungated) per protocol."""
+    backlog = f"rebalance-cost-{run_id}-backlog"
+    write_backlog(bootstrap_servers, backlog)
+    rates: dict[tuple[str, bool], list[float]] = {}
+    for r in range(repeats):
+        for protocol in ("consumer", "classic"):
+            for gate in (True, False):
+                group_id = f"rc-{run_id}-gate-{protocol}-{gate}-{r}"
+                rate = drain_ours(bootstrap_servers, group_id, backlog, protocol, gate=gate)
+                rates.setdefault((protocol, gate), []).append(rate)
+                print(f"  {protocol:>8} gate={gate!s:<5} run{r + 1}: {rate:9.0f} records/s")
+    pairs = []
+    for protocol in ("consumer", "classic"):
+        on, off = rates[protocol, True], rates[protocol, False]
+        ratio = statistics.median(on) / statistics.median(off)
+        # Per run, gated against the ungated run next to it: the spread of the ratio.
+        per_run = [a / b for a, b in zip(on, off, strict=True)]
+        print(
+            f"{protocol}: gated {statistics.median(on):.0f} [{min(on):.0f} .. {max(on):.0f}], "
+            f"ungated {statistics.median(off):.0f} [{min(off):.0f} .. {max(off):.0f}] "
+            f"records/s; ratio {ratio:.2f} (per run {min(per_run):.2f} .. {max(per_run):.2f})"
+        )
+        pairs.append(f"gate_cost_{protocol}={ratio:.2f}")
+    print(" ".join(pairs))
+    return 0
 
 
 # -- the benchmark --------------------------------------------------------------------------
@@ -743,6 +777,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-throughput", action="store_true", help="skip the poll-loop throughput runs"
+    )
+    parser.add_argument(
+        "--gate-cost",
+        action="store_true",
+        help="only the poll-loop throughput of our Consumer with and without poll's lease "
+        "gate (stop_at_lease_end), on both protocols",
     )
     parser.add_argument(
         "--bootstrap-servers",
@@ -905,6 +945,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             assert driver is not None
             return JavaGroup(group_id, topic, driver, protocol)
 
+        if args.gate_cost:
+            return gate_cost(bootstrap, run_id, args.repeats)
         print(f"broker {bootstrap}; sizes {args.sizes}; {args.repeats} runs each", flush=True)
         if not args.no_throughput:
             backlog = f"rebalance-cost-{run_id}-backlog"
