@@ -58,6 +58,8 @@ class WorkerMetrics:
     """Counts since the worker started. The acknowledgement counts are those the broker
     confirmed; a refused one is counted in ``acknowledgements_failed`` instead."""
 
+    received: int = 0
+    """Records delivered to the worker (by its consumer's polls)."""
     accepted: int = 0
     """ACCEPTs that took effect: the handler returned."""
     released: int = 0
@@ -423,6 +425,8 @@ class ShareWorker:
             deadline = self._consumer.lock_deadline(record)
             entries.append(_Entry(record, lock_s=max(0.0, (deadline or now) - now)))
         self._held.update(entries)
+        with self._metrics_lock:
+            self._metrics.received += len(entries)
         with self._cond:
             self._queue.extend(entries)
             self._cond.notify_all()
