@@ -118,15 +118,18 @@ class ShareWorker:
     record acknowledged by the handler's outcome.
 
     Example:
+        import signal
+        from recipes.queues import ShareRecord, ShareWorker
+
         def handle(record: ShareRecord) -> None:
-            send_email(record.value)   # raise to fail the record
+            print("sending", record.value)  # raise to fail the record
 
         worker = ShareWorker(
             "emails", topics=["emails"], handler=handle, concurrency=4,
             dead_letter_topic="emails.dlq", bootstrap_servers="localhost:9092",
         )
-        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-        worker.run()   # blocks until stop(); then drains and closes
+        signal.signal(signal.SIGTERM, lambda *_: worker.stop())  # `kill` drains, then exits
+        worker.run()  # blocks until stop(); then drains and closes
 
     Outcomes:
         The handler returns: ACCEPT. It raises a retryable exception (``retry_on``; by

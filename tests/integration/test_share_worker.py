@@ -10,9 +10,13 @@ consumer gets meanwhile.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer
@@ -236,3 +240,46 @@ def test_a_handler_longer_than_the_lock_keeps_its_record(
     assert m.lock_renewals >= 3 and m.acknowledgements_failed == 0
     assert other.poll(timeout_ms=1000) == []
     assert calls == [1]
+
+
+def test_the_worker_example_of_the_docs_runs(
+    kafka: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "queues.md").read_text(encoding="utf-8")
+    section = docs[docs.index("## Worker") :]
+    example = section[section.index("```python\n") + 10 : section.index("\n```\n")]
+    name = f"emails-{uuid.uuid4().hex[:8]}"
+    topic = produced(kafka, 3)
+    create_topic_with_id(kafka, f"{name}.dlq", 1)
+    group = share_group(kafka)
+    code = (
+        example.replace('"emails",', f'"{group}",')
+        .replace('["emails"]', f'["{topic}"]')
+        .replace('"emails.dlq"', f'"{name}.dlq"')
+        .replace("localhost:9092", kafka)
+    )
+    # SIGTERM, as `kill` sends it, once the three records are handled.
+    previous = signal.getsignal(signal.SIGTERM)
+
+    printed: list[str] = []
+
+    def terminate_when_done() -> None:
+        def sent_three() -> bool:
+            printed.append(capsys.readouterr().out)
+            return "".join(printed).count("sending") >= 3
+
+        wait_until(sent_three, "three sent")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    killer = threading.Thread(target=terminate_when_done)
+    killer.start()
+    try:
+        exec(compile(code, "docs/queues.md", "exec"), {"__name__": "example"})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        killer.join(TIMEOUT_S)
+    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+    try:
+        assert other.poll(timeout_ms=1500) == []  # all three accepted
+    finally:
+        other.close()
