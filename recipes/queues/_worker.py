@@ -218,9 +218,17 @@ class ShareWorker:
         _check_int("concurrency", concurrency, 1)
         prefetch = concurrency if prefetch is None else prefetch
         _check_int("prefetch", prefetch, 0)
-        _check_int("max_deliveries", max_deliveries, 1, _MAX_DELIVERY_LIMIT)
+        _check_int(
+            "max_deliveries",
+            max_deliveries,
+            1,
+            _MAX_DELIVERY_LIMIT,
+            hint=": keep it below the group's group.share.delivery.count.limit (5 by default)",
+        )
         _check_int("retry_backoff_ms", retry_backoff_ms, 0)
-        _check_int("retry_backoff_max_ms", retry_backoff_max_ms, retry_backoff_ms)
+        _check_int(
+            "retry_backoff_max_ms", retry_backoff_max_ms, retry_backoff_ms, None, "retry_backoff_ms"
+        )
         _check_int("dead_letter_timeout_ms", dead_letter_timeout_ms, 1)
         _check_int("drain_timeout_ms", drain_timeout_ms, 0)
         self._is_retryable = _retry_predicate(retry_on)
@@ -740,8 +748,16 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigurationError(message)
 
 
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:
+def _check_int(
+    name: str,
+    value: object,
+    low: int,
+    high: int | None = None,
+    low_name: str = "",
+    hint: str = "",
+) -> None:
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
     ok = ok and (high is None or value <= high)  # type: ignore[operator]
-    bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
-    _check(ok, f"{name} must be an integer {bounds}, got {value!r}")
+    floor = f"{low_name} ({low})" if low_name else str(low)
+    bounds = f"from {low} to {high}" if high is not None else f"at least {floor}"
+    _check(ok, f"{name} must be an integer {bounds}, got {value!r}{hint}")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, KafkaProducer
 
 from recipes.queues import DEAD_LETTER_HEADERS, ShareConsumer, ShareRecord, ShareWorker
 
@@ -27,7 +27,6 @@ from .test_consumer_group_member import create_topic_with_id
 from .test_share_consumer import (
     ON_SHARE_BROKERS,
     TIMEOUT_S,
-    produce_in_batches,
     produced,
     share_group,
 )
@@ -77,7 +76,6 @@ def test_two_workers_split_the_records_and_accept_each_once(
     kafka: str, closing: list[ShareWorker | ShareConsumer]
 ) -> None:
     topic = produced(kafka, 0, partitions=2)
-    produce_in_batches(kafka, topic, 80, per_batch=4, partitions=2)
     group = share_group(kafka)
     handled: list[tuple[str, int, int, int]] = []
     lock = threading.Lock()
@@ -86,11 +84,22 @@ def test_two_workers_split_the_records_and_accept_each_once(
         def handle(record: ShareRecord) -> None:
             with lock:
                 handled.append((name, record.partition, record.offset, record.delivery_count))
+            time.sleep(0.01)
 
         return handle
 
     a = worker(kafka, group, topic, handler_of("a"), closing, concurrency=2)
     b = worker(kafka, group, topic, handler_of("b"), closing, concurrency=2)
+    # Spread over 2 s, so that both have joined while records still come.
+    producer = KafkaProducer(bootstrap_servers=kafka, linger_ms=0)
+    try:
+        for n in range(80):
+            producer.send(topic, value=b"job-%d" % n, partition=n % 2)
+            if n % 4 == 3:
+                producer.flush(timeout=TIMEOUT_S)
+                time.sleep(0.1)
+    finally:
+        producer.close(timeout=TIMEOUT_S)
     wait_until(lambda: a.metrics().accepted + b.metrics().accepted >= 80, "80 accepted")
     a.close()
     b.close()
@@ -233,7 +242,9 @@ def test_a_handler_longer_than_the_lock_keeps_its_record(
     other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
     closing.append(other)
     assert started.wait(TIMEOUT_S)
+    deadline = time.monotonic() + TIMEOUT_S
     while w.metrics().accepted == 0:
+        assert time.monotonic() < deadline, w.metrics()
         assert other.poll(timeout_ms=300) == []  # never handed the record being handled
         assert len(calls) == 1
     m = w.metrics()

@@ -9,6 +9,7 @@ what is still held. Threads run on real time with short intervals.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -45,6 +46,8 @@ class FakeBroker:
         ] = []  # (ACCEPT/RELEASE/.../dead-letter, offset, when)
         self.refused: list[tuple[int, AcknowledgeType]] = []
         self.fail_poll: BaseException | None = None
+        self.renewals_to_refuse = 0
+        self.locked_until: dict[int, float] = {}  # the broker's own lock of each record
         self.add(records)
 
     def add(self, count: int) -> None:
@@ -119,7 +122,7 @@ class FakeConsumer:
         now = time.monotonic()
         got: list[ShareRecord] = []
         with b.lock:
-            for offset, (_, deadline) in self.held.items():
+            for offset, deadline in b.locked_until.items():
                 if deadline <= now and b.state[offset] == "acquired":
                     b.state[offset] = "available"  # the lock ran out
             for offset, state in sorted(b.state.items()):
@@ -140,7 +143,9 @@ class FakeConsumer:
                         topic_id=TOPIC_ID,
                     )
                     self.held[offset] = (record, now + b.lock_s)
+                    b.locked_until[offset] = now + b.lock_s
                     got.append(record)
+                    b.events.append(("acquired", offset, now))
         return got
 
     def acknowledge(self, record: ShareRecord, ack_type: AcknowledgeType) -> None:
@@ -176,10 +181,14 @@ class FakeConsumer:
             _, deadline = self.held[offset]
             with b.lock:
                 ok = deadline > now and b.state[offset] == "acquired"
+                if ok and kind is A.RENEW and b.renewals_to_refuse > 0:
+                    b.renewals_to_refuse -= 1
+                    ok = False
                 if ok:
                     b.events.append((kind.name, offset, now))
                     if kind is A.RENEW:
                         self.held[offset] = (self.held[offset][0], now + b.lock_s)
+                        b.locked_until[offset] = now + b.lock_s
                     else:
                         b.state[offset] = {
                             A.ACCEPT: "accepted",
@@ -311,7 +320,7 @@ def test_a_poison_record_is_copied_to_the_dead_letter_topic_before_its_reject(
     )
     w.start()
     broker.wait_for(lambda: broker.state == {0: "rejected"})
-    assert [what for what, _, _ in broker.events] == ["dead-letter", "REJECT"]
+    assert [what for what, _, _ in broker.events] == ["acquired", "dead-letter", "REJECT"]
     (copy,) = producer.sent
     assert (copy["topic"], copy["key"], copy["value"]) == ("jobs.dlq", b"k0", b"v0")
     headers = copy["headers"]
@@ -394,12 +403,35 @@ def test_a_long_handler_keeps_its_lock_renewed_before_it_runs_out(
     assert broker.refused == [] and broker.deliveries == {0: 1}
     renewals = [when for what, _, when in broker.events if what == "RENEW"]
     assert len(renewals) >= 3
-    # Each renewal came with at least a quarter of the lock left (renewed at half).
-    acquired = renewals[0] - 0.4 / 2
-    for before, after in zip([acquired, *renewals], renewals, strict=False):
-        assert after - before < 0.4 * 0.75, renewals
+    # Each lock (from the acquisition, then from each renewal) was renewed before it ran out.
+    times = [when for what, _, when in broker.events if what in ("acquired", "RENEW", "ACCEPT")]
+    assert len(times) == len(renewals) + 2
+    assert all(after - before < 0.4 for before, after in itertools.pairwise(times))
     w.close()
     assert w.metrics().lock_renewals == len(renewals)
+
+
+def test_a_record_whose_lock_ran_out_is_not_acknowledged_after_its_handler(
+    workers: list[ShareWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = FakeBroker(records=1, lock_s=0.3)
+    broker.renewals_to_refuse = 1
+    handled: list[int] = []
+
+    def handle(record: ShareRecord) -> None:
+        handled.append(record.delivery_count)
+        if record.delivery_count == 1:
+            time.sleep(0.8)
+
+    w = make(workers, broker, handle)
+    w.start()
+    broker.wait_for(lambda: broker.state == {0: "accepted"})
+    # The first delivery's outcome came after its lock: not acknowledged; the second was.
+    assert handled == [1, 2] and broker.acks(A.ACCEPT) == [0]
+    w.close()
+    m = w.metrics()
+    assert (m.accepted, m.acknowledgements_failed) == (1, 1)
+    assert "lock of jobs[0] offset 0 ran out" in caplog.text
 
 
 def test_close_releases_the_unstarted_at_once_and_waits_for_the_running(
