@@ -207,7 +207,8 @@ class ShareWorker:
             **settings: as for :class:`ShareConsumer` (``bootstrap_servers``, security
                 settings, ``session_timeout_ms``, ``rack_id``, ``transport``, ...), except
                 ``acknowledgement_mode``, ``on_acknowledged`` and ``max_poll_records``,
-                which the worker sets.
+                which the worker sets. ``acquire_mode`` is ``"record_limit"`` unless given:
+                a fetch acquires no more records than the worker has room for.
 
         Raises:
             ConfigurationError: an invalid setting; the message names it.
@@ -258,6 +259,9 @@ class ShareWorker:
         self._dead_letter_timeout_s = dead_letter_timeout_ms / 1000
         self._drain_timeout_s = drain_timeout_ms / 1000
         self._clock = clock or SYSTEM_CLOCK
+        # Whole batches would lock records beyond the worker's capacity, idle while
+        # other members could take them.
+        settings.setdefault("acquire_mode", "record_limit")
         self._consumer = ShareConsumer(
             group_id,
             topics=topics,

@@ -86,9 +86,11 @@ class FakeConsumer:
         max_poll_records: int,
         on_acknowledged: Callable[..., None],
         clock: Any,
+        acquire_mode: str,
         broker: FakeBroker,
     ) -> None:
         assert acknowledgement_mode == "explicit" and topics == [TOPIC]
+        assert acquire_mode == "record_limit"
         self.group_id = group_id
         self.member_id = "member-1"
         self.max_poll_records = max_poll_records
