@@ -578,7 +578,12 @@ class ShareWorker:
             self._handlers_exit = True
             self._cond.notify_all()
         if self._producer is not None and self._own_producer:
-            self._producer.close(timeout=5)
+            try:
+                self._producer.close(timeout=5)
+            except Exception:
+                log.exception(
+                    "share group %r: closing the dead-letter producer failed", self.group_id
+                )
 
     def _wait_for_handlers(self) -> None:
         deadline = self._clock.monotonic() + self._drain_timeout_s

@@ -529,6 +529,14 @@ def test_a_fatal_poll_error_stops_the_worker_and_run_raises_it(
     assert w.error is broker.fail_poll and FakeConsumer.made[0].closed
 
 
+def test_a_with_block_starts_the_worker_and_drains_it_at_its_end() -> None:
+    broker = FakeBroker(records=3)
+    with ShareWorker("g", topics=[TOPIC], handler=lambda record: None, broker=broker) as w:
+        broker.wait_for(lambda: set(broker.state.values()) == {"accepted"})
+    assert FakeConsumer.made[0].closed
+    assert (w.metrics().received, w.metrics().accepted) == (3, 3)
+
+
 def test_close_without_start_closes_the_consumer(workers: list[ShareWorker]) -> None:
     w = make(workers, FakeBroker(), lambda record: None)
     w.close()
