@@ -5,7 +5,8 @@ See :class:`ShareConsumer` (Kafka's ``KafkaShareConsumer`` API: ``poll``, ``ackn
 every partition; the broker hands each record to one member at a time, under an
 acquisition lock, and delivers it again if it is released or its lock runs out, up to the
 group's delivery limit. Needs Kafka 4.2 or newer with share groups enabled
-(``share.version``).
+(``share.version``). :class:`ShareWorker` runs handlers over a share consumer and
+acknowledges each record by its handler's outcome (retries, dead letters, graceful drain).
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ from ._consumer import TopicPartition as TopicPartition
 from ._errors import AcknowledgementError as AcknowledgementError
 from ._errors import AcknowledgementUncertainError as AcknowledgementUncertainError
 from ._errors import AcquisitionLockExpiredError as AcquisitionLockExpiredError
+from ._worker import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
+from ._worker import ShareWorker as ShareWorker
+from ._worker import WorkerMetrics as WorkerMetrics
 
 __all__ = [
+    "DEAD_LETTER_HEADERS",
     "AcknowledgeType",
     "AcknowledgementError",
     "AcknowledgementUncertainError",
@@ -32,5 +37,7 @@ __all__ = [
     "ShareGroupsUnsupportedError",
     "ShareMetrics",
     "ShareRecord",
+    "ShareWorker",
     "TopicPartition",
+    "WorkerMetrics",
 ]

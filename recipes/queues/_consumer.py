@@ -283,6 +283,14 @@ class ShareConsumer:
         acks = self._pending.setdefault((record.topic_id, record.partition), {})
         acks[record.offset] = ack_type
 
+    def lock_deadline(self, record: ShareRecord) -> float | None:
+        """When ``record``'s acquisition lock runs out by this consumer's clock
+        (``member.clock.monotonic()``; the broker's lock began a little earlier), moved on by
+        each RENEW that takes effect; None if the consumer does not hold the record
+        (acknowledged, refused, delivered again since, or not its record)."""
+        held = self._held.get((record.topic_id, record.partition, record.offset))
+        return held.lock_until if held is not None and held.record is record else None
+
     def commit(self) -> dict[TopicPartition, AcknowledgementError | None]:
         """Send the acknowledgements made so far now (in implicit mode: accept every record
         the last poll returned), and wait for their outcome.

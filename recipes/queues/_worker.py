@@ -1,0 +1,772 @@
+"""The share worker: handlers run on a pool of threads over one share consumer, and each
+record is acknowledged by its handler's outcome (accepted, retried after a backoff,
+rejected and copied to a dead-letter topic), its lock renewed while the handler works."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+from types import TracebackType
+from typing import Any, Final
+
+from typing_extensions import Self
+
+from coordination.clock import SYSTEM_CLOCK, Clock, Thread
+from coordination.errors import ConfigurationError, CoordinatorStateError
+from coordination.share_group import AcknowledgeType
+
+from ._consumer import ShareConsumer, ShareRecord, TopicPartition
+from ._errors import AcknowledgementError
+
+log = logging.getLogger("recipes.queues")
+
+_Handler = Callable[[ShareRecord], object]
+"""``handler(record)``: process one record; returning accepts it, raising fails it."""
+
+_RetryOn = tuple[type[BaseException], ...] | type[BaseException] | Callable[[BaseException], bool]
+"""Which handler exceptions are retryable: exception classes, or a predicate."""
+
+DEAD_LETTER_HEADERS: Final = (
+    "__dlq.origin.topic",
+    "__dlq.origin.partition",
+    "__dlq.origin.offset",
+    "__dlq.origin.timestamp",
+    "__dlq.group.id",
+    "__dlq.delivery.count",
+    "__dlq.reason",
+    "__dlq.error.class",
+    "__dlq.error.message",
+)
+"""The headers a dead-letter copy carries after the record's own (UTF-8 text values)."""
+
+# Kafka's group.share.delivery.count.limit is between 2 and 10.
+_MAX_DELIVERY_LIMIT: Final = 10
+# A record's lock is renewed once half of it is left: the other half covers the wait of a
+# poll under way and the RENEW's round trip.
+_RENEW_WHEN_LEFT: Final = 0.5
+# The longest the poll thread waits before looking at finished handlers and locks again.
+_POLL_MS: Final = 250
+_ERROR_MESSAGE_BYTES: Final = 1000
+
+
+@dataclass(slots=True)
+class WorkerMetrics:
+    """Counts since the worker started. The acknowledgement counts are those the broker
+    confirmed; a refused one is counted in ``acknowledgements_failed`` instead."""
+
+    received: int = 0
+    """Records delivered to the worker (by its consumer's polls)."""
+    accepted: int = 0
+    """ACCEPTs that took effect: the handler returned."""
+    released: int = 0
+    """RELEASEs that took effect: retries, failed dead-letter copies, records not started
+    at close."""
+    rejected: int = 0
+    """REJECTs that took effect: poison records (copied to the dead-letter topic first if
+    one is set)."""
+    retries: int = 0
+    """Retryable handler failures (the record is released after its backoff)."""
+    dead_lettered: int = 0
+    """Copies the dead-letter topic confirmed."""
+    dead_letter_failures: int = 0
+    """Copies that failed: the record was released instead of rejected."""
+    released_unstarted: int = 0
+    """Records released at close without being handled."""
+    lock_renewals: int = 0
+    """RENEWs that took effect (a handler or a backoff outlasting half the lock)."""
+    acknowledgements_failed: int = 0
+    """Acknowledgements that did not take effect (lock ran out, no answer, ...)."""
+    handler_errors: int = 0
+    """Handler calls that raised."""
+
+
+class _Why(enum.Enum):
+    """Why the worker acknowledged a record as it did (for the metrics)."""
+
+    ACCEPTED = "accepted"
+    RETRY = "retry"  # a retryable failure: RELEASE after the backoff
+    POISON = "poison"  # REJECT (copied to the dead-letter topic first, if one is set)
+    DEAD_LETTER_FAILED = "dead_letter_failed"  # the copy failed: RELEASE, not REJECT
+    UNSTARTED = "unstarted"  # delivered, never handled: RELEASE at close
+    RENEW = "renew"
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    ack: AcknowledgeType
+    why: _Why
+    backoff_s: float = 0.0
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    """A record the worker holds: queued, being handled, or waiting out its backoff."""
+
+    record: ShareRecord
+    lock_s: float
+    started: bool = False  # taken by a handler thread (under the condition)
+    release_at: float | None = None  # waiting out a backoff until then
+    lost: bool = False  # its lock ran out: not ours to acknowledge any more
+
+
+class ShareWorker:
+    """Process a share group's records with a handler on ``concurrency`` threads, each
+    record acknowledged by the handler's outcome.
+
+    Example:
+        import signal
+        from recipes.queues import ShareRecord, ShareWorker
+
+        def handle(record: ShareRecord) -> None:
+            print("sending", record.value)  # raise to fail the record
+
+        worker = ShareWorker(
+            "emails", topics=["emails"], handler=handle, concurrency=4,
+            dead_letter_topic="emails.dlq", bootstrap_servers="localhost:9092",
+        )
+        signal.signal(signal.SIGTERM, lambda *_: worker.stop())  # `kill` drains, then exits
+        worker.run()  # blocks until stop(); then drains and closes
+
+    Outcomes:
+        The handler returns: ACCEPT. It raises a retryable exception (``retry_on``; by
+        default every ``Exception``) and the record's ``delivery_count`` is below
+        ``max_deliveries``: the record is held for its backoff (its lock renewed), then
+        RELEASEd so that the broker delivers it again, to any member. Otherwise (a
+        non-retryable exception, or the last delivery) it is poison: REJECT, after its copy
+        to ``dead_letter_topic`` (if set) is confirmed; a copy that fails makes it a
+        RELEASE instead, never a silent drop.
+
+    Concurrency:
+        One poll thread owns the :class:`ShareConsumer` (which is not thread-safe): it
+        polls while fewer than ``concurrency + prefetch`` records are held, hands records
+        to the handler threads through a queue, and makes every acknowledgement, the
+        handlers' outcomes included (they come back to it), and every RENEW. Handlers run
+        on their own threads; they may call :meth:`stop`, never :meth:`close` (it waits for
+        them).
+
+    Closing:
+        :meth:`stop` (or :meth:`close`) stops polling, RELEASEs at once every record not
+        started (and those waiting out a backoff), lets the running handlers finish within
+        ``drain_timeout_ms`` (renewing their locks) and acknowledges their outcomes, then
+        closes the consumer, which releases whatever is still held and leaves the group.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        topics: Iterable[str],
+        handler: _Handler,
+        concurrency: int = 1,
+        prefetch: int | None = None,
+        retry_on: _RetryOn = (Exception,),
+        max_deliveries: int = 4,
+        retry_backoff_ms: int = 1000,
+        retry_backoff_max_ms: int = 10_000,
+        dead_letter_topic: str | None = None,
+        dead_letter_producer: Any = None,
+        dead_letter_timeout_ms: int = 30_000,
+        drain_timeout_ms: int = 30_000,
+        clock: Clock | None = None,
+        **settings: Any,
+    ) -> None:
+        """Validate the settings; nothing connects until :meth:`start` (or :meth:`run`).
+
+        Args:
+            group_id: the share group (Kafka ``group.id``).
+            topics: the topics to consume.
+            handler: ``handler(record)``, called on a handler thread for each record.
+            concurrency: handler threads (default 1).
+            prefetch: records fetched ahead of the handlers, waiting for a free thread
+                (default ``concurrency``); their locks are renewed while they wait.
+            retry_on: the retryable exceptions: a class, a tuple of classes, or a predicate
+                ``retry_on(exc) -> bool``. Default: every ``Exception``.
+            max_deliveries: the delivery (``record.delivery_count``) from which a failure
+                is final (default 4). Keep it below the group's
+                ``group.share.delivery.count.limit`` (5 by default, 2 to 10): a record the
+                broker delivered that many times is archived when released, so a failed
+                dead-letter copy at the broker's last delivery would lose it.
+            retry_backoff_ms: the wait before a retried record is released (default 1000),
+                doubled with each delivery, up to ``retry_backoff_max_ms`` (default 10000).
+                0 releases at once.
+            dead_letter_topic: where poison records are copied before their REJECT
+                (default None: rejected without a copy). Must not be one of ``topics``.
+            dead_letter_producer: a kafka-python ``KafkaProducer`` (or an object with its
+                ``send(topic, key=, value=, headers=).get(timeout)``) for the copies;
+                default: one made at the first copy from the consumer's connection settings
+                (bootstrap servers, TLS, SASL) with ``acks="all"``, closed with the worker.
+            dead_letter_timeout_ms: how long a copy may take to be confirmed (default
+                30000); then it counts as failed.
+            drain_timeout_ms: how long closing waits for the running handlers (default
+                30000).
+            clock: the clock (default the system's), as for :class:`ShareConsumer`.
+            **settings: as for :class:`ShareConsumer` (``bootstrap_servers``, security
+                settings, ``session_timeout_ms``, ``rack_id``, ``transport``, ...), except
+                ``acknowledgement_mode``, ``on_acknowledged`` and ``max_poll_records``,
+                which the worker sets. ``acquire_mode`` is ``"record_limit"`` unless given:
+                a fetch acquires no more records than the worker has room for.
+
+        Raises:
+            ConfigurationError: an invalid setting; the message names it.
+        """
+        topics = list(topics)
+        self._check_settings(settings)
+        _check(callable(handler), "handler must be callable: handler(record) -> None")
+        _check_int("concurrency", concurrency, 1)
+        prefetch = concurrency if prefetch is None else prefetch
+        _check_int("prefetch", prefetch, 0)
+        _check_int(
+            "max_deliveries",
+            max_deliveries,
+            1,
+            _MAX_DELIVERY_LIMIT,
+            hint=": keep it below the group's group.share.delivery.count.limit (5 by default)",
+        )
+        _check_int("retry_backoff_ms", retry_backoff_ms, 0)
+        _check_int(
+            "retry_backoff_max_ms", retry_backoff_max_ms, retry_backoff_ms, None, "retry_backoff_ms"
+        )
+        _check_int("dead_letter_timeout_ms", dead_letter_timeout_ms, 1)
+        _check_int("drain_timeout_ms", drain_timeout_ms, 0)
+        self._is_retryable = _retry_predicate(retry_on)
+        if dead_letter_topic is not None:
+            _check(
+                isinstance(dead_letter_topic, str) and dead_letter_topic.strip() != "",
+                f"dead_letter_topic must be a topic name, got {dead_letter_topic!r}",
+            )
+            _check(
+                dead_letter_topic not in topics,
+                f"dead_letter_topic {dead_letter_topic!r} is one of the consumed topics: "
+                "poison records would come back; use a topic of its own",
+            )
+        _check(
+            dead_letter_producer is None or dead_letter_topic is not None,
+            "dead_letter_producer is set without a dead_letter_topic: set the topic too",
+        )
+        self._handler = handler
+        self._concurrency = concurrency
+        self._capacity = concurrency + prefetch
+        self._max_deliveries = max_deliveries
+        self._backoff_s = retry_backoff_ms / 1000
+        self._backoff_max_s = retry_backoff_max_ms / 1000
+        self._dead_letter_topic = dead_letter_topic
+        self._producer = dead_letter_producer
+        self._own_producer = dead_letter_producer is None
+        self._dead_letter_timeout_s = dead_letter_timeout_ms / 1000
+        self._drain_timeout_s = drain_timeout_ms / 1000
+        self._clock = clock or SYSTEM_CLOCK
+        # Whole batches would lock records beyond the worker's capacity, idle while
+        # other members could take them.
+        settings.setdefault("acquire_mode", "record_limit")
+        self._consumer = ShareConsumer(
+            group_id,
+            topics=topics,
+            acknowledgement_mode="explicit",
+            max_poll_records=self._capacity,
+            on_acknowledged=self._on_acknowledged,
+            clock=self._clock,
+            **settings,
+        )
+        # Shared with the handler threads, under the condition:
+        self._cond = self._clock.condition()
+        self._queue: deque[_Entry] = deque()
+        self._finished: list[tuple[_Entry, _Decision]] = []
+        self._handlers_exit = False
+        # The poll thread's own:
+        self._held: set[_Entry] = set()
+        self._acked: dict[tuple[str, int, int], _Why] = {}  # acknowledged, outcome unknown
+        self._unsent = False  # acknowledgements made since the last poll or commit
+        self._metrics = WorkerMetrics()
+        self._metrics_lock = threading.Lock()
+        self._producer_lock = threading.Lock()
+        self._stopping = self._clock.event()
+        self._threads: list[Thread] = []
+        self._poll_thread: Thread | None = None
+        self._error: BaseException | None = None
+        self._lifecycle = threading.Lock()
+        self._closed = False
+
+    @staticmethod
+    def _check_settings(settings: dict[str, Any]) -> None:
+        for name, instead in (
+            ("acknowledgement_mode", "the worker acknowledges explicitly"),
+            ("on_acknowledged", "read metrics() instead"),
+            ("max_poll_records", "set concurrency and prefetch instead"),
+        ):
+            _check(name not in settings, f"{name} is the worker's to set: {instead}")
+
+    # ------------------------------------------------------------------ public face
+
+    @property
+    def group_id(self) -> str:
+        return self._consumer.group_id
+
+    @property
+    def member_id(self) -> str:
+        return self._consumer.member_id
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that stopped the poll thread (a fatal broker error, ...), or None."""
+        return self._error
+
+    def metrics(self) -> WorkerMetrics:
+        """A copy of the worker's counts."""
+        with self._metrics_lock:
+            m = self._metrics
+            return WorkerMetrics(**{f.name: getattr(m, f.name) for f in fields(m)})
+
+    def start(self) -> None:
+        """Start the poll thread and the handler threads, and return; the poll thread joins
+        the group. Errors come out of :meth:`run` (and :attr:`error`).
+
+        Raises:
+            CoordinatorStateError: the worker was started already.
+        """
+        with self._lifecycle:
+            if self._poll_thread is not None or self._closed:
+                raise CoordinatorStateError("the worker was started already, or closed")
+            name = f"share-worker-{self.group_id}"
+            for n in range(self._concurrency):
+                thread = self._clock.thread(self._serve_handler, f"{name}-handler-{n}")
+                self._threads.append(thread)
+                thread.start()
+            self._poll_thread = self._clock.thread(self._serve_poll, f"{name}-poll")
+            self._poll_thread.start()
+
+    def run(self) -> None:
+        """Start (unless started) and block until :meth:`stop` is called or the worker
+        fails; returns once it has drained and closed. KeyboardInterrupt closes it too.
+
+        Raises:
+            ShareGroupsUnsupportedError, FatalBrokerError, ...: the error that stopped the
+                poll thread (after the drain).
+        """
+        if self._poll_thread is None:
+            self.start()
+        try:
+            self._join_poll_thread()
+        except KeyboardInterrupt:
+            self.close()
+            raise
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        """Ask the worker to drain and close, and return at once. Safe from any thread,
+        a handler or a signal handler included."""
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop, and wait for the drain (see the class docstring) and the consumer's close.
+        Idempotent. The error that stopped the worker, if any, is logged, not raised.
+
+        Raises:
+            CoordinatorStateError: called from a handler (it would wait for itself): call
+                :meth:`stop` there.
+        """
+        if self._clock.current_thread() in self._threads:
+            raise CoordinatorStateError(
+                "close() was called from a handler, which the drain waits for: call stop()"
+            )
+        self.stop()
+        with self._lifecycle:
+            never_started = self._poll_thread is None and not self._closed
+            self._closed = True
+        if never_started:
+            self._drain()
+        elif self._poll_thread is not None:
+            self._join_poll_thread()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ShareWorker group={self.group_id!r} concurrency={self._concurrency}>"
+
+    def _join_poll_thread(self) -> None:
+        thread = self._poll_thread
+        assert thread is not None
+        while thread.is_alive():
+            thread.join(0.5)  # in slices: the main thread stays interruptible
+
+    # ------------------------------------------------------------------ the poll thread
+
+    def _serve_poll(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                self._step()
+        except BaseException as exc:
+            self._error = exc
+            log.error("share group %r: the worker stops on %r", self.group_id, exc)
+        self._drain()
+
+    def _step(self) -> None:
+        self._take_finished()
+        now = self._clock.monotonic()
+        for entry in [e for e in self._held if e.release_at is not None and e.release_at <= now]:
+            self._acknowledge(entry, AcknowledgeType.RELEASE, _Why.RETRY)
+        self._renew(now)
+        wait_s = self._next_due(now)
+        if len(self._held) < self._capacity:
+            records = self._consumer.poll(timeout_ms=int(wait_s * 1000))
+            self._unsent = False
+            self._dispatch(records)
+        else:
+            self._send()
+            with self._cond:
+                if not self._finished and not self._stopping.is_set():
+                    self._cond.wait(wait_s)
+
+    def _dispatch(self, records: list[ShareRecord]) -> None:
+        now = self._clock.monotonic()
+        entries = []
+        for record in records:
+            deadline = self._consumer.lock_deadline(record)
+            entries.append(_Entry(record, lock_s=max(0.0, (deadline or now) - now)))
+        self._held.update(entries)
+        with self._metrics_lock:
+            self._metrics.received += len(entries)
+        with self._cond:
+            self._queue.extend(entries)
+            self._cond.notify_all()
+
+    def _take_finished(self) -> None:
+        """Acknowledge the outcomes the handlers came back with."""
+        with self._cond:
+            finished, self._finished = self._finished, []
+        for entry, decision in finished:
+            if entry.lost:
+                self._held.discard(entry)
+                log.warning(
+                    "share group %r: %s handled (%s) after its lock ran out: not acknowledged, "
+                    "it is delivered again",
+                    self.group_id,
+                    _where(entry.record),
+                    decision.why.value,
+                )
+            elif decision.backoff_s > 0 and not self._stopping.is_set():
+                entry.release_at = self._clock.monotonic() + decision.backoff_s
+            else:
+                self._acknowledge(entry, decision.ack, decision.why)
+
+    def _acknowledge(self, entry: _Entry, ack: AcknowledgeType, why: _Why) -> None:
+        self._held.discard(entry)
+        record = entry.record
+        try:
+            self._consumer.acknowledge(record, ack)
+        except CoordinatorStateError:
+            # Refused at a RENEW or a send meanwhile (counted there): no longer ours.
+            log.warning("share group %r: %s is no longer held", self.group_id, _where(record))
+            return
+        self._acked[(record.topic, record.partition, record.offset)] = why
+        self._unsent = True
+
+    def _renew(self, now: float) -> None:
+        """RENEW the lock of each record held once half of it is left; let go of those
+        whose lock ran out already (a RENEW that failed, a poll thread held up)."""
+        for entry in list(self._held):
+            if entry.lost:
+                continue
+            deadline = self._consumer.lock_deadline(entry.record)
+            if deadline is None or deadline <= now:
+                self._lose(entry)
+            elif deadline - now <= entry.lock_s * _RENEW_WHEN_LEFT:
+                record = entry.record
+                self._consumer.acknowledge(record, AcknowledgeType.RENEW)
+                self._acked[(record.topic, record.partition, record.offset)] = _Why.RENEW
+                self._unsent = True
+
+    def _lose(self, entry: _Entry) -> None:
+        entry.lost = True
+        with self._cond:
+            started = entry.started
+            if not started:
+                self._queue.remove(entry)
+        if not started:
+            self._held.discard(entry)
+        # A started one stays held until its handler comes back (it is not waited for).
+        log.warning(
+            "share group %r: the lock of %s ran out; it may go to another member",
+            self.group_id,
+            _where(entry.record),
+        )
+
+    def _next_due(self, now: float) -> float:
+        """Seconds until a lock needs renewing or a backoff ends (at most _POLL_MS)."""
+        due = now + _POLL_MS / 1000
+        for entry in self._held:
+            if entry.lost:
+                continue
+            if entry.release_at is not None:
+                due = min(due, entry.release_at)
+            deadline = self._consumer.lock_deadline(entry.record)
+            if deadline is not None:
+                due = min(due, deadline - entry.lock_s * _RENEW_WHEN_LEFT)
+        return max(0.0, due - now)
+
+    def _send(self) -> None:
+        """Send the acknowledgements made since the last poll, now."""
+        if self._unsent:
+            self._unsent = False
+            self._consumer.commit()  # outcomes come to _on_acknowledged
+
+    def _on_acknowledged(
+        self,
+        partition: TopicPartition,
+        offsets: tuple[int, ...],
+        error: AcknowledgementError | None,
+    ) -> None:
+        """The consumer's report of acknowledgements (on the poll thread)."""
+        with self._metrics_lock:
+            m = self._metrics
+            for offset in offsets:
+                why = self._acked.pop((partition[0], partition[1], offset), None)
+                if error is not None:
+                    m.acknowledgements_failed += 1
+                elif why is _Why.ACCEPTED:
+                    m.accepted += 1
+                elif why is _Why.POISON:
+                    m.rejected += 1
+                elif why is _Why.RENEW:
+                    m.lock_renewals += 1
+                else:  # a RELEASE: by the worker, or by the consumer's close
+                    m.released += 1
+                    if why is _Why.UNSTARTED:
+                        m.released_unstarted += 1
+        if error is not None:
+            log.warning("share group %r: %s", self.group_id, error)
+
+    # ------------------------------------------------------------------ draining
+
+    def _drain(self) -> None:
+        """Release what was not started, wait for the running handlers, close."""
+        self._stopping.set()
+        try:
+            self._take_finished()
+            with self._cond:
+                unstarted = list(self._queue)
+                self._queue.clear()
+            for entry in unstarted:
+                self._acknowledge(entry, AcknowledgeType.RELEASE, _Why.UNSTARTED)
+            for entry in [e for e in self._held if e.release_at is not None]:
+                self._acknowledge(entry, AcknowledgeType.RELEASE, _Why.RETRY)
+            self._send()  # at once: the other members get them now
+            self._wait_for_handlers()
+        except Exception:
+            log.exception("share group %r: draining failed; closing", self.group_id)
+        try:
+            self._consumer.close()  # releases what is still held
+        except Exception:
+            log.exception("share group %r: closing the consumer failed", self.group_id)
+        with self._cond:
+            self._handlers_exit = True
+            self._cond.notify_all()
+        if self._producer is not None and self._own_producer:
+            try:
+                self._producer.close(timeout=5)
+            except Exception:
+                log.exception(
+                    "share group %r: closing the dead-letter producer failed", self.group_id
+                )
+
+    def _wait_for_handlers(self) -> None:
+        deadline = self._clock.monotonic() + self._drain_timeout_s
+        while True:
+            self._take_finished()
+            now = self._clock.monotonic()
+            running = [e for e in self._held if not e.lost]
+            if not running:
+                return
+            if now >= deadline:
+                log.warning(
+                    "share group %r: %d handlers still running after the drain timeout; "
+                    "their records are released and may be handled again elsewhere",
+                    self.group_id,
+                    len(running),
+                )
+                return
+            self._renew(now)
+            self._send()
+            with self._cond:
+                if not self._finished:
+                    self._cond.wait(min(self._next_due(now), deadline - now))
+
+    # ------------------------------------------------------------------ handler threads
+
+    def _serve_handler(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._handlers_exit:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                entry = self._queue.popleft()
+                entry.started = True
+            decision = self._handle(entry.record)
+            with self._cond:
+                self._finished.append((entry, decision))
+                self._cond.notify_all()
+
+    def _handle(self, record: ShareRecord) -> _Decision:
+        """Run the handler and decide the record's acknowledgement."""
+        try:
+            self._handler(record)
+        except Exception as exc:
+            return self._failed(record, exc)
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt in a handler: stop, and let the record go.
+            log.error("share group %r: a handler raised %r; stopping", self.group_id, exc)
+            self._error = exc
+            self.stop()
+            return _Decision(AcknowledgeType.RELEASE, _Why.RETRY)
+        return _Decision(AcknowledgeType.ACCEPT, _Why.ACCEPTED)
+
+    def _failed(self, record: ShareRecord, exc: Exception) -> _Decision:
+        with self._metrics_lock:
+            self._metrics.handler_errors += 1
+        retryable = self._is_retryable(exc)
+        if retryable and record.delivery_count < self._max_deliveries:
+            with self._metrics_lock:
+                self._metrics.retries += 1
+            backoff = self._backoff_s * 2 ** (record.delivery_count - 1)
+            log.info(
+                "share group %r: %s failed (%r), delivery %d: retried",
+                self.group_id,
+                _where(record),
+                exc,
+                record.delivery_count,
+            )
+            return _Decision(AcknowledgeType.RELEASE, _Why.RETRY, min(backoff, self._backoff_max_s))
+        reason = "max_deliveries" if retryable else "not_retryable"
+        log.warning(
+            "share group %r: %s failed (%r), delivery %d: poison (%s)",
+            self.group_id,
+            _where(record),
+            exc,
+            record.delivery_count,
+            reason,
+        )
+        if self._dead_letter_topic is not None and not self._dead_letter(record, reason, exc):
+            return _Decision(AcknowledgeType.RELEASE, _Why.DEAD_LETTER_FAILED)
+        return _Decision(AcknowledgeType.REJECT, _Why.POISON)
+
+    def _dead_letter(self, record: ShareRecord, reason: str, exc: Exception) -> bool:
+        """Copy ``record`` to the dead-letter topic; True once the copy is confirmed."""
+        assert self._dead_letter_topic is not None
+        try:
+            producer = self._dead_letter_producer()
+            future = producer.send(
+                self._dead_letter_topic,
+                key=record.key,
+                # kafka-python sends no record without a key and a value
+                value=b"" if record.value is None and record.key is None else record.value,
+                headers=_dead_letter_headers(record, self.group_id, reason, exc),
+            )
+            future.get(timeout=self._dead_letter_timeout_s)
+        except Exception as failure:
+            with self._metrics_lock:
+                self._metrics.dead_letter_failures += 1
+            log.error(
+                "share group %r: copying %s to %r failed (%r): released, not rejected",
+                self.group_id,
+                _where(record),
+                self._dead_letter_topic,
+                failure,
+            )
+            return False
+        with self._metrics_lock:
+            self._metrics.dead_lettered += 1
+        return True
+
+    def _dead_letter_producer(self) -> Any:
+        with self._producer_lock:
+            if self._producer is None:
+                from kafka import KafkaProducer
+
+                timeout_ms = int(self._dead_letter_timeout_s * 1000)
+                self._producer = KafkaProducer(
+                    **self._consumer.member.config.client_settings(),
+                    acks="all",
+                    delivery_timeout_ms=timeout_ms,
+                    max_block_ms=timeout_ms,
+                )
+            return self._producer
+
+
+def _dead_letter_headers(
+    record: ShareRecord, group_id: str, reason: str, exc: BaseException
+) -> list[tuple[str, bytes]]:
+    """The headers of ``record``'s dead-letter copy: its own (a null value sent empty:
+    kafka-python's producer takes bytes only), then :data:`DEAD_LETTER_HEADERS`."""
+    own = [(key, value if value is not None else b"") for key, value in record.headers]
+    values = (
+        record.topic,
+        str(record.partition),
+        str(record.offset),
+        str(record.timestamp),
+        group_id,
+        str(record.delivery_count),
+        reason,
+        f"{type(exc).__module__}.{type(exc).__qualname__}",
+        str(exc)[:_ERROR_MESSAGE_BYTES],
+    )
+    return own + [
+        (name, v.encode("utf-8", "replace"))
+        for name, v in zip(DEAD_LETTER_HEADERS, values, strict=True)
+    ]
+
+
+def _retry_predicate(retry_on: _RetryOn) -> Callable[[BaseException], bool]:
+    if isinstance(retry_on, type):
+        retry_on = (retry_on,)
+    if isinstance(retry_on, tuple):
+        classes = retry_on
+        _check(
+            all(isinstance(c, type) and issubclass(c, BaseException) for c in classes),
+            f"retry_on must be exception classes or a predicate, got {retry_on!r}",
+        )
+        return lambda exc: isinstance(exc, classes)
+    _check(
+        callable(retry_on), f"retry_on must be exception classes or a predicate, got {retry_on!r}"
+    )
+    return retry_on
+
+
+def _where(record: ShareRecord) -> str:
+    return f"{record.topic}[{record.partition}] offset {record.offset}"
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigurationError(message)
+
+
+def _check_int(
+    name: str,
+    value: object,
+    low: int,
+    high: int | None = None,
+    low_name: str = "",
+    hint: str = "",
+) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    ok = ok and (high is None or value <= high)  # type: ignore[operator]
+    floor = f"{low_name} ({low})" if low_name else str(low)
+    bounds = f"from {low} to {high}" if high is not None else f"at least {floor}"
+    _check(ok, f"{name} must be an integer {bounds}, got {value!r}{hint}")

@@ -1,0 +1,296 @@
+"""recipes.queues.ShareWorker on a real broker (share groups, KIP-932, Kafka 4.x).
+
+Two workers split the records and each is accepted exactly once; a retryable failure comes
+back (delivery count 2) and is accepted; a poison record is copied to the dead-letter topic
+with its origin headers and rejected, never delivered again; closing releases the records
+delivered but not started, and another consumer gets them at once (the lock is 30 s); a
+handler that outlasts the group's 1.5 s lock keeps its record (renewed), which no other
+consumer gets meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from recipes.queues import DEAD_LETTER_HEADERS, ShareConsumer, ShareRecord, ShareWorker
+
+from .test_consumer_group_member import create_topic_with_id
+from .test_share_consumer import (
+    ON_SHARE_BROKERS,
+    TIMEOUT_S,
+    produced,
+    share_group,
+)
+
+pytestmark = [pytest.mark.integration, ON_SHARE_BROKERS]
+
+
+class Retryable(Exception):
+    pass
+
+
+class Poison(Exception):
+    pass
+
+
+@pytest.fixture
+def closing() -> Iterator[list[ShareWorker | ShareConsumer]]:
+    """Workers and consumers a test makes (append them); closed at its end."""
+    made: list[ShareWorker | ShareConsumer] = []
+    yield made
+    for each in made:
+        each.close()
+
+
+def worker(
+    kafka: str,
+    group: str,
+    topic: str,
+    handler: Callable[[ShareRecord], object],
+    made: list[ShareWorker | ShareConsumer],
+    **kw: object,
+) -> ShareWorker:
+    w = ShareWorker(group, topics=[topic], handler=handler, bootstrap_servers=kafka, **kw)  # type: ignore[arg-type]
+    made.append(w)
+    w.start()
+    return w
+
+
+def wait_until(done: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_two_workers_split_the_records_and_accept_each_once(
+    kafka: str, closing: list[ShareWorker | ShareConsumer]
+) -> None:
+    topic = produced(kafka, 0, partitions=2)
+    group = share_group(kafka)
+    handled: list[tuple[str, int, int, int]] = []
+    lock = threading.Lock()
+
+    def handler_of(name: str) -> Callable[[ShareRecord], None]:
+        def handle(record: ShareRecord) -> None:
+            with lock:
+                handled.append((name, record.partition, record.offset, record.delivery_count))
+            time.sleep(0.01)
+
+        return handle
+
+    a = worker(kafka, group, topic, handler_of("a"), closing, concurrency=2)
+    b = worker(kafka, group, topic, handler_of("b"), closing, concurrency=2)
+    # Spread over 2 s, so that both have joined while records still come.
+    producer = KafkaProducer(bootstrap_servers=kafka, linger_ms=0)
+    try:
+        for n in range(80):
+            producer.send(topic, value=b"job-%d" % n, partition=n % 2)
+            if n % 4 == 3:
+                producer.flush(timeout=TIMEOUT_S)
+                time.sleep(0.1)
+    finally:
+        producer.close(timeout=TIMEOUT_S)
+    wait_until(lambda: a.metrics().accepted + b.metrics().accepted >= 80, "80 accepted")
+    a.close()
+    b.close()
+    records = [(p, o) for _, p, o, _ in handled]
+    assert sorted(records) == sorted(set(records)) and len(records) == 80  # none twice
+    assert {n for n, _, _, _ in handled} == {"a", "b"}, "one worker got everything"
+    assert {count for _, _, _, count in handled} == {1}
+    assert a.metrics().acknowledgements_failed == b.metrics().acknowledgements_failed == 0
+    # Every record was accepted: a new member of the group gets none.
+    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+    closing.append(other)
+    assert other.poll(timeout_ms=1500) == []
+
+
+def test_a_retryable_failure_is_delivered_again_and_accepted(
+    kafka: str, closing: list[ShareWorker | ShareConsumer]
+) -> None:
+    topic = produced(kafka, 1)
+    seen: list[int] = []
+
+    def handle(record: ShareRecord) -> None:
+        seen.append(record.delivery_count)
+        if record.delivery_count == 1:
+            raise Retryable("the database is restarting")
+
+    w = worker(
+        kafka, share_group(kafka), topic, handle, closing, retry_on=Retryable, retry_backoff_ms=200
+    )
+    wait_until(lambda: w.metrics().accepted == 1, "accepted at the second delivery")
+    assert seen == [1, 2]
+    m = w.metrics()
+    assert (m.retries, m.released, m.rejected, m.acknowledgements_failed) == (1, 1, 0, 0)
+
+
+def test_a_poison_record_goes_to_the_dead_letter_topic_and_is_rejected(
+    kafka: str, closing: list[ShareWorker | ShareConsumer]
+) -> None:
+    topic = produced(kafka, 2)
+    dead_letters = f"{topic}.dlq"
+    create_topic_with_id(kafka, dead_letters, 1)
+    group = share_group(kafka)
+    tried: list[tuple[int, int]] = []
+
+    def handle(record: ShareRecord) -> None:
+        tried.append((record.offset, record.delivery_count))
+        if record.offset == 1:
+            raise Poison("cannot parse job-1")
+
+    w = worker(
+        kafka,
+        group,
+        topic,
+        handle,
+        closing,
+        retry_on=Retryable,
+        dead_letter_topic=dead_letters,
+    )
+    wait_until(lambda: w.metrics().rejected == 1 and w.metrics().accepted == 1, "both acked")
+    assert w.metrics().dead_lettered == 1
+    reader = KafkaConsumer(
+        dead_letters,
+        bootstrap_servers=kafka,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+    )
+    try:
+        copy = next(iter(reader))
+    finally:
+        reader.close()
+    assert (copy.key, copy.value) == (b"1", b"job-1")
+    headers = dict(copy.headers)
+    assert set(DEAD_LETTER_HEADERS) <= set(headers)
+    assert headers["__dlq.origin.topic"] == topic.encode()
+    assert (headers["__dlq.origin.partition"], headers["__dlq.origin.offset"]) == (b"0", b"1")
+    assert headers["__dlq.group.id"] == group.encode()
+    assert headers["__dlq.delivery.count"] == b"1"
+    assert headers["__dlq.reason"] == b"not_retryable"
+    assert headers["__dlq.error.class"].endswith(b".Poison")
+    assert headers["__dlq.error.message"] == b"cannot parse job-1"
+    # Rejected: never delivered again, to this worker or another member.
+    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+    closing.append(other)
+    assert other.poll(timeout_ms=1500) == []
+    assert sorted(tried) == [(0, 1), (1, 1)]
+
+
+def test_closing_releases_the_records_not_started_for_another_consumer_at_once(
+    kafka: str, closing: list[ShareWorker | ShareConsumer]
+) -> None:
+    topic = produced(kafka, 3)
+    group = share_group(kafka)  # the lock: 30 s, the broker's default
+    started = threading.Event()
+    finish = threading.Event()
+    handled: list[int] = []
+
+    def handle(record: ShareRecord) -> None:
+        handled.append(record.offset)
+        started.set()
+        finish.wait(TIMEOUT_S)
+
+    w = worker(kafka, group, topic, handle, closing, concurrency=1, prefetch=2)
+    assert started.wait(TIMEOUT_S)
+    wait_until(lambda: w.metrics().received == 3, "the worker holds all three")
+    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+    closing.append(other)
+    other.start(timeout=TIMEOUT_S)
+    closer = threading.Thread(target=w.close)
+    closed_at = time.monotonic()
+    closer.start()
+    again: list[ShareRecord] = []
+    while len(again) < 2:
+        assert time.monotonic() - closed_at < 10, again
+        for record in other.poll(timeout_ms=300):
+            again.append(record)
+            other.acknowledge(record)
+    assert closer.is_alive()  # still draining: the first record's handler runs
+    assert sorted(r.offset for r in again) == sorted(set(range(3)) - set(handled))
+    assert {r.delivery_count for r in again} == {2}
+    finish.set()
+    closer.join(TIMEOUT_S)
+    m = w.metrics()
+    assert (m.accepted, m.released_unstarted, m.acknowledgements_failed) == (1, 2, 0)
+    assert other.commit() == {(topic, 0): None}
+
+
+def test_a_handler_longer_than_the_lock_keeps_its_record(
+    kafka: str, closing: list[ShareWorker | ShareConsumer]
+) -> None:
+    topic = produced(kafka, 1)
+    group = share_group(kafka, **{"share.record.lock.duration.ms": "1500"})
+    started = threading.Event()
+    calls: list[int] = []
+
+    def handle(record: ShareRecord) -> None:
+        calls.append(record.delivery_count)
+        started.set()
+        time.sleep(4.5)  # three locks' worth
+
+    w = worker(kafka, group, topic, handle, closing)
+    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+    closing.append(other)
+    assert started.wait(TIMEOUT_S)
+    deadline = time.monotonic() + TIMEOUT_S
+    while w.metrics().accepted == 0:
+        assert time.monotonic() < deadline, w.metrics()
+        assert other.poll(timeout_ms=300) == []  # never handed the record being handled
+        assert len(calls) == 1
+    m = w.metrics()
+    assert m.lock_renewals >= 3 and m.acknowledgements_failed == 0
+    assert other.poll(timeout_ms=1000) == []
+    assert calls == [1]
+
+
+def test_the_worker_example_of_the_docs_runs(
+    kafka: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "queues.md").read_text(encoding="utf-8")
+    section = docs[docs.index("## Worker") :]
+    example = section[section.index("```python\n") + 10 : section.index("\n```\n")]
+    name = f"emails-{uuid.uuid4().hex[:8]}"
+    topic = produced(kafka, 3)
+    create_topic_with_id(kafka, f"{name}.dlq", 1)
+    group = share_group(kafka)
+    code = (
+        example.replace('"emails",', f'"{group}",')
+        .replace('["emails"]', f'["{topic}"]')
+        .replace('"emails.dlq"', f'"{name}.dlq"')
+        .replace("localhost:9092", kafka)
+    )
+    # SIGTERM, as `kill` sends it, once the three records are handled.
+    previous = signal.getsignal(signal.SIGTERM)
+
+    printed: list[str] = []
+
+    def terminate_when_done() -> None:
+        def sent_three() -> bool:
+            printed.append(capsys.readouterr().out)
+            return "".join(printed).count("sending") >= 3
+
+        wait_until(sent_three, "three sent")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    killer = threading.Thread(target=terminate_when_done)
+    killer.start()
+    try:
+        exec(compile(code, "docs/queues.md", "exec"), {"__name__": "example"})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        killer.join(TIMEOUT_S)
+    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+    try:
+        assert other.poll(timeout_ms=1500) == []  # all three accepted
+    finally:
+        other.close()
