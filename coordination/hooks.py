@@ -1,5 +1,5 @@
 """Hooks: what a member tells monitoring as it happens (rebalances, failed heartbeats,
-leadership, tasks, commits, leases).
+leadership, tasks, commits, leases, a share consumer's records).
 
 Give any recipe or :class:`~coordination.Coordinator` ``hooks=[...]``: objects of a
 :class:`CoordinationHooks` subclass that override the methods they care about. Each
@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from .errors import ConfigurationError
 
 __all__ = [
+    "AcknowledgementFailed",
     "CommitFailed",
     "CoordinationHooks",
     "Deposed",
@@ -41,6 +42,8 @@ __all__ = [
     "RebalanceFailed",
     "RebalanceFinished",
     "RebalanceStarted",
+    "RecordsAcknowledged",
+    "RecordsAcquired",
     "TaskOverran",
     "TaskStarted",
     "TaskStopped",
@@ -174,6 +177,49 @@ class CommitFailed:
     """How many partitions the commit was for."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordsAcquired:
+    """A share consumer's poll acquired records (share groups): held under their
+    acquisition lock until acknowledged."""
+
+    group_id: str
+    member_id: str
+    count: int
+    redelivered: int
+    """Of those, records delivered before (delivery count above 1)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordsAcknowledged:
+    """A share consumer's acknowledgements of one type took effect on one partition (share
+    groups). A RENEW is a lock renewal: the records stay held."""
+
+    group_id: str
+    member_id: str
+    topic: str
+    partition: int
+    ack_type: str
+    """``"ACCEPT"``, ``"RELEASE"``, ``"REJECT"`` or ``"RENEW"``."""
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcknowledgementFailed:
+    """A share consumer's acknowledgements of records of one partition did not take effect
+    (share groups): the records are not acknowledged (``recipes.queues.AcknowledgementError``)."""
+
+    group_id: str
+    member_id: str
+    topic: str
+    partition: int
+    count: int
+    reason: str
+    """``"lock_expired"`` (the acquisition lock had run out), ``"uncertain"`` (no answer:
+    the broker may have applied them) or ``"refused"`` (another error)."""
+    error: str
+    """The broker's error name (e.g. "INVALID_RECORD_STATE") or "no response"."""
+
+
 class CoordinationHooks:
     """Override the methods for the events you want; the others do nothing.
 
@@ -212,6 +258,15 @@ class CoordinationHooks:
 
     def on_commit_failed(self, event: CommitFailed) -> None:
         """An offset commit failed (consumer partitioning)."""
+
+    def on_records_acquired(self, event: RecordsAcquired) -> None:
+        """A poll acquired records (share consumer)."""
+
+    def on_records_acknowledged(self, event: RecordsAcknowledged) -> None:
+        """Acknowledgements took effect (share consumer)."""
+
+    def on_acknowledgement_failed(self, event: AcknowledgementFailed) -> None:
+        """Acknowledgements did not take effect (share consumer)."""
 
 
 class HookCaller:
@@ -265,6 +320,19 @@ class HookCaller:
 
     def commit_failed(self, event: CommitFailed | Callable[[], CommitFailed]) -> None:
         self._dispatch(CoordinationHooks.on_commit_failed, event)
+
+    def records_acquired(self, event: RecordsAcquired | Callable[[], RecordsAcquired]) -> None:
+        self._dispatch(CoordinationHooks.on_records_acquired, event)
+
+    def records_acknowledged(
+        self, event: RecordsAcknowledged | Callable[[], RecordsAcknowledged]
+    ) -> None:
+        self._dispatch(CoordinationHooks.on_records_acknowledged, event)
+
+    def acknowledgement_failed(
+        self, event: AcknowledgementFailed | Callable[[], AcknowledgementFailed]
+    ) -> None:
+        self._dispatch(CoordinationHooks.on_acknowledgement_failed, event)
 
     def _dispatch(
         self,

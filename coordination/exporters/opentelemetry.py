@@ -19,6 +19,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
     ) from e
 
 from ..hooks import (
+    AcknowledgementFailed,
     CommitFailed,
     CoordinationHooks,
     Deposed,
@@ -27,6 +28,8 @@ from ..hooks import (
     LeaseAtRisk,
     RebalanceFailed,
     RebalanceFinished,
+    RecordsAcknowledged,
+    RecordsAcquired,
     TaskOverran,
     TaskStarted,
     TaskStopped,
@@ -49,7 +52,10 @@ class OpenTelemetryHooks(CoordinationHooks):
     (gauge), ``coordination.leadership.changes`` (attribute ``change``: elected / deposed),
     ``coordination.tasks.running`` (up-down), ``coordination.task.starts``,
     ``coordination.task.stops``, ``coordination.task.stop_overruns``,
-    ``coordination.commit.failures``.
+    ``coordination.commit.failures``; a share consumer's: ``coordination.share.records.acquired``,
+    ``coordination.share.records.redelivered``, ``coordination.share.records.acknowledged``
+    (attribute ``type``; ``RENEW``: lock renewals), ``coordination.share.acknowledgement.failures``
+    (attribute ``reason``).
 
     Args:
         meter_provider: where to get the meter; default the global one
@@ -102,6 +108,26 @@ class OpenTelemetryHooks(CoordinationHooks):
         self.commit_failures = meter.create_counter(
             "coordination.commit.failures", "{commit}", "Offset commits that failed."
         )
+        self.share_acquired = meter.create_counter(
+            "coordination.share.records.acquired",
+            "{record}",
+            "Records a share consumer's polls acquired.",
+        )
+        self.share_redelivered = meter.create_counter(
+            "coordination.share.records.redelivered",
+            "{record}",
+            "Of the records acquired, those delivered before.",
+        )
+        self.share_acknowledged = meter.create_counter(
+            "coordination.share.records.acknowledged",
+            "{record}",
+            "Records whose acknowledgement took effect, by type (RENEW: lock renewals).",
+        )
+        self.share_acknowledgement_failures = meter.create_counter(
+            "coordination.share.acknowledgement.failures",
+            "{record}",
+            "Records whose acknowledgement did not take effect, by reason.",
+        )
 
     def on_rebalance_finished(self, event: RebalanceFinished) -> None:
         at = {GROUP_ATTRIBUTE: event.group_id}
@@ -145,3 +171,19 @@ class OpenTelemetryHooks(CoordinationHooks):
 
     def on_commit_failed(self, event: CommitFailed) -> None:
         self.commit_failures.add(1, {GROUP_ATTRIBUTE: event.group_id})
+
+    def on_records_acquired(self, event: RecordsAcquired) -> None:
+        at = {GROUP_ATTRIBUTE: event.group_id}
+        self.share_acquired.add(event.count, at)
+        if event.redelivered:
+            self.share_redelivered.add(event.redelivered, at)
+
+    def on_records_acknowledged(self, event: RecordsAcknowledged) -> None:
+        self.share_acknowledged.add(
+            event.count, {GROUP_ATTRIBUTE: event.group_id, "type": event.ack_type}
+        )
+
+    def on_acknowledgement_failed(self, event: AcknowledgementFailed) -> None:
+        self.share_acknowledgement_failures.add(
+            event.count, {GROUP_ATTRIBUTE: event.group_id, "reason": event.reason}
+        )

@@ -20,6 +20,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
     ) from e
 
 from ..hooks import (
+    AcknowledgementFailed,
     CommitFailed,
     CoordinationHooks,
     Deposed,
@@ -28,6 +29,8 @@ from ..hooks import (
     LeaseAtRisk,
     RebalanceFailed,
     RebalanceFinished,
+    RecordsAcknowledged,
+    RecordsAcquired,
     TaskOverran,
     TaskStarted,
     TaskStopped,
@@ -50,7 +53,10 @@ class PrometheusHooks(CoordinationHooks):
         ``_leader`` (members of the group leading in this process), ``_leader_token``,
         ``_leadership_changes_total{change="elected"|"deposed"}``,
         ``_tasks_running``, ``_task_started_total``, ``_task_stopped_total``,
-        ``_task_stop_overran_total``, ``_commit_failed_total``.
+        ``_task_stop_overran_total``, ``_commit_failed_total``; a share consumer's:
+        ``_share_records_acquired_total``, ``_share_records_redelivered_total``,
+        ``_share_records_acknowledged_total{type}`` (``type="RENEW"``: lock renewals),
+        ``_share_acknowledgement_failed_total{reason}``.
 
     Args:
         registry: where to register them; default ``prometheus_client.REGISTRY``. Give one
@@ -105,6 +111,23 @@ class PrometheusHooks(CoordinationHooks):
             "task_stop_overran", "stop_task calls that overran stop_timeout_ms."
         )
         self.commit_failures = counter("commit_failed", "Offset commits that failed.")
+        self.share_acquired = counter(
+            "share_records_acquired", "Records a share consumer's polls acquired."
+        )
+        self.share_redelivered = counter(
+            "share_records_redelivered", "Of the records acquired, those delivered before."
+        )
+        self.share_acknowledged = counter(
+            "share_records_acknowledged",
+            "Records whose acknowledgement took effect, by type (RENEW: lock renewals).",
+            ["group", "type"],
+        )
+        self.share_acknowledgement_failures = counter(
+            "share_acknowledgement_failed",
+            "Records whose acknowledgement did not take effect, by reason "
+            "(lock_expired, uncertain, refused).",
+            ["group", "reason"],
+        )
 
     def on_rebalance_finished(self, event: RebalanceFinished) -> None:
         self.rebalances.labels(event.group_id).inc()
@@ -142,3 +165,13 @@ class PrometheusHooks(CoordinationHooks):
 
     def on_commit_failed(self, event: CommitFailed) -> None:
         self.commit_failures.labels(event.group_id).inc()
+
+    def on_records_acquired(self, event: RecordsAcquired) -> None:
+        self.share_acquired.labels(event.group_id).inc(event.count)
+        self.share_redelivered.labels(event.group_id).inc(event.redelivered)
+
+    def on_records_acknowledged(self, event: RecordsAcknowledged) -> None:
+        self.share_acknowledged.labels(event.group_id, event.ack_type).inc(event.count)
+
+    def on_acknowledgement_failed(self, event: AcknowledgementFailed) -> None:
+        self.share_acknowledgement_failures.labels(event.group_id, event.reason).inc(event.count)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -14,6 +15,12 @@ from typing_extensions import Self
 from coordination import ErrorCode
 from coordination.clock import Clock
 from coordination.errors import ConfigurationError, CoordinatorStateError
+from coordination.hooks import (
+    AcknowledgementFailed,
+    HookCaller,
+    RecordsAcknowledged,
+    RecordsAcquired,
+)
 from coordination.share_group import (
     NO_ANSWER,
     AcknowledgeType,
@@ -28,6 +35,7 @@ from ._errors import (
     AcknowledgementUncertainError,
     AcquisitionLockExpiredError,
 )
+from ._errors import _name as _error_name
 
 log = logging.getLogger("recipes.queues")
 
@@ -122,6 +130,12 @@ class ShareConsumer:
     partition; ``on_acknowledged`` hears of every outcome (those sent with a poll too); a
     failure nobody listens to is logged at WARNING.
 
+    Hooks (``hooks=[...]``, :mod:`coordination.hooks`): ``on_records_acquired`` after each
+    poll that acquired records, ``on_records_acknowledged`` (per partition and type; RENEW is
+    a lock renewal) and ``on_acknowledgement_failed`` for every outcome, on the thread that
+    polls, commits or closes; the member's ``on_rebalance_finished`` at each new assignment,
+    ``on_heartbeat_failed``, on the heartbeat thread.
+
     Concurrency: not thread-safe, as Kafka's consumers: one thread calls poll, acknowledge,
     commit and close. The heartbeats run on the member's own thread.
     """
@@ -178,6 +192,7 @@ class ShareConsumer:
             **settings,
         )
         self._clock = self._member.clock
+        self._hooks = HookCaller(self._member.config.hooks)
         self._held: dict[tuple[uuid.UUID, int, int], _Held] = {}
         self._pending: dict[_Key, dict[int, AcknowledgeType]] = {}
         self._topic_names: dict[uuid.UUID, str] = {}
@@ -250,7 +265,17 @@ class ShareConsumer:
             self._settle(sent, outcome.acknowledged)
             sent = {}
             if outcome.records or remaining_ms == 0:
-                return [self._hold(r) for r in outcome.records]
+                records = [self._hold(r) for r in outcome.records]
+                if records and self._hooks:
+                    self._hooks.records_acquired(
+                        RecordsAcquired(
+                            group_id=self.group_id,
+                            member_id=self.member_id,
+                            count=len(records),
+                            redelivered=sum(r.delivery_count > 1 for r in records),
+                        )
+                    )
+                return records
 
     def acknowledge(
         self, record: ShareRecord, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT
@@ -461,10 +486,25 @@ class ShareConsumer:
             self._held.pop(held_key, None)
         if done:
             self._report((topic, partition), tuple(done), None)
+            if self._hooks:
+                by_type = Counter(offsets[o].name for o in done)
+                for ack_type, count in sorted(by_type.items()):
+                    self._hooks.records_acknowledged(
+                        RecordsAcknowledged(
+                            group_id=self.group_id,
+                            member_id=self.member_id,
+                            topic=topic,
+                            partition=partition,
+                            ack_type=ack_type,
+                            count=count,
+                        )
+                    )
         error: AcknowledgementError | None = None
         for code, failed_offsets in sorted(failed.items()):
             error = _error(topic, partition, tuple(failed_offsets), code)
             self._report((topic, partition), error.offsets, error)
+            if self._hooks:
+                self._hooks.acknowledgement_failed(_failed_event(self, error))
         return error
 
     def _report(
@@ -495,6 +535,24 @@ def _error(topic: str, partition: int, offsets: tuple[int, ...], code: int) -> A
     if code == NO_ANSWER:
         return AcknowledgementUncertainError(topic, partition, offsets, code)
     return AcknowledgementError(topic, partition, offsets, code)
+
+
+def _failed_event(consumer: ShareConsumer, error: AcknowledgementError) -> AcknowledgementFailed:
+    if isinstance(error, AcquisitionLockExpiredError):
+        reason = "lock_expired"
+    elif isinstance(error, AcknowledgementUncertainError):
+        reason = "uncertain"
+    else:
+        reason = "refused"
+    return AcknowledgementFailed(
+        group_id=consumer.group_id,
+        member_id=consumer.member_id,
+        topic=error.topic,
+        partition=error.partition,
+        count=len(error.offsets),
+        reason=reason,
+        error="no response" if reason == "uncertain" else _error_name(error.code),
+    )
 
 
 def _merged(
