@@ -14,6 +14,7 @@ from __future__ import annotations
 from coordination.errors import ShareGroupsUnsupportedError as ShareGroupsUnsupportedError
 from coordination.share_group import AcknowledgeType as AcknowledgeType
 
+from ._aio import AsyncShareConsumer as AsyncShareConsumer
 from ._consumer import OnAcknowledged as OnAcknowledged
 from ._consumer import ShareConsumer as ShareConsumer
 from ._consumer import ShareMetrics as ShareMetrics
@@ -32,6 +33,7 @@ __all__ = [
     "AcknowledgementError",
     "AcknowledgementUncertainError",
     "AcquisitionLockExpiredError",
+    "AsyncShareConsumer",
     "OnAcknowledged",
     "ShareConsumer",
     "ShareGroupsUnsupportedError",
