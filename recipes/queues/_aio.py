@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,6 +27,21 @@ OnAcknowledgedAsync = Callable[
 ]
 """``on_acknowledged(partition, offsets, error)`` of :class:`AsyncShareConsumer`: a coroutine
 function or a plain one, run on the event loop."""
+
+
+# True in on_acknowledged (and what it awaits): the consumer's thread waits for it, so a call
+# of the consumer awaited there would queue behind that wait and never run.
+_IN_ON_ACKNOWLEDGED: ContextVar[bool] = ContextVar("in_on_acknowledged", default=False)
+
+
+def _marked(callback: OnAcknowledgedAsync) -> Callable[..., Awaitable[None]]:
+    async def on_acknowledged(*args: Any) -> None:
+        _IN_ON_ACKNOWLEDGED.set(True)
+        result = callback(*args)
+        if inspect.isawaitable(result):
+            await result
+
+    return on_acknowledged
 
 
 @dataclass(slots=True)
@@ -50,7 +67,9 @@ class AsyncShareConsumer(AsyncFace):
     Args:
         group_id, topics and every other keyword: as for :class:`ShareConsumer`, except
         that ``on_acknowledged`` may be a coroutine function; it runs on the event loop that
-        called :meth:`start`, while the consumer's thread waits for it.
+        called :meth:`start`, while the consumer's thread waits for it: it must not await
+        this consumer's calls (they run on that thread; :class:`CoordinatorStateError` says
+        so instead of waiting for ever).
 
     Cancellation: a :meth:`poll` cancelled (or timed out by ``asyncio.timeout``) loses no
     record: what it acquired after it was cancelled stays held by this consumer and the
@@ -85,7 +104,11 @@ class AsyncShareConsumer(AsyncFace):
         self._undelivered: list[ShareRecord] = []
         self._is_closed = False
         self.consumer = ShareConsumer(
-            group_id, on_acknowledged=self._bridge.wrap(on_acknowledged), **kwargs
+            group_id,
+            on_acknowledged=None
+            if on_acknowledged is None
+            else self._bridge.wrap(_marked(on_acknowledged)),
+            **kwargs,
         )
         # start and close are this face's own (close runs after the calls made before it,
         # on the consumer's thread), so the face needs no _recipe.
@@ -108,6 +131,7 @@ class AsyncShareConsumer(AsyncFace):
         acknowledgements made so far, release every other record held (those a cancelled
         poll kept included), leave the group. Their outcome goes to ``on_acknowledged`` and
         the hooks (a failure nobody listens to is logged). Idempotent."""
+        self._refuse_in_on_acknowledged()
         if self._is_closed:
             return
         self._is_closed = True
@@ -237,6 +261,15 @@ class AsyncShareConsumer(AsyncFace):
         if self._bridge.loop is None:
             self._bridge.bind()
 
+    @staticmethod
+    def _refuse_in_on_acknowledged() -> None:
+        if _IN_ON_ACKNOWLEDGED.get():
+            raise CoordinatorStateError(
+                "the share consumer's calls cannot be awaited from on_acknowledged: its thread "
+                "waits for on_acknowledged to return"
+            )
+
     def _check_open(self) -> None:
+        self._refuse_in_on_acknowledged()
         if self._is_closed:
             raise CoordinatorStateError(f"share group {self.group_id!r}: the consumer is closed")

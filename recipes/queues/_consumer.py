@@ -169,7 +169,7 @@ class ShareConsumer:
             rack_id: the consumer's rack (Kafka ``client.rack``).
             leaders, transport, clock, **settings: as for
                 :class:`coordination.share_group.ShareGroupMember` (``bootstrap_servers``,
-                security settings, ``session_timeout_ms``, ...).
+                security settings, ``session_timeout_ms``, ``hooks``, ...).
 
         Raises:
             ConfigurationError: an invalid setting.

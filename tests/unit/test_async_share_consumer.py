@@ -185,3 +185,23 @@ def test_async_for_yields_records_and_keeps_the_rest_when_left_early() -> None:
             assert broker.states() == ["acknowledged"] * 3
 
     on_a_loop(scenario)
+
+
+def test_on_acknowledged_may_not_await_the_consumer_it_would_wait_for_itself() -> None:
+    async def scenario() -> None:
+        broker = GatedBroker(records=1)
+        refused: list[BaseException] = []
+
+        async def on_acknowledged(partition: Any, offsets: Any, error: Any) -> None:
+            try:
+                await c.commit()  # queued behind the thread that waits for this callback
+            except CoordinatorStateError as e:
+                refused.append(e)
+
+        async with make(broker, on_acknowledged=on_acknowledged) as c:
+            (record,) = await poll_n(c, 1)
+            await c.acknowledge(record)
+            assert await asyncio.wait_for(c.commit(), 5) == {("jobs", 0): None}
+        assert len(refused) == 1 and "on_acknowledged" in str(refused[0])
+
+    on_a_loop(scenario)
