@@ -305,6 +305,7 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
             if self._unanswered_since is None:
                 self._unanswered_since = now
             self._heartbeat_sent_locked(now)
+        self._tell_hooks()
         assert node is not None
         response = self._exchange_heartbeat(request, cg.ConsumerGroupHeartbeatResponse, node, now)
         if response is None:
@@ -505,8 +506,9 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
                     self._target_epoch = self._epoch
                     if self._stats.attempt(now, "the broker sent a new assignment"):
                         started = self._stats.started_event(self._member_id, "new assignment")
-                        self._hooks.rebalance_started(lambda: started)
+                        self._tell_locked(lambda: self._hooks.rebalance_started(started))
             self._changed.notify_all()
+        self._tell_hooks()
 
     def _fenced(self, reason: str, sent_epoch: int) -> None:
         """The broker no longer counts this member (fenced epoch, unknown member): its

@@ -13,7 +13,8 @@ the session lease (:mod:`.lease`), the statistics (:mod:`.stats`) and the wake-u
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
@@ -148,6 +149,10 @@ class MemberCore:
         self._lock = self._clock.rlock()
         self._changed = self._clock.condition(self._lock)
         self._callback_lock = self._clock.rlock()
+        # Hook events queued under the lock, in the order they happened, and told once it
+        # is released (_tell_hooks), in that order, whichever thread happened on them.
+        self._untold: deque[Callable[[], None]] = deque()
+        self._telling = self._clock.rlock()
         self._stop = self._clock.event()
 
         self._state = MemberState.UNJOINED
@@ -534,6 +539,17 @@ class MemberCore:
         the JoinGroup answers the rebalance, so it wakes nobody."""
         self._wake_plan.told_of_rebalance()
         self._request_rejoin_locked(reason)
+
+    def _tell_locked(self, tell: Callable[[], None]) -> None:
+        """(Under the lock) Queue a hook event for :meth:`_tell_hooks`."""
+        self._untold.append(tell)
+
+    def _tell_hooks(self) -> None:
+        """Tell the hooks the queued events, in order, with the lock released (a hook may
+        call the member; a slow hook must not hold up the other threads' work)."""
+        with self._telling:
+            while self._untold:
+                self._untold.popleft()()
 
     def _work_pending_locked(self) -> bool:
         return self._rejoin_reason is not None or self._pending is not None

@@ -133,13 +133,13 @@ class EpochHeartbeats(MemberCore):
 
     def _heartbeat_sent_locked(self, now: float) -> None:
         """(Under the lock) A heartbeat goes out now: its interval starts over, and a member
-        at epoch 0 that had not begun joining begins (counted, and told to the hooks)."""
+        at epoch 0 that had not begun joining begins (counted, and queued for the hooks)."""
         self._timers.sent(now)
         if self._epoch == cg.JOIN_EPOCH and self._state is MemberState.UNJOINED:  # 0 in both
             self._state = MemberState.PREPARING_REBALANCE
             if self._stats.attempt(now, "the member is joining the group"):
                 started = self._stats.started_event(self._member_id, "joining")
-                self._hooks.rebalance_started(lambda: started)
+                self._tell_locked(lambda: self._hooks.rebalance_started(started))
 
     def _exchange_heartbeat(
         self, request: m.Request, response_type: type[R], node: CoordinatorNode, sent_at: float
@@ -173,16 +173,17 @@ class EpochHeartbeats(MemberCore):
             rebalancing = self._stats.rebalance_started_at is not None
             if rebalancing:
                 self._stats.attempt_failed()
-            member_id, epoch = self._member_id, self._epoch
-        group_id = self._config.group_id
-        self._hooks.heartbeat_failed(
-            lambda: HeartbeatFailed(
-                group_id=group_id, member_id=member_id, generation=epoch, error=reason
+            failed = HeartbeatFailed(
+                group_id=self._config.group_id,
+                member_id=self._member_id,
+                generation=self._epoch,
+                error=reason,
             )
-        )
-        if rebalancing:
-            stats = self._stats
-            self._hooks.rebalance_failed(lambda: stats.failed_event(member_id, reason))
+            self._tell_locked(lambda: self._hooks.heartbeat_failed(failed))
+            if rebalancing:
+                attempt = self._stats.failed_event(self._member_id, reason)
+                self._tell_locked(lambda: self._hooks.rebalance_failed(attempt))
+        self._tell_hooks()
 
     def _error_for(
         self, api: Api, code: int, member_id: str, message: str | None

@@ -167,8 +167,9 @@ class ConsumerGroupReconcile(EpochHeartbeats):
             if self._target == self._owned and not self._unannounced:
                 record = self._stats.finished(self._clock.monotonic(), self._generation, False)
                 finished = self._stats.finished_event(record)
-                self._hooks.rebalance_finished(lambda: finished)
+                self._tell_locked(lambda: self._hooks.rebalance_finished(finished))
             self._changed.notify_all()
+        self._tell_hooks()
 
     def _reconcile_due_locked(self) -> bool:
         """A target not reconciled yet: new, or one whose topic names were missing or whose

@@ -221,6 +221,7 @@ class ShareGroupMembership(EpochHeartbeats):
             self._send_full = False
             node = self._coordinator
             self._heartbeat_sent_locked(now)
+        self._tell_hooks()
         assert node is not None
         response = self._exchange_heartbeat(request, sg.ShareGroupHeartbeatResponse, node, now)
         if response is None:
@@ -280,7 +281,7 @@ class ShareGroupMembership(EpochHeartbeats):
                 if assignment != self._assignment:
                     if self._stats.attempt(now, "the broker sent a new assignment"):
                         started = self._stats.started_event(self._member_id, "new assignment")
-                        self._hooks.rebalance_started(lambda: started)
+                        self._tell_locked(lambda: self._hooks.rebalance_started(started))
                     self._log.info(
                         "%s: assigned %d partitions at epoch %d",
                         self._who(),
@@ -290,8 +291,9 @@ class ShareGroupMembership(EpochHeartbeats):
                     self._assignment = assignment
                     record = self._stats.finished(now, self._generation, False)
                     finished = self._stats.finished_event(record)
-                    self._hooks.rebalance_finished(lambda: finished)
+                    self._tell_locked(lambda: self._hooks.rebalance_finished(finished))
             self._changed.notify_all()
+        self._tell_hooks()
 
     def _fenced(self, reason: str, sent_epoch: int) -> None:
         """The broker no longer counts this member (fenced epoch, unknown member, session

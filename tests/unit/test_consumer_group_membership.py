@@ -36,7 +36,13 @@ from coordination.errors import (
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
 )
-from coordination.hooks import CoordinationHooks, HeartbeatFailed, RebalanceFailed
+from coordination.hooks import (
+    CoordinationHooks,
+    HeartbeatFailed,
+    RebalanceFailed,
+    RebalanceFinished,
+    RebalanceStarted,
+)
 from coordination.transport import CoordinatorNode, TransportError
 
 ORDERS = uuid.UUID(int=1)
@@ -363,6 +369,58 @@ def test_a_session_lookup_that_fails_leaves_the_configured_session_and_says_so(
         assert cgm.membership_lease() > 5.0
         assert "could not read the group's session timeout" in caplog.text
         assert "GroupAuthorizationFailedError" in caplog.text
+    finally:
+        cgm.close(5)
+
+
+class LockProbe(CoordinationHooks):
+    """Records, at each rebalance event, whether another thread could take the member's
+    lock then (the hooks run once the member's locks are released)."""
+
+    def __init__(self) -> None:
+        self.engine: ConsumerGroupMembership | None = None
+        self.free: list[tuple[str, bool]] = []
+
+    def _probe(self, what: str) -> None:
+        assert self.engine is not None
+        lock = self.engine._lock
+        got: list[bool] = []
+
+        def take() -> None:
+            taken = lock.acquire(timeout=0.5)
+            got.append(taken)
+            if taken:
+                lock.release()
+
+        other = threading.Thread(target=take)
+        other.start()
+        other.join()
+        self.free.append((what, got[0]))
+
+    def on_rebalance_started(self, event: RebalanceStarted) -> None:
+        self._probe("started")
+
+    def on_rebalance_finished(self, event: RebalanceFinished) -> None:
+        self._probe("finished")
+
+
+def test_the_hooks_are_told_of_rebalances_with_the_members_lock_released() -> None:
+    broker = Broker()
+    probe = LockProbe()
+    cgm, _ = member(broker, hooks=[probe])
+    probe.engine = cgm
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        broker.reassign({(ORDERS, 0)})  # a new assignment: started, then finished
+        wait_for(lambda: len(probe.free) >= 4, "two rebalances told")
+        assert [what for what, _ in probe.free[:4]] == [
+            "started",
+            "finished",
+            "started",
+            "finished",
+        ], probe.free
+        assert all(free for _, free in probe.free), probe.free
     finally:
         cgm.close(5)
 
