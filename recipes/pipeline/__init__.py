@@ -13,6 +13,7 @@ the demo's pipeline. Importing this package does not import PySpark; starting
 a worker or a Spark job does.
 """
 
+from ._compactor import DeltaCompactor as DeltaCompactor
 from ._definition import BATCH_COLUMN as BATCH_COLUMN
 from ._definition import Pipeline as Pipeline
 from ._events import BatchAbandoned as BatchAbandoned
@@ -58,6 +59,7 @@ __all__ = [
     "BatchAbandoned",
     "BatchFailed",
     "BatchPublished",
+    "DeltaCompactor",
     "DeltaSink",
     "OffsetRange",
     "ParquetSink",

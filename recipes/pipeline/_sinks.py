@@ -3,10 +3,12 @@
 Both sinks stage each batch in a :class:`~recipes.pipeline.PipelineOutput`
 (Parquet files in a staging directory named by the offset commit) and publish
 it only after the commit succeeded. :class:`ParquetSink` publishes by renaming
-the directory; :class:`DeltaSink` also applies the batch to a Delta table, as
-an idempotent Delta transaction keyed by topic, partition and end offset, so a
+the directory; :class:`DeltaSink` also writes the batch to Delta, as an
+idempotent Delta transaction keyed by topic, partition and end offset, so a
 batch published twice (a retry, a new owner's recovery, a paused former owner)
-changes the table once.
+changes the table once: appended to the table, appended to a partials table
+that an elected compactor merges into the totals (``_compactor.py``), or
+merged into the totals by itself.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ._output import OffsetRange, PipelineOutput, PipelineOutputError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["DeltaSink", "ParquetSink", "Sink", "delta_app_id"]
+__all__ = ["BATCH_ID_COLUMNS", "DeltaSink", "ParquetSink", "Sink", "delta_app_id"]
 
 log = logging.getLogger("recipes.pipeline")
 
@@ -37,6 +39,14 @@ _TXN_VERSION: Final = "spark.databricks.delta.write.txnVersion"
 # One lock per session, held by each Delta write of the sink: a worker's batch threads
 # share its session (and its settings); separate sessions have their own settings.
 _SESSION_LOCKS: dict[int, threading.Lock] = {}
+_CHANGE_DATA_FEED: Final = "delta.enableChangeDataFeed"
+
+BATCH_ID_COLUMNS: Final = (
+    "_coordination_topic",
+    "_coordination_partition",
+    "_coordination_end_offset",
+)
+"""The columns a :class:`DeltaSink` adds to each partial row: which batch it came from."""
 _SESSION_LOCKS_GUARD = threading.Lock()
 
 
@@ -101,25 +111,32 @@ class DeltaSink:
                   add_columns=["event_count", "value_sum"])
 
     A batch is staged as Parquet in ``staging`` (a POSIX directory, as for
-    :class:`ParquetSink`), its offsets committed, then applied to the table in
-    one Delta transaction carrying Delta's idempotent-write id
-    (``txnAppId`` = :func:`delta_app_id` of its partition, ``txnVersion`` = its
-    end offset): Delta skips a transaction whose version is not above the last
-    one recorded for its id, so a batch published again (by the same worker
-    after an unknown outcome, by a new owner recovering it, by a former owner
-    resuming from a pause) is applied once. Batches of a partition are
-    published in offset order (a new owner publishes its predecessor's
-    committed batch before its own first one), so no batch is skipped wrongly.
+    :class:`ParquetSink`), its offsets committed, then written to Delta in one
+    transaction carrying Delta's idempotent-write id (``txnAppId`` =
+    :func:`delta_app_id` of its partition, ``txnVersion`` = its end offset):
+    Delta skips a transaction whose version is not above the last one recorded
+    for its id, so a batch published again (by the same worker after an unknown
+    outcome, by a new owner recovering it, by a former owner resuming from a
+    pause) is written once. Batches of a partition are published in offset
+    order (a new owner publishes its predecessor's committed batch before its
+    own first one), so no batch is skipped wrongly.
 
-    Without ``key_columns`` each batch's rows are appended. With them the
-    batch is merged: a row whose keys match a table row adds its
-    ``add_columns`` to that row's, other rows are inserted; the table then
-    holds final totals, never partial aggregates. Concurrent workers' Delta
-    transactions that conflict are retried (Delta's optimistic concurrency);
-    a retry of an applied batch is skipped as above.
+    Without ``key_columns`` each batch's rows are appended to ``table``. With
+    them the table holds final totals: a row whose keys match a table row adds
+    its ``add_columns`` to that row's, other rows are inserted. By default
+    (``compaction_interval_ms`` set) a batch is appended, with its batch id in
+    :data:`BATCH_ID_COLUMNS`, to the ``partials`` table (blind appends, which
+    never conflict), and the worker elected compactor merges the partials into
+    ``table`` every interval, in one transaction per cycle
+    (:class:`~recipes.pipeline.DeltaCompactor`); ``table`` then lags the
+    published batches by up to one cycle, and :meth:`read` is exact up to the
+    last published batch. With ``compaction_interval_ms=None`` each batch is
+    merged into ``table`` by its own transaction: no lag, but workers' merges
+    conflict under Delta's optimistic concurrency and are retried
+    (``max_conflict_retries``); fine for one worker.
 
     Requires the ``delta-spark`` package (the ``spark`` extra); the session is
-    configured for it by :func:`~recipes.pipeline.spark_session`. The table may
+    configured for it by :func:`~recipes.pipeline.spark_session`. The tables may
     be on an object store (Delta commits atomically there); the staging
     directory may not.
 
@@ -128,6 +145,10 @@ class DeltaSink:
         staging: The staging directory (a :class:`~recipes.pipeline.PipelineOutput` root).
         key_columns: Merge on these columns; None appends.
         add_columns: With ``key_columns``: the numeric columns added on a match.
+        compaction_interval_ms: With ``key_columns``: how often the elected compactor
+            merges the partials into ``table`` (default 2000); None merges each batch
+            on its own.
+        partials_table: The partials table's path or URI; default ``<table>_partials``.
         max_conflict_retries: Conflicting Delta transactions retried this many times.
     """
 
@@ -136,6 +157,8 @@ class DeltaSink:
     staging: str | os.PathLike[str]
     key_columns: Sequence[str] | None = None
     add_columns: Sequence[str] = ()
+    compaction_interval_ms: int | None = 2000
+    partials_table: str | None = None
     max_conflict_retries: int = 50
 
     def __post_init__(self) -> None:
@@ -150,6 +173,24 @@ class DeltaSink:
             )
         if self.max_conflict_retries < 0:
             raise ConfigurationError("DeltaSink: max_conflict_retries must be >= 0")
+        if self.compaction_interval_ms is not None and self.compaction_interval_ms <= 0:
+            raise ConfigurationError(
+                "DeltaSink: compaction_interval_ms must be > 0, or None to merge each batch"
+            )
+        if self.partials_table is not None and self.partials_table == self.table:
+            raise ConfigurationError("DeltaSink: partials_table must differ from table")
+
+    @property
+    def compacts(self) -> bool:
+        """Whether batches go to the partials table, merged into the totals by a compactor."""
+        return self.key_columns is not None and self.compaction_interval_ms is not None
+
+    @property
+    def partials(self) -> str:
+        """The partials table's path or URI."""
+        if self.partials_table is not None:
+            return self.partials_table
+        return self.table.rstrip("/") + "_partials"
 
     def output(self, spark: SparkSession) -> PipelineOutput:
         def apply(path: Path, offsets: OffsetRange, files: Sequence[str]) -> None:
@@ -158,7 +199,11 @@ class DeltaSink:
         return PipelineOutput(self.staging, before_publish=apply)
 
     def read(self, spark: SparkSession) -> DataFrame:
-        return spark.read.format("delta").load(self.table)
+        """What the published batches add up to: with compaction, the totals table and the
+        partials not merged yet (one consistent pair of versions), else the table."""
+        from ._compactor import current_totals
+
+        return current_totals(spark, self)
 
     def _apply(
         self, spark: SparkSession, path: Path, offsets: OffsetRange, files: Sequence[str]
@@ -170,13 +215,47 @@ class DeltaSink:
         app_id = delta_app_id(offsets.topic, offsets.partition)
         for attempt in range(self.max_conflict_retries + 1):
             try:
-                self._write(spark, rows, app_id, offsets.end_offset)
+                if self.compacts:
+                    self._append_partials(spark, rows, offsets)
+                else:
+                    self._write(spark, rows, app_id, offsets.end_offset)
                 return
             except Exception as e:
                 if not _conflict(e) or attempt == self.max_conflict_retries:
                     raise
                 log.info("%s: Delta transaction conflict, retrying: %s", offsets.name, e)
                 time.sleep(min(0.05 * (attempt + 1), 1.0))
+
+    def _append_partials(self, spark: SparkSession, rows: DataFrame, offsets: OffsetRange) -> None:
+        """A blind append of the batch's rows to the partials table: it never conflicts with
+        another worker's (only the table's creation can)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        partial = rows.select(
+            "*",
+            F.lit(offsets.topic).alias(BATCH_ID_COLUMNS[0]),
+            F.lit(offsets.partition).alias(BATCH_ID_COLUMNS[1]),
+            F.lit(offsets.end_offset).cast("bigint").alias(BATCH_ID_COLUMNS[2]),
+        )
+        if not DeltaTable.isDeltaTable(spark, self.partials):
+            # The compactor reads what each version added: the change data feed must be on
+            # from the table's first version.
+            (
+                partial.limit(0)
+                .write.format("delta")
+                .mode("append")
+                .option(_CHANGE_DATA_FEED, "true")
+                .save(self.partials)
+            )
+        # The idempotency settings are the writer's options, not the session's: no lock.
+        (
+            partial.write.format("delta")
+            .mode("append")
+            .option("txnAppId", delta_app_id(offsets.topic, offsets.partition))
+            .option("txnVersion", offsets.end_offset)
+            .save(self.partials)
+        )
 
     def _write(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int) -> None:
         from delta.tables import DeltaTable

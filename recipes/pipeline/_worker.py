@@ -17,6 +17,7 @@ import os
 import socket
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from recipes.partitioning import (
     TopicPartition,
 )
 
+from ._compactor import CompactorRole
 from ._definition import Pipeline
 from ._events import (
     BatchAbandoned,
@@ -51,7 +53,7 @@ from ._events import (
 )
 from ._kafka_options import spark_kafka_options
 from ._output import OffsetRange, PipelineOutput, PipelineOutputError, StagedBatch, StagedFilesError
-from ._sinks import ParquetSink
+from ._sinks import DeltaSink, ParquetSink
 from ._spark import Batch, spark_session, stage_batch, stage_many
 from ._windowed_sum import DEFAULT_WINDOW_MS, windowed_sum
 
@@ -337,6 +339,9 @@ class PipelineWorker:
                     "KIP-848, is not supported by the pipeline yet)"
                 )
         self.kafka_options = spark_kafka_options(settings, kafka_options)
+        self._group_id = group_id
+        # The compactor's election (a compacting DeltaSink) connects as the worker does.
+        self._election_settings = dict(settings)
         # A fixed group id for Spark's Kafka consumers (which only read, assigned, and never
         # join it): Spark caches a consumer per group id and partition, so every batch of a
         # partition reuses one instead of each batch creating (and caching) its own.
@@ -364,6 +369,7 @@ class PipelineWorker:
         )
         self._spark: SparkSession | None = None
         self._output: PipelineOutput | None = None
+        self._compactor: CompactorRole | None = None
         self._started = False
         # Set when partitions are assigned, to end an idle wait of the worker's thread.
         self._assigned = self._clock.event()
@@ -434,6 +440,17 @@ class PipelineWorker:
         # worker's, whatever its name.
         self.output.remove_dead_jobs()
         self.consumer.start()
+        sink = self.pipeline.sink
+        if self._spark is not None and isinstance(sink, DeltaSink) and sink.compacts:
+            self._compactor = CompactorRole(
+                self._spark,
+                sink,
+                group_id=self._group_id,
+                identity=f"{self.name}-{uuid.uuid4().hex[:8]}",
+                settings=self._election_settings,
+                clock=self._clock,
+            )
+            self._compactor.start()
         self._started = True
 
     def _warm_up(self) -> None:
@@ -515,6 +532,10 @@ class PipelineWorker:
             return
         self._closed = True
         self.consumer.close(timeout)
+        if self._compactor is not None:
+            # After the hand-over published this worker's last batches: a leading
+            # compactor's last cycle merges them.
+            self._compactor.close(timeout)
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
