@@ -240,15 +240,18 @@ class DeltaSink:
         )
         if not DeltaTable.isDeltaTable(spark, self.partials):
             # The compactor reads what each version added: the change data feed must be on
-            # from the table's first version.
-            (
-                partial.limit(0)
-                .write.format("delta")
-                .mode("append")
-                .option(_CHANGE_DATA_FEED, "true")
-                .save(self.partials)
-            )
-        # The idempotency settings are the writer's options, not the session's: no lock.
+            # from the table's first version. Under the lock: this write names no id, so
+            # it would take one a merge of this session had set.
+            with _session_lock(spark):
+                (
+                    partial.limit(0)
+                    .write.format("delta")
+                    .mode("append")
+                    .option(_CHANGE_DATA_FEED, "true")
+                    .save(self.partials)
+                )
+        # The id is the writer's options, which Delta takes before the session's: no lock,
+        # so a compactor's merge in this session does not hold up the worker's batches.
         (
             partial.write.format("delta")
             .mode("append")

@@ -7,18 +7,20 @@ protocol, then reads the table back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from coordination.errors import ConfigurationError
 from recipes.pipeline import (
     Batch,
+    DeltaCompactor,
     DeltaSink,
     ParquetSink,
     Pipeline,
@@ -27,7 +29,14 @@ from recipes.pipeline import (
     stage_batch,
     windowed_sum,
 )
-from recipes.pipeline._sinks import _TXN_APP_ID, _TXN_VERSION, _session_lock, delta_app_id
+from recipes.pipeline._compactor import COMPACTOR_APP_ID, _state, _version, plan_cycle
+from recipes.pipeline._sinks import (
+    _TXN_APP_ID,
+    _TXN_VERSION,
+    BATCH_ID_COLUMNS,
+    _session_lock,
+    delta_app_id,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,10 +54,28 @@ def events(start: int, end: int, *, key: str = "k") -> list[tuple[int, bytes | N
     ]
 
 
-def delta_sink(tmp_path: Path) -> DeltaSink:
+def delta_sink(tmp_path: Path, *, compaction_interval_ms: int | None = 2000) -> DeltaSink:
     return DeltaSink(
-        str(tmp_path / "table"), staging=tmp_path / "staging", key_columns=KEYS, add_columns=ADDED
+        str(tmp_path / "table"),
+        staging=tmp_path / "staging",
+        key_columns=KEYS,
+        add_columns=ADDED,
+        compaction_interval_ms=compaction_interval_ms,
     )
+
+
+def merging_sink(tmp_path: Path) -> DeltaSink:
+    """Each batch merged into the totals by its own transaction (no compactor)."""
+    return delta_sink(tmp_path, compaction_interval_ms=None)
+
+
+def table_totals(
+    spark: SparkSession, sink: DeltaSink
+) -> dict[tuple[str, int], tuple[int, Decimal]]:
+    """What the totals table itself holds (readers of the table, not of the sink)."""
+    rows = spark.read.format("delta").load(sink.table).collect()
+    assert len(rows) == len({(r["key"], r["window_start_ms"]) for r in rows}), "a key twice"
+    return {(r["key"], r["window_start_ms"]): (r["event_count"], r["value_sum"]) for r in rows}
 
 
 def stage(
@@ -80,19 +107,30 @@ def expected(*ranges: tuple[int, int]) -> dict[tuple[str, int], tuple[int, Decim
     return out
 
 
+BOTH_MODES = pytest.mark.parametrize("interval", [2000, None], ids=["compacted", "per-batch"])
+
+
 class TestDeltaSink:
-    def test_batches_are_merged_into_final_totals(self, spark, tmp_path):
-        sink = delta_sink(tmp_path)
+    @BOTH_MODES
+    def test_batches_are_merged_into_final_totals(self, spark, tmp_path, interval):
+        sink = delta_sink(tmp_path, compaction_interval_ms=interval)
         output = sink.output(spark)
         output.publish(stage(spark, output, 0, 25))
         output.publish(stage(spark, output, 25, 60))
         output.publish(stage(spark, output, 0, 40, partition=1))
-        assert totals(spark, sink) == _add(expected((0, 25), (25, 60)), expected((0, 40)))
+        want = _add(expected((0, 25), (25, 60)), expected((0, 40)))
+        assert totals(spark, sink) == want
+        if interval is not None:
+            DeltaCompactor(spark, sink).compact()
+        assert table_totals(spark, sink) == want
 
-    def test_a_batch_applied_before_a_crash_is_not_applied_again_by_recover(self, spark, tmp_path):
+    @BOTH_MODES
+    def test_a_batch_applied_before_a_crash_is_not_applied_again_by_recover(
+        self, spark, tmp_path, interval
+    ):
         # The committing owner applied the batch to the table and crashed before the
         # rename; the next owner's recover publishes the same staging directory again.
-        sink = delta_sink(tmp_path)
+        sink = delta_sink(tmp_path, compaction_interval_ms=interval)
         output = sink.output(spark)
         staged = stage(spark, output, 0, 30)
         files = sorted(output.read_manifest(staged.path)["files"])
@@ -103,10 +141,11 @@ class TestDeltaSink:
         assert totals(spark, sink) == expected((0, 30))
         assert output.published() == [staged.range]
 
+    @BOTH_MODES
     def test_an_older_batch_of_a_partition_is_never_applied_after_a_newer_one(
-        self, spark, tmp_path
+        self, spark, tmp_path, interval
     ):
-        sink = delta_sink(tmp_path)
+        sink = delta_sink(tmp_path, compaction_interval_ms=interval)
         output = sink.output(spark)
         old = stage(spark, output, 0, 10)
         output.publish(stage(spark, output, 0, 20))
@@ -119,7 +158,7 @@ class TestDeltaSink:
     ):
         from delta.tables import DeltaTable
 
-        sink = delta_sink(tmp_path)
+        sink = merging_sink(tmp_path)
         output = sink.output(spark)
         output.publish(stage(spark, output, 0, 10, partition=4))
         txns = [
@@ -140,7 +179,7 @@ class TestDeltaSink:
     ):
         # Two sessions (separate settings, as two workers have) merge at once into
         # one table: Delta's optimistic concurrency makes some conflict and retry.
-        sink = delta_sink(tmp_path)
+        sink = merging_sink(tmp_path)
         errors: list[BaseException] = []
 
         def worker(session: SparkSession, partition: int) -> None:
@@ -164,7 +203,7 @@ class TestDeltaSink:
         # transaction id set in the session), another that finds no table yet must
         # not create it: that commit would carry the first batch's id, and Delta
         # would then skip the first batch as already applied.
-        sink = delta_sink(tmp_path)
+        sink = merging_sink(tmp_path)
         output = sink.output(spark)
         first = stage(spark, output, 0, 30, partition=0)
         second = stage(spark, output, 0, 20, partition=1)
@@ -197,6 +236,226 @@ class TestDeltaSink:
             DeltaSink("t", staging=tmp_path, add_columns=["n"])
         with pytest.raises(ConfigurationError, match="empty"):
             DeltaSink("t", staging=tmp_path, key_columns=[])
+        with pytest.raises(ConfigurationError, match="compaction_interval_ms"):
+            DeltaSink("t", staging=tmp_path, key_columns=["k"], compaction_interval_ms=0)
+        with pytest.raises(ConfigurationError, match="partials_table"):
+            DeltaSink("t", staging=tmp_path, key_columns=["k"], partials_table="t")
+        assert DeltaSink("s3a://b/t/", staging=tmp_path, key_columns=["k"]).partials == (
+            "s3a://b/t_partials"
+        )
+        assert not DeltaSink(
+            "t", staging=tmp_path, key_columns=["k"], compaction_interval_ms=None
+        ).compacts
+        assert not DeltaSink("t", staging=tmp_path).compacts
+
+
+class TestDeltaCompactor:
+    """Workers' blind appends to the partials table, and the compactor's cycles."""
+
+    def test_a_batch_is_appended_to_the_partials_under_its_partitions_transaction_id(
+        self, spark, tmp_path
+    ):
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 10, partition=4))
+        assert txns(Path(sink.partials)) == [("coordination-pipeline:t:4", 10)]
+        batches = {
+            tuple(r)
+            for r in spark.read.format("delta")
+            .load(sink.partials)
+            .select(*BATCH_ID_COLUMNS)
+            .collect()
+        }
+        assert batches == {("t", 4, 10)}
+        # Another attempt at the same range (a new owner's) changes nothing.
+        versions = len(list((Path(sink.partials) / "_delta_log").glob("*.json")))
+        output.publish(stage(spark, output, 0, 10, partition=4))
+        assert len(list((Path(sink.partials) / "_delta_log").glob("*.json"))) == versions
+        assert not Path(sink.table).exists()  # the compactor creates the totals
+
+    def test_a_batch_never_appends_under_the_compactors_transaction_id(self, spark, tmp_path):
+        # The compactor's merge sets its id in the session; a worker's append of the same
+        # session names its own id in the writer's options, which Delta takes first.
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 5, partition=1))  # creates the table
+        staged = stage(spark, output, 0, 10)
+        spark.conf.set(_TXN_APP_ID, COMPACTOR_APP_ID)
+        spark.conf.set(_TXN_VERSION, "99")
+        try:
+            output.publish(staged)
+        finally:
+            spark.conf.unset(_TXN_APP_ID)
+            spark.conf.unset(_TXN_VERSION)
+        assert txns(Path(sink.partials)) == [
+            ("coordination-pipeline:t:1", 5),
+            ("coordination-pipeline:t:0", 10),
+        ]
+
+    def test_two_workers_append_at_once_and_neither_conflicts(self, spark, tmp_path):
+        # No retries allowed: a conflict would fail the publish.
+        sink = dataclasses.replace(delta_sink(tmp_path), max_conflict_retries=0)
+        first = sink.output(spark)
+        first.publish(stage(spark, first, 0, 5, partition=2))  # creates the partials table
+        errors: list[BaseException] = []
+
+        def worker(session: SparkSession, partition: int) -> None:
+            try:
+                output = sink.output(session)
+                for start in range(0, 60, 15):
+                    output.publish(stage(session, output, start, start + 15, partition))
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(spark.newSession(), p)) for p in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert errors == []
+        want = _add(_add(expected((0, 60)), expected((0, 60))), expected((0, 5)))
+        assert totals(spark, sink) == want
+        DeltaCompactor(spark, sink).compact()
+        assert table_totals(spark, sink) == want
+
+    def test_a_cycle_merges_every_partial_once_and_records_how_far_in_its_commit(
+        self, spark, tmp_path
+    ):
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 20))
+        compactor = DeltaCompactor(spark, sink, identity="c1", token=7)
+        first = compactor.compact()
+        assert first is not None and first.first_version == 0
+        output.publish(stage(spark, output, 20, 50))
+        output.publish(stage(spark, output, 0, 30, partition=1))
+        second = compactor.compact()
+        assert second is not None and second.first_version == first.last_version + 1
+        assert compactor.compact() is None  # nothing new
+        assert table_totals(spark, sink) == _add(expected((0, 50)), expected((0, 30)))
+        assert txns(Path(sink.table))[-1] == (COMPACTOR_APP_ID, second.last_version)
+        audit = json.loads(last_commit(Path(sink.table))["userMetadata"])
+        assert audit["compactor"] == "c1" and audit["token"] == 7
+        assert audit["partials_versions"] == [second.first_version, second.last_version]
+
+    def test_a_compactor_failing_before_its_commit_leaves_nothing_and_the_next_resumes(
+        self, spark, tmp_path, monkeypatch
+    ):
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 20))
+        DeltaCompactor(spark, sink).compact()
+        output.publish(stage(spark, output, 20, 40))
+        crashing = DeltaCompactor(spark, sink)
+
+        def crash(*args: object) -> None:
+            raise RuntimeError("killed before the commit")
+
+        monkeypatch.setattr(crashing, "_merge", crash)
+        with pytest.raises(RuntimeError):
+            crashing.compact()
+        assert table_totals(spark, sink) == expected((0, 20))  # nothing of the cycle
+        assert DeltaCompactor(spark, sink).compact() is not None
+        assert table_totals(spark, sink) == expected((0, 40))
+
+    def test_a_cycle_committed_before_a_crash_is_never_merged_again(self, spark, tmp_path):
+        # The compactor committed and died before it knew: the next one (or the same one
+        # retrying the same cycle) finds the partials already merged.
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 20))
+        output.publish(stage(spark, output, 0, 10, partition=1))
+        compactor = DeltaCompactor(spark, sink)
+        cycle = compactor.compact()
+        assert cycle is not None
+        compactor._merge(compactor._new_totals(cycle), cycle)  # the same cycle again: skipped
+        assert DeltaCompactor(spark, sink).compact() is None
+        assert table_totals(spark, sink) == _add(expected((0, 20)), expected((0, 10)))
+
+    def test_a_deposed_compactors_cycle_does_not_land(self, spark, tmp_path):
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 20))
+        deposed = DeltaCompactor(spark, sink, identity="old", token=1)
+        deposed.compact()
+        output.publish(stage(spark, output, 20, 30))
+        # The old leader plans a cycle, then pauses past its lease ...
+        partials = _version(spark, sink.partials)
+        base, merged = _state(spark, sink.table)
+        stale = plan_cycle(base, merged, partials)
+        assert stale is not None
+        stale_totals = deposed._new_totals(stale)
+        # ... a new leader takes over and merges further ...
+        output.publish(stage(spark, output, 30, 45))
+        assert DeltaCompactor(spark, sink, identity="new", token=2).compact() is not None
+        commits = len(list((Path(sink.table) / "_delta_log").glob("*.json")))
+        # ... and the old one resumes: Delta skips its transaction (its version is behind).
+        deposed._merge(stale_totals, stale)
+        assert len(list((Path(sink.table) / "_delta_log").glob("*.json"))) == commits
+        assert table_totals(spark, sink) == expected((0, 45))
+        # A compactor that knows it lost leadership does not even try.
+        output.publish(stage(spark, output, 45, 50))
+        assert deposed.compact(still_leader=lambda: False) is None
+        assert table_totals(spark, sink) == expected((0, 45))
+
+    def test_two_compactors_interleaved_still_leave_exact_totals(self, spark, tmp_path):
+        # Both read the same totals; the one behind commits first, then the one ahead:
+        # the second sets every key it touches from its own snapshot, so the first
+        # cycle's partials are not counted twice.
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 20))
+        a, b = DeltaCompactor(spark, sink, token=1), DeltaCompactor(spark, sink, token=2)
+        a.compact()
+        output.publish(stage(spark, output, 20, 30))
+        base, merged = _state(spark, sink.table)
+        behind = plan_cycle(base, merged, _version(spark, sink.partials))
+        output.publish(stage(spark, output, 30, 40))
+        output.publish(stage(spark, output, 0, 10, partition=1))
+        ahead = plan_cycle(base, merged, _version(spark, sink.partials))
+        assert behind is not None and ahead is not None
+        assert behind.last_version < ahead.last_version
+        a._merge(a._new_totals(behind), behind)
+        assert table_totals(spark, sink) == expected((0, 30))
+        b._merge(b._new_totals(ahead), ahead)
+        assert table_totals(spark, sink) == _add(expected((0, 40)), expected((0, 10)))
+        assert a.compact() is None
+
+    def test_the_compactor_runs_while_it_leads_and_once_more_when_stopped(self, spark, tmp_path):
+        sink = delta_sink(tmp_path, compaction_interval_ms=200)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 20))
+        stop = threading.Event()
+        compactor = DeltaCompactor(spark, sink)
+        thread = threading.Thread(target=compactor.run, args=(stop, lambda: True))
+        thread.start()
+        deadline = time.monotonic() + 60
+        while compactor.cycles < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        output.publish(stage(spark, output, 20, 35))
+        stop.set()
+        thread.join(120)
+        assert table_totals(spark, sink) == expected((0, 35))
+
+
+def txns(table: Path) -> list[tuple[str, int]]:
+    """The idempotent-write ids in a table's Delta log, oldest first."""
+    return [
+        (t["appId"], t["version"])
+        for log in sorted((table / "_delta_log").glob("*.json"))
+        for line in log.read_text().splitlines()
+        if '"txn"' in line
+        for t in [json.loads(line)["txn"]]
+    ]
+
+
+def last_commit(table: Path) -> dict[str, Any]:
+    log = sorted((table / "_delta_log").glob("*.json"))[-1]
+    for line in log.read_text().splitlines():
+        action = json.loads(line)
+        if "commitInfo" in action:
+            return dict(action["commitInfo"])
+    raise AssertionError(f"{log} has no commitInfo")
 
 
 class TestPipeline:
