@@ -53,8 +53,15 @@ from typing import Any, TypedDict
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from coordination.testing import running_kafka
-from recipes.pipeline import BatchPublished, WorkerStarted
+from recipes.pipeline import (
+    WINDOWED_SUM_KEYS,
+    WINDOWED_SUM_TOTALS,
+    BatchPublished,
+    DeltaSink,
+    WorkerStarted,
+)
 from recipes.pipeline._cluster import Timeline, WorkerProcess
+from recipes.pipeline._compactor import COMPACTOR_APP_ID
 from recipes.pipeline._generator import Tally, produce
 from recipes.pipeline._output import PipelineOutput, PublishedRangeError
 
@@ -216,6 +223,23 @@ def published_all(output: PipelineOutput, topic: str, ends: dict[int, int]) -> b
     return True
 
 
+def compacted(output: Path) -> bool:
+    """Whether the totals table includes every version of the partials table (read from
+    the two Delta logs as files, without a Spark session in this process)."""
+    partials = sorted((output / "table_partials" / "_delta_log").glob("*.json"))
+    if not partials:
+        return False
+    merged = [
+        action["txn"]["version"]
+        for log in (output / "table" / "_delta_log").glob("*.json")
+        for line in log.read_text().splitlines()
+        if '"txn"' in line
+        for action in [json.loads(line)]
+        if action["txn"]["appId"] == COMPACTOR_APP_ID
+    ]
+    return bool(merged) and max(merged) >= int(partials[-1].stem)
+
+
 def ours_visible(workers: list[WorkerProcess]) -> list[tuple[float, int, int]]:
     return [(e.t, e.partition, e.end) for w in workers for e in w.of(BatchPublished)]
 
@@ -233,6 +257,10 @@ def ours_throughput(bootstrap: str, events: int, sink: str) -> float:
                 w.send("go")
             ends = {p: events // PARTITIONS for p in range(PARTITIONS)}
             wait(lambda: published_all(output, topic, ends), 900, "every offset published")
+            if sink == "delta":
+                # The totals table, which the peer's MERGE writes, holds everything only
+                # once the elected compactor has merged the last partials.
+                wait(lambda: compacted(root / "output"), 300, "the totals compacted")
             return events / (time.monotonic() - t0)
         finally:
             for w in workers:
@@ -286,7 +314,14 @@ def read_ours(output: Path, sink: str) -> Results:
     spark = spark_session("local[1]", app_name="bench-verify")
     if sink == "parquet":
         return read_results(spark, PipelineOutput(output))
-    return table_results(spark.read.format("delta").load(str(output / "table")).collect())
+    # The sink's read: the totals and whatever partials the compactor has not merged yet.
+    sink = DeltaSink(
+        str(output / "table"),
+        staging=output,
+        key_columns=WINDOWED_SUM_KEYS,
+        add_columns=WINDOWED_SUM_TOTALS,
+    )
+    return table_results(sink.read(spark).collect())
 
 
 def table_results(rows: list[Any]) -> Results:

@@ -23,6 +23,8 @@ from ._cluster import Kill, Timeline, WorkerProcess
 from ._events import BatchAbandoned, BatchPublished, PartitionRecovered, WorkerStarted
 from ._generator import EventSpec, Tally, produce
 from ._output import PipelineOutput, PipelineOutputError, PublishedRangeError
+from ._sinks import DeltaSink
+from ._windowed_sum import WINDOWED_SUM_KEYS, WINDOWED_SUM_TOTALS
 
 __all__ = ["DemoReport", "run_demo"]
 
@@ -330,7 +332,14 @@ def _read(
     try:
         if sink == "parquet":
             return read_results(spark, output)
-        rows = spark.read.format("delta").load(str(output.root / "table")).collect()
+        # The sink's read: the totals and the partials its compactor has not merged yet.
+        sink = DeltaSink(
+            str(output.root / "table"),
+            staging=output.root,
+            key_columns=WINDOWED_SUM_KEYS,
+            add_columns=WINDOWED_SUM_TOTALS,
+        )
+        rows = sink.read(spark).collect()
         results = {
             (r["key"], r["window_start_ms"]): (r["event_count"], r["value_sum"]) for r in rows
         }

@@ -35,11 +35,13 @@ def views_per_page() -> Pipeline:
         topics=os.environ[TOPICS_VARIABLE].split(","),
         schema="user STRING, page STRING, ms BIGINT",
         transform=count,
-        sink=DeltaSink(
-            str(root / "table"),
-            staging=root,
-            key_columns=["page"],
-            add_columns=["views", "total_ms"],
-        ),
+        sink=views_sink(root),
         name="views-per-page",
+    )
+
+
+def views_sink(root: Path) -> DeltaSink:
+    """The pipeline's sink: per-page totals in ``<root>/table``, staged in ``root``."""
+    return DeltaSink(
+        str(root / "table"), staging=root, key_columns=["page"], add_columns=["views", "total_ms"]
     )
