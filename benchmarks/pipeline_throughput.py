@@ -315,13 +315,13 @@ def read_ours(output: Path, sink: str) -> Results:
     if sink == "parquet":
         return read_results(spark, PipelineOutput(output))
     # The sink's read: the totals and whatever partials the compactor has not merged yet.
-    sink = DeltaSink(
+    delta_sink = DeltaSink(
         str(output / "table"),
         staging=output,
         key_columns=WINDOWED_SUM_KEYS,
         add_columns=WINDOWED_SUM_TOTALS,
     )
-    return table_results(sink.read(spark).collect())
+    return table_results(delta_sink.read(spark).collect())
 
 
 def table_results(rows: list[Any]) -> Results:

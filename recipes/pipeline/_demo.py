@@ -333,13 +333,13 @@ def _read(
         if sink == "parquet":
             return read_results(spark, output)
         # The sink's read: the totals and the partials its compactor has not merged yet.
-        sink = DeltaSink(
+        delta_sink = DeltaSink(
             str(output.root / "table"),
             staging=output.root,
             key_columns=WINDOWED_SUM_KEYS,
             add_columns=WINDOWED_SUM_TOTALS,
         )
-        rows = sink.read(spark).collect()
+        rows = delta_sink.read(spark).collect()
         results = {
             (r["key"], r["window_start_ms"]): (r["event_count"], r["value_sum"]) for r in rows
         }
