@@ -22,7 +22,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from coordination._config import CONNECTION_SETTINGS
-from coordination.errors import CoordinationTimeoutError, CoordinatorStateError
+from coordination.errors import (
+    ConfigurationError,
+    CoordinationTimeoutError,
+    CoordinatorStateError,
+)
 
 from ._sinks import (
     _TXN_APP_ID,
@@ -130,9 +134,9 @@ class DeltaCompactor:
     the commit's ``userMetadata``).
 
     Concurrency:
-        One thread runs :meth:`run` (or :meth:`compact`). The session's Delta
-        idempotency settings are set only under the sink's session lock, which the
-        worker's own Delta writes take too.
+        One thread runs :meth:`run` (or :meth:`compact`). It sets its Delta idempotency
+        settings in the session under the sink's session lock; the worker's appends in
+        the same session name their own in the writer's options, which Delta takes first.
     """
 
     def __init__(
@@ -147,10 +151,12 @@ class DeltaCompactor:
             token: The fencing token of its leadership, recorded in each commit.
 
         Raises:
-            ValueError: The sink does not compact (no ``key_columns`` or no interval).
+            ConfigurationError: The sink does not compact (no ``key_columns`` or no interval).
         """
         if not sink.compacts:
-            raise ValueError(f"{sink!r} has no compaction (key_columns and an interval)")
+            raise ConfigurationError(
+                f"DeltaCompactor: {sink!r} has no compaction (key_columns and an interval)"
+            )
         self.spark = spark
         self.sink = sink
         self.identity = identity

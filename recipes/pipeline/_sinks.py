@@ -257,6 +257,8 @@ class DeltaSink:
             .mode("append")
             .option("txnAppId", delta_app_id(offsets.topic, offsets.partition))
             .option("txnVersion", offsets.end_offset)
+            # Else the commit would carry a concurrent compactor cycle's from the session.
+            .option("userMetadata", offsets.name)
             .save(self.partials)
         )
 
