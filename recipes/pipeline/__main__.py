@@ -66,6 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Delta table at OUTPUT/table (staging in OUTPUT)",
     )
     worker.add_argument(
+        "--compaction-interval-ms",
+        type=int,
+        default=2000,
+        help="with --sink delta: how often the workers' elected compactor merges the "
+        "partials (OUTPUT/table_partials) into the totals; 0 merges each batch on its own",
+    )
+    worker.add_argument(
         "--pipeline",
         metavar="MODULE:FUNCTION",
         help="your pipeline instead of the default: FUNCTION() returns a Pipeline",
@@ -229,6 +236,7 @@ def _pipeline(args: argparse.Namespace) -> Pipeline:
             staging=args.output,
             key_columns=WINDOWED_SUM_KEYS,
             add_columns=WINDOWED_SUM_TOTALS,
+            compaction_interval_ms=args.compaction_interval_ms or None,
         )
     return windowed_sum(args.topic, sink, window_ms=args.window_ms)
 
