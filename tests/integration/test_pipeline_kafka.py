@@ -242,18 +242,18 @@ def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
     assert {m["topic"] for m in ours} == set(topics)
     assert sum(m["records"] for m in ours) == 6002
 
-    from recipes.pipeline import DeltaCompactor, spark_session
+    from recipes.pipeline import spark_session
     from recipes.pipeline._compactor import _state
 
     spark = spark_session("local[1]", app_name="pipeline-kafka-verify")
     sink = pipeline_jobs.views_sink(tmp_path / "out")
-    want = {page: (expected[page], total_ms[page]) for page in expected}
     # The workers' elected compactor merged partials into the totals while they ran.
     assert _state(spark, sink.table)[1] is not None
-    # The sink's read adds what no cycle merged yet; one more cycle brings the table there.
-    assert views(sink.read(spark).collect()) == want
-    DeltaCompactor(spark, sink).compact()
-    assert views(spark.read.format("delta").load(sink.table).collect()) == want
+    # The sink's read adds what no cycle merged yet (the compactor's own exactness is
+    # tested in tests/unit/pipeline/test_sinks.py; one more MERGE here cost minutes).
+    assert views(sink.read(spark).collect()) == {
+        page: (expected[page], total_ms[page]) for page in expected
+    }
 
 
 def views(rows: list[Any]) -> dict[str, tuple[int, int]]:
