@@ -61,7 +61,7 @@ from recipes.pipeline import (
     WorkerStarted,
 )
 from recipes.pipeline._cluster import Timeline, WorkerProcess
-from recipes.pipeline._compactor import COMPACTOR_APP_ID
+from recipes.pipeline._delta_totals import COMPACTOR_APP_ID
 from recipes.pipeline._generator import Tally, produce
 from recipes.pipeline._output import PipelineOutput, PublishedRangeError
 

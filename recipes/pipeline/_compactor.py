@@ -12,96 +12,44 @@ paused or deposed compactor can neither lose nor double a batch.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import operator
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
 
-from coordination._config import CONNECTION_SETTINGS
 from coordination.errors import (
     ConfigurationError,
     CoordinationTimeoutError,
     CoordinatorStateError,
 )
 
-from ._sinks import (
-    _TXN_APP_ID,
-    _TXN_VERSION,
+from ._delta_totals import (
     BATCH_ID_COLUMNS,
-    DeltaSink,
-    _conflict,
-    _session_lock,
+    COMPACTOR_APP_ID,
+    CompactionCycle,
+    _added,
+    _combined,
+    _partials,
+    _same_keys,
+    _state,
+    _version,
+    plan_cycle,
 )
+from ._sinks import _TXN_APP_ID, _TXN_VERSION, DeltaSink, _conflict, _session_lock
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from coordination import CoordinatorConfig
     from coordination.clock import Clock
     from recipes.election import Leadership
 
-__all__ = [
-    "COMPACTOR_APP_ID",
-    "CompactionCycle",
-    "CompactorRole",
-    "DeltaCompactor",
-    "current_totals",
-    "plan_cycle",
-]
+__all__ = ["CompactorRole", "DeltaCompactor"]
 
 log = logging.getLogger("recipes.pipeline")
 
-COMPACTOR_APP_ID: Final = "coordination-pipeline:compactor"
-"""The Delta idempotent-write id of the compactor's transactions on the totals table.
-
-Its version is the last version of the partials table that the totals include.
-"""
-
 _USER_METADATA: Final = "spark.databricks.delta.commitInfo.userMetadata"
-# The columns Delta's change data feed adds to each row it reads.
-_CHANGE_COLUMNS: Final = ("_change_type", "_commit_version", "_commit_timestamp")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CompactionCycle:
-    """One cycle of the compactor: the partials versions it merges and the totals it starts from.
-
-    Attributes:
-        totals_version: The totals table's version the cycle reads (its base).
-        first_version: First partials version merged (the one after the base's mark).
-        last_version: Last partials version merged; the cycle's ``txnVersion``.
-    """
-
-    totals_version: int
-    first_version: int
-    last_version: int
-
-
-def plan_cycle(
-    totals_version: int, merged_through: int | None, partials_version: int | None
-) -> CompactionCycle | None:
-    """The next cycle, from one snapshot of the totals and the partials' latest version.
-
-    Args:
-        totals_version: The version of the totals snapshot read.
-        merged_through: The compactor's ``txnVersion`` recorded in that same snapshot
-            (the last partials version the totals include), None before the first cycle.
-        partials_version: The partials table's latest version, None if it does not exist.
-
-    Returns:
-        The cycle to run, or None if the totals already include every partials version.
-    """
-    if partials_version is None:
-        return None
-    first = 0 if merged_through is None else merged_through + 1
-    if first > partials_version:
-        return None
-    return CompactionCycle(
-        totals_version=totals_version, first_version=first, last_version=partials_version
-    )
 
 
 class DeltaCompactor:
@@ -280,98 +228,16 @@ class DeltaCompactor:
                 conf.unset(_USER_METADATA)
 
 
-def current_totals(spark: SparkSession, sink: DeltaSink) -> DataFrame:
-    """The totals including the partials not compacted yet, from one consistent pair of versions.
-
-    What a cycle run now would leave in the totals table, without writing it: exact and
-    complete up to the partials' latest version, where the totals table alone lags by up
-    to one cycle.
-    """
-    totals_exist = _version(spark, sink.table) is not None
-    partials_version = _version(spark, sink.partials) if sink.compacts else None
-    if partials_version is None:
-        return spark.read.format("delta").load(sink.table)
-    if totals_exist:
-        totals_version, merged_through = _state(spark, sink.table)
-        base = spark.read.format("delta").option("versionAsOf", totals_version).load(sink.table)
-    else:
-        totals_version, merged_through = -1, None
-        base = _partials(spark, sink).drop(*BATCH_ID_COLUMNS).limit(0)
-    cycle = plan_cycle(totals_version, merged_through, partials_version)
-    if cycle is None:
-        return base
-    return _combined(base.unionByName(_added(spark, sink, cycle)), sink)
-
-
-def _added(spark: SparkSession, sink: DeltaSink, cycle: CompactionCycle) -> DataFrame:
-    """The partial rows appended in the cycle's partials versions (the change data feed)."""
-    from pyspark.sql import functions as F
-
-    return (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", cycle.first_version)
-        .option("endingVersion", cycle.last_version)
-        .load(sink.partials)
-        .where(F.col("_change_type") == "insert")
-        .drop(*_CHANGE_COLUMNS, *BATCH_ID_COLUMNS)
-    )
-
-
-def _combined(rows: DataFrame, sink: DeltaSink) -> DataFrame:
-    """One row per key: the sum of each added column, the first value of the others."""
-    from pyspark.sql import functions as F
-
-    keys = list(sink.key_columns or ())
-    others = [c for c in rows.columns if c not in keys and c not in sink.add_columns]
-    # sum() keeps a DECIMAL(38, s) column's type, where "a + b" would give up a digit of
-    # scale to fit 39 digits of precision.
-    return rows.groupBy(*keys).agg(
-        *(F.sum(c).alias(c) for c in sink.add_columns), *(F.first(c).alias(c) for c in others)
-    )
-
-
-def _same_keys(left: DataFrame, right: DataFrame, keys: list[str]) -> Column:
-    return functools.reduce(operator.and_, (left[k].eqNullSafe(right[k]) for k in keys))
-
-
-def _partials(spark: SparkSession, sink: DeltaSink) -> DataFrame:
-    return spark.read.format("delta").load(sink.partials)
-
-
-def _version(spark: SparkSession, table: str) -> int | None:
-    """The table's latest version, None if it is not a Delta table yet."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, table):
-        return None
-    return _state(spark, table)[0]
-
-
-def _state(spark: SparkSession, table: str) -> tuple[int, int | None]:
-    """The table's latest version and, in that same snapshot, the compactor's ``txnVersion``.
-
-    Read from one snapshot: the version a cycle reads its base totals at must be the one
-    whose recorded mark it starts after.
-    """
-    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
-    pair = delta_log.forTableWithSnapshot(spark._jsparkSession, table)
-    snapshot = pair._2()
-    recorded = snapshot.transactions().get(COMPACTOR_APP_ID)
-    merged_through = int(recorded.get()) if recorded.isDefined() else None
-    return int(snapshot.version()), merged_through
-
-
-# The group settings a worker's compactor election shares with the worker's own membership.
-_ELECTION_SETTINGS: Final = CONNECTION_SETTINGS | {
-    "client_id",
+# The timing settings a worker's compactor election takes from the worker's membership.
+_ELECTION_TIMINGS: Final = (
     "session_timeout_ms",
     "heartbeat_interval_ms",
     "rebalance_timeout_ms",
     "retry_backoff_ms",
     "retry_backoff_max_ms",
     "request_timeout_ms",
-}
+    "client_id",
+)
 
 
 class CompactorRole:
@@ -394,7 +260,7 @@ class CompactorRole:
         *,
         group_id: str,
         identity: str,
-        settings: Mapping[str, Any],
+        config: CoordinatorConfig,
         clock: Clock | None = None,
     ) -> None:
         """Prepare the election; nothing connects until :meth:`start`.
@@ -404,7 +270,7 @@ class CompactorRole:
             sink: The compacting sink.
             group_id: The workers' group; the election's is ``<group_id>.compactor``.
             identity: This worker's identity in the election (unique in the group).
-            settings: The worker's settings; the connection and timing ones are used.
+            config: The worker's group settings; its connection and timings are used.
             clock: The worker's clock.
         """
         from recipes.election import LeaderElection
@@ -416,7 +282,8 @@ class CompactorRole:
             f"{group_id}.compactor",
             identity=identity,
             clock=clock,
-            **{k: v for k, v in settings.items() if k in _ELECTION_SETTINGS},
+            **config.connection,
+            **{name: getattr(config, name) for name in _ELECTION_TIMINGS},
         )
         self._thread = threading.Thread(
             target=self._stand, name=f"compactor-{identity}", daemon=True

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from coordination.errors import ConfigurationError
 
+from ._delta_totals import BATCH_ID_COLUMNS, current_totals
 from ._output import OffsetRange, PipelineOutput, PipelineOutputError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["BATCH_ID_COLUMNS", "DeltaSink", "ParquetSink", "Sink", "delta_app_id"]
+__all__ = ["DeltaSink", "ParquetSink", "Sink", "delta_app_id"]
 
 log = logging.getLogger("recipes.pipeline")
 
@@ -41,12 +42,6 @@ _TXN_VERSION: Final = "spark.databricks.delta.write.txnVersion"
 _SESSION_LOCKS: dict[int, threading.Lock] = {}
 _CHANGE_DATA_FEED: Final = "delta.enableChangeDataFeed"
 
-BATCH_ID_COLUMNS: Final = (
-    "_coordination_topic",
-    "_coordination_partition",
-    "_coordination_end_offset",
-)
-"""The columns a :class:`DeltaSink` adds to each partial row: which batch it came from."""
 _SESSION_LOCKS_GUARD = threading.Lock()
 
 
@@ -201,8 +196,6 @@ class DeltaSink:
     def read(self, spark: SparkSession) -> DataFrame:
         """What the published batches add up to: with compaction, the totals table and the
         partials not merged yet (one consistent pair of versions), else the table."""
-        from ._compactor import current_totals
-
         return current_totals(spark, self)
 
     def _apply(

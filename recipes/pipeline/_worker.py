@@ -340,8 +340,6 @@ class PipelineWorker:
                 )
         self.kafka_options = spark_kafka_options(settings, kafka_options)
         self._group_id = group_id
-        # The compactor's election (a compacting DeltaSink) connects as the worker does.
-        self._election_settings = dict(settings)
         # A fixed group id for Spark's Kafka consumers (which only read, assigned, and never
         # join it): Spark caches a consumer per group id and partition, so every batch of a
         # partition reuses one instead of each batch creating (and caching) its own.
@@ -447,7 +445,7 @@ class PipelineWorker:
                 sink,
                 group_id=self._group_id,
                 identity=f"{self.name}-{uuid.uuid4().hex[:8]}",
-                settings=self._election_settings,
+                config=self.group.config,
                 clock=self._clock,
             )
             self._compactor.start()

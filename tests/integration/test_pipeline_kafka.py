@@ -243,7 +243,7 @@ def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
     assert sum(m["records"] for m in ours) == 6002
 
     from recipes.pipeline import spark_session
-    from recipes.pipeline._compactor import _state
+    from recipes.pipeline._delta_totals import _state
 
     spark = spark_session("local[1]", app_name="pipeline-kafka-verify")
     sink = pipeline_jobs.views_sink(tmp_path / "out")

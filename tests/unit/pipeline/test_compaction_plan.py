@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recipes.pipeline._compactor import CompactionCycle, plan_cycle
+from recipes.pipeline._delta_totals import CompactionCycle, plan_cycle
 
 
 @pytest.mark.parametrize(

@@ -29,14 +29,14 @@ from recipes.pipeline import (
     stage_batch,
     windowed_sum,
 )
-from recipes.pipeline._compactor import COMPACTOR_APP_ID, _state, _version, plan_cycle
-from recipes.pipeline._sinks import (
-    _TXN_APP_ID,
-    _TXN_VERSION,
+from recipes.pipeline._delta_totals import (
     BATCH_ID_COLUMNS,
-    _session_lock,
-    delta_app_id,
+    COMPACTOR_APP_ID,
+    _state,
+    _version,
+    plan_cycle,
 )
+from recipes.pipeline._sinks import _TXN_APP_ID, _TXN_VERSION, _session_lock, delta_app_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
