@@ -189,7 +189,11 @@ class PipelineWorker:
         at once on threads of their own (Spark runs them concurrently), with
         one batch per partition at most. The rebalance callbacks run on the membership
         thread and wait for the batches of the partitions they hand over;
-        :meth:`close` must not be called from them. Every lock,
+        :meth:`close` must not be called from them. With a compacting
+        :class:`~recipes.pipeline.DeltaSink`, a thread of its own stands in the
+        election ``<group_id>.compactor`` and, while this worker leads it, merges
+        the sink's partials into its totals in the worker's Spark session
+        (:class:`~recipes.pipeline.DeltaCompactor`). Every lock,
         wait and reading of the time that guards the group's work comes from
         the group member's clock (``clock=``).
 
