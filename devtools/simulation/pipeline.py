@@ -34,12 +34,14 @@ the committed offsets.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
+import sys
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,26 @@ STAGE_FAILURE = 0.03  # a share of the stand-in's jobs fail, as Spark's sometime
 PUBLISH_FAILURE = 0.02  # a share of the publishes fail in the sink
 
 Totals = dict[tuple[str, int], tuple[int, int]]  # (key, window start) -> (count, sum)
+_Stamp = tuple[int, int] | None  # a directory's (mtime_ns, st_nlink), None before a look
+
+# The audit events of every call that can add or remove a directory entry (``open`` may
+# create a file; ``os.rename`` is os.replace's too; shutil.rmtree's removals raise theirs).
+_ENTRY_CHANGES = frozenset(
+    ("open", "os.mkdir", "os.rmdir", "os.remove", "os.rename", "os.link", "os.symlink")
+)
+_entry_changes = 0  # how many such calls this process made
+
+
+def _count_entry_changes(event: str, args: tuple[Any, ...]) -> None:
+    global _entry_changes
+    if event in _ENTRY_CHANGES:
+        _entry_changes += 1
+
+
+# For the life of the process (an audit hook cannot be removed): a set lookup per audited
+# call, so that the checker stats the output's directories only after a step that may
+# have changed them, not after every step.
+sys.addaudithook(_count_entry_changes)
 
 
 def event(partition: int, offset: int) -> tuple[str, int, int] | None:
@@ -88,8 +110,14 @@ def event(partition: int, offset: int) -> tuple[str, int, int] | None:
     return key, offset * TS_STEP_MS, (offset * 37 + partition * 11) % 19 - 9
 
 
-def windowed_sums(partition: int, start: int, end: int) -> Totals:
-    """What ``windowed_sum`` computes of the records ``[start, end)`` of ``partition``."""
+# A range's sums are computed by the stage that writes them, again by the checker that
+# reads them back, and again by every retry of the range: once is enough.
+@functools.lru_cache(maxsize=4096)
+def windowed_sums(
+    partition: int, start: int, end: int
+) -> Mapping[tuple[str, int], tuple[int, int]]:
+    """What ``windowed_sum`` computes of the records ``[start, end)`` of ``partition``
+    (shared between its callers: never modified)."""
     sums: Totals = {}
     for offset in range(start, end):
         found = event(partition, offset)
@@ -102,7 +130,7 @@ def windowed_sums(partition: int, start: int, end: int) -> Totals:
     return sums
 
 
-def add(into: Totals, more: Totals) -> None:
+def add(into: Totals, more: Mapping[tuple[str, int], tuple[int, int]]) -> None:
     for window, (count, total) in more.items():
         before = into.get(window, (0, 0))
         into[window] = (before[0] + count, before[1] + total)
@@ -189,7 +217,8 @@ class PipelineDriver(DriverBase):
         self.published_end: dict[int, int] = {}
         self.quiet_since: float | None = None
         self.emptied_at = float("-inf")  # when group_deleted last emptied the output
-        self._stamps: list[tuple[int, int]] = []  # see _output_changed
+        self._stamps: tuple[_Stamp, _Stamp] = (None, None)  # see _output_changed
+        self._seen_entry_changes: int | None = None
 
     # ------------------------------------------------------------------ members
 
@@ -336,25 +365,22 @@ class PipelineDriver(DriverBase):
         self._read_entries = len(log.entries)
         return True
 
-    def _output_changed(self) -> bool:
-        """Whether an entry of published/ or staging/ came or went since the last look.
+    def _output_changed(self) -> tuple[bool, bool]:
+        """Whether an entry of published/, and of staging/, came or went since the last
+        look.
 
         A directory's modification time and link count (two per subdirectory more) are
-        read at every step, its entries only when they changed: listing a directory that
-        grows by a batch at a time at every step would cost most of a history.
+        read after every step that opened, made, removed or renamed a file (most steps do
+        not), its entries only when they changed: listing a directory that grows by a batch
+        at a time at every step would cost most of a history.
         """
-        stamps = []
-        for directory in self._watched:
-            try:
-                found = os.stat(directory)
-            except FileNotFoundError:
-                stamps.append((0, 0))
-                continue
-            stamps.append((found.st_mtime_ns, found.st_nlink))
-        if stamps == self._stamps:
-            return False
-        self._stamps = stamps
-        return True
+        if _entry_changes == self._seen_entry_changes:
+            return False, False
+        self._seen_entry_changes = _entry_changes
+        published, staging = (_stamp(directory) for directory in self._watched)
+        changed = (published != self._stamps[0], staging != self._stamps[1])
+        self._stamps = (published, staging)
+        return changed
 
     def _read_published(self) -> None:
         """The published directories that appeared since the last look: each must follow
@@ -390,9 +416,10 @@ class PipelineDriver(DriverBase):
 
     def check(self, now: float) -> None:
         commits = self._read_commits()
-        if self._output_changed():
+        published_changed, staging_changed = self._output_changed()
+        if published_changed:
             self._read_published()
-        elif not commits:
+        elif not (staging_changed or commits):
             return
         uncommitted = sorted(self.published_end.keys() - self.committed.keys())
         if uncommitted:
@@ -473,6 +500,15 @@ class PipelineDriver(DriverBase):
                 f"published totals differ from the records' in {len(wrong)} windows, e.g. "
                 f"{wrong[0]}: {got.get(wrong[0])} published, {expected.get(wrong[0])} expected"
             )
+
+
+def _stamp(directory: str) -> _Stamp:
+    """A directory's modification time and link count; (0, 0) when it does not exist."""
+    try:
+        found = os.stat(directory)
+    except FileNotFoundError:
+        return 0, 0
+    return found.st_mtime_ns, found.st_nlink
 
 
 def _by_range(name: str) -> tuple[int, int, str]:
