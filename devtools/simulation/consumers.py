@@ -24,8 +24,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from coordination.testing.simulation import (
     GROUP,
@@ -51,8 +50,9 @@ MAX_RECORDS = 25  # per partition per poll
 FETCH_MAX_WAIT_S = 0.1
 
 
-@dataclass(frozen=True, slots=True)
-class SimRecord:
+class SimRecord(NamedTuple):
+    """A fetched record (a tuple: a poll makes up to MAX_RECORDS of them per partition)."""
+
     topic: str
     partition: int
     offset: int
