@@ -110,6 +110,11 @@ class SimEventLoop(asyncio.BaseEventLoop):
         # Its unfinished tasks, held here: asyncio holds them weakly, and one whose thread
         # was killed would be collected (its coroutine finalised) at a random moment.
         self._tasks: dict[asyncio.Task[Any], None] = {}  # in the order made (a replay's)
+        # What enter() installs at every step of the loop's thread (made once).
+        self._asyncgen_hooks = (
+            self._asyncgen_firstiter_hook,  # type: ignore[attr-defined]
+            self._asyncgen_finalizer_hook,  # type: ignore[attr-defined]
+        )
         self.set_task_factory(self._make_task)
         current = clock._current
         if current is not None and current.process is not None:
@@ -140,10 +145,7 @@ class SimEventLoop(asyncio.BaseEventLoop):
         """The scheduler resumes the loop's thread: make it asyncio's running loop, and let
         async generators first iterated now be this loop's (as ``run_forever`` does)."""
         events._set_running_loop(self)
-        sys.set_asyncgen_hooks(
-            firstiter=self._asyncgen_firstiter_hook,  # type: ignore[attr-defined]
-            finalizer=self._asyncgen_finalizer_hook,  # type: ignore[attr-defined]
-        )
+        sys.set_asyncgen_hooks(*self._asyncgen_hooks)
 
     def leave(self) -> None:
         """The loop's thread waits: no loop runs until the scheduler enters one."""

@@ -20,6 +20,7 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -195,7 +196,8 @@ class Scheduler:
             self._unwind(process)
 
     def _unwind(self, process: Process) -> None:
-        self._ready = [t for t in self._ready if t.process is not process]
+        # In place: the running loop holds the list.
+        self._ready[:] = [t for t in self._ready if t.process is not process]
         process.deferred.clear()
         for task in sorted(process.tasks, key=lambda t: t.name):
             self._unwind_task(task)
@@ -271,34 +273,45 @@ class Scheduler:
         return not condition()
 
     def _loop(self, until: float) -> None:
+        # The lists and bound methods of every step, looked up once (a step is a few
+        # microseconds: these lookups were a good share of it).
+        ready, timers, probes, hub = self._ready, self._timers, self.probes, self._hub
+        # What randrange(n) returns for n > 0, without its checks of n: the same draws.
+        randbelow = self.rng._randbelow  # type: ignore[attr-defined]
+        heappop = heapq.heappop
         same_instant = 0
         while True:
-            if self._ready:
-                ready = self._ready
-                i = self.rng.randrange(len(ready)) if len(ready) > 1 else 0
-                task = ready[i]
-                ready[i] = ready[-1]
-                ready.pop()
-                if task.process is not None:
-                    if task.process.dead:
+            if ready:
+                n = len(ready)
+                if n > 1:
+                    i = randbelow(n)
+                    task = ready[i]
+                    ready[i] = ready[-1]
+                    ready.pop()
+                else:
+                    task = ready.pop()
+                process = task.process
+                if process is not None:
+                    if process.dead:
                         continue
-                    if task.process.paused_until is not None:
-                        task.process.deferred.append(task)
+                    if process.paused_until is not None:
+                        process.deferred.append(task)
                         continue
                 self._current = task
                 self.steps += 1
                 g = task.greenlet
-                assert g is not None and self._hub is not None
-                if g.parent is not self._hub:
-                    g.parent = self._hub
+                assert g is not None
+                if g.parent is not hub:
+                    g.parent = hub
                 loop = task.asyncio_loop
                 if loop is not None:
                     loop.enter()
                 g.switch(task.value)
-                if task.asyncio_loop is not None:
-                    task.asyncio_loop.leave()
+                loop = task.asyncio_loop  # the step may have started or ended a loop
+                if loop is not None:
+                    loop.leave()
                 self._current = None
-                for probe in self.probes:
+                for probe in probes:
                     probe()
                 same_instant += 1
                 if same_instant > _MAX_STEPS_PER_INSTANT:
@@ -306,10 +319,10 @@ class Scheduler:
                         f"livelock: {same_instant} steps at t={self.now:.6f} without time moving"
                     )
                 continue
-            if not self._timers or self._timers[0][0] > until:
+            if not timers or timers[0][0] > until:
                 self.now = max(self.now, until)
                 return
-            when, _, timer = heapq.heappop(self._timers)
+            when, _, timer = heappop(timers)
             if timer.cancelled:
                 continue
             if when > self.now:
@@ -352,15 +365,17 @@ class Scheduler:
         waiters.append(entry)
         if timeout is None:
             return self._switch_out(task)
-        timer = self.call_at(
-            self.now + max(0.0, timeout), lambda: self.wake(task, token, TIMED_OUT)
-        )
+        # call_at(now + max(0, timeout), ...) inlined: most waits have a timeout.
+        timer = Timer(partial(self.wake, task, token, TIMED_OUT))
+        self._seq += 1
+        now = self.now
+        heapq.heappush(self._timers, (now + timeout if timeout > 0 else now, self._seq, timer))
         value = self._switch_out(task)
         if value is TIMED_OUT:
             with contextlib.suppress(ValueError):
                 waiters.remove(entry)
         else:
-            timer.cancel()
+            timer.cancelled = True
         return value
 
     def wake(self, task: _Task, token: object, value: Any = True) -> bool:
