@@ -254,8 +254,7 @@ class History:
 
     def _run(self) -> None:
         s = self.scheduler
-        self.scheduler.probes.append(lambda: self.driver.check(s.now))
-        self.scheduler.probes.append(self._check_storm)
+        self.scheduler.probes.append(self._check)
         for host in self.hosts:
             self._start(host)
         s.run(s.now + self.settings.session_timeout_ms / 1000)
@@ -266,7 +265,9 @@ class History:
                 s.run(s.now + 10.0)
         self._settle()
 
-    def _check_storm(self) -> None:
+    def _check(self) -> None:
+        """After every step: the driver's invariants, then no rejoin storm."""
+        self.driver.check(self.scheduler.now)
         if self.cluster.storm is not None:
             raise Violation(self.cluster.storm)
 
