@@ -310,8 +310,10 @@ class ConsumersDriver(DriverBase):
         # Cheap first: only a partition two living consumers own can be owned twice.
         seen: set[Any] = set()
         for member in self.members.values():
+            if member.process.dead:  # (they stay listed until _holders runs)
+                continue
             owned = member.group.owned()  # never takes the lock: a check between steps
-            if member.process.dead or not owned:
+            if not owned:
                 continue
             if not seen.isdisjoint(owned):
                 break
