@@ -135,6 +135,9 @@ class ConsumersDriver(DriverBase):
         super().__init__(settings)
         self.margin_s = settings.heartbeat_interval_ms / 1000
         self.members: dict[str, _Member] = {}  # by process name
+        # The members the check looks at after every step: the same, less those found dead
+        # (a history's restarts leave more dead members than living ones by its end).
+        self._checked: dict[str, _Member] = {}
         self.mode: str | None = None  # the group's rebalance protocol, picked at the start
         self.topic: SimTopic | None = None
         self.metadata: Any = None
@@ -211,7 +214,7 @@ class ConsumersDriver(DriverBase):
                 trace(f"{me}: assigned {sorted(p for _, p in partitions)}")
 
         consumer = Consumer(GROUP, listener=Listener(), **self._settings(host, transport, clock))
-        self.members[process.name] = _Member(process, consumer)
+        self.members[process.name] = self._checked[process.name] = _Member(process, consumer)
         consumer.start()
         self._consume(consumer, clock, trace, me, commit)
 
@@ -309,9 +312,7 @@ class ConsumersDriver(DriverBase):
         self._read_commits()
         # Cheap first: only a partition two living consumers own can be owned twice.
         seen: set[Any] = set()
-        for member in self.members.values():
-            if member.process.dead:  # (they stay listed until _holders runs)
-                continue
+        for member in self._living().values():
             owned = member.group.owned()  # never takes the lock: a check between steps
             if not owned:
                 continue
@@ -323,6 +324,13 @@ class ConsumersDriver(DriverBase):
         for tp, holders in self._holders().items():
             if len(holders) > 1:
                 raise Violation(f"partition {tp} owned by {holders} at once, each with a lease")
+
+    def _living(self) -> dict[str, _Member]:
+        """The members whose process lives, in the order they started (for the checks)."""
+        checked = self._checked
+        for name in [name for name, member in checked.items() if member.process.dead]:
+            del checked[name]  # a dead process stays dead
+        return checked
 
     def settled(self, live: list[Host]) -> str | None:
         holders = self._holders()
@@ -379,9 +387,7 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
         }
 
     def check(self, now: float) -> None:
-        for name, member in self.members.items():
-            if member.process.dead:
-                continue
+        for name, member in self._living().items():
             epoch = member.group.member._engine._epoch  # between steps: no lock needed
             if epoch <= 0:
                 continue  # not in the group (joining, fenced, left): the broker gives the next
@@ -461,7 +467,7 @@ class AsyncConsumersDriver(ConsumersDriver):
                 trace(f"{me}: assigned {sorted(p for _, p in partitions)}")
 
         face = AsyncConsumer(GROUP, listener=Listener(), **self._settings(host, transport, clock))
-        self.members[me] = _Member(process, face.consumer)
+        self.members[me] = self._checked[me] = _Member(process, face.consumer)
         self.faces[me] = face
         self.loops[me] = (process, loop)
         self.ticks[me] = clock.monotonic()
