@@ -86,13 +86,18 @@ _Stamp = tuple[int, int] | None  # a directory's (mtime_ns, st_nlink), None befo
 _ENTRY_CHANGES = frozenset(
     ("open", "os.mkdir", "os.rmdir", "os.remove", "os.rename", "os.link", "os.symlink")
 )
-_entry_changes = 0  # how many such calls this process made
+_entry_changes = [0]  # how many such calls this process made
 
 
-def _count_entry_changes(event: str, args: tuple[Any, ...]) -> None:
-    global _entry_changes
-    if event in _ENTRY_CHANGES:
-        _entry_changes += 1
+def _count_entry_changes(
+    event: str,
+    args: tuple[Any, ...],
+    watched: frozenset[str] = _ENTRY_CHANGES,
+    count: list[int] = _entry_changes,
+) -> None:
+    # (What it uses is bound here: the hook outlives the module's globals at exit.)
+    if event in watched:
+        count[0] += 1
 
 
 # For the life of the process (an audit hook cannot be removed): a set lookup per audited
@@ -374,9 +379,9 @@ class PipelineDriver(DriverBase):
         not), its entries only when they changed: listing a directory that grows by a batch
         at a time at every step would cost most of a history.
         """
-        if _entry_changes == self._seen_entry_changes:
+        if _entry_changes[0] == self._seen_entry_changes:
             return False, False
-        self._seen_entry_changes = _entry_changes
+        self._seen_entry_changes = _entry_changes[0]
         published, staging = (_stamp(directory) for directory in self._watched)
         changed = (published != self._stamps[0], staging != self._stamps[1])
         self._stamps = (published, staging)
