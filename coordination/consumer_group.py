@@ -32,8 +32,8 @@ Timeouts: the broker sets the session and the heartbeat interval of a KIP-848 gr
 The membership lease counts with the session: before its first join the member reads the
 group's from the broker (DescribeConfigs) and uses it where it is below
 ``session_timeout_ms`` (45000 by default, as the broker's), with a warning. Where it cannot
-be read (no DESCRIBE_CONFIGS on the group; a transport given by the caller),
-``session_timeout_ms`` stands: keep it at or below the broker's.
+be read (no DESCRIBE_CONFIGS on the group; a transport of your own without
+``group_config``), ``session_timeout_ms`` stands: keep it at or below the broker's.
 """
 
 from __future__ import annotations
@@ -90,10 +90,9 @@ class ConsumerGroupMember:
         check_part("clock", clock, Clock)
         check_part("transport", transport, Transport)
         check_part("callbacks", callbacks, PartitionCallbacks)
-        session_lookup = None
         if transport is None:
             transport, _ = kafka_transport(self._config)
-            session_lookup = _broker_session(transport, self._config)
+        session_lookup = _broker_session(transport, self._config)
         self._engine = ConsumerGroupMembership(
             callbacks, self._config, transport, clock, session_lookup=session_lookup
         )
@@ -228,16 +227,16 @@ class ConsumerGroupMember:
 
 
 def _broker_session(transport: Transport, config: CoordinatorConfig) -> SessionLookup | None:
-    """The group's session timeout as Kafka's broker has it (a group config, Kafka 4.0+)."""
-    from ._transport.kafka import KafkaTransport
-
-    if not isinstance(transport, KafkaTransport):
+    """The group's session timeout as the broker has it (a group config, Kafka 4.0+), where
+    the transport can ask: it has ``group_config(group_id, key, node, timeout_s) -> str |
+    None`` (Kafka's transport and the simulator's do)."""
+    group_config = getattr(transport, "group_config", None)
+    if not callable(group_config):
         return None
-    kafka = transport
     timeout_s = config.request_timeout_ms / 1000
 
     def lookup(node: CoordinatorNode) -> int | None:
-        value = kafka.group_config(config.group_id, "consumer.session.timeout.ms", node, timeout_s)
-        return int(value) if value is not None and value.isdigit() else None
+        value = group_config(config.group_id, "consumer.session.timeout.ms", node, timeout_s)
+        return int(value) if isinstance(value, str) and value.isdigit() else None
 
     return lookup

@@ -70,7 +70,8 @@ __all__ = [
 
 SessionLookup = Callable[[CoordinatorNode], "int | None"]
 """The group's session timeout in ms as the coordinator ``node`` has it, or None if it does
-not say; raises :class:`TransportError` or :class:`CoordinationError` when it cannot ask."""
+not say; raises :class:`TransportError` when no answer came (asked again before the join)
+and :class:`CoordinationError` when the broker refused (the setting stands)."""
 
 
 @dataclass(slots=True)
@@ -282,8 +283,10 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
     def heartbeat_once(self) -> float:
         """Send a heartbeat if one is due; returns the seconds until the next is due."""
         self.ensure_coordinator_ready(deadline=None)  # backs off between attempts
-        if self._session_lookup is not None:
-            self._adopt_broker_session(self._session_lookup)
+        if self._session_lookup is not None and not self._adopt_broker_session(
+            self._session_lookup
+        ):
+            return self._retry_backoff.next_delay()  # no answer: not joining without it
         now = self._clock.monotonic()
         with self._lock:
             self._check_running()
@@ -314,17 +317,22 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
         with self._lock:
             return self._timers.time_to_next(self._clock.monotonic())
 
-    def _adopt_broker_session(self, lookup: SessionLookup) -> None:
-        """Once, before the first join: take the broker's session timeout where it is below
-        ``session_timeout_ms`` (the broker removes the member after its own)."""
-        self._session_lookup = None
+    def _adopt_broker_session(self, lookup: SessionLookup) -> bool:
+        """Before the first join: take the broker's session timeout where it is below
+        ``session_timeout_ms`` (the broker removes the member after its own). False when
+        no answer came: the coordinator is looked for again and the lookup retried (a
+        member that joined meanwhile could trust a lease longer than its session)."""
         with self._lock:
             node = self._coordinator
         assert node is not None
         configured = self._config.session_timeout_ms
         try:
             broker_ms = lookup(node)
-        except (TransportError, CoordinationError) as e:
+        except TransportError as e:
+            self._log.info("%s: the group's session timeout: no answer (%s)", self._who(), e)
+            self._mark_coordinator_unknown(f"DescribeConfigs got no response: {e}")
+            return False
+        except CoordinationError as e:  # the broker will not say
             self._log.warning(
                 "%s: could not read the group's session timeout from the broker (%s); the "
                 "membership lease assumes session_timeout_ms=%d: keep it at or below the "
@@ -333,9 +341,10 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
                 e,
                 configured,
             )
-            return
+            broker_ms = None
+        self._session_lookup = None
         if broker_ms is None or broker_ms >= configured:
-            return
+            return True
         self._log.warning(
             "%s: session_timeout_ms=%d is above the group's session timeout at the broker "
             "(%d ms): the membership lease and the session check count with the broker's",
@@ -346,6 +355,7 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
         with self._lock:
             self._session_timeout_s = broker_ms / 1000
             self._timers.session_timeout = self._session_timeout_s
+        return True
 
     def _request_locked(self) -> cg.ConsumerGroupHeartbeatRequest:
         """The next heartbeat: every field when joining or after an error; otherwise only

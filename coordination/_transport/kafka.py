@@ -43,6 +43,7 @@ from ..errors import (
     ConnectionFailedError,
     ProtocolCodecError,
     TlsError,
+    broker_error,
 )
 from ..transport import CoordinatorNode, FollowUp, TransportError
 from .link import DirectConnection, DirectSettings, certificate_advice
@@ -208,8 +209,9 @@ class KafkaTransport:
         broker's default for it. None if the broker does not name it.
 
         Raises:
-            TransportError: no answer, or the broker refused (e.g. no DESCRIBE_CONFIGS on
-                the group, or a broker before Kafka 4.0 without group configs).
+            TransportError: no answer (ask again).
+            BrokerError: the broker refused: e.g. no DESCRIBE_CONFIGS on the group, or a
+                broker before Kafka 4.0 without group configs.
         """
         resource = DescribeConfigsRequest.DescribeConfigsResource(
             resource_type=_GROUP_RESOURCE, resource_name=group_id, configuration_keys=[key]
@@ -218,10 +220,7 @@ class KafkaTransport:
         answer = self.send_kafka(request, node_id=node.node_id, timeout_s=timeout_s)
         for result in answer.results:
             if result.error_code != ErrorCode.NONE:
-                raise TransportError(
-                    f"DescribeConfigs of group {group_id!r}: "
-                    f"{kafka_errors.for_code(result.error_code).__name__}"
-                )
+                raise broker_error(result.error_code, group_id=group_id, api="DescribeConfigs")
             for config in result.configs:
                 if config.name == key:
                     return str(config.value) if config.value is not None else None

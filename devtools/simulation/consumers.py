@@ -384,6 +384,13 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
             "clock": clock,
             "fetcher": SimFetcher(self.topic, clock, transport),
             **self.settings.member_settings(),
+            # Every other member assumes a session three times the broker's: its lease must
+            # count with the broker's session, read before it joins (DescribeConfigs).
+            **(
+                {"session_timeout_ms": 3 * self.settings.session_timeout_ms}
+                if host.index % 2
+                else {}
+            ),
         }
 
     def check(self, now: float) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from coordination._engine.consumer_group import ConsumerGroupMembership
 from coordination._engine.membership import GroupMembership
 from coordination.testing.simulation import History, HistorySettings
 from devtools.simulation import run_seeds
@@ -156,6 +157,22 @@ def test_the_checker_finds_a_member_that_trusts_its_lease_too_long(
     failure = summary.failures[0]
     assert failure.violation is not None and found in failure.violation, failure.violation
     assert failure.trace  # the story of what happened, for the replay
+
+
+def test_the_checker_finds_a_kip848_member_whose_lease_ignores_the_brokers_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every other member of the consumer-848 histories assumes a session 3 times the
+    # broker's; one that never reads the broker's trusts its lease 12 s too long.
+    def ignore(self: ConsumerGroupMembership, lookup: object) -> bool:
+        self._session_lookup = None
+        return True
+
+    monkeypatch.setattr(ConsumerGroupMembership, "_adopt_broker_session", ignore)
+    summary = run_seeds("consumer-848", range(200), stop_at_first=True)
+    assert summary.failures, "a lease longer than the broker's session went unnoticed"
+    violation = summary.failures[0].violation
+    assert violation is not None and "at once, each with a lease" in violation, violation
 
 
 def test_one_seed_runs_alone_with_its_trace() -> None:

@@ -35,6 +35,7 @@ from coordination.errors import (
     MembershipLostError,
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
+    broker_error,
 )
 from coordination.hooks import (
     CoordinationHooks,
@@ -350,11 +351,37 @@ def test_a_shorter_session_at_the_broker_bounds_the_lease_and_the_session_check(
         cgm.close(5)
 
 
-def test_a_session_lookup_that_fails_leaves_the_configured_session_and_says_so(
+def test_a_session_lookup_without_an_answer_is_asked_again_before_the_join() -> None:
+    answers: list[int | Exception] = [TransportError("timed out"), TransportError("reset"), 2000]
+
+    def lookup(node: CoordinatorNode) -> int | None:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    broker = Broker()
+    recipe = Recipe(broker)
+    config = CoordinatorConfig.from_settings(
+        "g", {"bootstrap_servers": "h:1", "heartbeat_interval_ms": 100, "retry_backoff_ms": 10}
+    )
+    cgm = ConsumerGroupMembership(recipe, config, broker, session_lookup=lookup)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        assert not answers  # asked until it answered
+        assert 1.0 < cgm.membership_lease() <= 2.0
+    finally:
+        cgm.close(5)
+
+
+def test_a_session_lookup_the_broker_refuses_leaves_the_configured_session_and_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     def lookup(node: CoordinatorNode) -> int | None:
-        raise TransportError("DescribeConfigs of group 'g': GroupAuthorizationFailedError")
+        raise broker_error(
+            ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id="g", api="DescribeConfigs"
+        )
 
     broker = Broker()
     recipe = Recipe(broker)
@@ -368,7 +395,7 @@ def test_a_session_lookup_that_fails_leaves_the_configured_session_and_says_so(
         cgm.wait_stable(10)
         assert cgm.membership_lease() > 5.0
         assert "could not read the group's session timeout" in caplog.text
-        assert "GroupAuthorizationFailedError" in caplog.text
+        assert "GROUP_AUTHORIZATION_FAILED" in caplog.text
     finally:
         cgm.close(5)
 

@@ -105,6 +105,13 @@ class GroupCoordinatorModel:
         self._classic = ClassicGroupsModel(log, self._timers, self.settings)
         self._consumer_groups = ConsumerGroupsModel(log.consumer_groups, log.topics, timers)
 
+    def group_config(self, group_id: str, key: str) -> str | None:
+        """A group setting as DescribeConfigs of the group names it (only the KIP-848
+        groups' session timeout is modelled; any broker answers it)."""
+        if key == "consumer.session.timeout.ms":
+            return str(self._consumer_groups.settings.session_timeout_ms)
+        return None
+
     # -- lifecycle ------------------------------------------------------------------------
 
     @property

@@ -247,6 +247,22 @@ class SimTransport:
         assert isinstance(answer, response_type), answer
         return answer
 
+    def group_config(
+        self, group_id: str, key: str, node: CoordinatorNode, timeout_s: float
+    ) -> str | None:
+        """DescribeConfigs of the group at ``node`` (see KafkaTransport.group_config), the
+        broker's answer after a round trip; a broker down or cut off does not answer."""
+        if self.closed or self._process.dead:
+            raise TransportError("transport is closed")
+        broker = self._cluster.brokers[node.node_id]
+        now = self._scheduler.now
+        never = self._scheduler.event()
+        if not broker.up or now < broker.drop_requests_until or now < self.isolated_until:
+            self._scheduler.sleep(timeout_s, never)
+            raise TransportError(f"DescribeConfigs to broker {node.node_id} timed out")
+        self._scheduler.sleep(2 * self._cluster.latency(), never)
+        return broker.model.group_config(group_id, key)
+
     def _count_join(self) -> None:
         now = self._scheduler.now
         self._joins.append(now)
