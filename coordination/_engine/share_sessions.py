@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
@@ -154,7 +153,6 @@ class ShareSessions:
         # Offsets of acquired ranges that held no record (transaction markers, compacted
         # away): acknowledged as GAP with the partition's next acknowledgements.
         self._gaps: dict[TopicIdPartition, dict[int, sg.AcknowledgeType]] = {}
-        self._pool: ThreadPoolExecutor | None = None
         self._failed = False  # a request of this round failed (see fetch)
 
     # ------------------------------------------------------------------ the consumer's calls
@@ -222,8 +220,6 @@ class ShareSessions:
             return self._acknowledge(self._with_gaps(dict(acks)), closing=True)
         finally:
             self._sessions.clear()
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
 
     # ------------------------------------------------------------------ requests
 
@@ -310,11 +306,24 @@ class ShareSessions:
                 return e
 
         leaders = list(requests)
-        if len(leaders) == 1:
-            return [(leaders[0], one(leaders[0]))]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(8, thread_name_prefix="coordination-share-fetch")
-        return list(zip(leaders, self._pool.map(one, leaders), strict=True))
+        answers: dict[CoordinatorNode, R | TransportError] = {}
+
+        def into_answers(leader: CoordinatorNode) -> None:
+            answers[leader] = one(leader)
+
+        # Threads from the member's clock, not a pool of its own: every wait must come from
+        # the clock (a simulated member's included). This thread sends to the first leader.
+        clock = self._membership.clock
+        others = [
+            clock.thread(lambda leader=leader: into_answers(leader), "coordination-share-fetch")
+            for leader in leaders[1:]
+        ]
+        for thread in others:
+            thread.start()
+        into_answers(leaders[0])
+        for thread in others:
+            thread.join()
+        return [(leader, answers[leader]) for leader in leaders]
 
     # ------------------------------------------------------------------ answers
 
