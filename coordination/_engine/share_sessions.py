@@ -26,7 +26,7 @@ A ShareFetch long-polls on a connection of its own per leader (the transport's
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
@@ -308,19 +308,21 @@ class ShareSessions:
         leaders = list(requests)
         answers: dict[CoordinatorNode, R | TransportError] = {}
 
-        def into_answers(leader: CoordinatorNode) -> None:
-            answers[leader] = one(leader)
+        def into_answers(leader: CoordinatorNode) -> Callable[[], None]:
+            def send() -> None:
+                answers[leader] = one(leader)
+
+            return send
 
         # Threads from the member's clock, not a pool of its own: every wait must come from
         # the clock (a simulated member's included). This thread sends to the first leader.
         clock = self._membership.clock
         others = [
-            clock.thread(lambda leader=leader: into_answers(leader), "coordination-share-fetch")
-            for leader in leaders[1:]
+            clock.thread(into_answers(leader), "coordination-share-fetch") for leader in leaders[1:]
         ]
         for thread in others:
             thread.start()
-        into_answers(leaders[0])
+        into_answers(leaders[0])()
         for thread in others:
             thread.join()
         return [(leader, answers[leader]) for leader in leaders]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,15 @@ class _Report:
     ok: bool
 
 
+def _code_name(code: int) -> str:
+    from coordination import ErrorCode
+
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
 def _rule(salt: str, partition: int, offset: int, delivery: int) -> str:
     """What the application does with a delivery: fixed by the seed and the delivery."""
     draw = random.Random(f"{salt}:{partition}:{offset}:{delivery}").random()
@@ -165,8 +175,9 @@ class ShareConsumersDriver(DriverBase):
         self._claimed: dict[tuple[str, int, int, Any], int] = {}
         self._accepted_reports: set[tuple[int, int]] = set()
         self._violation: str | None = None
-        self.accepted = 0
-        self.released = 0
+        # How each acknowledgement ended ("ACCEPT ok", "RELEASE INVALID_RECORD_STATE"...): what
+        # the histories reached.
+        self.outcomes: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ the cluster
 
@@ -204,11 +215,11 @@ class ShareConsumersDriver(DriverBase):
             elif broker.up:
                 self._stopped_brokers.discard(node)
         live = [n for n, b in cluster.brokers.items() if b.up]
-        for p, node in model.leader_of.items():
-            if live and (node is None or node in self._stopped_brokers):
+        for p, leader in model.leader_of.items():
+            if live and (leader is None or leader in self._stopped_brokers):
                 new = rng.choice(live)
                 model.move_leader(p, new)
-                trace(f"partition {p}: leader {node} -> {new} (failover)")
+                trace(f"partition {p}: leader {leader} -> {new} (failover)")
         if not self.draining and rng.random() < LEADER_MOVE_CHANCE and len(live) > 1:
             p = rng.randrange(PARTITIONS)
             old = model.leader_of[p]
@@ -232,7 +243,9 @@ class ShareConsumersDriver(DriverBase):
         me = process.name
         consumer: Any = None
 
-        def on_acknowledged(partition: tuple[str, int], offsets: tuple[int, ...], error: Any) -> None:
+        def on_acknowledged(
+            partition: tuple[str, int], offsets: tuple[int, ...], error: Any
+        ) -> None:
             for offset in offsets:
                 kind = self._asked.pop((me, partition[1], offset), AcknowledgeType.RELEASE)
                 if me in self._closing and kind is AcknowledgeType.RENEW:
@@ -240,6 +253,8 @@ class ShareConsumersDriver(DriverBase):
                 self._reports.append(
                     _Report(me, consumer.member_id, partition[1], offset, kind, error is None)
                 )
+                outcome = "ok" if error is None else _code_name(error.code)
+                self.outcomes[f"{kind.name} {outcome}"] += 1
 
         consumer = ShareConsumer(
             GROUP,
@@ -375,7 +390,6 @@ class ShareConsumersDriver(DriverBase):
                 f"{report.process} reported {where} accepted, but the model has it "
                 f"{state.state(report.offset)[0].value}"
             )
-        self.accepted += 1
 
     def settled(self, live: list[Host]) -> str | None:
         model, topic = self.model, self.topic

@@ -175,7 +175,9 @@ class ShareGroupsModel:
         self.groups: dict[str, ShareGroupState] = {}
         self.share_partitions = {p: SharePartitionState() for p in range(partitions)}
         nodes = sorted(brokers)
-        self.leader_of: dict[int, int | None] = {p: nodes[p % len(nodes)] for p in range(partitions)}
+        self.leader_of: dict[int, int | None] = {
+            p: nodes[p % len(nodes)] for p in range(partitions)
+        }
         self._leaders: dict[int, _Leader] = {n: _Leader() for n in nodes}
         self._sessions: dict[tuple[str, str], Cancellable] = {}
         self._coordinator_loaded = False
@@ -358,7 +360,9 @@ class ShareGroupsModel:
             forgotten = {p for t in req.forgotten_topics_data for p in t.partitions}
             session.partitions = (session.partitions | named) - forgotten
         acknowledged = {
-            p.partition_index: self._apply(node_id, member_id, p.partition_index, p.acknowledgement_batches)
+            p.partition_index: self._apply(
+                node_id, member_id, p.partition_index, p.acknowledgement_batches
+            )
             for t in req.topics
             for p in t.partitions
             if p.acknowledgement_batches
@@ -445,8 +449,7 @@ class ShareGroupsModel:
         offsets: list[int] = []
         offset = state.start
         while offset < end and len(offsets) < budget:
-            record, count = state.state(offset)
-            if record is RecordState.AVAILABLE and offset not in acquired:
+            if state.state(offset)[0] is RecordState.AVAILABLE and offset not in acquired:
                 offsets.append(offset)
             offset += 1
         if not offsets:
@@ -509,7 +512,9 @@ class ShareGroupsModel:
 
     # -- acknowledgements -------------------------------------------------------------------------
 
-    def _acknowledge(self, node_id: int, req: sg.ShareAcknowledgeRequest) -> sg.ShareAcknowledgeResponse:
+    def _acknowledge(
+        self, node_id: int, req: sg.ShareAcknowledgeRequest
+    ) -> sg.ShareAcknowledgeResponse:
         leader = self._leaders[node_id]
         member_id = req.member_id or ""
         session = leader.sessions.get(member_id)
