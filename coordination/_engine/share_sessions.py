@@ -194,8 +194,26 @@ class ShareSessions:
         if not plan:
             self._membership.wait_changed(max_wait_ms / 1000)
             return outcome
+        # Kafka refuses a ShareFetch that opens a session and carries acknowledgements
+        # (INVALID_REQUEST, all of them lost): they follow it, in a ShareAcknowledge of the new
+        # session, and that fetch does not wait for records.
+        opening = {
+            leader
+            for leader in plan
+            if self._sessions.get(leader, _Session()).epoch == sg.OPEN_SESSION_EPOCH
+        }
+        held_back = {
+            tp: a
+            for tp, a in acks.items()
+            if tp not in stray and any(tp in plan[leader] for leader in opening)
+        }
         requests = {
-            leader: self._fetch_request(leader, wanted, acks, max_wait_ms)
+            leader: self._fetch_request(
+                leader,
+                wanted,
+                {tp: a for tp, a in acks.items() if tp not in held_back},
+                0 if any(tp in wanted for tp in held_back) else max_wait_ms,
+            )
             for leader, wanted in plan.items()
         }
         timeout_s = self._config.request_timeout_ms / 1000 + max_wait_ms / 1000
@@ -203,6 +221,8 @@ class ShareSessions:
         for leader, answer in self._send_all(requests, sg.ShareFetchResponse, timeout_s):
             request, wanted = requests[leader], plan[leader]
             self._on_fetched(leader, request, wanted, answer, outcome)
+        if held_back:
+            outcome.acknowledged.update(self.acknowledge(held_back))
         if self._failed and not outcome.records:
             # A failed fetch answers at once: wait before the next, as Kafka's clients do.
             self._membership.pause(self._config.retry_backoff_ms / 1000)
