@@ -65,6 +65,14 @@ class ShareSettings:
     heartbeat_interval_ms: int = 1000
     record_lock_duration_ms: int = 3000
     delivery_count_limit: int = 5
+    # Whether a full heartbeat (one with the subscription: a member sends one after an error
+    # or a timeout) gets the member's assignment, as a consumer group's does. The Kafka code
+    # read (GroupMetadataManager.shareGroupHeartbeat) sends it only to a join (epoch 0) and
+    # when it changed: an answer lost after it moved the member to a new assignment then
+    # leaves the member reading its old partitions, and those it was given unread, until the
+    # group changes again (seed 37 of the share histories, with this off). Not yet compared
+    # with a real broker.
+    assignment_to_full_heartbeat: bool = True
 
 
 class RecordState(enum.Enum):
@@ -287,7 +295,8 @@ class ShareGroupsModel:
         if member.epoch != group.group_epoch:
             member.previous_epoch, member.epoch = member.epoch, group.group_epoch
             member.assignment = group.target.get(member.member_id, frozenset())
-        changed = joining or member.assignment != before
+        full = self.settings.assignment_to_full_heartbeat and req.subscribed_topic_names is not None
+        changed = joining or full or member.assignment != before
         return sg.ShareGroupHeartbeatResponse(
             error_code=E.NONE,
             member_id=member.member_id,
