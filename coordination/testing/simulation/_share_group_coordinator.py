@@ -10,9 +10,10 @@ in two parts, as in Kafka 4.3:
   balanced over the members; a partition goes to several members only when there are more
   members than partitions). A member takes its new assignment with its next heartbeat: there is
   nothing to revoke. An answer carries the assignment to a join, to a full heartbeat (see
-  :attr:`ShareSettings.assignment_to_full_heartbeat`) and when it changed. A heartbeat with an epoch other than the member's (or its previous one)
-  is FENCED_MEMBER_EPOCH; an unknown member's is UNKNOWN_MEMBER_ID; a join with the id of a
-  member still in the group is answered with its state. A member that leaves (epoch -1) or
+  :attr:`ShareSettings.assignment_to_full_heartbeat`) and when it changed. A heartbeat with
+  an epoch other than the member's (or its previous one) is FENCED_MEMBER_EPOCH; an unknown
+  member's is UNKNOWN_MEMBER_ID; a join with the id of a member still in the group is
+  answered with its state. A member that leaves (epoch -1) or
   sends nothing for the session timeout is removed, and every leader releases what it holds.
 - *The partition leaders' part* (``SharePartitionManager``, ``SharePartition``,
   ``ShareSessionCache``): ShareFetch and ShareAcknowledge. Per partition, each record is
