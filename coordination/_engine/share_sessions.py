@@ -26,8 +26,7 @@ A ShareFetch long-polls on a connection of its own per leader (the transport's
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
@@ -154,7 +153,6 @@ class ShareSessions:
         # Offsets of acquired ranges that held no record (transaction markers, compacted
         # away): acknowledged as GAP with the partition's next acknowledgements.
         self._gaps: dict[TopicIdPartition, dict[int, sg.AcknowledgeType]] = {}
-        self._pool: ThreadPoolExecutor | None = None
         self._failed = False  # a request of this round failed (see fetch)
 
     # ------------------------------------------------------------------ the consumer's calls
@@ -196,8 +194,26 @@ class ShareSessions:
         if not plan:
             self._membership.wait_changed(max_wait_ms / 1000)
             return outcome
+        # Kafka refuses a ShareFetch that opens a session and carries acknowledgements
+        # (INVALID_REQUEST, all of them lost): they follow it, in a ShareAcknowledge of the new
+        # session, and that fetch does not wait for records.
+        opening = {
+            leader
+            for leader in plan
+            if self._sessions.get(leader, _Session()).epoch == sg.OPEN_SESSION_EPOCH
+        }
+        held_back = {
+            tp: a
+            for tp, a in acks.items()
+            if tp not in stray and any(tp in plan[leader] for leader in opening)
+        }
         requests = {
-            leader: self._fetch_request(leader, wanted, acks, max_wait_ms)
+            leader: self._fetch_request(
+                leader,
+                wanted,
+                {tp: a for tp, a in acks.items() if tp not in held_back},
+                0 if any(tp in wanted for tp in held_back) else max_wait_ms,
+            )
             for leader, wanted in plan.items()
         }
         timeout_s = self._config.request_timeout_ms / 1000 + max_wait_ms / 1000
@@ -205,6 +221,8 @@ class ShareSessions:
         for leader, answer in self._send_all(requests, sg.ShareFetchResponse, timeout_s):
             request, wanted = requests[leader], plan[leader]
             self._on_fetched(leader, request, wanted, answer, outcome)
+        if held_back:
+            outcome.acknowledged.update(self.acknowledge(held_back))
         if self._failed and not outcome.records:
             # A failed fetch answers at once: wait before the next, as Kafka's clients do.
             self._membership.pause(self._config.retry_backoff_ms / 1000)
@@ -222,8 +240,6 @@ class ShareSessions:
             return self._acknowledge(self._with_gaps(dict(acks)), closing=True)
         finally:
             self._sessions.clear()
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
 
     # ------------------------------------------------------------------ requests
 
@@ -310,11 +326,26 @@ class ShareSessions:
                 return e
 
         leaders = list(requests)
-        if len(leaders) == 1:
-            return [(leaders[0], one(leaders[0]))]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(8, thread_name_prefix="coordination-share-fetch")
-        return list(zip(leaders, self._pool.map(one, leaders), strict=True))
+        answers: dict[CoordinatorNode, R | TransportError] = {}
+
+        def into_answers(leader: CoordinatorNode) -> Callable[[], None]:
+            def send() -> None:
+                answers[leader] = one(leader)
+
+            return send
+
+        # Threads from the member's clock, not a pool of its own: every wait must come from
+        # the clock (a simulated member's included). This thread sends to the first leader.
+        clock = self._membership.clock
+        others = [
+            clock.thread(into_answers(leader), "coordination-share-fetch") for leader in leaders[1:]
+        ]
+        for thread in others:
+            thread.start()
+        into_answers(leaders[0])()
+        for thread in others:
+            thread.join()
+        return [(leader, answers[leader]) for leader in leaders]
 
     # ------------------------------------------------------------------ answers
 

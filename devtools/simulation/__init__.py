@@ -17,6 +17,7 @@ from examples.shards_simulation import ShardsDriver
 from .consumers import AsyncConsumersDriver, BrokerAssignedConsumersDriver, ConsumersDriver
 from .election import AsyncElectionDriver, ElectionDriver
 from .pipeline import PipelineDriver
+from .queues import ShareConsumersDriver
 from .tasks import TasksDriver
 
 # The recipes the simulator runs, by name.
@@ -29,6 +30,7 @@ RECIPES: dict[str, DriverFactory] = {
     "consumer-async": AsyncConsumersDriver,
     "consumer-848": BrokerAssignedConsumersDriver,
     "pipeline": PipelineDriver,
+    "share": ShareConsumersDriver,
 }
 
 

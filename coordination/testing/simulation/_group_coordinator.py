@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from ..._protocol import consumer_group as cg
 from ..._protocol import messages as msg
@@ -104,6 +104,8 @@ class GroupCoordinatorModel:
         self._cleanup_at_ms: int | None = None
         self._classic = ClassicGroupsModel(log, self._timers, self.settings)
         self._consumer_groups = ConsumerGroupsModel(log.consumer_groups, log.topics, timers)
+        # The cluster's share groups (KIP-932), when a driver runs them (ShareGroupsModel).
+        self.share_groups: Any = None
 
     def group_config(self, group_id: str, key: str) -> str | None:
         """A group setting as DescribeConfigs of the group names it (only the KIP-848
@@ -138,6 +140,8 @@ class GroupCoordinatorModel:
         # without group management) are classic.
         self._classic.load([g for g in self.log.group_ids() if not self._consumer_groups.owns(g)])
         self._loaded_at_ms = self._timers.now_ms()
+        if self.share_groups is not None:
+            self.share_groups.coordinator_loaded()
         self._plan_cleanup()
 
     def unload(self) -> None:
@@ -147,6 +151,8 @@ class GroupCoordinatorModel:
         self._loaded = self._loading = False
         self._consumer_groups.unload()
         self._classic.unload()
+        if self.share_groups is not None:
+            self.share_groups.coordinator_unloaded()
 
     # -- admin and inspection -----------------------------------------------------------------
 
@@ -212,6 +218,8 @@ class GroupCoordinatorModel:
                 respond(cg.ConsumerGroupHeartbeatResponse(error_code=unavailable))
             else:
                 respond(self._consumer_groups.heartbeat(request))
+        elif self.share_groups is not None and self.share_groups.answers(request):
+            self.share_groups.handle(self.node_id, request, respond, self._unavailable())
         else:
             raise TypeError(f"the group coordinator model does not answer {type(request).__name__}")
         self._plan_cleanup()

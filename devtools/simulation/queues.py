@@ -1,0 +1,407 @@
+"""Share consumers (KIP-932) under simulation: ``recipes.queues.ShareConsumer`` members of one
+share group reading a topic whose records appear as simulated time goes on, against the
+simulator's model of Kafka's share groups (``_share_group_coordinator.py``).
+
+Each consumer acknowledges explicitly, record by record, by a rule drawn from the seed: most
+records are accepted, some released (delivered again), some rejected, some renewed (RENEW,
+then accepted at the next round), a few left to their lock. On top of the history's faults
+(members paused, killed, hung and replaced, cut off; answers lost; the coordinator moved;
+brokers stopped), the partitions' leaders move now and then, and fail over when their broker
+stops.
+
+Checked at every simulated instant, from what the model applied, not from what the consumers
+believe:
+
+- a record the consumer reported accepted (``on_acknowledged`` with no error) was accepted by
+  that member at the model, and is acknowledged there; more generally, every acknowledgement
+  the consumer reports as done was applied by the model, for that member, with that type (the
+  client never reports success for an acknowledgement the model refused);
+- no record accepted twice (by the model, or reported so by two consumers);
+- no record held (acquired, lock valid) by two members at once;
+- no delivery count above the limit, at the model or in a record handed to the application.
+
+After the faults, production stops and the consumers drain: within the bound, every record
+produced is acknowledged or archived at the model (none lost).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from coordination.testing.simulation import (
+    GROUP,
+    DriverBase,
+    HistorySettings,
+    Host,
+    Process,
+    Scheduler,
+    SimCluster,
+    SimTransport,
+    Trace,
+    Violation,
+)
+from coordination.testing.simulation._share_group_coordinator import (
+    RecordState,
+    ShareGroupsModel,
+    ShareSettings,
+)
+
+TOPIC = "jobs"
+TOPIC_ID = uuid.UUID(int=0x5EA4E)
+PARTITIONS = 3
+RECORDS_PER_S = 4.0  # per partition
+MAX_POLL_RECORDS = 10
+SETTINGS = ShareSettings()
+# How long after a leader's broker stops until another broker leads its partitions, at most.
+FAILOVER_TICK_S = 0.25
+# The chance, at each tick while the faults go on, that a partition's leadership moves.
+LEADER_MOVE_CHANCE = 0.04
+
+
+class SimShareTopic:
+    """Every partition gains a record each 1/RECORDS_PER_S simulated seconds until stopped."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.stopped: float | None = None
+
+    def end(self, partition: int, now: float) -> int:
+        if self.stopped is not None:
+            now = min(now, self.stopped)
+        return int((now - self.started) * RECORDS_PER_S + 1e-9)
+
+    def next_record_at(self, partition: int, now: float) -> float | None:
+        at = self.started + (self.end(partition, now) + 1) / RECORDS_PER_S
+        return None if self.stopped is not None and at > self.stopped else at
+
+
+class _Timers:
+    """The scheduler as the model's timers."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def now(self) -> float:
+        return self._scheduler.now
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> Any:
+        return self._scheduler.call_at(when, fn)
+
+
+class SimLeaders:
+    """The cluster's metadata as the consumer reads it (``Leaders``): the model's leaders,
+    at once; a consumer cut off from the brokers learns nothing."""
+
+    def __init__(self, model: ShareGroupsModel, cluster: SimCluster, transport: SimTransport):
+        self._model = model
+        self._cluster = cluster
+        self._transport = transport
+
+    def locate(self, topics: frozenset[str]) -> dict[uuid.UUID, Any]:
+        from coordination.share_group import TopicLocation
+        from coordination.transport import TransportError
+
+        if self._transport.isolated_until > self._cluster.scheduler.now:
+            raise TransportError("metadata request timed out (cut off from the brokers)")
+        leaders = {
+            p: None if node is None else self._cluster.brokers[node].node
+            for p, node in self._model.leader_of.items()
+        }
+        return {TOPIC_ID: TopicLocation(TOPIC, leaders)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Report:
+    """One acknowledgement outcome a consumer reported through ``on_acknowledged``."""
+
+    process: str
+    member_id: str
+    partition: int
+    offset: int
+    kind: Any  # the AcknowledgeType the application asked for
+    ok: bool
+
+
+def _code_name(code: int) -> str:
+    from coordination import ErrorCode
+
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def _rule(salt: str, partition: int, offset: int, delivery: int) -> str:
+    """What the application does with a delivery: fixed by the seed and the delivery."""
+    draw = random.Random(f"{salt}:{partition}:{offset}:{delivery}").random()
+    if draw < 0.10:
+        return "release"
+    if draw < 0.15:
+        return "reject"
+    if draw < 0.20:
+        return "renew"
+    if draw < 0.22:
+        return "leave"  # to its lock
+    return "accept"
+
+
+class ShareConsumersDriver(DriverBase):
+    name = "share"
+
+    def __init__(self, settings: HistorySettings) -> None:
+        super().__init__(settings)
+        self.model: ShareGroupsModel | None = None
+        self.cluster: SimCluster | None = None
+        self.topic: SimShareTopic | None = None
+        self.consumers: dict[str, tuple[Process, Any]] = {}  # by process name
+        # By process name: asked to close (the consumer is closed by its polling thread, as
+        # it is not thread-safe), and closed.
+        self._close_asked: dict[str, Any] = {}
+        self._closed: dict[str, Any] = {}
+        self.salt = ""
+        self.draining = False
+        self._rng: random.Random | None = None
+        self._trace: Trace | None = None
+        self._stopped_brokers: set[int] = set()
+        # What each process asked for each record it acknowledged and has not heard back of.
+        self._asked: dict[tuple[str, int, int], Any] = {}
+        self._closing: set[str] = set()
+        self._reports: list[_Report] = []
+        self._claimed: dict[tuple[str, int, int, Any], int] = {}
+        self._accepted_reports: set[tuple[int, int]] = set()
+        self._violation: str | None = None
+        # How each acknowledgement ended ("ACCEPT ok", "RELEASE INVALID_RECORD_STATE"...): what
+        # the histories reached.
+        self.outcomes: Counter[str] = Counter()
+
+    # ------------------------------------------------------------------ the cluster
+
+    def _install(self, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        cluster = transport.cluster
+        self.cluster = cluster
+        self.topic = SimShareTopic(clock.monotonic())
+        self._rng = clock.random()
+        self.salt = f"{self._rng.getrandbits(32):08x}"
+        self._trace = trace
+        self.model = ShareGroupsModel(
+            _Timers(clock),
+            topic_id=TOPIC_ID,
+            partitions=PARTITIONS,
+            end=self.topic.end,
+            next_record_at=self.topic.next_record_at,
+            brokers=cluster.brokers,
+            settings=SETTINGS,
+        )
+        for broker in cluster.brokers.values():
+            broker.model.share_groups = self.model
+        if cluster.coordinator is not None:
+            self.model.coordinator_loaded()
+        clock.call_later(FAILOVER_TICK_S, self._tick)
+
+    def _tick(self) -> None:
+        """Leadership: a stopped broker forgets what it led, its partitions fail over; while
+        the faults go on, a partition's leadership moves now and then."""
+        cluster, model, rng, trace = self.cluster, self.model, self._rng, self._trace
+        assert cluster is not None and model is not None and rng is not None and trace is not None
+        for node, broker in cluster.brokers.items():
+            if not broker.up and node not in self._stopped_brokers:
+                self._stopped_brokers.add(node)
+                model.broker_stopped(node)
+            elif broker.up:
+                self._stopped_brokers.discard(node)
+        live = [n for n, b in cluster.brokers.items() if b.up]
+        for p, leader in model.leader_of.items():
+            if live and (leader is None or leader in self._stopped_brokers):
+                new = rng.choice(live)
+                model.move_leader(p, new)
+                trace(f"partition {p}: leader {leader} -> {new} (failover)")
+        if not self.draining and rng.random() < LEADER_MOVE_CHANCE and len(live) > 1:
+            p = rng.randrange(PARTITIONS)
+            old = model.leader_of[p]
+            new = rng.choice([n for n in live if n != old])
+            model.move_leader(p, new)
+            trace(f"FAULT leader move: partition {p} {old} -> {new}")
+        cluster.scheduler.call_later(FAILOVER_TICK_S, self._tick)
+
+    # ------------------------------------------------------------------ members
+
+    def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        from coordination.errors import CoordinationError, CoordinatorStateError
+        from recipes.queues import AcknowledgeType, ShareConsumer
+
+        if self.model is None:
+            self._install(transport, clock, trace)
+        model, cluster = self.model, self.cluster
+        assert model is not None and cluster is not None
+        process = host.process
+        assert process is not None
+        me = process.name
+        consumer: Any = None
+
+        def on_acknowledged(
+            partition: tuple[str, int], offsets: tuple[int, ...], error: Any
+        ) -> None:
+            for offset in offsets:
+                kind = self._asked.pop((me, partition[1], offset), AcknowledgeType.RELEASE)
+                if me in self._closing and kind is AcknowledgeType.RENEW:
+                    kind = AcknowledgeType.RELEASE  # close releases what is still held
+                self._reports.append(
+                    _Report(me, consumer.member_id, partition[1], offset, kind, error is None)
+                )
+                outcome = "ok" if error is None else _code_name(error.code)
+                self.outcomes[f"{kind.name} {outcome}"] += 1
+
+        consumer = ShareConsumer(
+            GROUP,
+            topics=[TOPIC],
+            acknowledgement_mode="explicit",
+            max_poll_records=MAX_POLL_RECORDS,
+            on_acknowledged=on_acknowledged,
+            leaders=SimLeaders(model, cluster, transport),
+            transport=transport,
+            clock=clock,
+            **self.settings.member_settings(),
+        )
+        self.consumers[me] = (process, consumer)
+        close_asked = self._close_asked[me] = clock.event()
+        self._closed[me] = clock.event()
+        rng = clock.random()
+        idle = clock.event()
+        renewing: list[Any] = []
+        limit = SETTINGS.delivery_count_limit
+        while True:
+            if close_asked.is_set():
+                self._closing.add(me)
+                try:
+                    consumer.close(10.0)
+                finally:
+                    self._closed[me].set()
+                return
+            try:
+                records = consumer.poll(timeout_ms=500)  # sends the RENEWs first
+            except CoordinatorStateError:
+                return  # closed
+            except CoordinationError as e:
+                trace(f"{me}: poll failed: {type(e).__name__}: {e}")
+                clock.sleep(0.1, idle)
+                continue
+            for record in renewing:
+                self._ask(me, consumer, record, AcknowledgeType.ACCEPT)
+            renewing = []
+            handling = 0.0
+            for record in records:
+                if record.delivery_count > limit and self._violation is None:
+                    self._violation = (
+                        f"{me} was handed {record.partition}:{record.offset} at delivery "
+                        f"{record.delivery_count}, above the limit {limit}"
+                    )
+                handling += rng.uniform(0.005, 0.03)
+                rule = _rule(self.salt, record.partition, record.offset, record.delivery_count)
+                if rule == "accept":
+                    self._ask(me, consumer, record, AcknowledgeType.ACCEPT)
+                elif rule == "release":
+                    self._ask(me, consumer, record, AcknowledgeType.RELEASE)
+                elif rule == "reject":
+                    self._ask(me, consumer, record, AcknowledgeType.REJECT)
+                elif rule == "renew":
+                    self._ask(me, consumer, record, AcknowledgeType.RENEW)
+                    renewing.append(record)
+            if records:
+                handling += self.slow_seconds(host)
+                clock.sleep(handling, idle)
+            if rng.random() < 0.3:
+                try:
+                    consumer.commit()
+                except CoordinatorStateError:
+                    return
+                except CoordinationError as e:
+                    trace(f"{me}: commit failed: {type(e).__name__}: {e}")
+
+    def _ask(self, me: str, consumer: Any, record: Any, kind: Any) -> None:
+        from coordination.errors import CoordinatorStateError
+
+        try:
+            consumer.acknowledge(record, kind)
+        except CoordinatorStateError:
+            return  # no longer held (its acknowledgement failed meanwhile)
+        self._asked[(me, record.partition, record.offset)] = kind
+
+    def close(self, host: Host) -> None:
+        """Ask the member's polling thread to close its consumer, and wait for it."""
+        name = None if host.process is None else host.process.name
+        if name not in self._close_asked:
+            return
+        self._close_asked[name].set()
+        self._closed[name].wait(20.0)
+
+    # ------------------------------------------------------------------ invariants
+
+    def check(self, now: float) -> None:
+        if self._violation is not None:
+            raise Violation(self._violation)
+        model = self.model
+        if model is None:
+            return
+        if self._reports:
+            reports, self._reports = self._reports, []
+            for report in reports:
+                if report.ok:
+                    self._check_success(model, report)
+        for (p, offset), holders in model.holders().items():
+            if len(holders) > 1:
+                raise Violation(f"record {p}:{offset} held by {holders} at once")
+        for count in model.delivery_counts():
+            if count > SETTINGS.delivery_count_limit:
+                raise Violation(f"a record acquired at delivery {count}, above the limit")
+
+    def _check_success(self, model: ShareGroupsModel, report: _Report) -> None:
+        from recipes.queues import AcknowledgeType
+
+        where = f"{report.partition}:{report.offset}"
+        state = model.share_partitions[report.partition]
+        key = (report.member_id, report.partition, report.offset, report.kind)
+        done = [
+            kind
+            for member_id, kind in state.applied.get(report.offset, ())
+            if member_id == report.member_id and kind is report.kind
+        ]
+        claimed = self._claimed.get(key, 0)
+        if claimed >= len(done):
+            raise Violation(
+                f"{report.process} reported its {report.kind.name} of {where} done, but the "
+                f"model applied no such acknowledgement of that member (it refused it)"
+            )
+        self._claimed[key] = claimed + 1
+        if report.kind is not AcknowledgeType.ACCEPT:
+            return
+        accepts = [m for m, kind in state.applied[report.offset] if kind is AcknowledgeType.ACCEPT]
+        if len(accepts) > 1:
+            raise Violation(f"record {where} accepted twice at the model: {accepts}")
+        if (report.partition, report.offset) in self._accepted_reports:
+            raise Violation(f"record {where} reported accepted twice ({report.process} second)")
+        self._accepted_reports.add((report.partition, report.offset))
+        if state.state(report.offset)[0] is not RecordState.ACKNOWLEDGED:
+            raise Violation(
+                f"{report.process} reported {where} accepted, but the model has it "
+                f"{state.state(report.offset)[0].value}"
+            )
+
+    def settled(self, live: list[Host]) -> str | None:
+        model, topic = self.model, self.topic
+        if model is None or topic is None:
+            return "no consumer started"
+        now = model._clock.now()
+        if not self.draining:
+            self.draining = True
+            topic.stopped = now  # the producers stop: the consumers drain the topic
+        left = []
+        for p, state in model.share_partitions.items():
+            end = topic.end(p, now)
+            if state.start < end:
+                left.append(f"{p}: {end - state.start} from offset {state.start}")
+        return f"records neither acknowledged nor archived: {', '.join(left)}" if left else None
