@@ -2,7 +2,8 @@
 
 Run it with ``python -m devtools.campaign --faults 120`` (see ``--help`` and
 docs/campaign.md). The checker (:func:`check` over a :class:`History`) is pure and can be
-re-run on a finished run's directory with ``--check DIR``.
+re-run on a finished run's directory with ``--check DIR``. ``--workload share`` runs a
+share group (KIP-932) instead, judged by :func:`check_share`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from ._checker import Report as Report
 from ._checker import Violation as Violation
 from ._checker import check as check
 from ._load import load as load
+from ._load import load_share as load_share
+from ._share import ShareCampaign as ShareCampaign
+from ._share_checker import ShareHistory as ShareHistory
+from ._share_checker import ShareReport as ShareReport
+from ._share_checker import check_share as check_share
 
 __all__ = [
     "Campaign",
@@ -22,7 +28,12 @@ __all__ = [
     "History",
     "Report",
     "Settings",
+    "ShareCampaign",
+    "ShareHistory",
+    "ShareReport",
     "Violation",
     "check",
+    "check_share",
     "load",
+    "load_share",
 ]

@@ -2,6 +2,7 @@
 
     python -m devtools.campaign --faults 120 [--seed 7] [--duration 600]
     python -m devtools.campaign --quick          # what CI runs (~5 min)
+    python -m devtools.campaign --workload share --faults 120   # a share group (KIP-932)
     python -m devtools.campaign --check RUN_DIR  # re-run the checker only
 
 The last line printed is ``name=value`` figures; the exit status is 1 if the checker found
@@ -21,7 +22,9 @@ from pathlib import Path
 
 from ._campaign import Campaign, CampaignError, Settings
 from ._checker import Report, check
-from ._load import load
+from ._load import load, load_share, workload_of
+from ._share import ShareCampaign
+from ._share_checker import ShareReport, check_share
 
 QUICK = {"faults": 110, "spacing": 2.4}
 
@@ -33,14 +36,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="chooses the faults (default: random)")
     parser.add_argument("--spacing", type=float, default=2.5, help="seconds between faults")
     parser.add_argument("--quick", action="store_true", help="the CI campaign: 110 faults")
+    parser.add_argument(
+        "--workload",
+        choices=("groups", "share"),
+        default="groups",
+        help="groups: election, tasks, two consumer groups; share: a share group",
+    )
     parser.add_argument("--run-dir", type=Path, help="where events go (default: ./campaign-*)")
     parser.add_argument("--max-unowned", type=float, help="fail if work stayed unowned longer")
     parser.add_argument("--check", type=Path, metavar="RUN_DIR", help="only check this run")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     started = time.monotonic()
+    report: Report | ShareReport
     if args.check is not None:
-        report = check(load(args.check))
+        if workload_of(args.check) == "share":
+            report = check_share(load_share(args.check))
+        else:
+            report = check(load(args.check))
     else:
         faults, spacing = args.faults, args.spacing
         if args.quick:
@@ -55,16 +68,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             duration=args.duration,
             spacing=float(spacing),
             run_dir=args.run_dir,
+            workload=args.workload,
+            # The share workload waits for its records to settle instead.
+            settle_s=5.0 if args.workload == "share" else Settings.settle_s,
         )
+        kind = ShareCampaign if args.workload == "share" else Campaign
         try:
-            report = Campaign(settings).run()
+            report = kind(settings).run()
         except CampaignError as e:
             print(f"campaign failed: {e}", file=sys.stderr)
             return 2
     return print_report(report, time.monotonic() - started, args.max_unowned)
 
 
-def print_report(report: Report, elapsed: float, max_unowned: float | None) -> int:
+def print_report(report: Report | ShareReport, elapsed: float, max_unowned: float | None) -> int:
     print(report.summary())
     figures = {**report.figures(), "elapsed_s": round(elapsed, 1)}
     print(" ".join(f"{k}={v}" for k, v in figures.items()), flush=True)

@@ -30,6 +30,7 @@ from ._load import CLASSIC_CONSUMERS, CONSUMER_GROUPS, KIP848_CONSUMERS, load, r
 from ._members import Member, Members
 from ._proxy import Mode, ProxyFleet
 from ._record import Recorder, epoch_offset, now
+from ._share_checker import ShareReport
 
 ELECTION_TOPIC = "campaign-election"
 STREAM_TOPIC = "campaign-stream"
@@ -58,6 +59,11 @@ class Settings:
     tasks: int = 50
     partitions: int = 6
     rate: float = 40.0
+    # The share workload's (devtools.campaign._share).
+    workload: str = "groups"
+    share_consumers: int = 3
+    share_lock_ms: int = 2000
+    delivery_limit: int = 4
 
 
 # Relative weights of the fault kinds.
@@ -90,23 +96,24 @@ class Campaign:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.root = _repo_root()
         (self.run_dir / "meta.json").write_text(
-            json.dumps({"epoch_offset": epoch_offset(), "seed": settings.seed})
+            json.dumps(
+                {
+                    "epoch_offset": epoch_offset(),
+                    "seed": settings.seed,
+                    "workload": settings.workload,
+                }
+            )
         )
         self._log_file = open(self.run_dir / "campaign.jsonl", "a")  # noqa: SIM115
         self.log = Recorder(self._log_file)
-        self.cluster = ProxiedCluster(3, heap=settings.heap)
+        self.cluster = ProxiedCluster(3, heap=settings.heap, config=self.cluster_config())
         self.fleet = ProxyFleet(self.cluster.proxy_routes())
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(self.root), env.get("PYTHONPATH", "")) if p
         )
         self.members = Members(self.run_dir, self.log, env, self.root)
-        self.groups = {
-            "election": f"campaign-election-{settings.seed}",
-            "tasks": f"campaign-tasks-{settings.seed}",
-            CLASSIC_CONSUMERS: f"campaign-consumers-{settings.seed}",
-            KIP848_CONSUMERS: f"campaign-consumers848-{settings.seed}",
-        }
+        self.groups = self.group_ids()
         self._lock = threading.Lock()
         self._broker_busy = False
         self._threads: list[threading.Thread] = []
@@ -115,15 +122,37 @@ class Campaign:
         # Set on the way out: a fault thread still sleeping must not restart anything then.
         self._closing = threading.Event()
 
+    # -- what a workload changes ------------------------------------------------------------
+
+    def cluster_config(self) -> dict[str, str]:
+        """Broker settings on top of the cluster's own."""
+        return {}
+
+    def group_ids(self) -> dict[str, str]:
+        """The workload's groups (the directories its members record in) and their ids."""
+        settings = self.settings
+        return {
+            "election": f"campaign-election-{settings.seed}",
+            "tasks": f"campaign-tasks-{settings.seed}",
+            CLASSIC_CONSUMERS: f"campaign-consumers-{settings.seed}",
+            KIP848_CONSUMERS: f"campaign-consumers848-{settings.seed}",
+        }
+
+    def create_topics(self, bootstrap: str) -> None:
+        create_topic(bootstrap, ELECTION_TOPIC, 1)
+        create_topic(bootstrap, STREAM_TOPIC, self.settings.partitions)
+
+    def check(self) -> Report | ShareReport:
+        return check(load(self.run_dir))
+
     # -- the whole run ------------------------------------------------------------------
 
-    def run(self) -> Report:
+    def run(self) -> Report | ShareReport:
         try:
             self.fleet.start()
             self.cluster.start()
             bootstrap = self.cluster.client_bootstrap
-            create_topic(bootstrap, ELECTION_TOPIC, 1)
-            create_topic(bootstrap, STREAM_TOPIC, self.settings.partitions)
+            self.create_topics(bootstrap)
             self._add_members(bootstrap)
             for m in self.members.all:
                 self.members.spawn(m)
@@ -150,7 +179,7 @@ class Campaign:
             self.fleet.stop()
             self.cluster.stop()
             self._log_file.close()
-        return check(load(self.run_dir))
+        return self.check()
 
     # -- the workloads --------------------------------------------------------------------
 
@@ -249,6 +278,10 @@ class Campaign:
                         ),
                     )
                 )
+        self._add_producer(bootstrap)
+
+    def _add_producer(self, bootstrap: str) -> None:
+        s = self.settings
         self.members.add(
             Member(
                 "producer",
@@ -256,7 +289,7 @@ class Campaign:
                 "producer",
                 False,
                 _command(
-                    [python, "-m", "devtools.campaign._producer"],
+                    [sys.executable, "-m", "devtools.campaign._producer"],
                     bootstrap=bootstrap,
                     topic=STREAM_TOPIC,
                     partitions=str(s.partitions),
@@ -286,7 +319,7 @@ class Campaign:
         deadline = time.monotonic() + self.settings.ready_timeout_s
         missing = "everything"
         while time.monotonic() < deadline:
-            missing = _not_yet_working(load(self.run_dir), self.settings)
+            missing = self._not_yet_working()
             if not missing:
                 self.log("ready")
                 return
@@ -300,6 +333,9 @@ class Campaign:
             f"the workloads did not all work within {self.settings.ready_timeout_s} s: "
             f"{missing}; see {self.run_dir}"
         )
+
+    def _not_yet_working(self) -> str:
+        return _not_yet_working(load(self.run_dir), self.settings)
 
     def _wait_caught_up(self) -> None:
         deadline = time.monotonic() + self.settings.catch_up_s
@@ -394,7 +430,7 @@ class Campaign:
 
     def _pick_member(self) -> Member | None:
         candidates = []
-        for group in ("election", "tasks", *CONSUMER_GROUPS):
+        for group in self.groups:
             members = self.members.of(group)
             # Never more than two members of a group under a fault at once.
             if sum(m.busy for m in members) < 2:

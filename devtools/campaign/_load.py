@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._checker import Event, History
+from ._share_checker import ShareHistory
 
 CLASSIC_CONSUMERS: Final = "consumers"
 KIP848_CONSUMERS: Final = "consumers848"
 CONSUMER_GROUPS: Final = (CLASSIC_CONSUMERS, KIP848_CONSUMERS)
 """The consumer groups' names (and directories): the classic protocol's and KIP-848's."""
+SHARE_CONSUMERS: Final = "share"
+"""The share workload's group (and directory)."""
 
 
 def read_events(path: Path) -> Iterator[Event]:
@@ -83,3 +86,25 @@ def load(run_dir: Path) -> History:
             for e in read_events(final / "stream-log.jsonl")
         }
     return history
+
+
+def load_share(run_dir: Path) -> ShareHistory:
+    """A share workload's run (its consumers stamp the campaign's clock)."""
+    history = ShareHistory()
+    for e in read_events(run_dir / "campaign.jsonl"):
+        if e["event"] == "fault":
+            history.faults.append(e)
+        elif e["event"] == "share_config":
+            history.delivery_limit = int(e["delivery_limit"])
+        elif e["event"] == "share_state":
+            history.final_state = dict(e["partitions"])
+    for path in sorted((run_dir / SHARE_CONSUMERS).glob("*.jsonl")):
+        history.consumers[process_name(path)] = list(read_events(path))
+    for path in sorted((run_dir / "producer").glob("*.jsonl")):
+        history.produced += [e for e in read_events(path) if e["event"] == "acked"]
+    return history
+
+
+def workload_of(run_dir: Path) -> str:
+    """The workload a run directory holds (``groups`` for runs made before there were two)."""
+    return str(json.loads((run_dir / "meta.json").read_text()).get("workload", "groups"))

@@ -19,6 +19,10 @@ Recipes (``--recipe``):
   interoperability peers (``tests/interop/peers.py``), which Java and librdkafka peers share;
 * ``kazoo-election``: a kazoo ``Election`` contender (``--bootstrap`` is the ZooKeeper hosts,
   ``--group`` the election path), the baseline of ``benchmarks/election_failover.py``;
+* ``share``: a :class:`recipes.queues.ShareConsumer` of ``--topics`` (explicit
+  acknowledgement) accepting each record, but releasing at its first delivery every record
+  whose offset is 1 modulo ``--release-every`` and rejecting (poison) every record whose
+  offset is -1 modulo ``--reject-every`` (0: none), deterministic for a checker;
 * ``shares``: a pool of members (``RangeShares``), each given a contiguous share of
   ``--topic``'s ``--partitions``, started and stopped by commands that name the group
   (no ``--group``): ``benchmarks/join_latency.py`` keeps the processes across groups.
@@ -54,6 +58,12 @@ processes on one host. The events:
   {partitions: [[topic, partition, first, last, count]...]}``, ``committed {offsets}``,
   ``commit_failed {error}``;
 * kazoo-election: ``elected`` when it leads;
+* share: ``acquired {topic, partition, offset, delivery_count, value, polled_at}`` each
+  record a poll returned (``polled_at`` read before that poll, ``t`` after: the broker
+  acquired it in between), ``acknowledging {topic, partition, offset, delivery_count,
+  kind}`` read before each ``acknowledge()``, the broker's answers ``acknowledged {topic,
+  partition, acks: [[offset, kind]...]}`` (took effect) and ``ack_failed {..., error}``,
+  ``failed {error, detail}`` a poll or commit that raised;
 * shares: ``assigned {member, generation}`` (``t`` read in ``on_join_complete``), and the
   answers to its commands: ``started``, ``t0``, ``stopped`` (``_shares.run_shares``).
 

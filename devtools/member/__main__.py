@@ -13,6 +13,7 @@ from ._consumers import run_consumer, run_consumer_async
 from ._election import run_election, run_kazoo_election
 from ._io import CLOCKS, Output, Stopping
 from ._listing import run_listing
+from ._queues import run_share
 from ._shares import run_shares
 from ._tasks import run_tasks
 
@@ -24,6 +25,7 @@ _RUN: Final[dict[str, Callable[[argparse.Namespace, Output, Stopping], None]]] =
     "consumer-async": run_consumer_async,
     "kazoo-election": run_kazoo_election,
     "shares": run_shares,
+    "share": run_share,
 }
 
 
@@ -73,6 +75,9 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--poll-ms", type=int, default=100)
     c.add_argument("--max-poll-records", type=int, default=500)
+    q = p.add_argument_group("share (also --topics, --poll-ms, --max-poll-records)")
+    q.add_argument("--release-every", type=int, default=0, help="release offset %% N == 1 once")
+    q.add_argument("--reject-every", type=int, default=0, help="reject offset %% N == N-1")
     return p
 
 

@@ -1,0 +1,138 @@
+"""The share workload: a share group (KIP-932) under the campaign's faults.
+
+:class:`ShareCampaign` runs the campaign's cluster, producer and faults with one group
+only: ``--share-consumers`` share consumers (``devtools.member --recipe share``) of the
+stream, in a share group with a short acquisition lock and a low delivery limit, so that
+frozen and killed consumers' records are redelivered often and some reach the limit. Each
+consumer accepts every record but releases some at their first delivery and rejects a few
+as poison (by offset). After the faults, once every record is settled, the broker's view of
+the group (lag per partition) is recorded, and :func:`check_share` judges the lot.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from coordination import GroupInspector
+
+from ._campaign import STREAM_TOPIC, Campaign, _command, _member
+from ._cluster import create_topic
+from ._load import SHARE_CONSUMERS, load_share
+from ._members import Member
+from ._share_checker import ShareReport, check_share, deliveries, lost
+
+# One record in RELEASE_EVERY comes back once; one in REJECT_EVERY is poison.
+RELEASE_EVERY = 10
+REJECT_EVERY = 25
+
+
+class ShareCampaign(Campaign):
+    """The campaign with the share workload (``Settings.workload == "share"``)."""
+
+    def cluster_config(self) -> dict[str, str]:
+        return {
+            "group.share.delivery.count.limit": str(self.settings.delivery_limit),
+            # A killed consumer leaves the group after 6 s (45 s by default, its minimum too).
+            "group.share.min.session.timeout.ms": "1000",
+            "group.share.session.timeout.ms": str(self.settings.session_timeout_ms),
+        }
+
+    def group_ids(self) -> dict[str, str]:
+        return {SHARE_CONSUMERS: f"campaign-share-{self.settings.seed}"}
+
+    def create_topics(self, bootstrap: str) -> None:
+        from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+        create_topic(bootstrap, STREAM_TOPIC, self.settings.partitions)
+        group = self.groups[SHARE_CONSUMERS]
+        config = {
+            "share.auto.offset.reset": "earliest",
+            "share.record.lock.duration.ms": str(self.settings.share_lock_ms),
+        }
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        try:
+            admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, config)])
+        finally:
+            admin.close()
+        self.log("share_config", group=group, delivery_limit=self.settings.delivery_limit, **config)
+
+    def _add_members(self, bootstrap: str) -> None:
+        s = self.settings
+        for i in range(1, s.share_consumers + 1):
+            self.members.add(
+                Member(
+                    SHARE_CONSUMERS,
+                    f"share-{i}",
+                    "share",
+                    False,
+                    _command(
+                        _member(
+                            "share",
+                            f"--release-every={RELEASE_EVERY}",
+                            f"--reject-every={REJECT_EVERY}",
+                            # Small polls: a frozen consumer holds few records.
+                            "--max-poll-records=20",
+                        ),
+                        bootstrap=bootstrap,
+                        group=self.groups[SHARE_CONSUMERS],
+                        topics=STREAM_TOPIC,
+                    ),
+                )
+            )
+        self._add_producer(bootstrap)
+
+    def _not_yet_working(self) -> str:
+        history = load_share(self.run_dir)
+        idle = [
+            process
+            for process, events in history.consumers.items()
+            if not any(e["event"] == "acquired" for e in events)
+        ]
+        missing = [f"{', '.join(idle)} acquired nothing"] if idle else []
+        if len(history.consumers) < self.settings.share_consumers:
+            missing.append("not every share consumer recorded")
+        if not history.produced:
+            missing.append("nothing produced")
+        return "; ".join(missing)
+
+    def _wait_caught_up(self) -> None:
+        """Until every record is settled, then until the broker sees no lag: recorded."""
+        deadline = time.monotonic() + self.settings.catch_up_s
+        unsettled = -1
+        while time.monotonic() < deadline:
+            history = load_share(self.run_dir)
+            unsettled = len(lost(history, deliveries(history)))
+            if not unsettled:
+                self.log("caught_up")
+                break
+            time.sleep(2.0)
+        else:
+            self.log("not_caught_up", unsettled=unsettled)
+        self._record_broker_view(deadline=time.monotonic() + 30)
+
+    def _record_broker_view(self, deadline: float) -> None:
+        """The group's share-partitions as the broker tells them (``share_state``), asked
+        until none has lag (the state is written behind the acknowledgements) or the
+        deadline."""
+        state: dict[str, Any] = {}
+        with GroupInspector(bootstrap_servers=self.cluster.client_bootstrap) as inspector:
+            while True:
+                try:
+                    described = inspector.describe(self.groups[SHARE_CONSUMERS])
+                    state = described.summary.get("share_partitions", {})
+                except Exception as e:  # a broker restarting: ask again
+                    state = {"error": {"error": repr(e)[:300]}}
+                done = len(state) == self.settings.partitions and all(
+                    v.get("lag") == 0 for v in state.values()
+                )
+                if done or time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
+        self.log("share_state", partitions=state)
+
+    def _read_back(self) -> None:
+        """Nothing to read back: the broker's view was recorded while the consumers ran."""
+
+    def check(self) -> ShareReport:
+        return check_share(load_share(self.run_dir))

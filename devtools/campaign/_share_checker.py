@@ -1,0 +1,312 @@
+"""The share workload's checker: pure functions over what the share consumers recorded.
+
+A share group (KIP-932) promises that each record is handed to one consumer at a time,
+under an acquisition lock, until it is accepted, rejected, or archived once it reached the
+delivery limit. The checks (each returns the evidence of every violation it found):
+
+* :func:`acknowledged_twice`: a record whose acknowledgement the broker confirmed as
+  terminal (ACCEPT or REJECT) twice: accepted twice, or accepted and rejected;
+* :func:`held_twice`: two deliveries of a record held at once, both confirmed (the broker
+  took an acknowledgement from each: each held the lock until then);
+* :func:`delivered_after_done`: a record delivered again after a terminal acknowledgement
+  of it was confirmed;
+* :func:`over_limit`: a delivery count above the group's limit (or below 1);
+* :func:`counts_not_increasing`: two deliveries of a record with the same count, or a
+  higher count acquired surely before a lower one;
+* :func:`lost`: an acknowledged record neither accepted, rejected nor archived (delivered
+  the limit's number of times), nor with a terminal acknowledgement whose outcome is
+  unknown (a consumer killed, or no answer: it may have taken effect); and a partition the
+  broker still counts records to do in (lag) at the end.
+
+Times are the campaign's clock. A delivery is known only between the moment before its
+poll began (``polled_at``) and the moment after it returned (``t``): the broker acquired
+the record in between. A confirmed acknowledgement was taken while its delivery's lock was
+held, after it was asked (``acknowledging`` is read before ``acknowledge()``), so a
+confirmed delivery was surely held from ``t`` to its ``acknowledging``: the checks read
+times that way, never accusing what might not have happened.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._checker import Event, Violation
+
+Key = tuple[str, int, int]  # topic, partition, offset
+TERMINAL = frozenset({"ACCEPT", "REJECT"})
+# The ack failure whose outcome is unknown: it may have taken effect.
+UNCERTAIN = "AcknowledgementUncertainError"
+
+
+@dataclass
+class ShareHistory:
+    """What the share workload's processes recorded, keyed by process (``name#incarnation``).
+
+    ``final_state`` is the broker's view of the group's partitions at the end (the
+    ``share_partitions`` of :meth:`coordination.GroupInspector.describe`'s summary), None
+    if it was not read.
+    """
+
+    consumers: dict[str, list[Event]] = field(default_factory=dict)
+    produced: list[Event] = field(default_factory=list)
+    delivery_limit: int = 5
+    final_state: dict[str, dict[str, Any]] | None = None
+    faults: list[Event] = field(default_factory=list)
+
+
+@dataclass
+class Delivery:
+    """One delivery of a record to a process, and what became of its acknowledgement.
+
+    ``outcome``: ``"confirmed"`` (the broker took it), ``"failed"`` (it did not),
+    ``"unknown"`` (asked, never answered), ``""`` (not acknowledged).
+    """
+
+    process: str
+    key: Key
+    delivery_count: int
+    polled_at: float
+    t: float
+    kind: str = ""
+    asked_at: float = math.inf
+    outcome: str = ""
+    answered_at: float = math.inf
+
+    def where(self) -> str:
+        return (
+            f"{self.process} delivery {self.delivery_count} "
+            f"({self.polled_at:.3f}..{self.t:.3f}, {self.kind or 'no ack'} {self.outcome})"
+        )
+
+
+def deliveries(history: ShareHistory) -> dict[Key, list[Delivery]]:
+    """Every delivery of each record, in the order its process recorded them."""
+    out: dict[Key, list[Delivery]] = defaultdict(list)
+    for process, events in history.consumers.items():
+        latest: dict[Key, Delivery] = {}
+        for e in events:
+            kind = e.get("event")
+            if kind in ("acquired", "acknowledging"):
+                key = (str(e["topic"]), int(e["partition"]), int(e["offset"]))
+                if kind == "acquired":
+                    d = Delivery(
+                        process,
+                        key,
+                        int(e["delivery_count"]),
+                        float(e["polled_at"]),
+                        float(e["t"]),
+                    )
+                    latest[key] = d
+                    out[key].append(d)
+                elif key in latest:
+                    d = latest[key]
+                    d.kind, d.asked_at, d.outcome = str(e["kind"]), float(e["t"]), "unknown"
+            elif kind in ("acknowledged", "ack_failed"):
+                outcome = "confirmed" if kind == "acknowledged" else "failed"
+                if e.get("error") == UNCERTAIN:
+                    outcome = "unknown"
+                for offset, _ in e["acks"]:
+                    held = latest.get((str(e["topic"]), int(e["partition"]), int(offset)))
+                    if held is not None and held.outcome == "unknown":
+                        held.outcome, held.answered_at = outcome, float(e["t"])
+    return out
+
+
+def _describe(key: Key) -> str:
+    return f"{key[0]}-{key[1]}@{key[2]}"
+
+
+def acknowledged_twice(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
+    out = []
+    for key, ds in sorted(by_record.items()):
+        done = [d for d in ds if d.outcome == "confirmed" and d.kind in TERMINAL]
+        if len(done) > 1:
+            out.append(
+                Violation(
+                    "accepted_twice",
+                    f"{_describe(key)}: " + "; ".join(d.where() for d in done),
+                )
+            )
+    return out
+
+
+def held_twice(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
+    """Two confirmed deliveries of a record whose sure holds (``t`` to ``asked_at``) overlap."""
+    out = []
+    for key, ds in sorted(by_record.items()):
+        confirmed = [d for d in ds if d.outcome == "confirmed"]
+        for a, b in itertools.combinations(confirmed, 2):
+            if a.t < b.asked_at and b.t < a.asked_at:
+                out.append(
+                    Violation(
+                        "held_twice",
+                        f"{_describe(key)}: {a.where()} held until {a.asked_at:.3f} and "
+                        f"{b.where()} held until {b.asked_at:.3f}",
+                    )
+                )
+    return out
+
+
+def delivered_after_done(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
+    """Deliveries whose poll began after a terminal acknowledgement was confirmed."""
+    out = []
+    for key, ds in sorted(by_record.items()):
+        done = [d for d in ds if d.outcome == "confirmed" and d.kind in TERMINAL]
+        if not done:
+            continue
+        first = min(done, key=lambda d: d.answered_at)
+        out += [
+            Violation(
+                "delivered_after_done",
+                f"{_describe(key)}: {d.where()} after {first.where()} was confirmed at "
+                f"{first.answered_at:.3f}",
+            )
+            for d in ds
+            if d.polled_at > first.answered_at
+        ]
+    return out
+
+
+def over_limit(by_record: dict[Key, list[Delivery]], limit: int) -> list[Violation]:
+    return [
+        Violation("over_limit", f"{_describe(key)}: {d.where()} (limit {limit})")
+        for key, ds in sorted(by_record.items())
+        for d in ds
+        if not 1 <= d.delivery_count <= limit
+    ]
+
+
+def counts_not_increasing(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
+    """The same count twice, or a higher count whose poll ended before a lower one's began."""
+    out = []
+    for key, ds in sorted(by_record.items()):
+        for a, b in itertools.combinations(sorted(ds, key=lambda d: d.delivery_count), 2):
+            if a.delivery_count == b.delivery_count:
+                out.append(
+                    Violation(
+                        "count_repeated",
+                        f"{_describe(key)}: {a.where()} and {b.where()}",
+                    )
+                )
+            elif b.t < a.polled_at:
+                out.append(
+                    Violation(
+                        "count_decreased",
+                        f"{_describe(key)}: {b.where()} before {a.where()}",
+                    )
+                )
+    return out
+
+
+def lost(history: ShareHistory, by_record: dict[Key, list[Delivery]]) -> list[Violation]:
+    out = []
+    for e in history.produced:
+        key = (str(e["topic"]), int(e["partition"]), int(e["offset"]))
+        ds = by_record.get(key, [])
+        settled = any(
+            (d.kind in TERMINAL and d.outcome in ("confirmed", "unknown"))
+            or d.delivery_count >= history.delivery_limit
+            for d in ds
+        )
+        if not settled:
+            seen = "; ".join(d.where() for d in ds) or "never delivered"
+            out.append(
+                Violation(
+                    "lost",
+                    f"{_describe(key)} (value {e.get('value')!r}, acked {float(e['t']):.3f}) "
+                    f"was neither accepted, rejected nor archived: {seen}",
+                )
+            )
+    for partition, state in sorted((history.final_state or {}).items()):
+        if state.get("lag") != 0:
+            out.append(Violation("undone", f"{partition}: the broker's view at the end: {state}"))
+    return out
+
+
+@dataclass
+class ShareReport:
+    """The share checks' findings, with the figures :mod:`devtools.campaign` prints."""
+
+    faults: int
+    accepted_twice: list[Violation]
+    held_twice: list[Violation]
+    delivered_after_done: list[Violation]
+    over_limit: list[Violation]
+    counts_not_increasing: list[Violation]
+    lost: list[Violation]
+    counts_of_work: dict[str, int]
+
+    max_unowned_s: float = 0.0  # no liveness bound for a share group: every member shares
+
+    @property
+    def violations(self) -> list[Violation]:
+        return [*itertools.chain.from_iterable(found for _, found in self._checks())]
+
+    def _checks(self) -> list[tuple[str, list[Violation]]]:
+        return [
+            ("accepted_twice", self.accepted_twice),
+            ("held_twice", self.held_twice),
+            ("delivered_after_done", self.delivered_after_done),
+            ("over_limit", self.over_limit),
+            ("counts_not_increasing", self.counts_not_increasing),
+            ("lost", self.lost),
+        ]
+
+    def figures(self) -> dict[str, float | int]:
+        return {
+            "faults": self.faults,
+            **{
+                k: self.counts_of_work[k]
+                for k in ("produced", "deliveries", "accepted", "rejected", "archived")
+            },
+            **{name: len(found) for name, found in self._checks()},
+        }
+
+    def summary(self, examples: int = 5) -> str:
+        lines = ["work checked: " + ", ".join(f"{k}={v}" for k, v in self.counts_of_work.items())]
+        for name, found in self._checks():
+            lines.append(f"{name}: {len(found)}")
+            lines += [f"  {v.detail}" for v in found[:examples]]
+            if len(found) > examples:
+                lines.append(f"  ... and {len(found) - examples} more")
+        return "\n".join(lines)
+
+
+def check_share(history: ShareHistory) -> ShareReport:
+    by_record = deliveries(history)
+    all_deliveries = [d for ds in by_record.values() for d in ds]
+
+    def confirmed(kind: str) -> int:
+        return sum(1 for d in all_deliveries if d.outcome == "confirmed" and d.kind == kind)
+
+    work = {
+        "produced": len(history.produced),
+        "deliveries": len(all_deliveries),
+        "redeliveries": sum(1 for d in all_deliveries if d.delivery_count > 1),
+        "accepted": confirmed("ACCEPT"),
+        "rejected": confirmed("REJECT"),
+        "released": confirmed("RELEASE"),
+        "archived": sum(
+            1
+            for ds in by_record.values()
+            if any(d.delivery_count >= history.delivery_limit for d in ds)
+            and not any(d.kind in TERMINAL and d.outcome == "confirmed" for d in ds)
+        ),
+        "ack_failed": sum(1 for d in all_deliveries if d.outcome == "failed"),
+        "ack_unknown": sum(1 for d in all_deliveries if d.outcome == "unknown"),
+        "max_delivery_count": max((d.delivery_count for d in all_deliveries), default=0),
+    }
+    return ShareReport(
+        faults=len(history.faults),
+        accepted_twice=acknowledged_twice(by_record),
+        held_twice=held_twice(by_record),
+        delivered_after_done=delivered_after_done(by_record),
+        over_limit=over_limit(by_record, history.delivery_limit),
+        counts_not_increasing=counts_not_increasing(by_record),
+        lost=lost(history, by_record),
+        counts_of_work=work,
+    )

@@ -1,0 +1,113 @@
+"""The ``share`` recipe: a share group's consumer (explicit acknowledgement) that accepts
+every record but for two kinds chosen by offset, so that a checker knows what to expect:
+every ``--release-every``-th record is released at its first delivery (it comes back),
+every ``--reject-every``-th is rejected as poison (it never does)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from typing import TYPE_CHECKING
+
+from ._io import Output, Stopping, required
+
+if TYPE_CHECKING:
+    from recipes.queues import AcknowledgementError, AcknowledgeType, ShareRecord
+
+
+def chosen_ack(record: ShareRecord, release_every: int, reject_every: int) -> AcknowledgeType:
+    """What the member does with ``record``: REJECT a poison one, RELEASE one of those
+    released at their first delivery, ACCEPT any other (poison wins)."""
+    from recipes.queues import AcknowledgeType
+
+    if reject_every and record.offset % reject_every == reject_every - 1:
+        return AcknowledgeType.REJECT
+    if release_every and record.delivery_count == 1 and record.offset % release_every == 1:
+        return AcknowledgeType.RELEASE
+    return AcknowledgeType.ACCEPT
+
+
+def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> None:
+    from coordination import errors
+    from recipes.queues import ShareConsumer
+
+    topic = required(args, "topics")
+    rng = random.Random()
+    # What this process asked of each record it holds, until the broker answers: the
+    # outcome callback names offsets only.
+    asked: dict[tuple[str, int, int], str] = {}
+
+    def on_acknowledged(
+        partition: tuple[str, int], offsets: tuple[int, ...], error: AcknowledgementError | None
+    ) -> None:
+        kinds = [asked.pop((*partition, o), "?") for o in offsets]
+        if error is None:
+            emit(
+                "acknowledged",
+                topic=partition[0],
+                partition=partition[1],
+                acks=[[o, k] for o, k in zip(offsets, kinds, strict=True)],
+            )
+        else:
+            emit(
+                "ack_failed",
+                topic=partition[0],
+                partition=partition[1],
+                acks=[[o, k] for o, k in zip(offsets, kinds, strict=True)],
+                error=type(error).__name__,
+            )
+
+    consumer = ShareConsumer(
+        args.group,
+        topics=topic.split(","),
+        bootstrap_servers=args.bootstrap,
+        max_poll_records=args.max_poll_records,
+        on_acknowledged=on_acknowledged,
+        **({"retry_backoff_ms": args.retry_backoff_ms} if args.retry_backoff_ms else {}),
+        **({"client_id": args.client_id} if args.client_id else {}),
+    )
+    emit("started", topics=topic.split(","))
+    try:
+        while not stopping.is_set():
+            polled_at = emit.clock()
+            try:
+                records = consumer.poll(timeout_ms=args.poll_ms)
+            except errors.CoordinationError as e:
+                emit("failed", error=type(e).__name__, detail=str(e)[:300])
+                stopping.wait(0.5)
+                continue
+            for r in records:
+                # ``polled_at`` and ``t`` bound when the broker acquired it.
+                emit(
+                    "acquired",
+                    topic=r.topic,
+                    partition=r.partition,
+                    offset=r.offset,
+                    delivery_count=r.delivery_count,
+                    value=(r.value or b"").decode(errors="replace"),
+                    polled_at=polled_at,
+                )
+            for r in records:
+                kind = chosen_ack(r, args.release_every, args.reject_every)
+                asked[(r.topic, r.partition, r.offset)] = kind.name
+                # Read before acknowledge(): the broker takes it later, the record still held.
+                emit(
+                    "acknowledging",
+                    topic=r.topic,
+                    partition=r.partition,
+                    offset=r.offset,
+                    delivery_count=r.delivery_count,
+                    kind=kind.name,
+                )
+                consumer.acknowledge(r, kind)
+            # Half the time the next poll carries the acknowledgements, as it may.
+            if records and rng.random() < 0.5:
+                try:
+                    consumer.commit()
+                except errors.CoordinationError as e:
+                    emit("failed", error=type(e).__name__, detail=str(e)[:300])
+    finally:
+        try:
+            consumer.close(timeout=10)
+        finally:
+            emit("closed")
