@@ -1,12 +1,14 @@
 """The share workload: a share group (KIP-932) under the campaign's faults.
 
 :class:`ShareCampaign` runs the campaign's cluster, producer and faults with one group
-only: ``--share-consumers`` share consumers (``devtools.member --recipe share``) of the
-stream, in a share group with a short acquisition lock and a low delivery limit, so that
+only: ``Settings.share_consumers`` share consumers (``devtools.member --recipe share``) of
+the stream, in a share group with a short acquisition lock and a low delivery limit, so that
 frozen and killed consumers' records are redelivered often and some reach the limit. Each
-consumer accepts every record but releases some at their first delivery and rejects a few
-as poison (by offset). After the faults, once every record is settled, the broker's view of
-the group (lag per partition) is recorded, and :func:`check_share` judges the lot.
+consumer accepts every record but releases some at their first delivery, some at every one
+(they are archived at the limit), rejects a few as poison (by offset), and now and then
+acknowledges a batch only after its lock ran out. After the faults, once every record is
+settled, the broker's view of the group (lag per partition) is recorded, and
+:func:`check_share` judges the lot.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from ._load import SHARE_CONSUMERS, load_share
 from ._members import Member
 from ._share_checker import ShareReport, check_share, deliveries, lost
 
-# One record in RELEASE_EVERY comes back once; one in REJECT_EVERY is poison.
+# One record in RELEASE_EVERY comes back once; one in BOUNCE_EVERY until the delivery
+# limit; one in REJECT_EVERY is poison.
 RELEASE_EVERY = 10
+BOUNCE_EVERY = 40
 REJECT_EVERY = 25
 
 
@@ -71,6 +75,10 @@ class ShareCampaign(Campaign):
                             "share",
                             f"--release-every={RELEASE_EVERY}",
                             f"--reject-every={REJECT_EVERY}",
+                            f"--bounce-every={BOUNCE_EVERY}",
+                            # Now and then a slow handler: its locks run out.
+                            "--stall-chance=0.03",
+                            f"--stall-ms={s.share_lock_ms + 700}",
                             # Small polls: a frozen consumer holds few records.
                             "--max-poll-records=20",
                         ),

@@ -12,7 +12,10 @@ delivery limit. The checks (each returns the evidence of every violation it foun
   of it was confirmed;
 * :func:`over_limit`: a delivery count above the group's limit (or below 1);
 * :func:`counts_not_increasing`: two deliveries of a record with the same count, or a
-  higher count acquired surely before a lower one;
+  higher count acquired surely before a lower one, unless a broker was killed in between:
+  a share-partition's leader writes an acquisition's count to the share-group state only
+  later (with the acknowledgement or the lock's end), so a new leader may deliver a record
+  again with the count it had (counted, as ``counts_reset_by_failover``, not a violation);
 * :func:`lost`: an acknowledged record neither accepted, rejected nor archived (delivered
   the limit's number of times), nor with a terminal acknowledgement whose outcome is
   unknown (a consumer killed, or no answer: it may have taken effect); and a partition the
@@ -31,6 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,26 +184,45 @@ def over_limit(by_record: dict[Key, list[Delivery]], limit: int) -> list[Violati
     ]
 
 
-def counts_not_increasing(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
-    """The same count twice, or a higher count whose poll ended before a lower one's began."""
+# How long after a killed broker is back its partitions' leadership may still move.
+FAILOVER_GRACE_S = 10.0
+
+
+def failovers(history: ShareHistory) -> list[tuple[float, float]]:
+    """When share-partitions may have changed leader: each broker kill, from the kill to a
+    while after the broker served again."""
+    return [
+        (float(f["start"]), float(f["end"]) + FAILOVER_GRACE_S)
+        for f in history.faults
+        if f.get("kind") in ("broker_kill", "coordinator_kill")
+    ]
+
+
+def counts_not_increasing(
+    by_record: dict[Key, list[Delivery]], moved: Sequence[tuple[float, float]] = ()
+) -> tuple[list[Violation], int]:
+    """The same count twice, or a higher count whose poll ended before a lower one's began;
+    and how many such pairs a leader change (``moved``) between them excuses."""
     out = []
+    excused = 0
     for key, ds in sorted(by_record.items()):
         for a, b in itertools.combinations(sorted(ds, key=lambda d: d.delivery_count), 2):
             if a.delivery_count == b.delivery_count:
-                out.append(
-                    Violation(
-                        "count_repeated",
-                        f"{_describe(key)}: {a.where()} and {b.where()}",
-                    )
+                violation = Violation(
+                    "count_repeated", f"{_describe(key)}: {a.where()} and {b.where()}"
                 )
             elif b.t < a.polled_at:
-                out.append(
-                    Violation(
-                        "count_decreased",
-                        f"{_describe(key)}: {b.where()} before {a.where()}",
-                    )
+                violation = Violation(
+                    "count_decreased", f"{_describe(key)}: {b.where()} before {a.where()}"
                 )
-    return out
+            else:
+                continue
+            begin, end = min(a.polled_at, b.polled_at), max(a.t, b.t)
+            if any(start < end and begin < stop for start, stop in moved):
+                excused += 1
+            else:
+                out.append(violation)
+    return out, excused
 
 
 def lost(history: ShareHistory, by_record: dict[Key, list[Delivery]]) -> list[Violation]:
@@ -300,13 +323,15 @@ def check_share(history: ShareHistory) -> ShareReport:
         "ack_unknown": sum(1 for d in all_deliveries if d.outcome == "unknown"),
         "max_delivery_count": max((d.delivery_count for d in all_deliveries), default=0),
     }
+    not_increasing, reset_by_failover = counts_not_increasing(by_record, failovers(history))
+    work["counts_reset_by_failover"] = reset_by_failover
     return ShareReport(
         faults=len(history.faults),
         accepted_twice=acknowledged_twice(by_record),
         held_twice=held_twice(by_record),
         delivered_after_done=delivered_after_done(by_record),
         over_limit=over_limit(by_record, history.delivery_limit),
-        counts_not_increasing=counts_not_increasing(by_record),
+        counts_not_increasing=not_increasing,
         lost=lost(history, by_record),
         counts_of_work=work,
     )

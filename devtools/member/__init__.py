@@ -22,7 +22,10 @@ Recipes (``--recipe``):
 * ``share``: a :class:`recipes.queues.ShareConsumer` of ``--topics`` (explicit
   acknowledgement) accepting each record, but releasing at its first delivery every record
   whose offset is 1 modulo ``--release-every`` and rejecting (poison) every record whose
-  offset is -1 modulo ``--reject-every`` (0: none), deterministic for a checker;
+  offset is -1 modulo ``--reject-every`` (0: none), and releasing at every delivery every
+  record whose offset is 2 modulo ``--bounce-every`` (it ends archived at the delivery
+  limit): deterministic for a checker; with ``--stall-chance`` P, a batch is acknowledged
+  only ``--stall-ms`` after it came, with probability P (a slow handler);
 * ``shares``: a pool of members (``RangeShares``), each given a contiguous share of
   ``--topic``'s ``--partitions``, started and stopped by commands that name the group
   (no ``--group``): ``benchmarks/join_latency.py`` keeps the processes across groups.
@@ -63,7 +66,7 @@ processes on one host. The events:
   acquired it in between), ``acknowledging {topic, partition, offset, delivery_count,
   kind}`` read before each ``acknowledge()``, the broker's answers ``acknowledged {topic,
   partition, acks: [[offset, kind]...]}`` (took effect) and ``ack_failed {..., error}``,
-  ``failed {error, detail}`` a poll or commit that raised;
+  ``failed {error, detail}`` a poll or commit that raised, ``stalling {seconds}``;
 * shares: ``assigned {member, generation}`` (``t`` read in ``on_join_complete``), and the
   answers to its commands: ``started``, ``t0``, ``stopped`` (``_shares.run_shares``).
 

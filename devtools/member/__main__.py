@@ -78,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
     q = p.add_argument_group("share (also --topics, --poll-ms, --max-poll-records)")
     q.add_argument("--release-every", type=int, default=0, help="release offset %% N == 1 once")
     q.add_argument("--reject-every", type=int, default=0, help="reject offset %% N == N-1")
+    q.add_argument("--bounce-every", type=int, default=0, help="release offset %% N == 2 always")
+    q.add_argument("--stall-chance", type=float, default=0.0, help="stall before acknowledging")
+    q.add_argument("--stall-ms", type=int, default=0, help="how long a stall lasts")
     return p
 
 

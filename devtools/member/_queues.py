@@ -1,7 +1,10 @@
 """The ``share`` recipe: a share group's consumer (explicit acknowledgement) that accepts
-every record but for two kinds chosen by offset, so that a checker knows what to expect:
+every record but for three kinds chosen by offset, so that a checker knows what to expect:
 every ``--release-every``-th record is released at its first delivery (it comes back),
-every ``--reject-every``-th is rejected as poison (it never does)."""
+every ``--bounce-every``-th at every delivery (it reaches the delivery limit and is
+archived), every ``--reject-every``-th is rejected as poison (it never comes back). With
+``--stall-chance`` a batch is acknowledged only after ``--stall-ms`` (a slow handler: past
+the lock, its acknowledgements fail and its records come back)."""
 
 from __future__ import annotations
 
@@ -15,14 +18,17 @@ if TYPE_CHECKING:
     from recipes.queues import AcknowledgementError, AcknowledgeType, ShareRecord
 
 
-def chosen_ack(record: ShareRecord, release_every: int, reject_every: int) -> AcknowledgeType:
-    """What the member does with ``record``: REJECT a poison one, RELEASE one of those
-    released at their first delivery, ACCEPT any other (poison wins)."""
+def chosen_ack(record: ShareRecord, args: argparse.Namespace) -> AcknowledgeType:
+    """What the member does with ``record``: REJECT a poison one, RELEASE one released at
+    every delivery, or at its first, ACCEPT any other (in that order of precedence)."""
     from recipes.queues import AcknowledgeType
 
-    if reject_every and record.offset % reject_every == reject_every - 1:
+    if args.reject_every and record.offset % args.reject_every == args.reject_every - 1:
         return AcknowledgeType.REJECT
-    if release_every and record.delivery_count == 1 and record.offset % release_every == 1:
+    if args.bounce_every and record.offset % args.bounce_every == 2:
+        return AcknowledgeType.RELEASE
+    first = record.delivery_count == 1
+    if args.release_every and first and record.offset % args.release_every == 1:
         return AcknowledgeType.RELEASE
     return AcknowledgeType.ACCEPT
 
@@ -87,8 +93,11 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
                     value=(r.value or b"").decode(errors="replace"),
                     polled_at=polled_at,
                 )
+            if records and rng.random() < args.stall_chance:
+                emit("stalling", seconds=args.stall_ms / 1000)
+                stopping.wait(args.stall_ms / 1000)
             for r in records:
-                kind = chosen_ack(r, args.release_every, args.reject_every)
+                kind = chosen_ack(r, args)
                 asked[(r.topic, r.partition, r.offset)] = kind.name
                 # Read before acknowledge(): the broker takes it later, the record still held.
                 emit(

@@ -158,6 +158,17 @@ def test_a_delivery_count_seen_twice() -> None:
     assert kinds(check_share(h)) == ["count_repeated"]
 
 
+def test_a_count_seen_again_after_a_broker_was_killed_is_excused() -> None:
+    h = clean()
+    h.consumers["share-1#1"][-1] = acquired(1.5, 4, count=2)
+    h.faults = [{"event": "fault", "kind": "broker_kill", "start": 2.0, "end": 3.0}]
+    report = check_share(h)
+    assert report.violations == []
+    assert report.counts_of_work["counts_reset_by_failover"] == 1
+    h.faults[0]["kind"] = "network_cut"  # leaders stay
+    assert kinds(check_share(h)) == ["count_repeated"]
+
+
 def test_a_delivery_count_that_went_down() -> None:
     h = clean()
     # share-2's delivery 3 of offset 4 surely came before its delivery 2 (polls don't meet).
