@@ -262,7 +262,7 @@ class ShareConsumer:
         while True:
             remaining_ms = max(0, int((deadline - self._clock.monotonic()) * 1000))
             outcome = self._member.fetch(sent, remaining_ms)
-            self._settle(sent, outcome.acknowledged)
+            self._settle(sent, outcome.acknowledged, outcome.records)
             sent = {}
             if outcome.records or remaining_ms == 0:
                 records = [self._hold(r) for r in outcome.records]
@@ -432,25 +432,32 @@ class ShareConsumer:
         self,
         sent: dict[_Key, dict[int, AcknowledgeType]],
         codes: dict[_Key, int],
+        fetched: Iterable[AcquiredRecord] = (),
     ) -> dict[TopicPartition, AcknowledgementError | None]:
         """Apply the outcome of ``sent`` (a code per partition) to the records held, and
         report it. A partition refused with INVALID_RECORD_STATE for several records is
-        acknowledged again record by record, to tell which of them had run out."""
+        acknowledged again record by record, to tell which of them had run out, except
+        those the fetch that carried ``sent`` delivered again (``fetched``): their lock
+        had run out, and sent again the acknowledgement would apply to the new delivery."""
         results: dict[TopicPartition, AcknowledgementError | None] = {}
         for key, offsets in sent.items():
             # A partition the answer does not name: its outcome is unknown.
             code = codes.get(key, NO_ANSWER)
             outcome = {offset: code for offset in offsets}
             if code == ErrorCode.INVALID_RECORD_STATE and len(offsets) > 1 and not self._closed:
-                outcome = self._one_by_one(key, offsets)
+                again = {r.offset for r in fetched if (r.topic_id, r.partition) == key}
+                outcome = self._one_by_one(key, offsets, again)
             results[self._name(key)] = self._apply(key, offsets, outcome)
         return results
 
-    def _one_by_one(self, key: _Key, offsets: dict[int, AcknowledgeType]) -> dict[int, int]:
+    def _one_by_one(
+        self, key: _Key, offsets: dict[int, AcknowledgeType], again: set[int]
+    ) -> dict[int, int]:
         outcome: dict[int, int] = {}
         for offset, kind in sorted(offsets.items()):
             held = self._held.get((key[0], key[1], offset))
-            if held is not None and held.lock_until <= self._clock.monotonic():
+            expired = held is not None and held.lock_until <= self._clock.monotonic()
+            if offset in again or expired:
                 outcome[offset] = ErrorCode.INVALID_RECORD_STATE
                 continue
             answer = self._member.acknowledge({key: {offset: kind}})

@@ -495,6 +495,28 @@ def test_an_expired_lock_is_reported_for_the_right_records_only() -> None:
     c.close()
 
 
+def test_records_delivered_again_by_the_fetch_that_refused_their_acks_are_not_resent() -> None:
+    # Their locks ran out at the broker (the consumer was frozen before it got them, say):
+    # the ShareFetch carrying their ACCEPTs is refused and acquires them again for this
+    # consumer. Sent again one by one, the ACCEPTs would apply to the new delivery, and be
+    # reported as taking effect for the old one (the share campaign, seed 2).
+    broker = Broker(records=2)
+    heard: list[tuple[Any, ...]] = []
+    c = make(broker, on_acknowledged=lambda *outcome: heard.append(outcome))
+    first, second = poll_n(c, 2)
+    broker.expire(0, 0)
+    broker.expire(0, 1)
+    c.acknowledge(first)
+    c.acknowledge(second)
+    again = poll_n(c, 2)
+    assert [(r.offset, r.delivery_count) for r in again] == [(0, 2), (1, 2)]
+    ((partition, offsets, error),) = heard
+    assert (partition, offsets) == (("jobs", 0), (0, 1))
+    assert isinstance(error, AcquisitionLockExpiredError)
+    assert [broker.state[(0, o)][0] for o in (0, 1)] == ["acquired", "acquired"]
+    c.close()
+
+
 def test_a_record_past_its_lock_by_the_consumers_clock_is_not_sent() -> None:
     broker = Broker(records=1, lock_ms=30)
     c = make(broker)
