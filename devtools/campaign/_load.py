@@ -96,6 +96,7 @@ def load_share(run_dir: Path) -> ShareHistory:
             history.faults.append(e)
         elif e["event"] == "share_config":
             history.delivery_limit = int(e["delivery_limit"])
+            history.lock_s = int(e["share.record.lock.duration.ms"]) / 1000
         elif e["event"] == "share_state":
             history.final_state = dict(e["partitions"])
     for path in sorted((run_dir / SHARE_CONSUMERS).glob("*.jsonl")):

@@ -5,7 +5,12 @@ under an acquisition lock, until it is accepted, rejected, or archived once it r
 delivery limit. The checks (each returns the evidence of every violation it found):
 
 * :func:`acknowledged_twice`: a record whose acknowledgement the broker confirmed as
-  terminal (ACCEPT or REJECT) twice: accepted twice, or accepted and rejected;
+  terminal (ACCEPT or REJECT) twice: accepted twice, or accepted and rejected; unless the
+  later one came from a poll that lasted longer than the lock (``stale_acks_confirmed``,
+  counted, not a violation): its consumer may have been frozen, or its answer held up,
+  after the broker acquired the records, so their lock may have run out before it saw
+  them, and Kafka (4.3) answers success to an acknowledgement of records another member
+  settled once the share-partition's start offset passed them;
 * :func:`held_twice`: two deliveries of a record held at once, both confirmed (the broker
   took an acknowledgement from each: each held the lock until then);
 * :func:`delivered_after_done`: a record delivered again after a terminal acknowledgement
@@ -58,6 +63,7 @@ class ShareHistory:
     consumers: dict[str, list[Event]] = field(default_factory=dict)
     produced: list[Event] = field(default_factory=list)
     delivery_limit: int = 5
+    lock_s: float = math.inf
     final_state: dict[str, dict[str, Any]] | None = None
     faults: list[Event] = field(default_factory=list)
 
@@ -124,18 +130,29 @@ def _describe(key: Key) -> str:
     return f"{key[0]}-{key[1]}@{key[2]}"
 
 
-def acknowledged_twice(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
+def acknowledged_twice(
+    by_record: dict[Key, list[Delivery]], lock_s: float = math.inf
+) -> tuple[list[Violation], int]:
+    """Records with two confirmed terminal acknowledgements; and how many of the later ones
+    a poll longer than ``lock_s`` excuses (see the module's docstring)."""
     out = []
+    stale = 0
     for key, ds in sorted(by_record.items()):
-        done = [d for d in ds if d.outcome == "confirmed" and d.kind in TERMINAL]
-        if len(done) > 1:
+        done = sorted(
+            (d for d in ds if d.outcome == "confirmed" and d.kind in TERMINAL),
+            key=lambda d: d.answered_at,
+        )
+        later = done[1:]
+        unexcused = [d for d in later if d.t - d.polled_at <= lock_s]
+        stale += len(later) - len(unexcused)
+        if unexcused:
             out.append(
                 Violation(
                     "accepted_twice",
-                    f"{_describe(key)}: " + "; ".join(d.where() for d in done),
+                    f"{_describe(key)}: " + "; ".join(d.where() for d in [done[0], *unexcused]),
                 )
             )
-    return out
+    return out, stale
 
 
 def held_twice(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
@@ -325,9 +342,10 @@ def check_share(history: ShareHistory) -> ShareReport:
     }
     not_increasing, reset_by_failover = counts_not_increasing(by_record, failovers(history))
     work["counts_reset_by_failover"] = reset_by_failover
+    twice, work["stale_acks_confirmed"] = acknowledged_twice(by_record, history.lock_s)
     return ShareReport(
         faults=len(history.faults),
-        accepted_twice=acknowledged_twice(by_record),
+        accepted_twice=twice,
         held_twice=held_twice(by_record),
         delivered_after_done=delivered_after_done(by_record),
         over_limit=over_limit(by_record, history.delivery_limit),

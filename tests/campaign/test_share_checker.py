@@ -126,6 +126,28 @@ def test_a_record_accepted_twice() -> None:
     assert kinds(check_share(h)) == ["accepted_twice"]
 
 
+def test_a_stale_acknowledgement_confirmed_after_a_long_poll_is_counted_not_accused() -> None:
+    h = clean()
+    h.lock_s = 2.0
+    # share-3 got delivery 1 of offset 7 in a poll of 9 s (frozen): the broker may have
+    # acquired it 9 s before it saw it; share-2 accepted delivery 2 meanwhile.
+    h.produced += produced(7)
+    h.consumers["share-2#1"] += [
+        acquired(3.5, 7, count=2),
+        asking(3.55, 7, "ACCEPT", count=2),
+        answered(3.6, 7, "ACCEPT"),
+    ]
+    h.consumers["share-3#1"] += [
+        acquired(10.0, 7, polled_at=1.0),
+        asking(10.1, 7, "ACCEPT"),
+        answered(10.2, 7, "ACCEPT"),
+    ]
+    report = check_share(h)
+    assert report.violations == [] and report.counts_of_work["stale_acks_confirmed"] == 1
+    h.lock_s = 10.0  # a poll shorter than the lock excuses nothing
+    assert kinds(check_share(h)) == ["accepted_twice"]
+
+
 def test_a_record_held_by_two_consumers_at_once() -> None:
     h = clean()
     # share-3 got offset 1 by 1.05, while share-1 held it until it asked to release it at
@@ -204,7 +226,12 @@ def test_the_loader_reads_a_run_directory(tmp_path: Path) -> None:
     h = clean()
     (tmp_path / "meta.json").write_text(json.dumps({"epoch_offset": 0.0, "workload": "share"}))
     lines = [
-        {"event": "share_config", "t": 0.0, "delivery_limit": LIMIT},
+        {
+            "event": "share_config",
+            "t": 0.0,
+            "delivery_limit": LIMIT,
+            "share.record.lock.duration.ms": "2000",
+        },
         {"event": "fault", "t": 2.0, "kind": "member_kill", "start": 1.6, "end": 2.0},
         {"event": "share_state", "t": 30.0, "partitions": h.final_state},
     ]
@@ -220,8 +247,9 @@ def test_the_loader_reads_a_run_directory(tmp_path: Path) -> None:
     loaded = load_share(tmp_path)
     assert loaded.consumers == h.consumers
     assert loaded.produced == h.produced
-    assert (loaded.delivery_limit, loaded.final_state, len(loaded.faults)) == (
+    assert (loaded.delivery_limit, loaded.lock_s, loaded.final_state, len(loaded.faults)) == (
         LIMIT,
+        2.0,
         h.final_state,
         1,
     )
