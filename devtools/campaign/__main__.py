@@ -68,7 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             duration=args.duration,
             spacing=float(spacing),
             run_dir=args.run_dir,
-            workload=args.workload,
             # The share workload waits for its records to settle instead.
             settle_s=5.0 if args.workload == "share" else Settings.settle_s,
         )

@@ -60,7 +60,6 @@ class Settings:
     partitions: int = 6
     rate: float = 40.0
     # The share workload's (devtools.campaign._share).
-    workload: str = "groups"
     share_consumers: int = 3
     share_lock_ms: int = 2000
     delivery_limit: int = 4
@@ -89,6 +88,9 @@ def _repo_root() -> Path:
 
 
 class Campaign:
+    workload = "groups"
+    """What ``meta.json`` says the run holds: ``--check`` picks the checker by it."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.rng = random.Random(settings.seed)
@@ -100,7 +102,7 @@ class Campaign:
                 {
                     "epoch_offset": epoch_offset(),
                     "seed": settings.seed,
-                    "workload": settings.workload,
+                    "workload": self.workload,
                 }
             )
         )

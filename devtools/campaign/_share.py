@@ -32,7 +32,9 @@ REJECT_EVERY = 25
 
 
 class ShareCampaign(Campaign):
-    """The campaign with the share workload (``Settings.workload == "share"``)."""
+    """The campaign with the share workload."""
+
+    workload = "share"
 
     def cluster_config(self) -> dict[str, str]:
         return {

@@ -30,7 +30,6 @@ def test_a_short_share_campaign_finds_nothing(tmp_path: Path) -> None:
         faults=FAULTS,
         spacing=1.5,
         run_dir=tmp_path,
-        workload="share",
         # Shorter sessions make shorter long pauses (a session and 1-6 s).
         session_timeout_ms=3000,
         settle_s=3.0,
