@@ -94,6 +94,8 @@ def load_share(run_dir: Path) -> ShareHistory:
     for e in read_events(run_dir / "campaign.jsonl"):
         if e["event"] == "fault":
             history.faults.append(e)
+        elif e["event"] == "exit" and e.get("how") == "killed":
+            history.kills.append(float(e["t"]))
         elif e["event"] == "share_config":
             history.delivery_limit = int(e["delivery_limit"])
             history.lock_s = int(e["share.record.lock.duration.ms"]) / 1000

@@ -22,7 +22,7 @@ from ._campaign import STREAM_TOPIC, Campaign, _command, _member
 from ._cluster import create_topic
 from ._load import SHARE_CONSUMERS, load_share
 from ._members import Member
-from ._share_checker import ShareReport, check_share, deliveries, lost
+from ._share_checker import ShareReport, check_share, deliveries, lost, unseen_chances
 
 # One record in RELEASE_EVERY comes back once; one in BOUNCE_EVERY until the delivery
 # limit; one in REJECT_EVERY is poison.
@@ -112,7 +112,7 @@ class ShareCampaign(Campaign):
         unsettled = -1
         while time.monotonic() < deadline:
             history = load_share(self.run_dir)
-            unsettled = len(lost(history, deliveries(history)))
+            unsettled = len(lost(history, deliveries(history), unseen_chances(history)))
             if not unsettled:
                 self.log("caught_up")
                 break

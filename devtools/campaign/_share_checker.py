@@ -24,7 +24,11 @@ delivery limit. The checks (each returns the evidence of every violation it foun
 * :func:`lost`: an acknowledged record neither accepted, rejected nor archived (delivered
   the limit's number of times), nor with a terminal acknowledgement whose outcome is
   unknown (a consumer killed, or no answer: it may have taken effect); and a partition the
-  broker still counts records to do in (lag) at the end.
+  broker still counts records to do in (lag) at the end. Deliveries nobody reported count
+  towards the limit: a consumer killed while its last ShareFetch was answered, or an answer
+  cut off by a fault (a broker killed, a network cut or black hole), acquired records no
+  process lived to report; a record short of the limit by no more than such chances after
+  its last delivery on record may have been archived (``settled_unseen``, counted).
 
 Times are the campaign's clock. A delivery is known only between the moment before its
 poll began (``polled_at``) and the moment after it returned (``t``): the broker acquired
@@ -36,6 +40,7 @@ times that way, never accusing what might not have happened.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import defaultdict
@@ -66,6 +71,8 @@ class ShareHistory:
     lock_s: float = math.inf
     final_state: dict[str, dict[str, Any]] | None = None
     faults: list[Event] = field(default_factory=list)
+    kills: list[float] = field(default_factory=list)
+    """When a share consumer was killed (SIGKILL)."""
 
 
 @dataclass
@@ -242,7 +249,22 @@ def counts_not_increasing(
     return out, excused
 
 
-def lost(history: ShareHistory, by_record: dict[Key, list[Delivery]]) -> list[Violation]:
+# Faults that may cut off a ShareFetch's answer after the broker acquired its records.
+_ANSWER_CUTTING = frozenset({"broker_kill", "coordinator_kill", "network_cut", "network_blackhole"})
+
+
+def unseen_chances(history: ShareHistory) -> list[float]:
+    """When a delivery may have happened that no consumer reported: each consumer killed,
+    each fault that may cut off an answer (sorted)."""
+    cuts = [float(f["start"]) for f in history.faults if f.get("kind") in _ANSWER_CUTTING]
+    return sorted([*history.kills, *cuts])
+
+
+def lost(
+    history: ShareHistory, by_record: dict[Key, list[Delivery]], unseen: Sequence[float] = ()
+) -> list[Violation]:
+    """Records not settled by their deliveries on record (``unseen``: see
+    :func:`unseen_chances`), and partitions with lag at the end."""
     out = []
     for e in history.produced:
         key = (str(e["topic"]), int(e["partition"]), int(e["offset"]))
@@ -252,6 +274,8 @@ def lost(history: ShareHistory, by_record: dict[Key, list[Delivery]]) -> list[Vi
             or d.delivery_count >= history.delivery_limit
             for d in ds
         )
+        if not settled and _maybe_archived_unseen(history, ds, float(e["t"]), unseen):
+            continue
         if not settled:
             seen = "; ".join(d.where() for d in ds) or "never delivered"
             out.append(
@@ -265,6 +289,17 @@ def lost(history: ShareHistory, by_record: dict[Key, list[Delivery]]) -> list[Vi
         if state.get("lag") != 0:
             out.append(Violation("undone", f"{partition}: the broker's view at the end: {state}"))
     return out
+
+
+def _maybe_archived_unseen(
+    history: ShareHistory, ds: Sequence[Delivery], produced_at: float, unseen: Sequence[float]
+) -> bool:
+    """Whether unreported deliveries after the last one on record may have reached the
+    limit (one chance each)."""
+    last = max(ds, key=lambda d: d.delivery_count, default=None)
+    count, since = (last.delivery_count, last.polled_at) if last else (0, produced_at)
+    chances = len(unseen) - bisect.bisect_left(unseen, since)
+    return count + chances >= history.delivery_limit
 
 
 @dataclass
@@ -340,6 +375,8 @@ def check_share(history: ShareHistory) -> ShareReport:
         "ack_unknown": sum(1 for d in all_deliveries if d.outcome == "unknown"),
         "max_delivery_count": max((d.delivery_count for d in all_deliveries), default=0),
     }
+    unseen = unseen_chances(history)
+    work["settled_unseen"] = len(lost(history, by_record)) - len(lost(history, by_record, unseen))
     not_increasing, reset_by_failover = counts_not_increasing(by_record, failovers(history))
     work["counts_reset_by_failover"] = reset_by_failover
     twice, work["stale_acks_confirmed"] = acknowledged_twice(by_record, history.lock_s)
@@ -350,6 +387,6 @@ def check_share(history: ShareHistory) -> ShareReport:
         delivered_after_done=delivered_after_done(by_record),
         over_limit=over_limit(by_record, history.delivery_limit),
         counts_not_increasing=not_increasing,
-        lost=lost(history, by_record),
+        lost=lost(history, by_record, unseen),
         counts_of_work=work,
     )

@@ -208,6 +208,29 @@ def test_a_record_lost() -> None:
     assert "@6" in report.lost[0].detail and "@7" in report.lost[1].detail
 
 
+def test_deliveries_nobody_reported_may_reach_the_limit() -> None:
+    h = clean()
+    h.produced += produced(7)
+    # Released at delivery 1; delivery 2 (limit 3) held by share-3, killed at 22.0: its
+    # last ShareFetch may have acquired it again (delivery 3) with nobody left to say so.
+    h.consumers["share-3#1"] += [
+        acquired(21.5, 7, count=2),
+        asking(21.6, 7, "RELEASE", count=2),
+    ]
+    h.consumers["share-1#1"][-1:] = [
+        acquired(1.5, 4),
+        acquired(1.5, 7),
+        asking(1.6, 7, "RELEASE"),
+        answered(1.7, 7, "RELEASE"),
+    ]
+    assert kinds(check_share(h)) == ["lost"]
+    h.kills = [22.0]
+    report = check_share(h)
+    assert report.violations == [] and report.counts_of_work["settled_unseen"] == 1
+    h.kills = [21.0]  # before the delivery on record: no chance left after it
+    assert kinds(check_share(h)) == ["lost"]
+
+
 def test_an_uncertain_answer_may_have_taken_effect() -> None:
     h = clean()
     h.consumers["share-3#1"][-1] = answered(
