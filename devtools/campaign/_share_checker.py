@@ -274,17 +274,16 @@ def lost(
             or d.delivery_count >= history.delivery_limit
             for d in ds
         )
-        if not settled and _maybe_archived_unseen(history, ds, float(e["t"]), unseen):
+        if settled or _maybe_archived_unseen(history, ds, float(e["t"]), unseen):
             continue
-        if not settled:
-            seen = "; ".join(d.where() for d in ds) or "never delivered"
-            out.append(
-                Violation(
-                    "lost",
-                    f"{_describe(key)} (value {e.get('value')!r}, acked {float(e['t']):.3f}) "
-                    f"was neither accepted, rejected nor archived: {seen}",
-                )
+        seen = "; ".join(d.where() for d in ds) or "never delivered"
+        out.append(
+            Violation(
+                "lost",
+                f"{_describe(key)} (value {e.get('value')!r}, acked {float(e['t']):.3f}) "
+                f"was neither accepted, rejected nor archived: {seen}",
             )
+        )
     for partition, state in sorted((history.final_state or {}).items()):
         if state.get("lag") != 0:
             out.append(Violation("undone", f"{partition}: the broker's view at the end: {state}"))
