@@ -39,6 +39,8 @@ class ShareCampaign(Campaign):
     def cluster_config(self) -> dict[str, str]:
         return {
             "group.share.delivery.count.limit": str(self.settings.delivery_limit),
+            # The share-group state as durable as the stream (the harness has 1).
+            "share.coordinator.state.topic.min.isr": "2",
             # A killed consumer leaves the group after 6 s (45 s by default, its minimum too).
             "group.share.min.session.timeout.ms": "1000",
             "group.share.session.timeout.ms": str(self.settings.session_timeout_ms),
