@@ -6,10 +6,10 @@ delivery limit. The checks (each returns the evidence of every violation it foun
 
 * :func:`acknowledged_twice`: a record whose acknowledgement the broker confirmed as
   terminal (ACCEPT or REJECT) twice: accepted twice, or accepted and rejected; unless the
-  later one came from a poll that lasted longer than the lock (``stale_acks_confirmed``,
-  counted, not a violation): its consumer may have been frozen, or its answer held up,
-  after the broker acquired the records, so their lock may have run out before it saw
-  them, and Kafka (4.3) answers success to an acknowledgement of records another member
+  later one came from a poll, or waited for its answer, longer than the lock
+  (``stale_acks_confirmed``, counted, not a violation): its consumer may have been frozen,
+  or a request or answer held up, so the lock may have run out before the broker took the
+  acknowledgement, and Kafka (4.3) answers success to an acknowledgement of records another member
   settled once the share-partition's start offset passed them;
 * :func:`held_twice`: two deliveries of a record held at once, both confirmed (the broker
   took an acknowledgement from each: each held the lock until then);
@@ -141,7 +141,8 @@ def acknowledged_twice(
     by_record: dict[Key, list[Delivery]], lock_s: float = math.inf
 ) -> tuple[list[Violation], int]:
     """Records with two confirmed terminal acknowledgements; and how many of the later ones
-    a poll longer than ``lock_s`` excuses (see the module's docstring)."""
+    a poll, or a wait for the answer, longer than ``lock_s`` excuses (see the module's
+    docstring)."""
     out = []
     stale = 0
     for key, ds in sorted(by_record.items()):
@@ -150,7 +151,9 @@ def acknowledged_twice(
             key=lambda d: d.answered_at,
         )
         later = done[1:]
-        unexcused = [d for d in later if d.t - d.polled_at <= lock_s]
+        unexcused = [
+            d for d in later if d.t - d.polled_at <= lock_s and d.answered_at - d.asked_at <= lock_s
+        ]
         stale += len(later) - len(unexcused)
         if unexcused:
             out.append(

@@ -148,6 +148,28 @@ def test_a_stale_acknowledgement_confirmed_after_a_long_poll_is_counted_not_accu
     assert kinds(check_share(h)) == ["accepted_twice"]
 
 
+def test_a_stale_acknowledgement_confirmed_after_a_long_wait_is_counted_not_accused() -> None:
+    h = clean()
+    h.lock_s = 2.0
+    h.produced += produced(7)
+    h.consumers["share-2#1"] += [
+        acquired(3.5, 7, count=2),
+        asking(3.55, 7, "ACCEPT", count=2),
+        answered(3.6, 7, "ACCEPT"),
+    ]
+    # share-3 got delivery 1 in a short poll, but its ACCEPT's answer took 6 s (frozen with
+    # the request out): the broker may have taken it after the lock ran out.
+    h.consumers["share-3#1"] += [
+        acquired(3.0, 7, polled_at=2.9),
+        asking(3.1, 7, "ACCEPT"),
+        answered(9.1, 7, "ACCEPT"),
+    ]
+    report = check_share(h)
+    assert report.violations == [] and report.counts_of_work["stale_acks_confirmed"] == 1
+    h.consumers["share-3#1"][-1] = answered(4.1, 7, "ACCEPT")  # within the lock
+    assert kinds(check_share(h)) == ["accepted_twice"]
+
+
 def test_a_record_held_by_two_consumers_at_once() -> None:
     h = clean()
     # share-3 got offset 1 by 1.05, while share-1 held it until it asked to release it at
