@@ -57,8 +57,8 @@ def test_the_checker_finds_a_consumer_that_reports_refused_acknowledgements_as_d
 
     real_settle = ShareConsumer._settle
 
-    def lying(self: ShareConsumer, sent: dict[Any, Any], codes: dict[Any, int]) -> Any:
-        return real_settle(self, sent, {key: 0 for key in sent})
+    def lying(self: ShareConsumer, sent: dict[Any, Any], codes: dict[Any, int], *more: Any) -> Any:
+        return real_settle(self, sent, {key: 0 for key in sent}, *more)
 
     monkeypatch.setattr(ShareConsumer, "_settle", lying)
     summary = run_seeds("share", range(10), HistorySettings(faults=40), stop_at_first=True)
