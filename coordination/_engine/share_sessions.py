@@ -391,7 +391,7 @@ class ShareSessions:
         self, tp: TopicIdPartition, partition: sg.ShareFetchPartitionData, lock_timeout_ms: int
     ) -> list[AcquiredRecord]:
         try:
-            got = codec.acquired(partition)
+            got, through = codec.acquired_and_extent(partition)
         except ProtocolCodecError as e:
             # Unreadable: its records go back after their lock; say so, carry on.
             self._membership.note_problem(f"records of {tp} could not be decoded: {e}")
@@ -399,7 +399,11 @@ class ShareSessions:
         topic = self._names.get(tp[0], str(tp[0]))
         delivered = {record.offset for record, _ in got}
         for r in partition.acquired_records:
-            for offset in range(r.first_offset, r.last_offset + 1):
+            # An offset in a batch read whole that holds no record is a GAP (a transaction
+            # marker, compacted away); one past the batches read (a batch cut short) is not
+            # known to be empty: left unacknowledged, it comes back when its lock runs out
+            # rather than being archived unread.
+            for offset in range(r.first_offset, min(r.last_offset, through) + 1):
                 if offset not in delivered:
                     self._gaps.setdefault(tp, {})[offset] = sg.AcknowledgeType.GAP
         return [

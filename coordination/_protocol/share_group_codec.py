@@ -771,7 +771,21 @@ def decode_records(data: bytes, *, check_crcs: bool = False) -> tuple[sg.ShareRe
         ProtocolCodecError: a batch is malformed, fails its CRC, or is compressed with a
             codec this Python lacks.
     """
+    return decode_batches(data, check_crcs=check_crcs)[0]
+
+
+def decode_batches(
+    data: bytes, *, check_crcs: bool = False
+) -> tuple[tuple[sg.ShareRecord, ...], int]:
+    """As :func:`decode_records`, and the last offset the whole batches read cover (control
+    batches included; -1 if none): an offset past it was in no batch read whole, so it
+    cannot be told to hold no record.
+
+    Raises:
+        ProtocolCodecError: as :func:`decode_records`.
+    """
     records = []
+    through = -1
     try:
         batches = MemoryRecords(data)
         while batches.has_next():
@@ -780,7 +794,9 @@ def decode_records(data: bytes, *, check_crcs: bool = False) -> tuple[sg.ShareRe
                 raise ProtocolCodecError(
                     f"record batch at offset {batch.base_offset} fails its CRC"
                 )
+            last = getattr(batch, "last_offset", None)  # v2 batches; a v0/v1 one: its records
             if batch.is_control_batch:
+                through = max(through, last if last is not None else batch.base_offset)
                 continue
             for record in batch:
                 records.append(
@@ -795,13 +811,16 @@ def decode_records(data: bytes, *, check_crcs: bool = False) -> tuple[sg.ShareRe
                         timestamp=record.timestamp,
                     )
                 )
+                through = max(through, record.offset)
+            if last is not None:
+                through = max(through, last)
     except ProtocolCodecError:
         raise
     # kafka-python's reader checks few lengths, and its decompressors raise their own errors
     # (EOFError, zlib.error, OSError, ...): any failure on these bytes means they are malformed.
     except Exception as e:
         raise ProtocolCodecError(f"malformed record batch: {e!r}") from e
-    return tuple(records)
+    return tuple(records), through
 
 
 def acquired(partition: sg.ShareFetchPartitionData) -> tuple[tuple[sg.ShareRecord, int], ...]:
@@ -811,12 +830,28 @@ def acquired(partition: sg.ShareFetchPartitionData) -> tuple[tuple[sg.ShareRecor
     Raises:
         ProtocolCodecError: as :func:`decode_records`.
     """
+    return acquired_and_extent(partition)[0]
+
+
+def acquired_and_extent(
+    partition: sg.ShareFetchPartitionData,
+) -> tuple[tuple[tuple[sg.ShareRecord, int], ...], int]:
+    """As :func:`acquired`, and the last offset the whole batches read cover
+    (:func:`decode_batches`).
+
+    Raises:
+        ProtocolCodecError: as :func:`decode_records`.
+    """
     ranges = partition.acquired_records
-    return tuple(
-        (record, r.delivery_count)
-        for record in decode_records(partition.records)
-        for r in ranges
-        if r.first_offset <= record.offset <= r.last_offset
+    records, through = decode_batches(partition.records)
+    return (
+        tuple(
+            (record, r.delivery_count)
+            for record in records
+            for r in ranges
+            if r.first_offset <= record.offset <= r.last_offset
+        ),
+        through,
     )
 
 

@@ -652,3 +652,53 @@ def test_a_session_per_leader_each_with_its_own_epochs() -> None:
         "archived",
         "archived",
     ]
+
+
+def _batch_bytes(first_offset: int, count: int) -> bytes:
+    builder = MemoryRecordsBuilder(2, 0, 1 << 16, offset=first_offset)
+    for n in range(count):
+        builder.append(1_000 + n, b"k", b"v%d" % (first_offset + n), [])
+    builder.close()
+    return bytes(builder.buffer())
+
+
+def test_an_acquired_offset_with_no_record_is_a_gap_only_inside_the_batches_read_whole() -> None:
+    broker = Broker(records=0)
+    # Acquired 0..6: offsets 0-1 and 3 are records (2 was compacted away); the batch of 5-6
+    # is cut short at the end of the answer (max bytes), so 4-6 are not known to be empty.
+    cut = _batch_bytes(5, 2)
+    records = _batch_bytes(0, 2) + _batch_bytes(3, 1) + cut[: len(cut) - 7]
+    partition = sg.ShareFetchPartitionData(
+        0, records=records, acquired_records=(sg.AcquiredRecords(0, 6, 1),)
+    )
+    broker.then(
+        sg.ShareFetchResponse,
+        sg.ShareFetchResponse(
+            0,
+            acquisition_lock_timeout_ms=30_000,
+            responses=(sg.ShareFetchTopicResponse(TOPIC, (partition,)),),
+        ),
+    )
+    c = make(broker)
+    got = poll_n(c, 3)
+    assert [r.offset for r in got] == [0, 1, 3]
+    for r in got:
+        c.acknowledge(r, A.ACCEPT)
+    c.commit()
+    sent = [
+        b
+        for request in [*fetches(broker), *broker.requests(sg.ShareAcknowledgeRequest)]
+        for t in request.topics
+        for p in t.partitions
+        for b in p.acknowledgement_batches
+    ]
+    acked = {
+        offset: kinds[0] if len(kinds) == 1 else kinds[offset - first]
+        for first, last, kinds in (
+            (b.first_offset, b.last_offset, b.acknowledge_types) for b in sent
+        )
+        for offset in range(first, last + 1)
+    }
+    # 2 is a GAP; 4, 5 and 6 are left to come back when their lock runs out, not archived.
+    assert acked == {0: A.ACCEPT, 1: A.ACCEPT, 2: A.GAP, 3: A.ACCEPT}
+    c.close()

@@ -788,3 +788,10 @@ def test_the_scripted_transport_answers_them() -> None:
     request = ShareGroupHeartbeatRequest("g", "m", 0)
     got = transport.send(request, ShareGroupHeartbeatResponse, coordinator=None, timeout_s=1.0)
     assert got == answer and transport.requests(ShareGroupHeartbeatRequest) == [request]
+
+
+def test_the_batches_read_whole_cover_up_to_their_last_offset() -> None:
+    data = _batch(0, 0, 3) + _batch(3, 1, 2)
+    assert codec.decode_batches(data)[1] == 4
+    assert codec.decode_batches(data[:-5])[1] == 2  # the cut batch covers nothing
+    assert codec.decode_batches(b"") == ((), -1)
