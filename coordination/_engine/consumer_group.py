@@ -286,7 +286,10 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
         if self._session_lookup is not None and not self._adopt_broker_session(
             self._session_lookup
         ):
-            return self._retry_backoff.next_delay()  # no answer: not joining without it
+            # No answer: not joining without it. The wait is here, not the caller's, which
+            # skips it while a heartbeat is due at once (a closed connection fails at once).
+            self._sleep(self._retry_backoff.next_delay())
+            return 0.0
         now = self._clock.monotonic()
         with self._lock:
             self._check_running()

@@ -664,6 +664,18 @@ def test_round_trip(case: tuple[codec.Message, int]) -> None:
             codec.decode(type(message), data[:end], version)
 
 
+def test_a_fetch_answer_of_partitions_as_small_as_they_come_is_read() -> None:
+    # Two partitions with nothing in them: 22 bytes each, the least a partition takes (the
+    # decoder once asked for 24 before reading the list, found by the fuzzer above).
+    empty = ShareFetchPartitionData(0)
+    answer = ShareFetchResponse(
+        0,
+        responses=(ShareFetchTopicResponse(uuid.UUID(int=0), (empty, empty)),),
+        version=1,
+    )
+    assert codec.decode(ShareFetchResponse, codec.encode(answer, 1), 1) == answer
+
+
 # -- refused --------------------------------------------------------------------------------
 
 
