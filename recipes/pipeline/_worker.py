@@ -12,7 +12,6 @@ cases.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import socket
@@ -38,7 +37,7 @@ from recipes.partitioning import (
     TopicPartition,
 )
 
-from ._compactor import CompactorRole, DeltaCompactor
+from ._compactor import CompactorRole
 from ._definition import Pipeline
 from ._events import (
     BatchAbandoned,
@@ -465,19 +464,10 @@ class PipelineWorker:
         takes over a killed worker's partitions is ready to process them at once.
         The batches run the pipeline on records in memory, then on an empty
         range of an input partition read by Spark's Kafka source (loading its classes).
-        With a compacting :class:`~recipes.pipeline.DeltaSink` the batches go to scratch
-        Delta tables, and one compactor cycle runs on them: a cold first cycle (change
-        data feed, MERGE) took a minute on a busy 2-core machine.
         """
         assert self._spark is not None
-        sink = self.pipeline.sink
         with tempfile.TemporaryDirectory(prefix="pipeline-warm-up-") as scratch:
-            delta: DeltaSink | None = None
-            if isinstance(sink, DeltaSink) and sink.compacts:
-                delta = dataclasses.replace(
-                    sink, table=f"{scratch}/table", staging=scratch, partials_table=None
-                )
-            output = PipelineOutput(scratch) if delta is None else delta.output(self._spark)
+            output = PipelineOutput(scratch)
             for n in range(2):
                 records = [
                     (
@@ -503,9 +493,6 @@ class PipelineWorker:
                 stage_many(
                     self._spark, output, [empty], self.kafka_options, self.pipeline, owner="warm-up"
                 )
-            if delta is not None:
-                with contextlib.suppress(Exception):  # likewise: real cycles report errors
-                    DeltaCompactor(self._spark, delta).compact()
             output.close()  # its job run's lock file goes with the scratch directory
 
     def run(self, stop: Event) -> None:
