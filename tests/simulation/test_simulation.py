@@ -7,9 +7,11 @@ prints does, so that a failing seed replays exactly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -47,9 +49,25 @@ def start_cli(*args: str) -> subprocess.Popen[str]:
 
 
 def run_cli(*args: str) -> tuple[int, str]:
-    process = start_cli(*args)
-    out, _ = process.communicate(timeout=600)
+    with stopped_at_exit([start_cli(*args)]) as (process,):
+        out, _ = process.communicate(timeout=600)
     return process.returncode, out
+
+
+@contextlib.contextmanager
+def stopped_at_exit(
+    processes: list[subprocess.Popen[str]],
+) -> Iterator[list[subprocess.Popen[str]]]:
+    """``processes``, killed if still running when the block ends: a history that runs for
+    ever must not outlive its test (pytest's timeout ends the test, not its children) and
+    compete with the rest of the suite for the CPU."""
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 @pytest.mark.timeout(2400)
@@ -94,17 +112,18 @@ def test_every_recipe_keeps_its_guarantees_through_thousands_of_fault_histories(
     started = {name: start_cli(*args, "--faults", "100") for name, args in runs.items()}
     histories: dict[str, int] = {}
     problems = []
-    for name, process in started.items():
-        out, _ = process.communicate(timeout=2300)
-        print(f"--- {name}\n{out[-3_000:]}")
-        last = out.strip().splitlines()[-1] if out.strip() else ""
-        fields = dict(pair.split("=", 1) for pair in last.split() if "=" in pair)
-        if process.returncode != 0 or fields.get("violations") != "0":
-            problems.append(f"{name}: exit {process.returncode}\n{out[-20_000:]}")
-            continue
-        assert float(fields["faults_per_history"]) >= 100
-        recipe = fields["recipe"]
-        histories[recipe] = histories.get(recipe, 0) + int(fields["histories"])
+    with stopped_at_exit(list(started.values())):
+        for name, process in started.items():
+            out, _ = process.communicate(timeout=2300)
+            print(f"--- {name}\n{out[-3_000:]}")
+            last = out.strip().splitlines()[-1] if out.strip() else ""
+            fields = dict(pair.split("=", 1) for pair in last.split() if "=" in pair)
+            if process.returncode != 0 or fields.get("violations") != "0":
+                problems.append(f"{name}: exit {process.returncode}\n{out[-20_000:]}")
+                continue
+            assert float(fields["faults_per_history"]) >= 100
+            recipe = fields["recipe"]
+            histories[recipe] = histories.get(recipe, 0) + int(fields["histories"])
     assert not problems, "\n".join(problems)
     assert histories == {
         "engine": CI_HISTORIES,
