@@ -526,13 +526,15 @@ def start_java_share_peer(
     max_poll_records: int = 500,
     release_every: int = 0,
     stop_after: int = 0,
+    poll_ms: int = 100,
 ) -> PeerProcess:
     """Start a Java ``KafkaShareConsumer`` peer in the share group ``group_id`` (explicit
     acknowledgement); ``name`` is also its client.id.
 
     It accepts every record, but releases those at their first delivery whose offset is a
     multiple of ``release_every`` (if not 0); it stops polling after ``stop_after`` records
-    (if not 0). Its stderr goes to ``<log_dir>/<name>.stderr``.
+    (if not 0). Each ``poll`` waits up to ``poll_ms``. Its stderr goes to
+    ``<log_dir>/<name>.stderr``.
     """
     classpath = os.pathsep.join(map(str, compile_java_peer(JAVA_SHARE_SOURCE)))
     java = ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
@@ -555,6 +557,8 @@ def start_java_share_peer(
         str(release_every),
         "--stop-after",
         str(stop_after),
+        "--poll-ms",
+        str(poll_ms),
     ]
     return PeerProcess(name, "java", command, _log_dir(log_dir) / f"{name}.stderr")
 

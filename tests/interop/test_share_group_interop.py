@@ -180,9 +180,20 @@ def test_records_java_released_come_to_ours_with_delivery_count_2(
     written = produce(kafka, topic, 30, partitions=1)
     group = share_group(kafka)
     # Java alone: it releases a third of what its first poll returns and polls no more, so
-    # that what it released cannot come back to it.
+    # that what it released cannot come back to it. Its one poll waits for the records: a
+    # KafkaShareConsumer poll that ends before its fetch is answered asks for a fetch again,
+    # and when that request reaches its fetcher after the answer, one more ShareFetch goes
+    # out, waits at the broker and takes the records released meanwhile; held by a consumer
+    # that polls no more, they would come to ours only after their lock, delivered 3 times.
     java = start_java_share_peer(
-        kafka, group, [topic], name="java-share", log_dir=tmp_path, release_every=3, stop_after=1
+        kafka,
+        group,
+        [topic],
+        name="java-share",
+        log_dir=tmp_path,
+        release_every=3,
+        stop_after=1,
+        poll_ms=int(TIMEOUT_S * 1000),
     )
     peers.append(java)
     java.wait_for(lambda p: bool(p.of("idle")), TIMEOUT_S, "Java's first poll")
