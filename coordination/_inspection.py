@@ -37,6 +37,7 @@ from .errors import (
     broker_error,
 )
 from .transport import CoordinatorNode, TransportError
+from .transport import R as _R
 
 log = logging.getLogger("coordination.groups")
 _T = TypeVar("_T")
@@ -625,49 +626,23 @@ class _Admin:
     ) -> GroupDescription | None:
         """The KIP-848 group ``group_id`` (ConsumerGroupDescribe); None if there is none, or
         the broker has no such groups (older than Kafka 4.0)."""
-        try:
-            response = self.transport.send(
-                cg.ConsumerGroupDescribeRequest((group_id,)),
-                cg.ConsumerGroupDescribeResponse,
-                coordinator=node,
-                timeout_s=self.timeout_s,
-            )
-        except TransportError as e:
-            raise e.stop_error(f"group {group_id!r}: ConsumerGroupDescribe") from e
-        (group,) = response.groups or (None,)
-        if group is None or group.error_code in (
-            ErrorCode.GROUP_ID_NOT_FOUND,
-            ErrorCode.UNSUPPORTED_VERSION,
-        ):
-            return None
-        if group.error_code != ErrorCode.NONE:
-            error = broker_error(group.error_code, group_id=group_id, api="ConsumerGroupDescribe")
-            raise _NotReady(error) if group.error_code in _NOT_READY else error
-        return consumer_group_description(group)
+        api = "ConsumerGroupDescribe"
+        request = cg.ConsumerGroupDescribeRequest((group_id,))
+        answer = self._ask(api, request, cg.ConsumerGroupDescribeResponse, group_id, node)
+        group = _the_group(answer.groups, api, group_id, absent=_NO_SUCH_GROUP)
+        return None if group is None else consumer_group_description(group)
 
     def _describe_share_group(
         self, group_id: str, node: CoordinatorNode
     ) -> GroupDescription | None:
         """The share group ``group_id`` (ShareGroupDescribe); None if there is none, or the
         broker has no share groups (older than Kafka 4.1, or share.version not enabled)."""
-        try:
-            response = self.transport.send(
-                sg.ShareGroupDescribeRequest((group_id,)),
-                sg.ShareGroupDescribeResponse,
-                coordinator=node,
-                timeout_s=self.timeout_s,
-            )
-        except TransportError as e:
-            raise e.stop_error(f"group {group_id!r}: ShareGroupDescribe") from e
-        (group,) = response.groups or (None,)
-        if group is None or group.error_code in (
-            ErrorCode.GROUP_ID_NOT_FOUND,
-            ErrorCode.UNSUPPORTED_VERSION,
-        ):
+        api = "ShareGroupDescribe"
+        request = sg.ShareGroupDescribeRequest((group_id,))
+        answer = self._ask(api, request, sg.ShareGroupDescribeResponse, group_id, node)
+        group = _the_group(answer.groups, api, group_id, absent=_NO_SUCH_GROUP)
+        if group is None:
             return None
-        if group.error_code != ErrorCode.NONE:
-            error = broker_error(group.error_code, group_id=group_id, api="ShareGroupDescribe")
-            raise _NotReady(error) if group.error_code in _NOT_READY else error
         return share_group_description(group, self._share_partitions(group_id, node))
 
     def _share_partitions(
@@ -675,24 +650,51 @@ class _Admin:
     ) -> sg.DescribedShareGroupOffsets | None:
         """The share-partition state of the group (DescribeShareGroupOffsets v1); None where
         the broker does not offer it."""
+        api = "DescribeShareGroupOffsets"
+        request = sg.DescribeShareGroupOffsetsRequest((sg.ShareGroupOffsetsRequestGroup(group_id),))
+        answer = self._ask(api, request, sg.DescribeShareGroupOffsetsResponse, group_id, node)
+        return _the_group(answer.groups, api, group_id, absent=(ErrorCode.UNSUPPORTED_VERSION,))
+
+    def _ask(
+        self, api: str, request: Any, response_type: type[_R], group_id: str, node: CoordinatorNode
+    ) -> _R:
+        """The answer to ``request`` about ``group_id``; no answer is an error."""
         try:
-            response = self.transport.send(
-                sg.DescribeShareGroupOffsetsRequest((sg.ShareGroupOffsetsRequestGroup(group_id),)),
-                sg.DescribeShareGroupOffsetsResponse,
-                coordinator=node,
-                timeout_s=self.timeout_s,
+            return self.transport.send(
+                request, response_type, coordinator=node, timeout_s=self.timeout_s
             )
         except TransportError as e:
-            raise e.stop_error(f"group {group_id!r}: DescribeShareGroupOffsets") from e
-        (group,) = response.groups or (None,)
-        if group is None or group.error_code == ErrorCode.UNSUPPORTED_VERSION:
-            return None
-        if group.error_code != ErrorCode.NONE:
-            error = broker_error(
-                group.error_code, group_id=group_id, api="DescribeShareGroupOffsets"
-            )
-            raise _NotReady(error) if group.error_code in _NOT_READY else error
-        return group
+            raise e.stop_error(f"group {group_id!r}: {api}") from e
+
+
+class _AnsweredGroup(Protocol):
+    @property
+    def error_code(self) -> int: ...
+
+
+_G = TypeVar("_G", bound=_AnsweredGroup)
+
+# The describe APIs' answer for a group of another type, or from a broker without them.
+_NO_SUCH_GROUP = (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION)
+
+
+def _the_group(
+    groups: Sequence[_G], api: str, group_id: str, *, absent: tuple[int, ...]
+) -> _G | None:
+    """The one group of an answer about ``group_id`` alone; None if there is none or its
+    error code is one of ``absent``.
+
+    Raises:
+        _NotReady: an error that passes (the caller asks again).
+        CoordinationError: any other error the broker answered with.
+    """
+    (group,) = groups or (None,)
+    if group is None or group.error_code in absent:
+        return None
+    if group.error_code != ErrorCode.NONE:
+        error = broker_error(group.error_code, group_id=group_id, api=api)
+        raise _NotReady(error) if group.error_code in _NOT_READY else error
+    return group
 
 
 def _partitions(assigned: Sequence[cg.DescribedTopicPartitions]) -> list[list[Any]]:
