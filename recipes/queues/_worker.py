@@ -52,8 +52,8 @@ _RENEW_WHEN_LEFT: Final = 0.5
 # The longest the poll thread waits before looking at finished handlers and locks again.
 _POLL_MS: Final = 250
 _ERROR_MESSAGE_BYTES: Final = 1000
-# The group's delivery limit is read before the first records go to the handlers, while
-# they are held: an answer must come well within their lock (30 s by default).
+# The group's delivery limit may be read while records are held (those of the poll that
+# joined): an answer must come well within their lock (30 s by default).
 _LIMIT_LOOKUP_S: Final = 5.0
 # A lookup that got no answer is tried again with the records of a poll this much later.
 _LIMIT_RETRY_S: Final = 60.0
@@ -455,6 +455,9 @@ class ShareWorker:
         self._renew(now)
         wait_s = self._next_due(now)
         if len(self._held) < self._capacity:
+            if not self._held and self._consumer.member.member_epoch > 0:
+                # Joined, nothing held: read the limit now, before records wait on it.
+                self._learn_delivery_limit()
             records = self._consumer.poll(timeout_ms=int(wait_s * 1000))
             self._unsent = False
             self._dispatch(records)
@@ -466,7 +469,7 @@ class ShareWorker:
 
     def _dispatch(self, records: list[ShareRecord]) -> None:
         if records:
-            # Records came: the member has joined, and the coordinator can be asked.
+            # Before the handlers see them (the first poll may bring records with the join).
             self._learn_delivery_limit()
         now = self._clock.monotonic()
         entries = []

@@ -91,6 +91,10 @@ class FakeBroker:
             time.sleep(0.01)
 
 
+class FakeMember:
+    member_epoch = 0
+
+
 class FakeConsumer:
     """ShareConsumer's face, as the worker uses it, over a FakeBroker."""
 
@@ -112,6 +116,7 @@ class FakeConsumer:
         assert acquire_mode == "record_limit"
         self.group_id = group_id
         self.member_id = "member-1"
+        self.member = FakeMember()  # joined at the first poll
         self.max_poll_records = max_poll_records
         self.on_acknowledged = on_acknowledged
         self.broker = broker
@@ -130,6 +135,7 @@ class FakeConsumer:
     def poll(self, timeout_ms: int) -> list[ShareRecord]:
         self._same_thread()
         assert not self.closed
+        self.member.member_epoch = 1
         if self.broker.fail_poll is not None:
             raise self.broker.fail_poll
         self._send()
@@ -440,6 +446,17 @@ def test_the_brokers_lower_delivery_limit_makes_a_failure_final_at_its_last_deli
     assert broker.limit_lookups == 1
     wins = [r for r in caplog.records if "which wins" in r.getMessage()]
     assert len(wins) == 1 and "share.delivery.count.limit=2" in wins[0].getMessage()
+
+
+def test_the_limit_is_read_once_joined_before_any_record_comes(
+    workers: list[ShareWorker],
+) -> None:
+    broker = FakeBroker(delivery_limit=3)
+    w = make(workers, broker, lambda record: None, max_deliveries=4)
+    w.start()
+    broker.wait_for(lambda: w.final_delivery == 3)
+    w.close()
+    assert broker.limit_lookups == 1 and broker.events == []
 
 
 def test_max_deliveries_below_the_brokers_limit_stands(
