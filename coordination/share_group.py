@@ -60,7 +60,7 @@ from ._types import MemberState
 from .clock import Clock
 from .errors import ConfigurationError, CoordinatorStateError
 from .parts import check_int, check_part
-from .transport import CoordinatorNode, Transport
+from .transport import CoordinatorNode, Transport, TransportError
 
 __all__ = [
     "NO_ANSWER",
@@ -78,6 +78,9 @@ __all__ = [
 
 AcquireMode = Literal["batch_optimized", "record_limit"]
 """How a fetch bounds what it acquires (Kafka's ``share.acquire.mode``)."""
+# The group config of the delivery limit (its broker-wide default:
+# group.share.delivery.count.limit).
+_DELIVERY_COUNT_LIMIT_KEY = "share.delivery.count.limit"
 _ACQUIRE_MODES: dict[str, ShareAcquireMode] = {
     "batch_optimized": ShareAcquireMode.BATCH_OPTIMIZED,
     "record_limit": ShareAcquireMode.RECORD_LIMIT,
@@ -232,6 +235,41 @@ class ShareGroupMember:
 
     def metrics(self) -> MemberMetrics:
         return self._membership.metrics()
+
+    def delivery_count_limit(self, timeout: float | None = None) -> int | None:
+        """The group's delivery count limit as the broker has it: the group's own
+        ``share.delivery.count.limit`` (set with IncrementalAlterConfigs on the group), or
+        else the broker's ``group.share.delivery.count.limit`` (5 by default). A record
+        released (or whose lock runs out) at this delivery is archived by the broker, never
+        delivered again. Asked of the group's coordinator (DescribeConfigs on the group), so
+        call it once the member has joined (:meth:`wait_assigned`).
+
+        Args:
+            timeout: seconds to wait for the answer (default: ``request_timeout_ms``).
+
+        Returns:
+            The limit; None when the broker does not name the setting, or the transport
+            cannot ask (a transport of your own without ``group_config``).
+
+        Raises:
+            TransportError: no answer, or the coordinator is not known yet: ask again later.
+            BrokerError: the broker refused, e.g. GroupAuthorizationError without
+                DESCRIBE_CONFIGS on the group.
+            CoordinatorStateError: the member is closed.
+        """
+        self._raise_if_stopped()
+        group_config = getattr(self._transport, "group_config", None)
+        if not callable(group_config):
+            return None
+        node = self._membership.coordinator
+        if node is None:
+            raise TransportError(
+                f"share group {self.group_id!r}: the coordinator is not known yet (not joined)"
+            )
+        if timeout is None:
+            timeout = self._config.request_timeout_ms / 1000
+        value = group_config(self.group_id, _DELIVERY_COUNT_LIMIT_KEY, node, timeout)
+        return int(value) if isinstance(value, str) and value.isdigit() else None
 
     def close(
         self, acknowledgements: Acknowledgements | None = None, timeout: float = 30.0

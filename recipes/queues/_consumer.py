@@ -218,6 +218,23 @@ class ShareConsumer:
         """The partitions this consumer may fetch from now."""
         return self._member.assignment()
 
+    def delivery_count_limit(self, timeout: float | None = None) -> int | None:
+        """The group's delivery count limit at the broker (``share.delivery.count.limit``,
+        else ``group.share.delivery.count.limit``): a record released (or whose lock runs
+        out) at this delivery is archived, never delivered again. Call it once joined (after
+        :meth:`start`, or a poll that returned records); see
+        :meth:`coordination.share_group.ShareGroupMember.delivery_count_limit`.
+
+        Returns:
+            The limit, or None when the broker does not name the setting.
+
+        Raises:
+            TransportError: no answer, or not joined yet: ask again later.
+            BrokerError: the broker refused (e.g. no DESCRIBE_CONFIGS on the group).
+        """
+        self._check_open()
+        return self._member.delivery_count_limit(timeout)
+
     def metrics(self) -> ShareMetrics:
         """A copy of the consumer's counts."""
         m = self._metrics

@@ -16,8 +16,9 @@ from typing import Any, Final
 from typing_extensions import Self
 
 from coordination.clock import SYSTEM_CLOCK, Clock, Thread
-from coordination.errors import ConfigurationError, CoordinatorStateError
+from coordination.errors import ConfigurationError, CoordinationError, CoordinatorStateError
 from coordination.share_group import AcknowledgeType
+from coordination.transport import TransportError
 
 from ._consumer import ShareConsumer, ShareRecord, TopicPartition
 from ._errors import AcknowledgementError
@@ -51,6 +52,11 @@ _RENEW_WHEN_LEFT: Final = 0.5
 # The longest the poll thread waits before looking at finished handlers and locks again.
 _POLL_MS: Final = 250
 _ERROR_MESSAGE_BYTES: Final = 1000
+# The group's delivery limit may be read while records are held (those of the poll that
+# joined): an answer must come well within their lock (30 s by default).
+_LIMIT_LOOKUP_S: Final = 5.0
+# A lookup that got no answer is tried again with the records of a poll this much later.
+_LIMIT_RETRY_S: Final = 60.0
 
 
 @dataclass(slots=True)
@@ -133,12 +139,27 @@ class ShareWorker:
 
     Outcomes:
         The handler returns: ACCEPT. It raises a retryable exception (``retry_on``; by
-        default every ``Exception``) and the record's ``delivery_count`` is below
-        ``max_deliveries``: the record is held for its backoff (its lock renewed), then
-        RELEASEd so that the broker delivers it again, to any member. Otherwise (a
-        non-retryable exception, or the last delivery) it is poison: REJECT, after its copy
-        to ``dead_letter_topic`` (if set) is confirmed; a copy that fails makes it a
-        RELEASE instead, never a silent drop.
+        default every ``Exception``) and the record's ``delivery_count`` is below the last
+        delivery (``max_deliveries``, or the group's limit at the broker if that is lower,
+        see below): the record is held for its backoff (its lock renewed), then RELEASEd so
+        that the broker delivers it again, to any member. Otherwise (a non-retryable
+        exception, or the last delivery) it is poison: REJECT, after its copy to
+        ``dead_letter_topic`` (if set) is confirmed; a copy that fails makes it a RELEASE
+        instead, never a silent drop by the worker.
+
+    The broker's delivery limit:
+        The broker archives a record released (or whose lock runs out) at the group's
+        ``share.delivery.count.limit``-th delivery (the broker's
+        ``group.share.delivery.count.limit`` unless the group has its own; 5 by default),
+        without any copy. So the worker reads that limit from the broker (DescribeConfigs
+        on the group) once it has joined, before its first records go to the handlers, and
+        a failure is final at delivery ``min(max_deliveries, limit)``: a poison record is
+        dead-lettered at the broker's last delivery at the latest. Where the limit cannot
+        be read (no DESCRIBE_CONFIGS permission on the group, no answer), a warning names
+        it and ``max_deliveries`` stands: keep it below the broker's limit then. Either
+        way, a record whose dead-letter copy fails at the broker's last delivery is
+        released and so archived by the broker: a ``max_deliveries`` below the limit
+        leaves that copy a delivery more to succeed.
 
     Concurrency:
         One poll thread owns the :class:`ShareConsumer` (which is not thread-safe): it
@@ -186,10 +207,10 @@ class ShareWorker:
             retry_on: the retryable exceptions: a class, a tuple of classes, or a predicate
                 ``retry_on(exc) -> bool``. Default: every ``Exception``.
             max_deliveries: the delivery (``record.delivery_count``) from which a failure
-                is final (default 4). Keep it below the group's
-                ``group.share.delivery.count.limit`` (5 by default, 2 to 10): a record the
-                broker delivered that many times is archived when released, so a failed
-                dead-letter copy at the broker's last delivery would lose it.
+                is final (default 4, 1 to 10), or the group's delivery limit at the broker
+                (``share.delivery.count.limit``, 5 by default) if that is lower: see "The
+                broker's delivery limit" above. Below the broker's limit, a failed
+                dead-letter copy at the last delivery leaves the record one more delivery.
             retry_backoff_ms: the wait before a retried record is released (default 1000),
                 doubled with each delivery, up to ``retry_backoff_max_ms`` (default 10000).
                 0 releases at once.
@@ -224,7 +245,7 @@ class ShareWorker:
             max_deliveries,
             1,
             _MAX_DELIVERY_LIMIT,
-            hint=": keep it below the group's group.share.delivery.count.limit (5 by default)",
+            hint=": the group's share.delivery.count.limit at the broker (2 to 10) caps it",
         )
         _check_int("retry_backoff_ms", retry_backoff_ms, 0)
         _check_int(
@@ -251,6 +272,10 @@ class ShareWorker:
         self._concurrency = concurrency
         self._capacity = concurrency + prefetch
         self._max_deliveries = max_deliveries
+        # The delivery from which a failure is final: min(max_deliveries, the broker's
+        # limit) once the poll thread has read the limit (before the handlers see records).
+        self._final_delivery = max_deliveries
+        self._limit_lookup_due: float | None = 0.0  # None: read, or given up
         self._backoff_s = retry_backoff_ms / 1000
         self._backoff_max_s = retry_backoff_max_ms / 1000
         self._dead_letter_topic = dead_letter_topic
@@ -313,6 +338,12 @@ class ShareWorker:
     def error(self) -> BaseException | None:
         """The error that stopped the poll thread (a fatal broker error, ...), or None."""
         return self._error
+
+    @property
+    def final_delivery(self) -> int:
+        """The delivery from which a failure is final: ``max_deliveries``, or the group's
+        delivery limit at the broker once read, if that is lower."""
+        return self._final_delivery
 
     def metrics(self) -> WorkerMetrics:
         """A copy of the worker's counts."""
@@ -424,6 +455,9 @@ class ShareWorker:
         self._renew(now)
         wait_s = self._next_due(now)
         if len(self._held) < self._capacity:
+            if not self._held and self._consumer.member.member_epoch > 0:
+                # Joined, nothing held: read the limit now, before records wait on it.
+                self._learn_delivery_limit()
             records = self._consumer.poll(timeout_ms=int(wait_s * 1000))
             self._unsent = False
             self._dispatch(records)
@@ -434,6 +468,9 @@ class ShareWorker:
                     self._cond.wait(wait_s)
 
     def _dispatch(self, records: list[ShareRecord]) -> None:
+        if records:
+            # Before the handlers see them (the first poll may bring records with the join).
+            self._learn_delivery_limit()
         now = self._clock.monotonic()
         entries = []
         for record in records:
@@ -445,6 +482,60 @@ class ShareWorker:
         with self._cond:
             self._queue.extend(entries)
             self._cond.notify_all()
+
+    def _learn_delivery_limit(self) -> None:
+        """Read the group's delivery limit at the broker, if due, and make a failure final
+        at ``min(max_deliveries, limit)`` (see the class docstring)."""
+        due = self._limit_lookup_due
+        if due is None or self._clock.monotonic() < due:
+            return
+        try:
+            limit = self._consumer.delivery_count_limit(timeout=_LIMIT_LOOKUP_S)
+        except TransportError as e:
+            # No answer: asked again later; meanwhile max_deliveries stands.
+            self._limit_lookup_due = self._clock.monotonic() + _LIMIT_RETRY_S
+            self._warn_limit_unknown(f"no answer: {e}", f"asked again in {_LIMIT_RETRY_S:.0f} s")
+            return
+        except CoordinationError as e:  # the broker refused: it will not say
+            self._limit_lookup_due = None
+            self._warn_limit_unknown(f"{type(e).__name__}: {e}", "not asked again")
+            return
+        self._limit_lookup_due = None
+        if limit is None:
+            self._warn_limit_unknown("the broker does not name it", "not asked again")
+            return
+        if limit < self._max_deliveries:
+            log.warning(
+                "share group %r: max_deliveries=%d is above the group's delivery limit at the "
+                "broker (share.delivery.count.limit=%d), which wins: a failure is final at "
+                "delivery %d, when the record is still copied to the dead-letter topic rather "
+                "than archived by the broker",
+                self.group_id,
+                self._max_deliveries,
+                limit,
+                limit,
+            )
+        else:
+            log.debug(
+                "share group %r: the group's delivery limit at the broker is %d",
+                self.group_id,
+                limit,
+            )
+        with self._cond:  # the handler threads read it
+            self._final_delivery = min(self._max_deliveries, limit)
+
+    def _warn_limit_unknown(self, why: str, then: str) -> None:
+        log.warning(
+            "share group %r: could not read the group's delivery limit from the broker "
+            "(share.delivery.count.limit, DescribeConfigs on the group: %s; %s): a failure "
+            "is final at max_deliveries=%d; a record the broker delivers that many times or "
+            "more is archived without a dead-letter copy when released, so keep "
+            "max_deliveries below the broker's limit",
+            self.group_id,
+            why,
+            then,
+            self._max_deliveries,
+        )
 
     def _take_finished(self) -> None:
         """Acknowledge the outcomes the handlers came back with."""
@@ -641,7 +732,9 @@ class ShareWorker:
         with self._metrics_lock:
             self._metrics.handler_errors += 1
         retryable = self._is_retryable(exc)
-        if retryable and record.delivery_count < self._max_deliveries:
+        with self._cond:
+            final_delivery = self._final_delivery
+        if retryable and record.delivery_count < final_delivery:
             with self._metrics_lock:
                 self._metrics.retries += 1
             backoff = self._backoff_s * 2 ** (record.delivery_count - 1)

@@ -5,7 +5,9 @@ back (delivery count 2) and is accepted; a poison record is copied to the dead-l
 with its origin headers and rejected, never delivered again; closing releases the records
 delivered but not started, and another consumer gets them at once (the lock is 30 s); a
 handler that outlasts the group's 1.5 s lock keeps its record (renewed), which no other
-consumer gets meanwhile.
+consumer gets meanwhile; the group's delivery limit is read from the broker, and where it is
+below ``max_deliveries`` a failing record is dead-lettered at the broker's last delivery
+rather than archived by the broker.
 """
 
 from __future__ import annotations
@@ -251,6 +253,75 @@ def test_a_handler_longer_than_the_lock_keeps_its_record(
     assert m.lock_renewals >= 3 and m.acknowledgements_failed == 0
     assert other.poll(timeout_ms=1000) == []
     assert calls == [1]
+
+
+def test_the_group_delivery_limit_is_read_from_the_broker(
+    kafka: str, closing: list[ShareWorker | ShareConsumer]
+) -> None:
+    # The broker's group.share.delivery.count.limit (5 by default) for a group without its
+    # own; the group's share.delivery.count.limit where it has one.
+    topic = produced(kafka, 0)
+    own = {"share.delivery.count.limit": "3"}
+    for group, limit in ((share_group(kafka), 5), (share_group(kafka, **own), 3)):
+        c = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+        closing.append(c)
+        c.start(timeout=TIMEOUT_S)
+        assert c.delivery_count_limit() == limit
+        assert c.member.delivery_count_limit(timeout=TIMEOUT_S) == limit
+
+
+def test_a_failure_is_dead_lettered_at_the_brokers_limit_below_max_deliveries(
+    kafka: str, closing: list[ShareWorker | ShareConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The broker archives a record released at the group's limit (2 here) without a copy;
+    # with max_deliveries=4 the worker would release it there. It reads the limit from the
+    # broker and makes the failure final at delivery 2: copied, then rejected.
+    topic = produced(kafka, 1)
+    dead_letters = f"{topic}.dlq"
+    create_topic_with_id(kafka, dead_letters, 1)
+    group = share_group(kafka, **{"share.delivery.count.limit": "2"})
+    tried: list[int] = []
+
+    def handle(record: ShareRecord) -> None:
+        tried.append(record.delivery_count)
+        raise Retryable("the database is down")
+
+    w = worker(
+        kafka,
+        group,
+        topic,
+        handle,
+        closing,
+        retry_on=Retryable,
+        max_deliveries=4,
+        retry_backoff_ms=0,
+        dead_letter_topic=dead_letters,
+    )
+    # Two outcomes: the release of delivery 1, then a reject (or, were the limit ignored, a
+    # second release, which the broker archives).
+    wait_until(lambda: w.metrics().released + w.metrics().rejected >= 2, "two outcomes")
+    m = w.metrics()
+    assert (m.released, m.rejected, m.dead_lettered, m.acknowledgements_failed) == (1, 1, 1, 0)
+    assert tried == [1, 2] and w.final_delivery == 2
+    assert "share.delivery.count.limit=2" in caplog.text and "which wins" in caplog.text
+    reader = KafkaConsumer(
+        dead_letters,
+        bootstrap_servers=kafka,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+    )
+    try:
+        copy = next(iter(reader))
+    finally:
+        reader.close()
+    assert (copy.key, copy.value) == (b"0", b"job-0")
+    headers = dict(copy.headers)
+    assert headers["__dlq.delivery.count"] == b"2"
+    assert headers["__dlq.reason"] == b"max_deliveries"
+    # Rejected: never delivered again.
+    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+    closing.append(other)
+    assert other.poll(timeout_ms=1500) == []
 
 
 def test_the_worker_example_of_the_docs_runs(

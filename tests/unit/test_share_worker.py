@@ -4,7 +4,9 @@ The fake stands for the broker's side as far as the worker sees it: records deli
 a delivery count, each held under a lock that runs out (the record is then available
 again, and a late acknowledgement is refused), RENEW moving the lock on, acknowledgements
 sent at the next poll or commit and reported through ``on_acknowledged``, close releasing
-what is still held. Threads run on real time with short intervals.
+what is still held, and (where a test gives one) the group's delivery limit: a record
+released, or whose lock ran out, at that delivery is archived, and the limit is what
+``delivery_count_limit`` answers. Threads run on real time with short intervals.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from typing import Any, ClassVar
 import pytest
 
 import recipes.queues._worker as worker_module
-from coordination.errors import ConfigurationError, CoordinatorStateError, FatalBrokerError
+from coordination.errors import (
+    ConfigurationError,
+    CoordinatorStateError,
+    FatalBrokerError,
+    GroupAuthorizationError,
+)
+from coordination.transport import TransportError
 from recipes.queues import (
     DEAD_LETTER_HEADERS,
     AcknowledgeType,
@@ -36,11 +44,17 @@ TOPIC_ID = uuid.UUID(int=7)
 class FakeBroker:
     """One partition's records, their state and what the consumer sent, in order."""
 
-    def __init__(self, records: int = 0, lock_s: float = 30.0) -> None:
+    def __init__(
+        self, records: int = 0, lock_s: float = 30.0, delivery_limit: int | None = None
+    ) -> None:
         self.lock = threading.Lock()
         self.lock_s = lock_s
+        # The group's share.delivery.count.limit; None: not modelled, and not named.
+        self.delivery_limit = delivery_limit
+        self.limit_errors: list[Exception] = []  # what the next lookups raise, in turn
+        self.limit_lookups = 0
         self.deliveries: dict[int, int] = {}
-        self.state: dict[int, str] = {}  # available, acquired, accepted, rejected
+        self.state: dict[int, str] = {}  # available, acquired, accepted, rejected, archived
         self.events: list[
             tuple[str, int, float]
         ] = []  # (ACCEPT/RELEASE/.../dead-letter, offset, when)
@@ -57,6 +71,11 @@ class FakeBroker:
                 self.state[offset] = "available"
                 self.deliveries[offset] = 0
 
+    def released(self, offset: int) -> str:
+        """The state of a record released (or whose lock ran out) now, under the lock."""
+        last = self.delivery_limit is not None and self.deliveries[offset] >= self.delivery_limit
+        return "archived" if last else "available"
+
     def log(self, what: str, offset: int) -> None:
         with self.lock:
             self.events.append((what, offset, time.monotonic()))
@@ -70,6 +89,10 @@ class FakeBroker:
         while not done():
             assert time.monotonic() < deadline, self.events
             time.sleep(0.01)
+
+
+class FakeMember:
+    member_epoch = 0
 
 
 class FakeConsumer:
@@ -93,6 +116,7 @@ class FakeConsumer:
         assert acquire_mode == "record_limit"
         self.group_id = group_id
         self.member_id = "member-1"
+        self.member = FakeMember()  # joined at the first poll
         self.max_poll_records = max_poll_records
         self.on_acknowledged = on_acknowledged
         self.broker = broker
@@ -111,6 +135,7 @@ class FakeConsumer:
     def poll(self, timeout_ms: int) -> list[ShareRecord]:
         self._same_thread()
         assert not self.closed
+        self.member.member_epoch = 1
         if self.broker.fail_poll is not None:
             raise self.broker.fail_poll
         self._send()
@@ -126,7 +151,7 @@ class FakeConsumer:
         with b.lock:
             for offset, deadline in b.locked_until.items():
                 if deadline <= now and b.state[offset] == "acquired":
-                    b.state[offset] = "available"  # the lock ran out
+                    b.state[offset] = b.released(offset)  # the lock ran out
             for offset, state in sorted(b.state.items()):
                 if len(got) >= self.max_poll_records:
                     break
@@ -162,6 +187,14 @@ class FakeConsumer:
         self._send()
         return {}
 
+    def delivery_count_limit(self, timeout: float | None = None) -> int | None:
+        self._same_thread()  # the poll thread asks
+        with self.broker.lock:
+            self.broker.limit_lookups += 1
+            if self.broker.limit_errors:
+                raise self.broker.limit_errors.pop(0)
+            return self.broker.delivery_limit
+
     def lock_deadline(self, record: ShareRecord) -> float | None:
         held = self.held.get(record.offset)
         return held[1] if held is not None and held[0] is record else None
@@ -194,7 +227,7 @@ class FakeConsumer:
                     else:
                         b.state[offset] = {
                             A.ACCEPT: "accepted",
-                            A.RELEASE: "available",
+                            A.RELEASE: b.released(offset),
                             A.REJECT: "rejected",
                         }[kind]
                 else:
@@ -371,6 +404,120 @@ def test_a_failed_dead_letter_copy_releases_the_record_instead_of_rejecting_it(
     m = w.metrics()
     assert m.dead_letter_failures >= 2 and m.dead_lettered == 0 and m.rejected == 0
     assert producer.sent[0]["headers"][-3] == ("__dlq.reason", b"max_deliveries")
+
+
+def always_failing(attempts: list[int]) -> Callable[[ShareRecord], None]:
+    def handle(record: ShareRecord) -> None:
+        attempts.append(record.delivery_count)
+        raise Retryable("down")
+
+    return handle
+
+
+def test_the_brokers_lower_delivery_limit_makes_a_failure_final_at_its_last_delivery(
+    workers: list[ShareWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The group's limit is 2, max_deliveries 4: released at delivery 2, the record would be
+    # archived by the broker without a copy. It is dead-lettered and rejected there instead.
+    broker = FakeBroker(records=1, delivery_limit=2)
+    producer = FakeProducer(broker)
+    attempts: list[int] = []
+    w = make(
+        workers,
+        broker,
+        always_failing(attempts),
+        max_deliveries=4,
+        dead_letter_topic="jobs.dlq",
+        dead_letter_producer=producer,
+    )
+    assert w.final_delivery == 4  # not read before the worker joins
+    w.start()
+    broker.wait_for(lambda: broker.state[0] != "available" and broker.state[0] != "acquired")
+    w.close()
+    assert broker.state == {0: "rejected"}
+    assert attempts == [1, 2] and w.final_delivery == 2
+    assert [what for what, _, _ in broker.events if what != "acquired"] == [
+        "RELEASE",
+        "dead-letter",
+        "REJECT",
+    ]
+    headers = dict(producer.sent[0]["headers"])
+    assert headers["__dlq.delivery.count"] == b"2" and headers["__dlq.reason"] == b"max_deliveries"
+    assert broker.limit_lookups == 1
+    wins = [r for r in caplog.records if "which wins" in r.getMessage()]
+    assert len(wins) == 1 and "share.delivery.count.limit=2" in wins[0].getMessage()
+
+
+def test_the_limit_is_read_once_joined_before_any_record_comes(
+    workers: list[ShareWorker],
+) -> None:
+    broker = FakeBroker(delivery_limit=3)
+    w = make(workers, broker, lambda record: None, max_deliveries=4)
+    w.start()
+    broker.wait_for(lambda: w.final_delivery == 3)
+    w.close()
+    assert broker.limit_lookups == 1 and broker.events == []
+
+
+def test_max_deliveries_below_the_brokers_limit_stands(
+    workers: list[ShareWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = FakeBroker(records=1, delivery_limit=5)
+    attempts: list[int] = []
+    w = make(workers, broker, always_failing(attempts), max_deliveries=3)
+    w.start()
+    broker.wait_for(lambda: broker.state == {0: "rejected"})
+    w.close()
+    assert attempts == [1, 2, 3] and w.final_delivery == 3
+    assert broker.limit_lookups == 1
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r for r in warnings if "limit" in r.getMessage()] == []
+
+
+def test_a_refused_limit_lookup_warns_naming_the_setting_and_max_deliveries_stands(
+    workers: list[ShareWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = FakeBroker(records=2, delivery_limit=2)
+    broker.limit_errors.append(GroupAuthorizationError(30, group_id="g", api="DescribeConfigs"))
+    attempts: list[int] = []
+    w = make(workers, broker, always_failing(attempts), max_deliveries=3)
+    w.start()
+    # max_deliveries stands: the records are released at delivery 2, and the broker (its
+    # limit 2) archives them: what the warning tells the user to avoid.
+    broker.wait_for(lambda: broker.state == {0: "archived", 1: "archived"})
+    w.close()
+    assert w.final_delivery == 3 and broker.limit_lookups == 1  # not asked again
+    (warning,) = [r for r in caplog.records if "delivery limit" in r.getMessage()]
+    assert warning.levelname == "WARNING"
+    text = warning.getMessage()
+    assert "share.delivery.count.limit" in text and "GroupAuthorizationError" in text
+    assert "max_deliveries=3" in text and "not asked again" in text
+
+
+def test_a_limit_lookup_without_answer_is_asked_again_with_later_records(
+    workers: list[ShareWorker], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "_LIMIT_RETRY_S", 0.0)
+    broker = FakeBroker(records=1, delivery_limit=2)
+    broker.limit_errors.append(TransportError("DescribeConfigs got no response"))
+    producer = FakeProducer(broker)
+    attempts: list[int] = []
+    w = make(
+        workers,
+        broker,
+        always_failing(attempts),
+        max_deliveries=4,
+        dead_letter_topic="jobs.dlq",
+        dead_letter_producer=producer,
+    )
+    w.start()
+    broker.wait_for(lambda: broker.state == {0: "rejected"})
+    w.close()
+    # Delivery 1 went to the handler with max_deliveries (no answer yet); delivery 2 came
+    # with the limit read, and was the last.
+    assert attempts == [1, 2] and broker.limit_lookups == 2 and w.final_delivery == 2
+    (warning,) = [r for r in caplog.records if "could not read" in r.getMessage()]
+    assert "no answer" in warning.getMessage() and "asked again" in warning.getMessage()
 
 
 def test_a_retry_waits_its_backoff_before_the_release(workers: list[ShareWorker]) -> None:
