@@ -8,7 +8,9 @@ in two parts, as in Kafka 4.3:
   A member joins with epoch 0 and its own member id; every change of the members bumps the
   group epoch and the assignment is computed again (the ``simple`` assignor's contract:
   balanced over the members; a partition goes to several members only when there are more
-  members than partitions). A member takes its new assignment with its next heartbeat: there is
+  members than partitions). A group's first join starts the initialization of its
+  share-partitions, which are assigned once it ends (:attr:`ShareSettings.initialization_ms`).
+  A member takes its new assignment with its next heartbeat: there is
   nothing to revoke. An answer carries the assignment to a join, to a full heartbeat (see
   :attr:`ShareSettings.assignment_to_full_heartbeat`) and when it changed. A heartbeat with
   an epoch other than the member's (or its previous one) is FENCED_MEMBER_EPOCH; an unknown
@@ -68,13 +70,19 @@ class ShareSettings:
     record_lock_duration_ms: int = 3000
     delivery_count_limit: int = 5
     # Whether a full heartbeat (one with the subscription: a member sends one after an error
-    # or a timeout) gets the member's assignment, as a consumer group's does. The Kafka code
-    # read (GroupMetadataManager.shareGroupHeartbeat) sends it only to a join (epoch 0) and
-    # when it changed: an answer lost after it moved the member to a new assignment then
-    # leaves the member reading its old partitions, and those it was given unread, until the
-    # group changes again (seed 37 of the share histories, with this off). Not yet compared
-    # with a real broker.
+    # or a timeout) gets the member's assignment, as a consumer group's does. Kafka 4.3.1 does
+    # (tests/integration/test_share_model_vs_broker.py), to a heartbeat of the previous epoch
+    # too; the older Kafka code read sent it only to a join (epoch 0) and when it changed: an
+    # answer lost after it moved the member to a new assignment then left the member reading
+    # its old partitions, and those it was given unread, until the group changed again (seed
+    # 37 of the share histories, with this off).
     assignment_to_full_heartbeat: bool = True
+    # How long after a group first subscribes its share-partitions can be assigned. Kafka
+    # initializes a group's state for each partition at the share coordinator first, and
+    # assigns only initialized partitions: on Kafka 4.3.1 the first member's join is answered
+    # with epoch 2 and no partitions, and a heartbeat about a second later (the next target
+    # assignment, at most one a second) with epoch 3 and the partitions.
+    initialization_ms: int = 1000
 
 
 class RecordState(enum.Enum):
@@ -155,6 +163,9 @@ class ShareGroupState:
     group_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
     target: dict[str, frozenset[int]] = field(default_factory=dict)
+    # Whether the share-partitions' state is initialized (assignable), or being initialized.
+    initialized: bool = False
+    initializing: bool = False
 
 
 class ShareGroupsModel:
@@ -268,7 +279,11 @@ class ShareGroupsModel:
         def fail(code: E) -> sg.ShareGroupHeartbeatResponse:
             return sg.ShareGroupHeartbeatResponse(error_code=code)
 
-        if not req.member_id:
+        # Kafka 4.3.1 refuses a member id longer than a UUID's text (36), an epoch below -1
+        # and a join without the subscription.
+        if not req.member_id or len(req.member_id) > 36 or req.member_epoch < sg.LEAVE_EPOCH:
+            return fail(E.INVALID_REQUEST)
+        if req.member_epoch == sg.JOIN_EPOCH and req.subscribed_topic_names is None:
             return fail(E.INVALID_REQUEST)
         if req.member_epoch == sg.JOIN_EPOCH:
             group = self.groups.setdefault(req.group_id, ShareGroupState(req.group_id))
@@ -290,6 +305,8 @@ class ShareGroupsModel:
                 return fail(E.UNKNOWN_MEMBER_ID)
             member = group.members[req.member_id] = ShareMember(req.member_id, 0, 0)
             self._bump(group)
+            if not group.initialized and not group.initializing:
+                self._initialize(group)
         elif not joining and req.member_epoch not in (member.epoch, member.previous_epoch):
             return fail(E.FENCED_MEMBER_EPOCH)
         self._restart_session(group, member)
@@ -313,7 +330,21 @@ class ShareGroupsModel:
 
     def _bump(self, group: ShareGroupState) -> None:
         group.group_epoch += 1
-        group.target = simple_assignment(sorted(group.members), self.partitions)
+        assignable = self.partitions if group.initialized else 0
+        group.target = simple_assignment(sorted(group.members), assignable)
+
+    def _initialize(self, group: ShareGroupState) -> None:
+        """The group's first subscription: its share-partitions are initialized, then
+        assigned (a bump for each step, as Kafka 4.3.1 bumps). Kafka keeps initializing across
+        a coordinator move (it persists the pending initialization), so the timer runs on."""
+        group.initializing = True
+        self._bump(group)
+
+        def done() -> None:
+            group.initializing, group.initialized = False, True
+            self._bump(group)
+
+        self._clock.call_at(self._clock.now() + self.settings.initialization_ms / 1000, done)
 
     def _restart_session(self, group: ShareGroupState, member: ShareMember) -> None:
         key = (group.group_id, member.member_id)
@@ -642,16 +673,25 @@ class ShareGroupsModel:
 
 def simple_assignment(members: list[str], partitions: int) -> dict[str, frozenset[int]]:
     """The ``simple`` assignor's contract: balanced over the members; each partition to one
-    member while there are no more members than partitions, else each member one partition
-    and each partition shared by as few members as that allows."""
+    member while there are no more members than partitions. With more members than
+    partitions, every partition goes to as many members, the fewest that gives each member
+    one, and the members' counts differ by one at most: Kafka 4.3.1 gives 3 members on 2
+    partitions {0, 1}, {0} and {1}, 4 members one each
+    (tests/integration/test_share_model_vs_broker.py). Round robin, not sticky."""
     if not members:
         return {}
+    if partitions == 0:
+        return {m: frozenset() for m in members}
     if len(members) <= partitions:
         return {
             m: frozenset(p for p in range(partitions) if p % len(members) == i)
             for i, m in enumerate(members)
         }
-    return {m: frozenset({i % partitions}) for i, m in enumerate(members)}
+    per_partition = -(-len(members) // partitions)
+    given: dict[str, set[int]] = {m: set() for m in members}
+    for slot in range(per_partition * partitions):
+        given[members[slot % len(members)]].add(slot % partitions)
+    return {m: frozenset(parts) for m, parts in given.items()}
 
 
 def _next_epoch(epoch: int) -> int:
