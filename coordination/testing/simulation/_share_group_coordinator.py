@@ -15,7 +15,9 @@ in two parts, as in Kafka 4.3:
   :attr:`ShareSettings.assignment_to_full_heartbeat`) and when it changed. A heartbeat with
   an epoch other than the member's (or its previous one) is FENCED_MEMBER_EPOCH; an unknown
   member's is UNKNOWN_MEMBER_ID; a join with the id of a member still in the group is
-  answered with its state. A member that leaves (epoch -1) or
+  answered with its state; a member id over 36 characters, an epoch below -1 or a join
+  without the subscription is INVALID_REQUEST. Compared with Kafka 4.3.1 answer by answer in
+  ``tests/integration/test_share_model_vs_broker.py``. A member that leaves (epoch -1) or
   sends nothing for the session timeout is removed, and every leader releases what it holds.
 - *The partition leaders' part* (``SharePartitionManager``, ``SharePartition``,
   ``ShareSessionCache``): ShareFetch and ShareAcknowledge. Per partition, each record is
