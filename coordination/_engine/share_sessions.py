@@ -388,16 +388,17 @@ class ShareSessions:
                 )
 
     def _acquired(
-        self, tp: TopicIdPartition, partition: sg.ShareFetchPartitionData, lock_timeout_ms: int
+        self, tp: TopicIdPartition, partition: sg.ShareFetchPartitionData, lock_ms: int
     ) -> list[AcquiredRecord]:
         try:
-            got, through = codec.acquired_and_extent(partition)
+            got, through = codec.acquired_fields(partition)
         except ProtocolCodecError as e:
             # Unreadable: its records go back after their lock; say so, carry on.
             self._membership.note_problem(f"records of {tp} could not be decoded: {e}")
             return []
-        topic = self._names.get(tp[0], str(tp[0]))
-        delivered = {record.offset for record, _ in got}
+        topic_id, index = tp
+        topic = self._names.get(topic_id, str(topic_id))
+        delivered = {fields[0] for fields, _ in got}
         for r in partition.acquired_records:
             # An offset in a batch read whole that holds no record is a GAP (a transaction
             # marker, compacted away); one past the batches read (a batch cut short) is not
@@ -408,18 +409,9 @@ class ShareSessions:
                     self._gaps.setdefault(tp, {})[offset] = sg.AcknowledgeType.GAP
         return [
             AcquiredRecord(
-                topic_id=tp[0],
-                topic=topic,
-                partition=tp[1],
-                offset=record.offset,
-                key=record.key,
-                value=record.value,
-                headers=record.headers,
-                timestamp=record.timestamp,
-                delivery_count=count,
-                lock_timeout_ms=lock_timeout_ms,
+                topic_id, topic, index, offset, key, value, headers, timestamp, count, lock_ms
             )
-            for record, count in got
+            for (offset, key, value, headers, timestamp), count in got
         ]
 
     def _lost_leader(self, leader: CoordinatorNode, problem: str) -> None:

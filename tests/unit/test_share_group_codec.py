@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.broker_version_data import BrokerVersionData
-from kafka.record import MemoryRecordsBuilder
+from kafka.record import MemoryRecords, MemoryRecordsBuilder
 
 from coordination._protocol import messages as m
 from coordination._protocol import share_group_codec as codec
@@ -484,6 +484,57 @@ def test_records_refused_when_malformed() -> None:
     bad_length[61] = 0x7F  # the first record's length varint: far past the batch
     with pytest.raises(ProtocolCodecError, match="malformed record batch"):
         codec.decode_records(bytes(bad_length))
+
+
+def _as_kafka_python_reads(data: bytes) -> list[ShareRecord]:
+    """The records of ``data`` as kafka-python's reader gives them: the reference."""
+    batches, out = MemoryRecords(data), []
+    while batches.has_next():
+        for r in batches.next_batch():
+            out.append(ShareRecord(r.offset, r.key, r.value, tuple(r.headers), r.timestamp))
+    return out
+
+
+@pytest.mark.parametrize("compression", [0, 1])
+@pytest.mark.parametrize("log_append_time", [False, True])
+def test_reads_records_as_kafka_python_does(compression: int, log_append_time: bool) -> None:
+    # Varints of one byte and of several (lengths, offset and timestamp deltas, negative
+    # ones too), null and empty keys and values, headers with a null value.
+    builder = MemoryRecordsBuilder(2, compression, 1 << 20, offset=0)
+    values: list[bytes | None] = [b"", None, b"v" * 63, b"w" * 64, b"x" * 20_000]
+    for n in range(200):
+        headers = [("h", b"x" * n), ("\u00fc", None)] if n % 7 == 0 else []
+        key = None if n % 3 == 0 else str(n).encode()
+        # Timestamps around the first one, a little before it or long after it.
+        delta = (n % 11 - 5) * (1 if n % 2 else 1_000_003) if n else 0
+        builder.append(1_700_000_000_000 + delta, key, values[n % 5], headers)
+    builder.close()
+    data = bytearray(builder.buffer())
+    if log_append_time:
+        data[22] |= 0x08  # the attributes' timestamp type: LogAppendTime (not in the CRC here)
+    expected = _as_kafka_python_reads(bytes(data))
+    assert len(expected) == 200
+    if log_append_time:
+        assert {r.timestamp for r in expected} == {1_700_000_000_000 + 5 * 1_000_003}
+    assert list(codec.decode_records(bytes(data))) == expected
+
+
+def test_refuses_a_batch_of_negative_length() -> None:
+    data = bytearray(_batch(0, 0, 3) + _batch(3, 0, 3))
+    second = len(data) // 2
+    # Lengths that put the batch's end before its start.
+    for length in (-1, -(second + 12), -(second + 12 + 5)):
+        data[second + 8 : second + 12] = length.to_bytes(4, "big", signed=True)
+        with pytest.raises(ProtocolCodecError, match="malformed record batch"):
+            codec.decode_records(bytes(data))
+
+
+def test_refuses_batches_older_than_magic_2() -> None:
+    builder = MemoryRecordsBuilder(1, 0, 1 << 16, offset=5)
+    builder.append(1_000, b"k", b"v", [])
+    builder.close()
+    with pytest.raises(ProtocolCodecError, match="magic 1"):
+        codec.decode_records(bytes(builder.buffer()))
 
 
 # -- generated messages -----------------------------------------------------------------------
