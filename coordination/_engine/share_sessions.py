@@ -111,15 +111,18 @@ class _Session:
 
 def batches(acks: Mapping[int, sg.AcknowledgeType]) -> tuple[sg.AcknowledgementBatch, ...]:
     """``acks`` as acknowledgement batches: each run of consecutive offsets with one type."""
+    items = sorted(acks.items())
+    if not items:
+        return ()
     out: list[sg.AcknowledgementBatch] = []
-    run: list[int] = []
-    for offset in sorted(acks):
-        if run and (offset != run[-1] + 1 or acks[offset] != acks[run[0]]):
-            out.append(sg.AcknowledgementBatch(run[0], run[-1], (int(acks[run[0]]),)))
-            run = []
-        run.append(offset)
-    if run:
-        out.append(sg.AcknowledgementBatch(run[0], run[-1], (int(acks[run[0]]),)))
+    first, kind = items[0]
+    last = first
+    for offset, ack in items[1:]:
+        if offset != last + 1 or ack != kind:
+            out.append(sg.AcknowledgementBatch(first, last, (int(kind),)))
+            first, kind = offset, ack
+        last = offset
+    out.append(sg.AcknowledgementBatch(first, last, (int(kind),)))
     return tuple(out)
 
 

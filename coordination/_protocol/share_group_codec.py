@@ -959,7 +959,11 @@ def _read_records(
             offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
         else:
             offset_delta, pos = _varint(buffer, pos)
-        size, pos = _varint(buffer, pos)
+        b = buffer[pos]
+        if b < 0x80:
+            size, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            size, pos = _varint(buffer, pos)
         key = None
         if size >= 0:
             key, pos = buffer[pos : pos + size], pos + size
