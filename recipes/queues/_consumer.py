@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -96,6 +95,16 @@ class _Held:
     record: ShareRecord
     lock_until: float
     lock_s: float
+
+
+@dataclass(slots=True, eq=False)
+class _Partition:
+    """One partition's records held, by offset, and its acknowledgements not sent yet: the
+    consumer's ``_pending`` entry for the partition, None when it has none. Found once per
+    partition rather than once per record: a key holding a topic id is slow to hash."""
+
+    held: dict[int, _Held] = field(default_factory=dict)
+    pending: dict[int, AcknowledgeType] | None = None
 
 
 class ShareConsumer:
@@ -193,7 +202,7 @@ class ShareConsumer:
         )
         self._clock = self._member.clock
         self._hooks = HookCaller(self._member.config.hooks)
-        self._held: dict[tuple[uuid.UUID, int, int], _Held] = {}
+        self._partitions: dict[_Key, _Partition] = {}  # those holding records
         self._pending: dict[_Key, dict[int, AcknowledgeType]] = {}
         self._topic_names: dict[uuid.UUID, str] = {}
         self._closed = False
@@ -282,7 +291,7 @@ class ShareConsumer:
             self._settle(sent, outcome.acknowledged, outcome.records)
             sent = {}
             if outcome.records or remaining_ms == 0:
-                records = [self._hold(r) for r in outcome.records]
+                records = self._hold(outcome.records)
                 if records and self._hooks:
                     self._hooks.records_acquired(
                         RecordsAcquired(
@@ -316,21 +325,23 @@ class ShareConsumer:
             raise ConfigurationError(
                 f"ack_type must be ACCEPT, RELEASE, REJECT or RENEW, got {ack_type!r}"
             )
-        held = self._held.get((record.topic_id, record.partition, record.offset))
-        if held is None or held.record is not record:
+        key = (record.topic_id, record.partition)
+        partition = self._partitions.get(key)
+        held = partition.held.get(record.offset) if partition is not None else None
+        if partition is None or held is None or held.record is not record:
             raise CoordinatorStateError(
                 f"{record.topic}[{record.partition}] offset {record.offset} is not held by this "
                 "consumer: acknowledged already, delivered again since, or not its record"
             )
-        acks = self._pending.setdefault((record.topic_id, record.partition), {})
-        acks[record.offset] = ack_type
+        self._pending_of(key, partition)[record.offset] = ack_type
 
     def lock_deadline(self, record: ShareRecord) -> float | None:
         """When ``record``'s acquisition lock runs out by this consumer's clock
         (``member.clock.monotonic()``; the broker's lock began a little earlier), moved on by
         each RENEW that takes effect; None if the consumer does not hold the record
         (acknowledged, refused, delivered again since, or not its record)."""
-        held = self._held.get((record.topic_id, record.partition, record.offset))
+        partition = self._partitions.get((record.topic_id, record.partition))
+        held = partition.held.get(record.offset) if partition is not None else None
         return held.lock_until if held is not None and held.record is record else None
 
     def commit(self) -> dict[TopicPartition, AcknowledgementError | None]:
@@ -367,16 +378,17 @@ class ShareConsumer:
         self._closed = True
         if self._implicit:
             self._accept_all_held()
-        for key in list(self._held):
-            # Not acknowledged: release it now (a RENEW pending is a record still held).
-            partition = self._pending.setdefault((key[0], key[1]), {})
-            if partition.get(key[2], AcknowledgeType.RENEW) is AcknowledgeType.RENEW:
-                partition[key[2]] = AcknowledgeType.RELEASE
+        for key, partition in self._partitions.items():
+            acks = self._pending_of(key, partition)
+            for offset in partition.held:
+                # Not acknowledged: release it now (a RENEW pending is a record still held).
+                if acks.get(offset, AcknowledgeType.RENEW) is AcknowledgeType.RENEW:
+                    acks[offset] = AcknowledgeType.RELEASE
         sent, refused = self._take_pending()
         try:
             answered = self._member.close(sent, timeout)
         except Exception:
-            self._held.clear()
+            self._partitions.clear()
             raise
         return _merged(refused, self._settle(sent, answered)) if sent else refused
 
@@ -397,33 +409,54 @@ class ShareConsumer:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _hold(self, acquired: AcquiredRecord) -> ShareRecord:
-        record = ShareRecord(
-            topic=acquired.topic,
-            partition=acquired.partition,
-            offset=acquired.offset,
-            key=acquired.key,
-            value=acquired.value,
-            headers=acquired.headers,
-            timestamp=acquired.timestamp,
-            delivery_count=acquired.delivery_count,
-            topic_id=acquired.topic_id,
-        )
-        self._topic_names[acquired.topic_id] = acquired.topic
-        lock_s = acquired.lock_timeout_ms / 1000
+    def _hold(self, fetched: list[AcquiredRecord]) -> list[ShareRecord]:
+        """The records to deliver for ``fetched``, held from now on."""
         now = self._clock.monotonic()
-        self._held[(acquired.topic_id, acquired.partition, acquired.offset)] = _Held(
-            record, now + lock_s, lock_s
-        )
-        self._metrics.records_acquired += 1
-        if acquired.delivery_count > 1:
-            self._metrics.records_redelivered += 1
-        return record
+        records: list[ShareRecord] = []
+        partition = _Partition()
+        topic_id: uuid.UUID | None = None
+        index = -1
+        for acquired in fetched:
+            # A poll's records come partition by partition: the partition's entry is looked
+            # up at each change only.
+            if acquired.topic_id is not topic_id or acquired.partition != index:
+                topic_id, index = acquired.topic_id, acquired.partition
+                self._topic_names[topic_id] = acquired.topic
+                partition = self._partitions.setdefault((topic_id, index), _Partition())
+            # Positional: keywords cost a third more for a dataclass of nine fields.
+            record = ShareRecord(
+                acquired.topic,
+                index,
+                acquired.offset,
+                acquired.key,
+                acquired.value,
+                acquired.headers,
+                acquired.timestamp,
+                acquired.delivery_count,
+                topic_id,
+            )
+            lock_s = acquired.lock_timeout_ms / 1000
+            partition.held[acquired.offset] = _Held(record, now + lock_s, lock_s)
+            records.append(record)
+        self._metrics.records_acquired += len(records)
+        self._metrics.records_redelivered += sum(r.delivery_count > 1 for r in records)
+        return records
+
+    def _pending_of(self, key: _Key, partition: _Partition) -> dict[int, AcknowledgeType]:
+        """The acknowledgements not sent yet of ``partition`` (named ``key``)."""
+        if partition.pending is None:
+            partition.pending = self._pending.setdefault(key, {})
+        return partition.pending
+
+    def _held_at(self, key: _Key, offset: int) -> _Held | None:
+        partition = self._partitions.get(key)
+        return partition.held.get(offset) if partition is not None else None
 
     def _accept_all_held(self) -> None:
-        for topic_id, partition, offset in self._held:
-            acks = self._pending.setdefault((topic_id, partition), {})
-            acks.setdefault(offset, AcknowledgeType.ACCEPT)
+        for key, partition in self._partitions.items():
+            acks = self._pending_of(key, partition)
+            for offset in partition.held:
+                acks.setdefault(offset, AcknowledgeType.ACCEPT)
 
     def _take_pending(
         self,
@@ -437,10 +470,13 @@ class ShareConsumer:
         now = self._clock.monotonic()
         expired: dict[_Key, dict[int, AcknowledgeType]] = {}
         for key, offsets in pending.items():
-            for offset in list(offsets):
-                held = self._held.get((key[0], key[1], offset))
-                if held is not None and held.lock_until <= now:
-                    expired.setdefault(key, {})[offset] = offsets.pop(offset)
+            partition = self._partitions.get(key)
+            if partition is None:
+                continue
+            partition.pending = None
+            held = partition.held
+            for offset in [o for o in offsets if o in held and held[o].lock_until <= now]:
+                expired.setdefault(key, {})[offset] = offsets.pop(offset)
         code = int(ErrorCode.INVALID_RECORD_STATE)
         refused = self._settle(expired, {key: code for key in expired})
         return {key: offsets for key, offsets in pending.items() if offsets}, refused
@@ -460,7 +496,7 @@ class ShareConsumer:
         for key, offsets in sent.items():
             # A partition the answer does not name: its outcome is unknown.
             code = codes.get(key, NO_ANSWER)
-            outcome = {offset: code for offset in offsets}
+            outcome: int | dict[int, int] = code  # one code for every offset
             if code == ErrorCode.INVALID_RECORD_STATE and len(offsets) > 1 and not self._closed:
                 again = {r.offset for r in fetched if (r.topic_id, r.partition) == key}
                 outcome = self._one_by_one(key, offsets, again)
@@ -472,7 +508,7 @@ class ShareConsumer:
     ) -> dict[int, int]:
         outcome: dict[int, int] = {}
         for offset, kind in sorted(offsets.items()):
-            held = self._held.get((key[0], key[1], offset))
+            held = self._held_at(key, offset)
             expired = held is not None and held.lock_until <= self._clock.monotonic()
             if offset in again or expired:
                 outcome[offset] = ErrorCode.INVALID_RECORD_STATE
@@ -485,34 +521,42 @@ class ShareConsumer:
         self,
         key: _Key,
         offsets: dict[int, AcknowledgeType],
-        outcome: dict[int, int],
+        outcome: int | dict[int, int],
     ) -> AcknowledgementError | None:
+        """Apply the outcome of ``offsets``' acknowledgements (one code for all of them, or
+        one per offset) to the records held, and report it."""
         topic, partition = self._name(key)
         now = self._clock.monotonic()
+        entry = self._partitions.get(key)
+        held = entry.held if entry is not None else {}
         done: list[int] = []
+        done_types: dict[AcknowledgeType, int] = {}
         failed: dict[int, list[int]] = {}
         for offset, kind in sorted(offsets.items()):
-            held_key = (key[0], key[1], offset)
-            code = outcome[offset]
+            code = outcome if isinstance(outcome, int) else outcome[offset]
             if code == ErrorCode.NONE:
                 done.append(offset)
-                name = kind.name
-                self._metrics.acknowledged[name] = self._metrics.acknowledged.get(name, 0) + 1
+                done_types[kind] = done_types.get(kind, 0) + 1
                 if kind is AcknowledgeType.RENEW:
-                    self._metrics.lock_renewals += 1
-                    held = self._held.get(held_key)
-                    if held is not None:
-                        held.lock_until = now + held.lock_s
+                    record = held.get(offset)
+                    if record is not None:
+                        record.lock_until = now + record.lock_s
                     continue
             else:
                 failed.setdefault(code, []).append(offset)
-                self._metrics.acknowledgements_failed += 1
-            self._held.pop(held_key, None)
+            held.pop(offset, None)
+        if entry is not None and not held and entry.pending is None:
+            del self._partitions[key]
+        metrics = self._metrics
+        for kind, count in done_types.items():
+            metrics.acknowledged[kind.name] = metrics.acknowledged.get(kind.name, 0) + count
+        metrics.lock_renewals += done_types.get(AcknowledgeType.RENEW, 0)
+        metrics.acknowledgements_failed += sum(len(f) for f in failed.values())
         if done:
             self._report((topic, partition), tuple(done), None)
             if self._hooks:
-                by_type = Counter(offsets[o].name for o in done)
-                for ack_type, count in sorted(by_type.items()):
+                by_type = sorted((kind.name, count) for kind, count in done_types.items())
+                for ack_type, count in by_type:
                     self._hooks.records_acknowledged(
                         RecordsAcknowledged(
                             group_id=self.group_id,
