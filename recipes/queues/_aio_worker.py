@@ -130,7 +130,10 @@ class AsyncShareWorker:
         self._running: set[asyncio.Task[object]] = set()
         self._started = False
         self._closing: asyncio.Future[None] | None = None
-        self._stopped_by: BaseException | None = None  # the worker's error, at its close
+        # The worker's error, read once its close returned (before the cancellations that
+        # follow it, which each report a cancelled handler to the closed worker).
+        self._stopped_by: BaseException | None = None
+        self._worker_closed = False
         self._worker = ShareWorker(
             group_id,
             topics=topics,
@@ -153,8 +156,7 @@ class AsyncShareWorker:
     def error(self) -> BaseException | None:
         """The error that stopped the worker (a fatal broker error, a cancelled handler as
         :class:`CoordinatorStateError`), or None."""
-        error = self._stopped_by if self._closing is not None else self._worker.error
-        return _public(error)
+        return _public(self._stopped_by if self._worker_closed else self._worker.error)
 
     def metrics(self) -> WorkerMetrics:
         """The ShareWorker's counts (a copy; answers at once)."""
@@ -243,9 +245,8 @@ class AsyncShareWorker:
         try:
             await asyncio.to_thread(self._worker.close)
         finally:
-            # Read before the cancellations below: each makes its handler thread report
-            # _HandlerCancelled to a worker already closed.
             self._stopped_by = self._worker.error
+            self._worker_closed = True
             leftover = list(self._running)
             for task in leftover:
                 task.cancel()
@@ -259,9 +260,9 @@ class AsyncShareWorker:
                 await asyncio.wait(leftover)
 
     async def _closed_whatever_happens(self) -> None:
-        """Wait for :meth:`close` to the end even if cancelled again meanwhile (it is
-        bounded by ``drain_timeout_ms`` and the consumer's close); the last cancellation is
-        raised after."""
+        """Wait for :meth:`close` to the end even if cancelled again meanwhile (it takes
+        at most ``drain_timeout_ms``, the consumer's close and the end of the handler
+        coroutines cancelled after it); the last cancellation is raised after."""
         cancelled: asyncio.CancelledError | None = None
         while True:
             try:
