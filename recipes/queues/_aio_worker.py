@@ -158,6 +158,13 @@ class AsyncShareWorker:
         :class:`CoordinatorStateError`), or None."""
         return _public(self._stopped_by if self._worker_closed else self._worker.error)
 
+    @property
+    def final_delivery(self) -> int:
+        """As :attr:`ShareWorker.final_delivery`: the delivery from which a failure is
+        final (``max_deliveries``, or the group's delivery limit at the broker once read, if
+        that is lower)."""
+        return self._worker.final_delivery
+
     def metrics(self) -> WorkerMetrics:
         """The ShareWorker's counts (a copy; answers at once)."""
         return self._worker.metrics()

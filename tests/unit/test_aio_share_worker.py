@@ -96,6 +96,32 @@ def test_each_outcome_becomes_the_share_workers_acknowledgement() -> None:
     assert FakeConsumer.made[0].closed
 
 
+def test_the_brokers_delivery_limit_makes_a_failure_final_as_for_the_share_worker() -> None:
+    broker = FakeBroker(records=1, delivery_limit=2)
+    producer = FakeProducer(broker)
+    attempts: list[int] = []
+
+    async def handle(record: ShareRecord) -> None:
+        attempts.append(record.delivery_count)
+        raise Retryable("down")
+
+    async def scenario() -> None:
+        w = make(
+            broker,
+            handle,
+            max_deliveries=4,
+            dead_letter_topic="jobs.dlq",
+            dead_letter_producer=producer,
+        )
+        assert w.final_delivery == 4  # not read before the worker joins
+        async with w:
+            await until(lambda: broker.state[0] == "rejected")
+        assert w.final_delivery == 2
+
+    on_a_loop(scenario)
+    assert attempts == [1, 2] and len(producer.sent) == 1
+
+
 def test_a_plain_function_handler_is_refused_and_coroutine_callables_are_taken() -> None:
     with pytest.raises(ConfigurationError, match="handler must be a coroutine function"):
         make(FakeBroker(), lambda record: None)
