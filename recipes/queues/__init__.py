@@ -15,6 +15,7 @@ from coordination.errors import ShareGroupsUnsupportedError as ShareGroupsUnsupp
 from coordination.share_group import AcknowledgeType as AcknowledgeType
 
 from ._aio import AsyncShareConsumer as AsyncShareConsumer
+from ._aio_worker import AsyncShareWorker as AsyncShareWorker
 from ._consumer import OnAcknowledged as OnAcknowledged
 from ._consumer import ShareConsumer as ShareConsumer
 from ._consumer import ShareMetrics as ShareMetrics
@@ -34,6 +35,7 @@ __all__ = [
     "AcknowledgementUncertainError",
     "AcquisitionLockExpiredError",
     "AsyncShareConsumer",
+    "AsyncShareWorker",
     "OnAcknowledged",
     "ShareConsumer",
     "ShareGroupsUnsupportedError",

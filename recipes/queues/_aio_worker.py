@@ -1,0 +1,342 @@
+"""The share worker for asyncio services: ``async def`` handlers over a real
+:class:`ShareWorker`, which keeps every guarantee of its own (outcomes, retries, dead
+letters, lock renewals, the drain); only the handler call crosses to the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any, Final
+
+from typing_extensions import Self
+
+from coordination.errors import ConfigurationError, CoordinatorStateError
+
+from .._aio import LoopBridge
+from ._consumer import ShareRecord
+from ._worker import ShareWorker, WorkerMetrics
+
+log = logging.getLogger("recipes.queues")
+
+AsyncHandler = Callable[[ShareRecord], Awaitable[object]]
+"""``async def handler(record)``: returning accepts the record, raising fails it."""
+
+# How often a handler thread waiting for its coroutine looks whether the loop was closed
+# (a closed loop never finishes the coroutine, and nothing else would tell the thread).
+_LOOP_CHECK_S: Final = 0.5
+
+# True inside a handler coroutine: close() there would wait for the drain, which waits for
+# that very handler.
+_IN_HANDLER: ContextVar[bool] = ContextVar("in_share_worker_handler", default=False)
+
+
+class _HandlerCancelled(BaseException):
+    """A handler coroutine ended cancelled, or its loop closed under it.
+
+    Not an ``Exception``, on purpose: the ShareWorker treats it as it treats ``SystemExit``
+    in a handler (RELEASE, never a retry's backoff, a dead-letter copy or an ACCEPT, and
+    the worker stops), since a cancelled handler says nothing about its record.
+    """
+
+
+class AsyncShareWorker:
+    """:class:`ShareWorker` with an asyncio face: ``async def`` handlers, run on the event
+    loop, their records acknowledged by their outcome exactly as the ShareWorker does.
+
+    Example:
+        import asyncio
+        from recipes.queues import AsyncShareWorker, ShareRecord
+
+        async def handle(record: ShareRecord) -> None:
+            await send_email(record.value)  # raise to fail the record
+
+        async def main() -> None:
+            async with AsyncShareWorker(
+                "emails", topics=["emails"], handler=handle, concurrency=16,
+                dead_letter_topic="emails.dlq", bootstrap_servers="localhost:9092",
+            ) as worker:
+                await worker.run()  # until stop() or the task is cancelled; then drains
+
+        asyncio.run(main())
+
+    How it works:
+        A real :class:`ShareWorker` runs underneath, with its poll thread and
+        ``concurrency`` handler threads. Each handler thread hands its record to the loop
+        (``asyncio.run_coroutine_threadsafe``) and waits for the coroutine's end; what the
+        coroutine returns or raises becomes the ShareWorker handler's own outcome, so the
+        acknowledgements, retries, dead-letter copies, lock renewals and the drain are the
+        ShareWorker's, unchanged. At most ``concurrency`` handler coroutines run at once.
+
+    Cancellation:
+        Cancelling the task that awaits :meth:`run` drains as :meth:`stop` does (records not
+        started are released at once, running handlers get ``drain_timeout_ms``); ``run``
+        waits for the drain and the consumer's close (a second cancellation does not cut it
+        short), then raises ``CancelledError``. A handler coroutine still running after
+        ``drain_timeout_ms`` has its record released by the consumer's close; the
+        coroutine is then cancelled, and :meth:`close` waits for it to end. A handler
+        coroutine that ends cancelled for another reason (``asyncio.run`` cancelling every
+        task at its end), or whose loop is closed under it, has its record released, never
+        accepted or dead-lettered, and the worker stops: :meth:`run` raises
+        :class:`CoordinatorStateError`.
+
+    Threads:
+        The blocking calls (the drain, the consumer's close) run on threads; the loop never
+        waits for the worker. Handlers must not block the loop themselves: a blocking
+        handler holds every other coroutine up (use ``asyncio.to_thread`` in it, or
+        :class:`ShareWorker`). A handler may call :meth:`stop`, never :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        topics: Any,
+        handler: AsyncHandler,
+        concurrency: int = 1,
+        **settings: Any,
+    ) -> None:
+        """Validate the settings; nothing connects until :meth:`start` (or :meth:`run`).
+
+        Args:
+            group_id: the share group (Kafka ``group.id``).
+            topics: the topics to consume.
+            handler: ``async def handler(record)``, run on the loop that called
+                :meth:`start` (or :meth:`run`).
+            concurrency: how many handler coroutines may run at once (default 1): the
+                ShareWorker's handler threads, each waiting for one coroutine.
+            **settings: as for :class:`ShareWorker` (``retry_on``, ``max_deliveries``,
+                ``dead_letter_topic``, ``drain_timeout_ms``, ``bootstrap_servers``, ...).
+
+        Raises:
+            ConfigurationError: ``handler`` is not a coroutine function, or another invalid
+                setting; the message names it.
+        """
+        if not _is_coroutine_function(handler):
+            raise ConfigurationError(
+                f"handler must be a coroutine function (async def handler(record)), got "
+                f"{handler!r}: a plain function would block the event loop; use ShareWorker "
+                "for it, or asyncio.to_thread inside an async handler"
+            )
+        self._handler = handler
+        self._bridge = LoopBridge(settings.get("clock"))
+        # The handler coroutines running now, for the cancellation after the drain (only
+        # the loop touches it).
+        self._running: set[asyncio.Task[object]] = set()
+        self._started = False
+        self._closing: asyncio.Future[None] | None = None
+        # The worker's error, read once its close returned (before the cancellations that
+        # follow it, which each report a cancelled handler to the closed worker).
+        self._stopped_by: BaseException | None = None
+        self._worker_closed = False
+        self._worker = ShareWorker(
+            group_id,
+            topics=topics,
+            handler=self._on_handler_thread,
+            concurrency=concurrency,
+            **settings,
+        )
+
+    # ------------------------------------------------------------------ public face
+
+    @property
+    def group_id(self) -> str:
+        return self._worker.group_id
+
+    @property
+    def member_id(self) -> str:
+        return self._worker.member_id
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that stopped the worker (a fatal broker error, a cancelled handler as
+        :class:`CoordinatorStateError`), or None."""
+        return _public(self._stopped_by if self._worker_closed else self._worker.error)
+
+    @property
+    def final_delivery(self) -> int:
+        """As :attr:`ShareWorker.final_delivery`: the delivery from which a failure is
+        final (``max_deliveries``, or the group's delivery limit at the broker once read, if
+        that is lower)."""
+        return self._worker.final_delivery
+
+    def metrics(self) -> WorkerMetrics:
+        """The ShareWorker's counts (a copy; answers at once)."""
+        return self._worker.metrics()
+
+    async def start(self) -> None:
+        """Start the worker and return; its poll thread joins the group. The handlers run
+        on this loop.
+
+        Raises:
+            CoordinatorStateError: started already, or closed.
+        """
+        if self._started or self._closing is not None:
+            raise CoordinatorStateError("the worker was started already, or closed")
+        self._bridge.bind()
+        self._started = True
+        self._worker.start()  # starts threads; returns at once
+
+    async def run(self) -> None:
+        """Start (unless started) and wait until :meth:`stop` or :meth:`close`, or the
+        worker fails; return once it has drained and closed. Cancelling the task drains
+        the same way before ``CancelledError`` comes out.
+
+        Raises:
+            ShareGroupsUnsupportedError, FatalBrokerError, ...: the error that stopped the
+                worker's poll thread (after the drain).
+            CoordinatorStateError: a handler coroutine was cancelled, or its loop closed,
+                while the worker ran (the worker stopped; its record was released); or
+                the worker was closed before it ran.
+        """
+        if not self._started:
+            await self.start()
+        try:
+            await asyncio.to_thread(self._wait_for_worker)
+        except asyncio.CancelledError:
+            self._worker.stop()
+            await self._closed_whatever_happens()
+            raise
+        await self._closed_whatever_happens()
+        error = _public(self._stopped_by)
+        if error is not None:
+            raise error
+
+    def stop(self) -> None:
+        """Ask the worker to drain and close, and return at once. Safe from the loop, a
+        handler, a signal handler or any thread."""
+        self._worker.stop()
+
+    async def close(self) -> None:
+        """Stop, and wait (on a thread: the loop keeps running the handlers) for the drain
+        and the consumer's close; then cancel the handler coroutines still running past
+        ``drain_timeout_ms`` (their records were released) and wait for them to end.
+        Idempotent. The error that stopped the worker is not raised here (see
+        :attr:`error`).
+
+        Raises:
+            CoordinatorStateError: awaited inside a handler (it would wait for itself):
+                call :meth:`stop` there.
+        """
+        if _IN_HANDLER.get():
+            raise CoordinatorStateError(
+                "close() was awaited in a handler, which the drain waits for: call stop()"
+            )
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close_worker())
+        await asyncio.shield(self._closing)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<AsyncShareWorker group={self.group_id!r}>"
+
+    # ------------------------------------------------------------------ on the loop
+
+    async def _close_worker(self) -> None:
+        try:
+            await asyncio.to_thread(self._worker.close)
+        finally:
+            self._stopped_by = self._worker.error
+            self._worker_closed = True
+            leftover = list(self._running)
+            for task in leftover:
+                task.cancel()
+            if leftover:
+                log.warning(
+                    "share group %r: %d handler coroutines still running after the drain "
+                    "timeout are cancelled; their records were released",
+                    self.group_id,
+                    len(leftover),
+                )
+                await asyncio.wait(leftover)
+
+    async def _closed_whatever_happens(self) -> None:
+        """Wait for :meth:`close` to the end even if cancelled again meanwhile (it takes
+        at most ``drain_timeout_ms``, the consumer's close and the end of the handler
+        coroutines cancelled after it); the last cancellation is raised after."""
+        cancelled: asyncio.CancelledError | None = None
+        while True:
+            try:
+                await self.close()
+            except asyncio.CancelledError as e:
+                cancelled = e
+                continue
+            break
+        if cancelled is not None:
+            raise cancelled
+
+    async def _call_handler(self, record: ShareRecord) -> object:
+        _IN_HANDLER.set(True)
+        task: asyncio.Task[object] = asyncio.current_task()  # type: ignore[assignment]
+        self._running.add(task)
+        try:
+            return await self._handler(record)
+        finally:
+            self._running.discard(task)
+
+    # ------------------------------------------------------------------ worker threads
+
+    def _wait_for_worker(self) -> None:
+        """Until the poll thread has drained and closed; its error is read at the close."""
+        with contextlib.suppress(BaseException):  # read as self._worker.error by close()
+            self._worker.run()
+
+    def _on_handler_thread(self, record: ShareRecord) -> None:
+        """The ShareWorker's handler: run the coroutine on the loop and wait for its end;
+        its return or exception becomes this call's."""
+        loop = self._bridge.loop
+        if loop is None or loop.is_closed():
+            raise _HandlerCancelled("the event loop is closed: the handler cannot run")
+        coroutine = self._call_handler(record)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        except RuntimeError as e:  # closed meanwhile
+            coroutine.close()
+            raise _HandlerCancelled(f"the event loop is closed: {e}") from e
+        done = self._bridge.clock.event()
+        future.add_done_callback(lambda _: done.set())
+        while not done.wait(_LOOP_CHECK_S):
+            if loop.is_closed():
+                future.cancel()
+                raise _HandlerCancelled("the event loop was closed while the handler ran")
+        if future.cancelled():
+            raise _HandlerCancelled("the handler coroutine was cancelled")
+        error = future.exception()
+        if error is not None:
+            # SystemExit or KeyboardInterrupt included: the ShareWorker stops on them.
+            raise error
+
+
+def _public(error: BaseException | None) -> BaseException | None:
+    if isinstance(error, _HandlerCancelled):
+        public = CoordinatorStateError(
+            f"the worker stopped: {error}; its record was released (was the event loop "
+            "shutting down?)"
+        )
+        public.__cause__ = error
+        return public
+    return error
+
+
+def _is_coroutine_function(handler: object) -> bool:
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - an object with async __call__
+    )
