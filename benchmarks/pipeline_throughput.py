@@ -258,11 +258,6 @@ def ours_throughput(bootstrap: str, events: int, sink: str) -> float:
             ends = {p: events // PARTITIONS for p in range(PARTITIONS)}
             wait(lambda: published_all(output, topic, ends), 900, "every offset published")
             published_s = time.monotonic() - t0
-            if os.environ.get("BENCH_DUMP"):
-                with open(os.environ["BENCH_DUMP"], "a") as dump:
-                    for w in workers:
-                        for e in w.of(BatchPublished):
-                            print(w.name, e.t, e.partition, e.end, e.stage_ms, e.ms, file=dump)
             if sink == "delta":
                 # The totals table, which the peer's MERGE writes, holds everything only
                 # once the elected compactor has merged the last partials.
