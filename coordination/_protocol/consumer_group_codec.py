@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, Final, TypeVar, cast, overload
+from typing import Any, Final, Protocol, TypeVar, cast, overload
 
 from ..errors import ProtocolCodecError
 from . import consumer_group as cg
@@ -122,7 +122,30 @@ def _decode_heartbeat_request(reader: Reader, version: int) -> cg.ConsumerGroupH
     )
 
 
-def _encode_heartbeat_response(r: cg.ConsumerGroupHeartbeatResponse, version: int) -> bytes:
+class HeartbeatAnswer(Protocol):
+    """The fields of a ConsumerGroupHeartbeat or ShareGroupHeartbeat answer: the two are
+    the same on the wire."""
+
+    @property
+    def throttle_time_ms(self) -> int: ...
+    @property
+    def error_code(self) -> int: ...
+    @property
+    def error_message(self) -> str | None: ...
+    @property
+    def member_id(self) -> str | None: ...
+    @property
+    def member_epoch(self) -> int: ...
+    @property
+    def heartbeat_interval_ms(self) -> int: ...
+    @property
+    def assignment(self) -> tuple[cg.TopicIdPartitions, ...] | None: ...
+
+
+_Answer = TypeVar("_Answer", bound=HeartbeatAnswer)
+
+
+def encode_heartbeat_answer(r: HeartbeatAnswer, version: int) -> bytes:
     out = Writer()
     out.int32(r.throttle_time_ms)
     out.int16(r.error_code)
@@ -140,7 +163,9 @@ def _encode_heartbeat_response(r: cg.ConsumerGroupHeartbeatResponse, version: in
     return out.bytes()
 
 
-def _decode_heartbeat_response(reader: Reader, version: int) -> cg.ConsumerGroupHeartbeatResponse:
+def decode_heartbeat_answer(
+    reader: Reader, version: int, answer_type: Callable[..., _Answer]
+) -> _Answer:
     throttle_time_ms = reader.int32()
     error_code = reader.int16()
     error_message = reader.compact_string("error_message", nullable=True)
@@ -152,7 +177,7 @@ def _decode_heartbeat_response(reader: Reader, version: int) -> cg.ConsumerGroup
         assignment = read_topic_partitions(reader, "assignment.topic_partitions")
         reader.tagged_fields()
     reader.tagged_fields()
-    return cg.ConsumerGroupHeartbeatResponse(
+    return answer_type(
         error_code=error_code,
         error_message=error_message,
         member_id=member_id,
@@ -162,6 +187,10 @@ def _decode_heartbeat_response(reader: Reader, version: int) -> cg.ConsumerGroup
         throttle_time_ms=throttle_time_ms,
         version=version,
     )
+
+
+def _decode_heartbeat_response(reader: Reader, version: int) -> cg.ConsumerGroupHeartbeatResponse:
+    return decode_heartbeat_answer(reader, version, cg.ConsumerGroupHeartbeatResponse)
 
 
 # -- ConsumerGroupDescribe ------------------------------------------------------------------
@@ -345,7 +374,7 @@ _APIS: Final[dict[type, _Api]] = {
         "ConsumerGroupHeartbeatResponse",
         CONSUMER_GROUP_HEARTBEAT_KEY,
         cg.CONSUMER_GROUP_HEARTBEAT_MAX_VERSION,
-        _encode_heartbeat_response,
+        encode_heartbeat_answer,
         _decode_heartbeat_response,
     ),
     cg.ConsumerGroupDescribeRequest: _Api(

@@ -23,6 +23,8 @@ from kafka.record.util import calc_crc32c
 from ..errors import ProtocolCodecError
 from . import share_group as sg
 from .consumer_group_codec import (
+    decode_heartbeat_answer,
+    encode_heartbeat_answer,
     read_described_assignment,
     read_topic_partitions,
     write_described_assignment,
@@ -159,46 +161,8 @@ def _decode_heartbeat_request(reader: Reader, version: int) -> sg.ShareGroupHear
     return sg.ShareGroupHeartbeatRequest(group_id, member_id, member_epoch, rack_id, names)
 
 
-def _encode_heartbeat_response(r: sg.ShareGroupHeartbeatResponse, version: int) -> bytes:
-    out = Writer()
-    out.int32(r.throttle_time_ms)
-    out.int16(r.error_code)
-    out.compact_string(r.error_message, "error_message")
-    out.compact_string(r.member_id, "member_id")
-    out.int32(r.member_epoch)
-    out.int32(r.heartbeat_interval_ms)
-    if r.assignment is None:
-        out.int8(-1)
-    else:
-        out.int8(1)
-        write_topic_partitions(out, r.assignment)
-        out.no_tagged_fields()  # the Assignment struct's
-    out.no_tagged_fields()
-    return out.bytes()
-
-
 def _decode_heartbeat_response(reader: Reader, version: int) -> sg.ShareGroupHeartbeatResponse:
-    throttle_time_ms = reader.int32()
-    error_code = reader.int16()
-    error_message = reader.compact_string("error_message", nullable=True)
-    member_id = reader.compact_string("member_id", nullable=True)
-    member_epoch = reader.int32()
-    heartbeat_interval_ms = reader.int32()
-    assignment = None
-    if reader.int8() >= 0:
-        assignment = read_topic_partitions(reader, "assignment.topic_partitions")
-        reader.tagged_fields()
-    reader.tagged_fields()
-    return sg.ShareGroupHeartbeatResponse(
-        error_code=error_code,
-        error_message=error_message,
-        member_id=member_id,
-        member_epoch=member_epoch,
-        heartbeat_interval_ms=heartbeat_interval_ms,
-        assignment=assignment,
-        throttle_time_ms=throttle_time_ms,
-        version=version,
-    )
+    return decode_heartbeat_answer(reader, version, sg.ShareGroupHeartbeatResponse)
 
 
 # -- ShareGroupDescribe ------------------------------------------------------------------------
@@ -1056,7 +1020,7 @@ def _apis() -> dict[type, _Api]:
             (
                 _encode_heartbeat_request,
                 _decode_heartbeat_request,
-                _encode_heartbeat_response,
+                encode_heartbeat_answer,
                 _decode_heartbeat_response,
             ),
         ),
