@@ -286,7 +286,9 @@ def members_share(run: Run) -> None:
     a.beat("a: heartbeat, nothing changed")
     run.check_simple_assignor()
     run.sleep(INTERVAL_S)
-    c.join("c: joins a group of as many members as partitions: one, shared")
+    # Which member takes both partitions is the assignor's choice: the joining one (seen in
+    # CI) or one of the two before it (seen in other runs).
+    c.join("c: joins a group of as many members as partitions: one or both", choice=True)
     a.beat("a: heartbeat after c joined", choice=True)
     b.beat("b: heartbeat after c joined", choice=True)
     a.beat("a: heartbeat, nothing changed")
