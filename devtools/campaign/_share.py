@@ -106,7 +106,34 @@ class ShareCampaign(Campaign):
             missing.append("not every share consumer recorded")
         if not history.produced:
             missing.append("nothing produced")
+        if not missing:
+            uninitialized = self._uninitialized_partitions()
+            if uninitialized:
+                missing.append(f"{uninitialized} not recorded as initialized")
         return "; ".join(missing)
+
+    def _uninitialized_partitions(self) -> str:
+        """The stream's partitions the group coordinator has not yet durably recorded as
+        initialized for the group ("" when it has all of them).
+
+        Faults wait for this. Kafka (4.3) initializes a partition that is still only
+        "initializing" in the group coordinator's records again after
+        ``group.share.initialize.retry.interval.ms`` (30 s). That happens when a coordinator
+        failover or a lost answer comes between the share coordinator writing the state and
+        the group coordinator recording it. The new initialization is a fresh start: the
+        partition goes back to ``share.auto.offset.reset`` and redelivers, at count 1,
+        records already accepted. DescribeShareGroupOffsets for all topics lists only the
+        recorded partitions.
+        """
+        try:
+            with GroupInspector(bootstrap_servers=self.cluster.client_bootstrap) as inspector:
+                described = inspector.describe(self.groups[SHARE_CONSUMERS])
+        except Exception as e:  # the group or its coordinator not there yet: ask again
+            return f"the group ({e!r:.200})"
+        state = described.summary.get("share_partitions", {})
+        recorded = {k for k, v in state.items() if "error" not in v}
+        wanted = [f"{STREAM_TOPIC}-{p}" for p in range(self.settings.partitions)]
+        return ", ".join(k for k in wanted if k not in recorded)
 
     def _wait_caught_up(self) -> None:
         """Until every record is settled, then until the broker sees no lag: recorded."""
