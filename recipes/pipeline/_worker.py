@@ -12,6 +12,7 @@ cases.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -764,15 +765,47 @@ class PipelineWorker:
                 for part, batch in batches:
                     if (batch.topic, batch.partition) not in landed:
                         self._abandon(part, batch, e)
-            for (part, batch), one in zip(batches, staged, strict=True):
-                if (batch.topic, batch.partition) in landed:
-                    self._publish(part, batch, one, staged_ms, t0)
+            publishing = [
+                (part, batch, one)
+                for (part, batch), one in zip(batches, staged, strict=True)
+                if (batch.topic, batch.partition) in landed
+            ]
+            self._publish_all(publishing, staged_ms, t0)
         finally:
             with self._changed:
                 for part, _ in batches:
                     self._in_flight.discard(part.tp)
                 self._jobs -= 1
                 self._changed.notify_all()
+
+    def _publish_all(
+        self,
+        publishing: list[tuple[_Partition, OffsetRange, StagedBatch]],
+        staged_ms: int,
+        t0: float,
+    ) -> None:
+        """Publish a job's committed batches side by side, each on a thread of its own but
+        the first: a Delta sink's publish is a transaction per batch (an append that
+        conflicts with no other), and one after another they made a job's last partition
+        wait for all the others' (docs/pipeline.md, Limits)."""
+
+        def publish(part: _Partition, batch: OffsetRange, one: StagedBatch) -> None:
+            # A PipelineOutputError is kept as self._fatal: run() stops the worker with it.
+            with contextlib.suppress(PipelineOutputError):
+                self._publish(part, batch, one, staged_ms, t0)
+
+        threads = [
+            self._clock.thread(functools.partial(publish, part, batch, one), f"{self.name}-publish")
+            for part, batch, one in publishing[1:]
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            for part, batch, one in publishing[:1]:
+                self._publish(part, batch, one, staged_ms, t0)
+        finally:
+            for thread in threads:
+                thread.join()
 
     def _abandon(self, part: _Partition, batch: OffsetRange, error: BaseException) -> None:
         """A batch whose commit failed and did not land: left in staging, its partition
