@@ -25,7 +25,7 @@ Measured:
 
     python -m benchmarks.pipeline_throughput [--quick] [--bootstrap HOST:PORT] [--sink delta]
         [--throughput-runs N] [--phases throughput,latency,kill]
-        [--parallel-batches N] [--max-partitions-per-batch N]
+        [--parallel-batches N] [--max-partitions-per-batch N] [--max-batch-delay-ms MS]
 
 The last line prints the figures as name=value pairs.
 """
@@ -173,10 +173,12 @@ def time_to_exact(
 
 
 class Batching(TypedDict, total=False):
-    """The workers' batching settings (--parallel-batches, --max-partitions-per-batch)."""
+    """The workers' batching settings (--parallel-batches, --max-partitions-per-batch,
+    --max-batch-delay-ms)."""
 
     parallel_batches: int
     max_partitions_per_batch: int
+    max_batch_delay_ms: int
 
 
 BATCHING: Batching = {}
@@ -240,6 +242,21 @@ def compacted(output: Path) -> bool:
     return bool(merged) and max(merged) >= int(partials[-1].stem)
 
 
+def print_batches(workers: list[WorkerProcess]) -> None:
+    """Where a worker's time went: per batch, its Spark job's time (``stage_ms``) and the
+    time from the job's start to the batch's publication (``ms``)."""
+    for w in workers:
+        batches = w.of(BatchPublished)
+        stage = sorted(b.stage_ms for b in batches)
+        publish = sorted(b.ms for b in batches)
+        if batches:
+            print(
+                f"{w.name}: {len(batches)} batches, {sum(b.records for b in batches)} records;"
+                f" job ms {stage[0]}..{stage[-1]}, published after ms {publish[0]}..{publish[-1]}",
+                flush=True,
+            )
+
+
 def ours_visible(workers: list[WorkerProcess]) -> list[tuple[float, int, int]]:
     return [(e.t, e.partition, e.end) for w in workers for e in w.of(BatchPublished)]
 
@@ -258,6 +275,7 @@ def ours_throughput(bootstrap: str, events: int, sink: str) -> float:
             ends = {p: events // PARTITIONS for p in range(PARTITIONS)}
             wait(lambda: published_all(output, topic, ends), 900, "every offset published")
             published_s = time.monotonic() - t0
+            print_batches(workers)
             if sink == "delta":
                 # The totals table, which the peer's MERGE writes, holds everything only
                 # once the elected compactor has merged the last partials.
@@ -514,6 +532,7 @@ def main() -> None:
     )
     parser.add_argument("--parallel-batches", type=int, help="the workers' setting")
     parser.add_argument("--max-partitions-per-batch", type=int, help="the workers' setting")
+    parser.add_argument("--max-batch-delay-ms", type=int, help="the workers' setting")
     args = parser.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     if not phases or set(phases) - set(PHASES):
@@ -523,6 +542,8 @@ def main() -> None:
         BATCHING["parallel_batches"] = args.parallel_batches
     if args.max_partitions_per_batch is not None:
         BATCHING["max_partitions_per_batch"] = args.max_partitions_per_batch
+    if args.max_batch_delay_ms is not None:
+        BATCHING["max_batch_delay_ms"] = args.max_batch_delay_ms
     events = args.events or (60_000 if args.quick else 600_000)
     events -= events % PARTITIONS
     rate = 1000.0 if args.quick else 2000.0
