@@ -142,7 +142,29 @@ class _Closable(Protocol):
     def close(self, timeout: float = ...) -> None: ...
 
 
-class AsyncFace:
+class AsyncContext:
+    """``async with``: ``start()`` on entry, ``close()`` on exit, for every async face."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class AsyncFace(AsyncContext):
     """The lifecycle every recipe's async face shares: ``start`` binds the loop and starts
     the threaded recipe on a worker thread, ``close`` closes it there (its callbacks run on
     the loop meanwhile), ``async with`` does both. A face sets ``_bridge`` and ``_recipe``."""
@@ -163,18 +185,6 @@ class AsyncFace:
 
     def _closed(self) -> None:
         """What the face ends once its recipe is closed (iterators, threads)."""
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 class Changes(Generic[T]):

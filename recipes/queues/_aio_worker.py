@@ -11,14 +11,11 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from types import TracebackType
 from typing import Any, Final
-
-from typing_extensions import Self
 
 from coordination.errors import ConfigurationError, CoordinatorStateError
 
-from .._aio import LoopBridge
+from .._aio import AsyncContext, LoopBridge
 from ._consumer import ShareRecord
 from ._worker import ShareWorker, WorkerMetrics
 
@@ -45,7 +42,7 @@ class _HandlerCancelled(BaseException):
     """
 
 
-class AsyncShareWorker:
+class AsyncShareWorker(AsyncContext):
     """:class:`ShareWorker` with an asyncio face: ``async def`` handlers, run on the event
     loop, their records acknowledged by their outcome exactly as the ShareWorker does.
 
@@ -230,18 +227,6 @@ class AsyncShareWorker:
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close_worker())
         await asyncio.shield(self._closing)
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"<AsyncShareWorker group={self.group_id!r}>"
