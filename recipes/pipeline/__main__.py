@@ -86,6 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--master", default="local[1]", help="spark.master")
     worker.add_argument("--window-ms", type=int, default=DEFAULT_WINDOW_MS)
     worker.add_argument("--session-timeout-ms", type=int, default=10_000)
+    worker.add_argument(
+        "--group-protocol",
+        choices=["classic", "consumer"],
+        default="classic",
+        help="Kafka's group.protocol (default classic; consumer: KIP-848, Kafka 4.0+)",
+    )
     worker.add_argument("--max-batch-records", type=int, default=20_000)
     worker.add_argument("--max-batch-delay-ms", type=int, default=1000)
     worker.add_argument(
@@ -184,6 +190,7 @@ def _worker(args: argparse.Namespace) -> int:
             session_timeout_ms=args.session_timeout_ms,
             heartbeat_interval_ms=max(100, args.session_timeout_ms // 6),
             rebalance_timeout_ms=30_000,
+            group_protocol=args.group_protocol,
         )
     except ConfigurationError as e:
         print(f"python -m recipes.pipeline worker: error: {e}", file=sys.stderr)

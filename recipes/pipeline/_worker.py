@@ -1,11 +1,12 @@
 """The pipeline worker: owns a share of the input partitions and runs their micro-batches.
 
 A :class:`PipelineWorker` is built on a :class:`~recipes.partitioning.Consumer`
-(Kafka's ``consumer`` protocol, cooperative-sticky assignment): it polls the
-records of the partitions it owns, turns each partition's records into
-micro-batches processed by Spark (:func:`~recipes.pipeline._spark.stage_batch`),
-commits each batch's end offset fenced by its generation and only then publishes
-the batch's results. See ``docs/pipeline.md`` for the protocol and its failure
+(the classic group protocol with cooperative-sticky assignment, or Kafka's consumer
+group protocol, KIP-848, where the broker assigns): it learns which partitions it
+owns, turns each partition's offsets into micro-batches processed by Spark
+(:func:`~recipes.pipeline._spark.stage_batch`), commits each batch's end offset
+fenced by its generation (member epoch) and only then publishes the batch's
+results. See ``docs/pipeline.md`` for the protocol and its failure
 cases.
 """
 
@@ -26,11 +27,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 from coordination import ErrorCode, OffsetAndMetadata
 from coordination.clock import Event, Thread
-from coordination.errors import CommitFailedError, ConfigurationError, CoordinationError
+from coordination.errors import (
+    CommitFailedError,
+    ConfigurationError,
+    CoordinationError,
+    FatalBrokerError,
+)
 from coordination.hooks import CoordinationHooks, RebalanceStarted
 from coordination.lease import LeaseGuard
 from recipes.partitioning import (
     FETCH_SETTINGS,
+    BrokerAssignedPartitioning,
     Consumer,
     ConsumerPartitioning,
     CooperativeStickyAssignor,
@@ -69,6 +76,10 @@ log = logging.getLogger("recipes.pipeline")
 # records, so the worker refuses them. The worker sets two itself (auto_offset_reset,
 # isolation_level).
 _FETCH_SETTINGS: Final = FETCH_SETTINGS
+
+# What a commit refused with these did not apply, and one in the member's next generation or
+# epoch may (see PipelineWorker._commit).
+_RETRIED_COMMITS: Final = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.STALE_MEMBER_EPOCH})
 
 # What stages a job's ranges in place of Spark: (output, ranges, owner) -> one StagedBatch per
 # range, in order, as stage_many returns them.
@@ -116,7 +127,8 @@ class _Handover(RebalanceListener):
 
 
 class _RebalanceClock(CoordinationHooks):
-    """A hook of the worker's group member: a rebalance began (its first JoinGroup), from
+    """A hook of the worker's group member: a rebalance began (its first JoinGroup; on the
+    consumer protocol, its joining heartbeat or an answer with a new assignment), from
     which the worker times the ownership changes that follow."""
 
     def __init__(self, worker: PipelineWorker) -> None:
@@ -147,10 +159,11 @@ class PipelineWorker:
     consumers see), at most ``max_batch_records`` further, once that many are
     waiting or the oldest has waited ``max_batch_delay_ms``. Per batch: stage
     with Spark (the pipeline's parse and transform), commit the end offset with
-    the staged name as metadata (fenced by the generation), publish through
-    the sink. A commit that fails or whose outcome is unknown (refused, timed
-    out, any error) never deletes the staged batch, since a commit whose
-    response was lost may have landed: the worker asks the broker
+    the staged name as metadata (fenced by the generation, or the member epoch
+    on the consumer protocol), publish through the sink. A commit that fails
+    or whose outcome is unknown (refused, timed out, any error) never deletes
+    the staged batch, since a commit whose response was lost may have landed:
+    the worker asks the broker
     (OffsetFetch) whether the committed metadata names the batch and then
     publishes it; otherwise it leaves it (for a later, fenced orphan cleanup)
     and processes the partition again from its committed offset if it still owns it.
@@ -165,9 +178,13 @@ class PipelineWorker:
     Built on Consumer:
         :attr:`consumer` (a plain :class:`~recipes.partitioning.Consumer`) holds
         the group membership, answers each partition's committed offset and end,
-        and commits fenced by ownership and generation; :attr:`group` is its
-        group member. Its partitions stay paused: it never fetches records. The
-        worker sees ownership changes through the consumer's
+        and commits fenced by ownership and generation (member epoch);
+        :attr:`group` is its group member (a
+        :class:`~recipes.partitioning.ConsumerPartitioning`, or with
+        ``group_protocol="consumer"`` a
+        :class:`~recipes.partitioning.BrokerAssignedPartitioning`). Its
+        partitions stay paused: it never fetches records. The worker sees
+        ownership changes through the consumer's
         :class:`~recipes.partitioning.RebalanceListener` and the start of each
         rebalance through a :class:`~coordination.hooks.CoordinationHooks` it adds
         to the member's ``hooks`` (a ``hooks`` setting of yours is kept).
@@ -180,8 +197,9 @@ class PipelineWorker:
             partitions to finish (commit and publish, or leave the staged batch
             if the commit fails), so the next owner starts from a committed
             offset whose results are published. Other partitions keep going:
-            with cooperative rebalancing a worker whose partitions do not move
-            is never interrupted.
+            with cooperative rebalancing (and on the consumer protocol, where
+            every rebalance is incremental) a worker whose partitions do not
+            move is never interrupted.
 
     Threads:
         :meth:`run`'s thread cuts batches and prepares partitions. The batches
@@ -233,6 +251,8 @@ class PipelineWorker:
         lease_margin_ms: int | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
         stage: BatchStage | None = None,
+        group_protocol: str = "classic",
+        group_remote_assignor: str | None = None,
         **settings: Any,
     ) -> None:
         """Validate the settings; nothing starts until :meth:`start`.
@@ -277,6 +297,17 @@ class PipelineWorker:
                 it no Spark session is started (nor warmed up). For a stand-in
                 of Spark in tests and the deterministic simulator
                 (``devtools/simulation/pipeline.py``); default: Spark.
+            group_protocol: Kafka's ``group.protocol``: ``"classic"`` (default;
+                JoinGroup and SyncGroup, the cooperative-sticky assignor, commits
+                fenced by the generation) or ``"consumer"`` (KIP-848, Kafka 4.0+:
+                the broker assigns, each worker moves on its own, commits fenced by
+                the member epoch). The output's guarantees are the same on both
+                (docs/pipeline.md, Guarantees); a broker without the consumer
+                protocol stops the worker with
+                :class:`~coordination.errors.UnsupportedVersionError`.
+            group_remote_assignor: With ``group_protocol="consumer"``, the
+                broker's assignor (Kafka ``group.remote.assignor``: ``"uniform"``,
+                ``"range"``; None: the broker's default).
             **settings: Group and connection settings of
                 :class:`~recipes.partitioning.ConsumerPartitioning`
                 (``bootstrap_servers`` (required), ``session_timeout_ms``, ...,
@@ -335,16 +366,17 @@ class PipelineWorker:
                 f"PipelineWorker: Spark reads the records (kafka_options configure its Kafka "
                 f"source), so the consumer settings {', '.join(refused)} cannot be set"
             )
-        for setting in ("group_protocol", "group_remote_assignor", "assignors"):
+        for setting in ("assignors", "partition_assignment_strategy"):
             if setting in settings:
                 raise ConfigurationError(
-                    f"PipelineWorker: {setting} cannot be set: the workers share the "
-                    "partitions on the classic protocol with cooperative-sticky, whose "
-                    "generations fence their output (Kafka's consumer group protocol, "
-                    "KIP-848, is not supported by the pipeline yet)"
+                    f"PipelineWorker: {setting} cannot be set: on the classic protocol the "
+                    "workers share the partitions with cooperative-sticky (a revoked "
+                    "partition's batch ends before its next owner gets it); on "
+                    "group_protocol='consumer' the broker assigns (group_remote_assignor)"
                 )
         self.kafka_options = spark_kafka_options(settings, kafka_options)
         self._group_id = group_id
+        self._group_protocol = group_protocol
         # A fixed group id for Spark's Kafka consumers (which only read, assigned, and never
         # join it): Spark caches a consumer per group id and partition, so every batch of a
         # partition reuses one instead of each batch creating (and caching) its own.
@@ -354,12 +386,16 @@ class PipelineWorker:
             # Batches end at the last stable offset: aborted records are never read. A
             # fetcher of the caller's takes no fetch settings: it promises the same itself.
             settings["isolation_level"] = "read_committed"
+        if group_protocol == "classic":
+            # Only what moves is revoked, and its next owner gets it a generation later.
+            settings["assignors"] = [CooperativeStickyAssignor()]
         self.consumer = Consumer(
             group_id,
             topics=list(pipeline.topics),
-            assignors=[CooperativeStickyAssignor()],
             listener=_Handover(self),
             auto_offset_reset="earliest",
+            group_protocol=group_protocol,
+            group_remote_assignor=group_remote_assignor,
             **settings,
         )
         self._clock = self.group.clock
@@ -396,9 +432,14 @@ class PipelineWorker:
     # ------------------------------------------------------------------ lifecycle
 
     @property
-    def group(self) -> ConsumerPartitioning:
-        """The group member underneath (generation, membership lease, metrics, ...): the
-        consumer's, :attr:`Consumer.group <recipes.partitioning.Consumer.group>`."""
+    def group(self) -> ConsumerPartitioning | BrokerAssignedPartitioning:
+        """The group member underneath (generation or member epoch, membership lease,
+        metrics, ...): the consumer's, :attr:`Consumer.group
+        <recipes.partitioning.Consumer.group>` on the classic protocol,
+        :attr:`Consumer.broker_assigned <recipes.partitioning.Consumer.broker_assigned>` on
+        ``group_protocol="consumer"``."""
+        if self._group_protocol == "consumer":
+            return self.consumer.broker_assigned
         return self.consumer.group
 
     @property
@@ -504,6 +545,9 @@ class PipelineWorker:
                 batch in progress.
 
         Raises:
+            FatalBrokerError: The group member stopped on an error a person must
+                fix, e.g. :class:`~coordination.errors.UnsupportedVersionError`
+                (``group_protocol="consumer"`` on a broker older than Kafka 4.0).
             CoordinationError: The worker was closed or not started, or the
                 output is in a state the protocol does not allow (e.g. a
                 committed batch's results were deleted); the worker stops.
@@ -512,6 +556,8 @@ class PipelineWorker:
             raise CoordinationError("PipelineWorker.run: call start() first")
         try:
             while not stop.is_set():
+                if isinstance(self._fatal, FatalBrokerError):
+                    raise self._fatal  # the group member's own error, as its consumer's
                 if self._fatal is not None:
                     raise CoordinationError(
                         f"PipelineWorker {self.name!r} stops: {self._fatal!r}"
@@ -569,6 +615,7 @@ class PipelineWorker:
         if not parts:
             self._clock.sleep(self.poll_interval_s, self._assigned)
             self._assigned.clear()
+            self._check_member()
             return
         ready = [tp for tp, part in parts.items() if part.ready]
         ends = self._ends(ready) if ready else {}
@@ -597,6 +644,18 @@ class PipelineWorker:
             thread = self._clock.thread(lambda: self._process(batches), f"{self.name}-batch")
             self._batch_threads = [t for t in self._batch_threads if t.is_alive()] + [thread]
             thread.start()
+
+    def _check_member(self) -> None:
+        """Keep the error the group member stopped on, for run() to raise: one a person must
+        fix (a broker without the consumer protocol, a fenced static member, a refused
+        authorization). The member owns nothing then, and the worker would otherwise wait
+        for partitions that never come."""
+        try:
+            self.group.ensure_active_group(timeout=0)  # raises that error first, never waits
+        except FatalBrokerError as e:
+            self._fatal = e
+        except CoordinationError:
+            pass  # not in the group yet, or between assignments: it keeps trying
 
     def _ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Each partition's last stable offset (one ListOffsets per leader); {} on failure."""
@@ -908,15 +967,21 @@ class PipelineWorker:
         )
 
     def _commit(self, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
-        """Commit in the current generation, retrying while the group completes a rebalance.
+        """Commit in the current generation (member epoch), retrying while the group
+        completes a rebalance.
 
         The current generation, not the one the batch started in: a cooperative
         rebalance that leaves the partition here moves the generation on, and the
         batch is still this worker's to commit. The partition cannot have a new
-        owner meanwhile: its revocation waits for this batch. The broker refuses
-        commits with REBALANCE_IN_PROGRESS only between JoinGroup and SyncGroup
-        (the group's CompletingRebalance state), so a retry after the sync
-        commits the batch instead of throwing away its work.
+        owner meanwhile: its revocation waits for this batch (on the consumer
+        protocol too: the broker gives a partition to another member only once
+        this one reported it released, or removed this one, whose commits it then
+        refuses). The broker refuses commits with REBALANCE_IN_PROGRESS only
+        between JoinGroup and SyncGroup (the group's CompletingRebalance state),
+        and with STALE_MEMBER_EPOCH (consumer protocol) a commit sent before the
+        answer that moved the member's epoch on arrived; neither applied it, so a
+        retry in the new generation or epoch commits the batch instead of
+        throwing away its work.
         """
         clock = self._clock
         deadline = clock.monotonic() + self.group.config.rebalance_timeout_ms / 1000
@@ -930,9 +995,9 @@ class PipelineWorker:
                     )
                 return
             except CommitFailedError as e:
-                if e.code != ErrorCode.REBALANCE_IN_PROGRESS or clock.monotonic() >= deadline:
+                if e.code not in _RETRIED_COMMITS or clock.monotonic() >= deadline:
                     raise
-                log.info("%s: commit met a rebalance in progress; retrying", self.name)
+                log.info("%s: commit refused with %s; retrying", self.name, e.code)
                 clock.sleep(0.2, clock.event())
 
     def _landed(self, sent: Mapping[tuple[str, int], OffsetAndMetadata]) -> set[tuple[str, int]]:

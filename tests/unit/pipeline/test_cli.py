@@ -1,4 +1,5 @@
-"""The worker command line: its batching flags reach the worker, bad settings are named."""
+"""The worker command line: its batching and group protocol flags reach the worker, bad
+settings are named."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ def test_the_batching_flags_reach_the_worker(monkeypatch, tmp_path) -> None:
     seen.clear()
     assert main([*WORKER, f"--output={tmp_path}"]) == 2
     assert seen["parallel_batches"] == 2 and seen["max_partitions_per_batch"] == 64
+    assert seen["group_protocol"] == "classic"
+    seen.clear()
+    assert main([*WORKER, f"--output={tmp_path}", "--group-protocol=consumer"]) == 2
+    assert seen["group_protocol"] == "consumer"
 
 
 @pytest.mark.parametrize("flag", ["--parallel-batches=0", "--max-partitions-per-batch=0"])

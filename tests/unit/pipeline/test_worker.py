@@ -59,6 +59,9 @@ class Group:
     def membership_lease(self) -> float:
         return self.lease
 
+    def ensure_active_group(self, timeout: float | None = None) -> None:
+        pass  # in the group, and never stopped on an error
+
     def commit_offsets(
         self, offsets: Mapping[tuple[str, int], OffsetAndMetadata], **_: Any
     ) -> None:
@@ -694,17 +697,43 @@ class TestOnTheGroup:
 
         assert _FETCH_SETTINGS == FETCH_SETTINGS
 
-    @pytest.mark.parametrize(
-        "setting",
-        [
-            {"group_protocol": "consumer"},
-            {"group_remote_assignor": "uniform"},
-            {"assignors": []},
-        ],
-    )
-    def test_the_group_protocol_and_assignors_are_refused_by_name(self, tmp_path, setting):
+    @pytest.mark.parametrize("setting", ["assignors", "partition_assignment_strategy"])
+    def test_assignors_are_refused_by_name(self, tmp_path, setting):
         from coordination.errors import ConfigurationError
 
-        (name,) = setting
-        with pytest.raises(ConfigurationError, match=f"{name} cannot be set.*KIP-848"):
+        given: dict[str, Any] = {setting: []}
+        with pytest.raises(ConfigurationError, match=f"{setting} cannot be set.*broker assigns"):
+            PipelineWorker("g", topic="t", output=tmp_path, bootstrap_servers="h:1", **given)
+
+    @pytest.mark.parametrize(
+        ("setting", "refused"),
+        [
+            ({"group_remote_assignor": "uniform"}, "group_remote_assignor is for"),
+            ({"group_protocol": "eager"}, "group_protocol must be"),
+        ],
+    )
+    def test_the_consumer_refuses_a_group_protocol_setting_that_does_not_fit(
+        self, tmp_path, setting, refused
+    ):
+        from coordination.errors import ConfigurationError
+
+        with pytest.raises(ConfigurationError, match=refused):
             PipelineWorker("g", topic="t", output=tmp_path, bootstrap_servers="h:1", **setting)
+
+    def test_on_the_consumer_protocol_the_group_is_the_broker_assigned_member(self, tmp_path):
+        from recipes.partitioning import BrokerAssignedPartitioning
+
+        w = PipelineWorker(
+            "g",
+            topic="t",
+            output=tmp_path,
+            bootstrap_servers="h:1",
+            group_protocol="consumer",
+            group_remote_assignor="range",
+            transport=ScriptedTransport(),
+            clock=ManualClock(),
+        )
+        assert isinstance(w.group, BrokerAssignedPartitioning)
+        assert w.group is w.consumer.broker_assigned
+        assert w.group.member.member_epoch == 0  # not joined yet
+        assert w._lease.holds() is False  # no deletion before the member is in the group
