@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from coordination.errors import CoordinationError
+from coordination.errors import CoordinationError, FencedInstanceError
 from coordination.testing.simulation import (
     GROUP,
     DriverBase,
@@ -281,6 +281,12 @@ class PipelineDriver(DriverBase):
         worker.start()
         try:
             worker.run(member.stop)
+        except FencedInstanceError as e:
+            # A newer process of this host's static identity joined while this one hung
+            # (its replacement): the broker fenced this member for good, and the worker
+            # stops with the member's error rather than wait for partitions that never come.
+            trace(f"{me}: stops: {type(e).__name__}")
+            worker.close(10.0)
         except CoordinationError as e:
             # A worker that read a commit before the operator emptied the output (see
             # group_deleted) finds its batch gone and stops, as it must; any other reason
