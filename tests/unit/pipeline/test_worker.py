@@ -289,11 +289,12 @@ class TestOnTheConsumer:
         # Spark reads the records: the consumer keeps every partition paused.
         assert worker.consumer.paused() == {TP}
 
-    def test_a_commit_during_a_rebalance_is_retried_once_the_group_is_synced(self, worker):
+    @pytest.mark.parametrize("code", [REBALANCE_IN_PROGRESS, ErrorCode.STALE_MEMBER_EPOCH])
+    def test_a_commit_during_a_rebalance_is_retried_once_the_group_is_synced(self, worker, code):
+        # STALE_MEMBER_EPOCH: on the consumer protocol, sent before the answer that moved
+        # the member's epoch on arrived. Neither refusal applied anything.
         g = group(worker)
-        g.refusals = [
-            CommitFailedError(REBALANCE_IN_PROGRESS, group_id="g", api="OffsetCommit")
-        ] * 2
+        g.refusals = [CommitFailedError(code, group_id="g", api="OffsetCommit")] * 2
         part = owned(worker, 0)
         before = worker._clock.monotonic()
         process(worker, part, 0, 10)
@@ -301,6 +302,20 @@ class TestOnTheConsumer:
         assert g.committed[("t", 0)].offset == 10
         assert worker._clock.monotonic() == pytest.approx(before + 0.4)  # on the clock
         assert part.start == 10 and part.ready
+
+    def test_run_raises_the_error_the_group_member_stopped_on(self, worker):
+        from coordination.errors import UnsupportedVersionError
+
+        stopped = UnsupportedVersionError(ErrorCode.UNSUPPORTED_VERSION, group_id="g")
+
+        def ensure_active_group(timeout: float | None = None) -> None:
+            raise stopped
+
+        group(worker).ensure_active_group = ensure_active_group  # type: ignore[method-assign]
+        worker._started = True
+        with pytest.raises(UnsupportedVersionError) as raised:
+            worker.run(worker._clock.event())  # owns nothing: it would wait forever
+        assert raised.value is stopped
 
     def test_a_partition_the_consumer_no_longer_owns_is_not_committed(self, worker, events):
         g = group(worker)
