@@ -16,7 +16,7 @@ from examples.shards_simulation import ShardsDriver
 
 from .consumers import AsyncConsumersDriver, BrokerAssignedConsumersDriver, ConsumersDriver
 from .election import AsyncElectionDriver, ElectionDriver
-from .pipeline import PipelineDriver
+from .pipeline import BrokerAssignedPipelineDriver, PipelineDriver
 from .queues import ShareConsumersDriver
 from .tasks import TasksDriver
 
@@ -30,6 +30,7 @@ RECIPES: dict[str, DriverFactory] = {
     "consumer-async": AsyncConsumersDriver,
     "consumer-848": BrokerAssignedConsumersDriver,
     "pipeline": PipelineDriver,
+    "pipeline-848": BrokerAssignedPipelineDriver,
     "share": ShareConsumersDriver,
 }
 

@@ -68,7 +68,7 @@ from recipes.pipeline import (
     WorkerEvent,
 )
 
-from .consumers import TOPIC, SimFetcher, SimTopic
+from .consumers import TOPIC, TOPIC_ID, SimFetcher, SimTopic
 
 PARTITIONS = 4
 WINDOW_MS = 1_000
@@ -228,7 +228,6 @@ class PipelineDriver(DriverBase):
     # ------------------------------------------------------------------ members
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
-        from recipes.partitioning import InMemoryTopicMetadata
         from recipes.pipeline import Pipeline, PipelineWorker
 
         process = host.process
@@ -236,7 +235,7 @@ class PipelineDriver(DriverBase):
         me = process.name
         if self.topic is None:
             self.topic = SimTopic(clock.monotonic())
-            self.metadata = InMemoryTopicMetadata({TOPIC: PARTITIONS})
+            self.metadata = self._topic_metadata(transport)
             self.log = transport.cluster.log
             self.clock = clock
         rng = clock.random()
@@ -273,8 +272,7 @@ class PipelineDriver(DriverBase):
             fetcher=PipelineFetcher(self.topic, clock, transport),
             transport=transport,
             clock=clock,
-            group_instance_id=host.instance_id,
-            **self.settings.member_settings(),
+            **self._group_settings(host),
         )
         member = self.workers[me] = _Worker(process, worker)
         started = clock.monotonic()
@@ -304,6 +302,16 @@ class PipelineDriver(DriverBase):
             worker.close(10.0)
         finally:
             member.stopped.set()
+
+    def _topic_metadata(self, transport: SimTransport) -> Any:
+        from recipes.partitioning import InMemoryTopicMetadata
+
+        return InMemoryTopicMetadata({TOPIC: PARTITIONS})
+
+    def _group_settings(self, host: Host) -> dict[str, Any]:
+        """The worker's group settings: the classic protocol, static members on half the
+        hosts."""
+        return {"group_instance_id": host.instance_id, **self.settings.member_settings()}
 
     @staticmethod
     def _stage_one(output: PipelineOutput, offsets: OffsetRange, attempt: int) -> StagedBatch:
@@ -535,3 +543,37 @@ def _describe(event: WorkerEvent) -> str:
         if f.name not in ("kind", "worker", "t") and not f.name.endswith("_ms")
     }
     return f"{event.kind} {shown}"
+
+
+class BrokerAssignedPipelineDriver(PipelineDriver):
+    """The pipeline on Kafka's consumer group protocol (KIP-848,
+    ``PipelineWorker(group_protocol="consumer")``), against the simulator's model of the
+    KIP-848 coordinator: the broker assigns (uniform), each worker moves to its assignment
+    on its own, commits are fenced by the member epoch. The same invariants as the classic
+    pipeline's. Static membership is not modelled: every worker is dynamic; every other one
+    assumes a session three times the broker's, so that its lease (which fences the
+    deletion of orphans) must count with the broker's session, read before it joins.
+    """
+
+    name = "pipeline-848"
+
+    def _topic_metadata(self, transport: SimTransport) -> Any:
+        from recipes.partitioning import InMemoryTopicMetadata
+
+        class WithIds(InMemoryTopicMetadata):
+            def topic_ids(self) -> dict[Any, str]:
+                return {TOPIC_ID: TOPIC}
+
+        transport.cluster.log.topics[TOPIC] = (TOPIC_ID, PARTITIONS)
+        return WithIds({TOPIC: PARTITIONS})
+
+    def _group_settings(self, host: Host) -> dict[str, Any]:
+        settings = self.settings.member_settings()
+        return {
+            **settings,
+            "group_protocol": "consumer",
+            "group_remote_assignor": "uniform",
+            **(
+                {"session_timeout_ms": 3 * settings["session_timeout_ms"]} if host.index % 2 else {}
+            ),
+        }

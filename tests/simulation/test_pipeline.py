@@ -1,9 +1,12 @@
-"""The pipeline in the deterministic simulator (``--recipe pipeline``): PipelineWorker as
-shipped, Spark replaced by a stand-in stage, every offset's result published exactly once
-through seeded fault histories; and the checker finding each broken guarantee.
+"""The pipeline in the deterministic simulator (``--recipe pipeline``, and ``pipeline-848`` on
+Kafka's consumer group protocol): PipelineWorker as shipped, Spark replaced by a stand-in
+stage, every offset's result published exactly once through seeded fault histories; and the
+checker finding each broken guarantee.
 
 A history costs about 0.35 s of one core (docs/simulation.md); CI runs a share of the goal
-of 2,000 histories, which SIMULATION_PIPELINE_HISTORIES raises.
+of 2,000 histories, which SIMULATION_PIPELINE_HISTORIES raises (and
+SIMULATION_PIPELINE_848_HISTORIES for the consumer protocol, whose guarantees rest on the
+same code: CI runs fewer of its histories).
 """
 
 from __future__ import annotations
@@ -19,10 +22,17 @@ import pytest
 from devtools.simulation import run_seeds
 
 PIPELINE_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_HISTORIES", "100"))
+PIPELINE_848_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_848_HISTORIES", "40"))
 
 
 @pytest.mark.timeout(900)
-def test_every_offset_is_published_exactly_once_through_fault_histories() -> None:
+@pytest.mark.parametrize(
+    ("recipe", "histories"),
+    [("pipeline", PIPELINE_HISTORIES), ("pipeline-848", PIPELINE_848_HISTORIES)],
+)
+def test_every_offset_is_published_exactly_once_through_fault_histories(
+    recipe: str, histories: int
+) -> None:
     # In a child process with a fixed PYTHONHASHSEED, as the replay command a failure
     # prints runs it.
     out = subprocess.run(
@@ -31,9 +41,9 @@ def test_every_offset_is_published_exactly_once_through_fault_histories() -> Non
             "-m",
             "devtools.simulation",
             "--recipe",
-            "pipeline",
+            recipe,
             "--seeds",
-            str(PIPELINE_HISTORIES),
+            str(histories),
             "--faults",
             "100",
         ],
@@ -47,7 +57,7 @@ def test_every_offset_is_published_exactly_once_through_fault_histories() -> Non
     last = text.strip().splitlines()[-1] if text.strip() else ""
     fields = dict(pair.split("=", 1) for pair in last.split() if "=" in pair)
     assert out.returncode == 0 and fields.get("violations") == "0", text[-20_000:]
-    assert int(fields["histories"]) == PIPELINE_HISTORIES
+    assert int(fields["histories"]) == histories
     assert float(fields["faults_per_history"]) >= 100
 
 
@@ -107,21 +117,26 @@ def _cleans_up_unfenced(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("broken", "found"),
+    ("recipe", "broken", "found"),
     [
-        (_trusts_a_failed_commit, ("past its committed offset", "published twice")),
-        (_skips_recovery, ("skipped", "lost")),
-        (_cleans_up_unfenced, ("lost",)),
+        ("pipeline", _trusts_a_failed_commit, ("past its committed offset", "published twice")),
+        ("pipeline", _skips_recovery, ("skipped", "lost")),
+        ("pipeline", _cleans_up_unfenced, ("lost",)),
+        # On the consumer protocol, the fences that keep a worker the broker moved on from
+        # deleting its successor's batches: the member's lease, which must end before
+        # the broker can give its partitions away, and the committed offset.
+        ("pipeline-848", _cleans_up_unfenced, ("lost",)),
     ],
-    ids=["publish-unlanded-commit", "no-recover", "unfenced-cleanup"],
+    ids=["publish-unlanded-commit", "no-recover", "unfenced-cleanup", "848-unfenced-cleanup"],
 )
 def test_the_checker_finds_a_broken_guarantee(
+    recipe: str,
     broken: Callable[[pytest.MonkeyPatch], Any],
     found: tuple[str, ...],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     broken(monkeypatch)
-    summary = run_seeds("pipeline", range(60), stop_at_first=True)
+    summary = run_seeds(recipe, range(60), stop_at_first=True)
     assert summary.failures, "the broken guarantee went unnoticed in 60 histories"
     violation = summary.failures[0].violation
     assert violation is not None and any(f in violation for f in found), violation
