@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from coordination.testing.simulation import (
@@ -56,6 +58,11 @@ class SimRecord(NamedTuple):
     topic: str
     partition: int
     offset: int
+
+
+# SimRecord(topic, partition, offset) without the Python frame of a NamedTuple's __new__,
+# for a tuple of the three (a poll makes up to MAX_RECORDS records per partition).
+_new_record = partial(tuple.__new__, SimRecord)
 
 
 class SimTopic:
@@ -112,7 +119,8 @@ class SimFetcher:
             start = 0 if position is None else position
             if start < end:
                 last = min(end, start + MAX_RECORDS)
-                fetched[tp] = [SimRecord(tp.topic, tp.partition, o) for o in range(start, last)]
+                fields = zip(repeat(tp.topic), repeat(tp.partition), range(start, last))
+                fetched[tp] = list(map(_new_record, fields))
                 self._positions[tp] = last
         return fetched
 
@@ -126,6 +134,10 @@ class _Member:
         self.consumer = consumer
         # ConsumerPartitioning (classic) or BrokerAssignedPartitioning (KIP-848).
         self.group = consumer._group
+        # What holds the frozenset group.owned() returns (only ever replaced whole), read
+        # by the check after every step without owned()'s two calls.
+        self.owner: Any = getattr(self.group, "_ownership", self.group)
+        assert self.owner._owned is self.group.owned()
 
 
 class ConsumersDriver(DriverBase):
@@ -309,16 +321,22 @@ class ConsumersDriver(DriverBase):
         self._read_entries = len(log.entries)
 
     def check(self, now: float) -> None:
-        self._read_commits()
+        log = self.log
+        if log is not None and len(log.entries) != self._read_entries:
+            self._read_commits()
         # Cheap first: only a partition two living consumers own can be owned twice.
-        seen: set[Any] = set()
+        seen: frozenset[Any] | set[Any] = frozenset()
         for member in self._living().values():
-            owned = member.group.owned()  # never takes the lock: a check between steps
+            # group.owned(), which never takes the lock: a check between steps.
+            owned = member.owner._owned
             if not owned:
                 continue
-            if not seen.isdisjoint(owned):
+            if not seen:
+                seen = owned  # (not changed below: a union makes a new set)
+            elif not seen.isdisjoint(owned):
                 break
-            seen |= owned
+            else:
+                seen = seen | owned
         else:
             return
         for tp, holders in self._holders().items():
@@ -328,8 +346,11 @@ class ConsumersDriver(DriverBase):
     def _living(self) -> dict[str, _Member]:
         """The members whose process lives, in the order they started (for the checks)."""
         checked = self._checked
-        for name in [name for name, member in checked.items() if member.process.dead]:
-            del checked[name]  # a dead process stays dead
+        for member in checked.values():
+            if member.process.dead:  # a dead process stays dead: forgotten once
+                for name in [name for name, member in checked.items() if member.process.dead]:
+                    del checked[name]
+                break
         return checked
 
     def settled(self, live: list[Host]) -> str | None:

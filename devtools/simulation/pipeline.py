@@ -100,10 +100,18 @@ def _count_entry_changes(
         count[0] += 1
 
 
-# For the life of the process (an audit hook cannot be removed): a set lookup per audited
-# call, so that the checker stats the output's directories only after a step that may
-# have changed them, not after every step.
-sys.addaudithook(_count_entry_changes)
+_counting_entry_changes = [False]
+
+
+def _count_entry_changes_from_now() -> None:
+    """Count entry changes from now on, for the life of the process (an audit hook cannot
+    be removed): a set lookup per audited call, so that the checker stats the output's
+    directories only after a step that may have changed them, not after every step.
+    Installed by the first PipelineDriver, not at import: every other recipe's process
+    imports this module too, and asyncio audits two events at every turn of a loop."""
+    if not _counting_entry_changes[0]:
+        sys.addaudithook(_count_entry_changes)
+        _counting_entry_changes[0] = True
 
 
 def event(partition: int, offset: int) -> tuple[str, int, int] | None:
@@ -199,6 +207,7 @@ class PipelineDriver(DriverBase):
 
     def __init__(self, settings: HistorySettings) -> None:
         super().__init__(settings)
+        _count_entry_changes_from_now()
         self.margin_s = settings.heartbeat_interval_ms / 1000
         shm = Path("/dev/shm")
         self.root = Path(

@@ -100,15 +100,13 @@ class TasksDriver(DriverBase):
             raise Violation(self._violation)
         # Cheap first: only a task that two workers have started can run on two at once.
         seen: set[str] = set()
-        doubled = False
         for process, _, running in self.workers.values():
-            if process.dead:
+            if not running or process.dead:
                 continue
-            if seen & running:
-                doubled = True
+            if not seen.isdisjoint(running):
                 break
             seen |= running
-        if not doubled:
+        else:
             return
         for task, runners in self._runners().items():
             if len(runners) > 1:
