@@ -89,10 +89,9 @@ _LONGEST_FIRST = (
     "tests/simulation/test_simulation.py",
     "tests/campaign/test_campaign.py",
     "tests/integration/test_pipeline_kafka.py",
-    "tests/integration/test_pipeline_first_start.py",
+    "tests/integration/test_pipeline.py",
     "tests/test_layering.py",
     "tests/integration/test_pipeline_cluster.py",
-    "tests/integration/test_pipeline.py",
 )
 
 

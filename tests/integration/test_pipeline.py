@@ -1,4 +1,14 @@
-"""The Spark pipeline on the real broker: worker processes killed, results still exact."""
+"""The Spark pipeline on the real broker, as a fresh machine runs it: three workers start at
+once from empty package caches, two are killed, the results are still exact.
+
+Spark resolves ``spark-sql-kafka`` and ``delta-spark`` through Ivy when its JVM starts.
+Three JVMs doing that at once into one empty Ivy cache read each other's half-written files
+and failed; the workers now resolve one at a time until the cache is warm (see
+``docs/pipeline.md``). Here the JVMs' home (``user.home``: Spark's default Ivy directory,
+and the Maven repository Ivy also looks in) is an empty directory, so every run downloads
+the packages (98 MB) from Maven Central before the workers start: the first start of a
+fresh machine and the killed workers are one run, which pays for three JVMs once.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +23,18 @@ from tests._versions import ON_ONE_KAFKA_VERSION
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.spark,
-    pytest.mark.timeout(600),
-    ON_ONE_KAFKA_VERSION,
+    pytest.mark.timeout(900),
+    ON_ONE_KAFKA_VERSION,  # Spark's start does not depend on the broker's version
 ]
 
 
-def test_results_are_exact_after_two_workers_are_killed(kafka: str, tmp_path: Path) -> None:
+def test_three_workers_start_from_empty_caches_and_stay_exact_when_two_are_killed(
+    kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every JVM started from here on (the workers', the check's) has an empty home.
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", f"-Duser.home={home}")
     # Three workers, two SIGKILLed while events are fed (a third and two thirds of
     # the way): the survivor ends up owning every partition.
     report = run_demo(
@@ -62,3 +78,5 @@ def test_results_are_exact_after_two_workers_are_killed(kafka: str, tmp_path: Pa
         assert owners_after and kill.worker not in owners_after
     # Nothing is left in staging: every attempt was published, abandoned or cleaned up.
     assert PipelineOutput(tmp_path / "output").staged() == []
+    # The packages came from Maven Central into the empty home's Ivy cache.
+    assert any((home / ".ivy2.5.2" / "jars").glob("*spark-sql-kafka*.jar"))

@@ -1,7 +1,7 @@
 """Spark sessions starting at once resolve their packages one at a time while the cache is cold.
 
 No JVM here: a stand-in builder records when sessions are created. The real thing, three
-worker processes from empty caches, is tests/integration/test_pipeline_first_start.py.
+worker processes from empty caches, is tests/integration/test_pipeline.py.
 """
 
 from __future__ import annotations
