@@ -81,6 +81,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,21 +93,21 @@ from kafka.errors import TopicAlreadyExistsError
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _java import compile_java
+from _rebalance_member import (
+    CLOSE_TIMEOUT_S,
+    HEARTBEAT_INTERVAL_MS,
+    POLL_TIMEOUT_MS,
+    REBALANCE_TIMEOUT_MS,
+    SESSION_TIMEOUT_MS,
+    now_ms,
+    protocol_settings,
+)
 
 from coordination.testing import running_kafka
-from recipes.partitioning import (
-    Consumer,
-    CooperativeStickyAssignor,
-    RebalanceListener,
-    TopicPartition,
-)
+from recipes.partitioning import Consumer
 
 log = logging.getLogger("rebalance_cost")
 
-SESSION_TIMEOUT_MS = 6_000  # the test broker's group.consumer.session.timeout.ms
-HEARTBEAT_INTERVAL_MS = 500  # the test broker's group.consumer.heartbeat.interval.ms
-REBALANCE_TIMEOUT_MS = 30_000
-POLL_TIMEOUT_MS = 100
 PRODUCE_INTERVAL_MS = 50
 MAX_PRODUCE_RATE = 1_000  # records/s over the whole topic; 2 cores run everything here
 MIN_PARTITIONS = 20
@@ -117,7 +118,10 @@ GAP_THRESHOLD_S = 1.0
 QUIET_S = 1.5
 CONVERGE_TIMEOUT_S = 90.0
 STATUS_EVERY_S = 0.1
-CLOSE_TIMEOUT_S = 60.0
+MEMBER_PROGRAM = Path(__file__).resolve().parent / "_rebalance_member.py"
+# Interpreters starting at once: each spends about a second of CPU on its imports.
+STARTING_AT_ONCE = 2 * (os.cpu_count() or 2)
+PROCESS_START_TIMEOUT_S = 120.0
 BACKLOG_RECORDS = 200_000
 BACKLOG_PARTITIONS = 20
 BACKLOG_VALUE = b"v" * 100
@@ -132,11 +136,6 @@ RATIO_BASES = {"java-consumer": "java", "ours-classic": "classic"}
 
 class BenchmarkError(Exception):
     """A member failed or a group did not converge in time."""
-
-
-def now_ms() -> float:
-    """Epoch milliseconds: the records' timestamps are on this clock too."""
-    return time.time() * 1000
 
 
 def produce_interval_ms(partitions: int) -> int:
@@ -193,163 +192,221 @@ class Group(abc.ABC):
         """Stop every member and wait until they have left."""
 
 
-# -- ours: recipes.partitioning.Consumer ------------------------------------------------------
+# -- ours: recipes.partitioning.Consumer, in processes of their own ---------------------------
 
 
-def protocol_settings(protocol: str) -> dict[str, Any]:
-    """Our Consumer's group settings for ``protocol`` ("consumer" or "classic")."""
-    # With the consumer protocol the broker's interval rules; ours is set alike anyway,
-    # so that the session check of the settings sees the same numbers.
-    common = {
-        "session_timeout_ms": SESSION_TIMEOUT_MS,
-        "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
-        "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS,
-    }
-    if protocol == "consumer":
-        return {**common, "group_protocol": "consumer", "group_remote_assignor": "uniform"}
-    return {**common, "assignors": [CooperativeStickyAssignor()]}
+class MemberProcess:
+    """A process of benchmarks/_rebalance_member.py, hosting some members of a group."""
 
-
-class _Recorder(RebalanceListener):
-    def __init__(self, member: OursMember) -> None:
-        self._member = member
-
-    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
-        self._member.changed("assigned", partitions)
-
-    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
-        self._member.changed("revoked", partitions)
-
-    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        self._member.changed("lost", partitions)
-
-
-class OursMember:
-    """One Consumer and its poll thread, which records what each poll returned."""
-
-    def __init__(self, group: OursGroup, index: int) -> None:
+    def __init__(self, group: OursGroup, number: int) -> None:
         self._group = group
-        self.index = index
-        # Under _lock: the listener (membership thread) and the poll thread both write it.
-        self._lock = threading.Lock()
-        self._owned: dict[int, int] = {}
-        self.consumed: dict[int, list[tuple[float, int]]] = {}
-        self.open = True  # False from the moment it is asked to leave
-        self._stopping = threading.Event()
-        self._closing_at: queue.Queue[float] = queue.Queue()
-        self.thread = threading.Thread(target=self._run, name=f"member-{index}", daemon=True)
+        self.number = number
+        command = [
+            sys.executable,
+            str(MEMBER_PROGRAM),
+            group.bootstrap_servers,
+            group.group_id,
+            group.topic,
+            group.protocol,
+            *([group.log_file] if group.log_file else []),
+        ]
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._stopping = False
+        self._reader = threading.Thread(
+            target=self._read, name=f"{group.group_id}-process-{number}", daemon=True
+        )
+        self._reader.start()
 
-    def changed(self, kind: str, partitions: frozenset[TopicPartition]) -> None:
-        t = now_ms()
-        numbers = sorted(tp.partition for tp in partitions)
-        with self._lock:
-            for p in numbers:
-                if kind == "assigned":
-                    self._owned[p] = -1
-                else:
-                    self._owned.pop(p, None)
-        self._group.events.append((t, self.index, kind, numbers))
+    def send(self, line: str) -> None:
+        assert self._process.stdin is not None
+        if self._process.poll() is not None:
+            raise BenchmarkError(f"process {self.number} exited with {self._process.returncode}")
+        self._process.stdin.write(line + "\n")
+        self._process.stdin.flush()
 
-    def owned(self) -> dict[int, int]:
-        """The partitions owned now, with the newest record timestamp consumed from each."""
-        with self._lock:
-            return dict(self._owned)
-
-    def leave(self) -> float:
-        """Stop polling and close; returns the time of the close() call."""
-        self.open = False
-        self._stopping.set()
-        try:
-            return self._closing_at.get(timeout=CLOSE_TIMEOUT_S)
-        except queue.Empty:
-            raise BenchmarkError(f"member {self.index} did not stop polling") from None
+    def answer(self, key: str, timeout_s: float) -> Any:
+        """The value of the next reply that has ``key``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BenchmarkError(
+                    f"process {self.number} did not say {key!r} within {timeout_s:.0f}s"
+                )
+            try:
+                reply = self._replies.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                if self._process.poll() is not None:
+                    raise BenchmarkError(
+                        f"process {self.number} exited with {self._process.returncode}"
+                    ) from None
+                continue
+            if key in reply:
+                return reply[key]
+            log.warning("ignoring a late reply from process %d: %s", self.number, reply)
 
     def stop(self) -> None:
-        self.open = False
-        self._stopping.set()
+        """Ask every member to close (all at once); :meth:`wait` waits for them."""
+        self._stopping = True
+        with contextlib.suppress(OSError, BenchmarkError):
+            self.send("stop")
 
-    def _run(self) -> None:
-        # Created here, as the Java driver does on its member thread: the join's time
-        # includes building the client for every implementation.
-        consumer = Consumer(
-            self._group.group_id,
-            topics=[self._group.topic],
-            listener=_Recorder(self),
-            bootstrap_servers=self._group.bootstrap_servers,
-            auto_offset_reset="latest",
-            **self._group.protocol_settings(),
-        )
+    def wait(self, deadline: float) -> None:
         try:
-            consumer.start()
-            while not self._stopping.is_set():
-                batches = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
-                if not batches:
-                    continue
-                t = now_ms()
-                for tp, records in batches.items():
-                    newest = max(r.timestamp for r in records)
-                    self.consumed.setdefault(tp.partition, []).append((t, newest))
-                    with self._lock:
-                        if tp.partition in self._owned:
-                            self._owned[tp.partition] = newest
-        except Exception as e:
-            if not self._stopping.is_set():
-                self._group.fail(f"member {self.index} failed: {e!r}")
+            self._process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("process %d did not stop; killing it", self.number)
         finally:
-            self._closing_at.put(now_ms())
-            consumer.close(CLOSE_TIMEOUT_S)
+            if self._process.poll() is None:
+                self._process.kill()
+                self._process.wait()
+            self._reader.join(5)
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # a stray line from a library
+            if "changed" in message:
+                t, member, kind, partitions = message["changed"]
+                self._group.changed(float(t), int(member), str(kind), list(partitions))
+            elif "consumed" in message:
+                t, member, newest = message["consumed"]
+                self._group.consumed(float(t), int(member), {int(p): int(ts) for p, ts in newest})
+            elif "error" in message:
+                self._group.fail(f"process {self.number}: {message['error']}")
+            else:
+                self._replies.put(message)
+        if not self._stopping:
+            self._group.fail(f"process {self.number} ended unasked")
 
 
 class OursGroup(Group):
-    def __init__(self, group_id: str, topic: str, bootstrap_servers: str, protocol: str) -> None:
+    """Our members, ``members_per_process`` to a process: member i lives in process i // M."""
+
+    def __init__(
+        self,
+        group_id: str,
+        topic: str,
+        bootstrap_servers: str,
+        protocol: str,
+        members_per_process: int,
+        log_file: str | None,
+    ) -> None:
         self.group_id = group_id
         self.topic = topic
         self.bootstrap_servers = bootstrap_servers
-        self._protocol = protocol
-        self.events: list[tuple[float, int, str, list[int]]] = []  # appended by listeners
-        self._members: list[OursMember] = []
+        self.protocol = protocol
+        self.log_file = log_file
+        self._per_process = members_per_process
+        self._processes: list[MemberProcess] = []
+        self._count = 0  # members started
+        # Under _lock: the process readers write it, the benchmark reads it.
+        self._lock = threading.Lock()
+        self._events: list[tuple[float, int, str, list[int]]] = []
+        self._consumed: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        self._owned: dict[int, dict[int, int]] = {}  # open members only
         self._error: str | None = None
 
-    def protocol_settings(self) -> dict[str, Any]:
-        return protocol_settings(self._protocol)
+    # What the processes report.
+
+    def changed(self, t: float, member: int, kind: str, partitions: list[int]) -> None:
+        with self._lock:
+            self._events.append((t, member, kind, partitions))
+            owned = self._owned.get(member)
+            if owned is None:
+                return  # it is leaving
+            for p in partitions:
+                if kind == "assigned":
+                    owned[p] = -1
+                else:
+                    owned.pop(p, None)
+
+    def consumed(self, t: float, member: int, newest: Mapping[int, int]) -> None:
+        with self._lock:
+            owned = self._owned.get(member, {})
+            for p, ts in newest.items():
+                self._consumed.setdefault((member, p), []).append((t, ts))
+                if p in owned:
+                    owned[p] = ts
 
     def fail(self, problem: str) -> None:
         log.error("%s: %s", self.group_id, problem)
-        self._error = self._error or problem
+        with self._lock:
+            self._error = self._error or problem
+
+    # The Group interface.
 
     def start_members(self, count: int) -> None:
-        for _ in range(count):
-            self.add_member()
+        # Every interpreter first, bounded (starting one costs about a second of CPU),
+        # then every member at once: the group forms while no process is still importing.
+        wanted = math.ceil(count / self._per_process)
+        with ThreadPoolExecutor(STARTING_AT_ONCE) as pool:
+            list(pool.map(self._start_process, range(len(self._processes), wanted)))
+        for i in range(count):
+            self._add(i)
+        for i in range(count):
+            self._home(i).answer("added", PROCESS_START_TIMEOUT_S)
+        self._count = count
 
     def add_member(self) -> float:
-        t0 = now_ms()
-        member = OursMember(self, len(self._members))
-        self._members.append(member)
-        member.thread.start()
-        return t0
+        index = self._count
+        if index // self._per_process >= len(self._processes):
+            # Before the clock starts: a deployment's process is up before its consumer.
+            self._start_process(len(self._processes))
+        self._add(index)
+        self._count += 1
+        return float(self._home(index).answer("t0", PROCESS_START_TIMEOUT_S))
 
     def remove_member(self, index: int) -> float:
-        return self._members[index].leave()
+        with self._lock:
+            del self._owned[index]
+        self._home(index).send(f"leave {index}")
+        return float(self._home(index).answer("t0", CLOSE_TIMEOUT_S))
 
     def status(self) -> Status:
-        if self._error is not None:
-            raise BenchmarkError(self._error)
-        return {m.index: m.owned() for m in self._members if m.open}
+        with self._lock:
+            if self._error is not None:
+                raise BenchmarkError(self._error)
+            return {m: dict(owned) for m, owned in self._owned.items()}
 
     def timeline(self, since_ms: float) -> Timeline:
-        found = Timeline(events=sorted(self.events))
-        for m in self._members:
-            for p, points in list(m.consumed.items()):
-                found.consumed[m.index, p] = [pt for pt in list(points) if pt[0] >= since_ms]
-        return found
+        with self._lock:
+            return Timeline(
+                events=sorted(self._events),
+                consumed={
+                    key: [pt for pt in points if pt[0] >= since_ms]
+                    for key, points in self._consumed.items()
+                },
+            )
 
     def close(self) -> None:
-        # All at once: one by one, each leave would rebalance the members still there.
-        for m in self._members:
-            m.stop()
-        for m in self._members:
-            m.thread.join(CLOSE_TIMEOUT_S + 5)
-        self._members.clear()
+        for process in self._processes:
+            process.stop()
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S + 30
+        for process in self._processes:
+            process.wait(deadline)
+        self._processes.clear()
+
+    def _start_process(self, number: int) -> None:
+        process = MemberProcess(self, number)
+        with self._lock:
+            self._processes.append(process)
+        process.answer("ready", PROCESS_START_TIMEOUT_S)
+
+    def _home(self, index: int) -> MemberProcess:
+        number = index // self._per_process
+        return next(p for p in self._processes if p.number == number)
+
+    def _add(self, index: int) -> None:
+        with self._lock:
+            self._owned[index] = {}
+        self._home(index).send(f"add {index}")
 
 
 # -- java: KafkaConsumer threads in one JVM ---------------------------------------------------
@@ -791,6 +848,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "broker started for this run)",
     )
     parser.add_argument(
+        "--members-per-process",
+        type=int,
+        default=1,
+        metavar="M",
+        help="our members per process (default 1, as deployments run them; more packs "
+        "them for a machine without room for N processes; N+1 or more puts them all in "
+        "one process, under one GIL)",
+    )
+    parser.add_argument(
         "--log", help="write our members' DEBUG logs to this file (where the time goes)"
     )
     args = parser.parse_args(argv)
@@ -803,6 +869,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"unknown implementations {sorted(unknown)}; choose from {IMPLEMENTATIONS}")
     if any(n < 2 for n in args.sizes) or args.repeats < 1:
         parser.error("sizes must be at least 2 and --repeats positive")
+    if args.members_per_process < 1:
+        parser.error("--members-per-process must be positive")
     return args
 
 
@@ -827,14 +895,28 @@ def name(impl: str) -> str:
     return impl.replace("-", "_")
 
 
+def layout(members_per_process: int) -> str:
+    """Where our members run, in words."""
+    if members_per_process == 1:
+        return "one process per member (N+1 processes once the member joined)"
+    return (
+        f"{members_per_process} members per process, member i in process i // "
+        f"{members_per_process} (the joining member in a new process when the last is full)"
+    )
+
+
 def report(
     results: Mapping[tuple[str, int, str], list[Sample]],
     failures: Mapping[tuple[str, int], int],
     throughput: Mapping[str, list[float]],
     implementations: Sequence[str],
     sizes: Sequence[int],
+    members_per_process: int,
 ) -> None:
     headline: list[str] = []
+    if any(i.startswith("ours") for i in implementations):
+        print(f"\nours: {layout(members_per_process)}")
+        headline.append(f"ours_members_per_process={members_per_process}")
     # (attribute, name in the headline, its unit there)
     metrics = (
         ("settle_s", "settle", "s"),
@@ -941,13 +1023,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         def open_group(impl: str, group_id: str, topic: str) -> Group:
             kind, protocol = impl.split("-")
             if kind == "ours":
-                return OursGroup(group_id, topic, bootstrap, protocol)
+                return OursGroup(
+                    group_id, topic, bootstrap, protocol, args.members_per_process, args.log
+                )
             assert driver is not None
             return JavaGroup(group_id, topic, driver, protocol)
 
         if args.gate_cost:
             return gate_cost(bootstrap, run_id, args.repeats)
         print(f"broker {bootstrap}; sizes {args.sizes}; {args.repeats} runs each", flush=True)
+        if any(i.startswith("ours") for i in args.implementations):
+            print(f"ours: {layout(args.members_per_process)}", flush=True)
         if not args.no_throughput:
             backlog = f"rebalance-cost-{run_id}-backlog"
             write_backlog(bootstrap, backlog)
@@ -999,7 +1085,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 f"partition-s ({s.unaffected} unaffected, {s.moved} moved)",
                                 flush=True,
                             )
-    report(results, failures, throughput, args.implementations, args.sizes)
+    report(
+        results, failures, throughput, args.implementations, args.sizes, args.members_per_process
+    )
     # Only a failure of this library fails the benchmark: Java's consumer is the yardstick.
     return 1 if failed_ours else 0
 
