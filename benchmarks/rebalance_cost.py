@@ -27,7 +27,7 @@ For each event, from every consumer's own record of what it consumed and when:
 Implementations, taking turns within each repeat against the same broker:
 
 * ``ours-consumer``: ``recipes.partitioning.Consumer(group_protocol="consumer",
-  group_remote_assignor="uniform")``, all members threads of this process (a poll thread each);
+  group_remote_assignor="uniform")``, each member in a process of its own (see below);
 * ``ours-classic``: the same ``Consumer`` on the classic protocol with
   ``CooperativeStickyAssignor`` (the best classic case);
 * ``java-consumer``: Kafka's Java ``KafkaConsumer`` (kafka-clients 4.3.1,
@@ -44,7 +44,8 @@ timeout (``max.poll.interval.ms``) of 30 s and polls with a 100 ms timeout.
 Then the throughput of one poll loop with no rebalance: one consumer of each implementation
 reads a backlog of 200,000 records (20 partitions, 100-byte values) from the start; the
 figure is records/s between the 10% and the 90% mark, to show that the new protocol's
-heartbeat path does not slow fetching.
+heartbeat path does not slow fetching (ours in this process: alone, it shares its GIL with
+no other member).
 
 Run (JDK 17+ and Maven needed; a broker is started on loopback unless
 ``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS`` names one)::
@@ -53,10 +54,27 @@ Run (JDK 17+ and Maven needed; a broker is started on loopback unless
     python benchmarks/rebalance_cost.py                # N = 10, 50, 200; 5 repeats
     python benchmarks/rebalance_cost.py --sizes 10,50 --repeats 5
     python benchmarks/rebalance_cost.py --gate-cost --repeats 5   # what poll's lease gate costs
+    python benchmarks/rebalance_cost.py --sizes 200 --members-per-process 4   # 51 processes
 
-All of ours run in this one process (one GIL for N poll loops, heartbeats and fetchers), so
-large N measures the machine too: on 2 busy cores, 50 members already settle slowly and 200
-lose their sessions before the group converges (the run then fails, saying what is missing).
+Where our members run: in child processes (``benchmarks/_rebalance_member.py``, driven over
+stdin/stdout as the JVM is), one member per process by default, as deployments run
+consumers; ``--members-per-process M`` packs M members into a process (member i in process
+i // M) for a machine without room for N+1 interpreters (about 47 MB each). Each process
+streams its members' ownership changes and consumption as JSON lines, with times from
+``time.time()`` (epoch ms, as the JVM's), and this process keeps the same record of them as
+for the JVM's members, so one analysis serves all four. The interpreters start first, a few
+at a time (each spends about a second of CPU importing), and only when all are up do the
+members start; the joining member's process is started (and has imported) before the clock
+starts, as the JVM is up before its consumer is built. Until this layout all of ours were
+threads of the benchmark's process, one GIL for N poll loops, heartbeats and fetchers (at
+N = 200 they lost their sessions before converging); ``--members-per-process`` of N+1 or
+more puts them all in one process again, for comparison. On a machine with few cores, N
+interpreters can cost more than one (docs/consumer-group-protocol.md has both layouts at
+N = 50 on 2 cores). The Java members stay threads of one JVM (no GIL there); the layouts
+differ in what they share (a JVM shares one heap and JIT, our processes nothing but the
+machine), so the small-N figures are the fairest comparison and large N shows how each
+scales on the machine at hand. A group's processes are stopped with it: there is no pool
+of warm processes across groups.
 
 Tables give median [min .. max] over the repeats; the last line holds the headline figures
 and ratios as ``name=value`` pairs.
