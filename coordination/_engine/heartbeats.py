@@ -23,6 +23,10 @@ from .classify import Api, Next
 from .core import MemberCore, Stopped, routine
 from .lease import MustRejoin
 
+# The states in which a member heartbeats; built once (an enum member's lookup is slow on
+# Python 3.11, and the heartbeat thread asks at every turn).
+_HEARTBEATING = (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
+
 
 class ClassicHeartbeats(MemberCore):
     """The heartbeat thread's work (one :meth:`heartbeat_once` per turn)."""
@@ -34,7 +38,7 @@ class ClassicHeartbeats(MemberCore):
             if self._stop.is_set():
                 raise Stopped
             self._warn_if_assignment_overdue_locked(now)
-            active = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
+            active = self._state in _HEARTBEATING
             if not active or self._coordinator is None:
                 return None
             if self._timers.session_expired(now):

@@ -63,9 +63,13 @@ class SessionLease:
 
     def expires_at(self, generation: Generation) -> float | None:
         """When the lease of ``generation`` ends (engine clock); None if there is none."""
-        if self.confirmed is None or self.confirmed[0] != generation:
+        confirmed = self.confirmed
+        if confirmed is None:
             return None
-        return self.confirmed[1] + self.lease_s
+        # Usually the very object the engine holds: no field-by-field comparison then.
+        if confirmed[0] is not generation and confirmed[0] != generation:
+            return None
+        return confirmed[1] + self.lease_s
 
     def runs_low(self, generation: Generation, now: float, margin_s: float) -> bool:
         """Whether the lease of ``generation`` lasts less than ``margin_s`` more."""
