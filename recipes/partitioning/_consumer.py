@@ -490,7 +490,10 @@ class Consumer:
             if records[0].offset < after:  # returned or held already: never twice
                 records = [r for r in records if r.offset >= after]
             if records:
-                self._held.setdefault(tp, []).extend(records)
+                if held is None:
+                    self._held[tp] = records  # a list of this call's own, copied from the batch
+                else:
+                    held.extend(records)
         self._settle()  # a pause asked for meanwhile applies to what was fetched
 
     def _lease_holds(self) -> bool:
@@ -567,11 +570,12 @@ class Consumer:
                 # one more record. The fetcher is sought when the partition is kept.
                 del self._held[tp]
                 continue
-            held = self._held.pop(tp)
-            n = len(held) if left >= len(held) else int(left)
-            records, rest = held[:n], held[n:]
-            if rest:  # at the end, so the next take starts with another partition
-                self._held[tp] = rest
+            records = self._held.pop(tp)  # no longer held: the caller's own list
+            n = len(records)
+            if left < n:
+                n = int(left)
+                # The rest at the end, so the next take starts with another partition.
+                records, self._held[tp] = records[:n], records[n:]
             left -= n
             result[tp] = records
             end = records[-1].offset + 1
