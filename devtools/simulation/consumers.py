@@ -416,7 +416,8 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
 
     def check(self, now: float) -> None:
         for name, member in self._living().items():
-            epoch = member.group.member._engine._epoch  # between steps: no lock needed
+            # Between steps: no lock needed (and the member without its property's frame).
+            epoch = member.group._member._engine._epoch
             if epoch <= 0:
                 continue  # not in the group (joining, fenced, left): the broker gives the next
             if epoch < self.epochs.get(name, 0):
