@@ -30,7 +30,9 @@ it is never counted as acknowledged).
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Final
 
 from .._protocol.error_codes import ErrorCode as E
@@ -158,20 +160,25 @@ class Policy:
 
     def listed(self, api: Api) -> Reaction | None:
         """This code's own reaction for ``api``; None if ``api`` does not list it."""
-        return {
-            Api.FIND_COORDINATOR: self.find_coordinator,
-            Api.JOIN_GROUP: self.join_group,
-            Api.SYNC_GROUP: self.sync_group,
-            Api.HEARTBEAT: self.heartbeat,
-            Api.LEAVE_GROUP: self.leave_group,
-            Api.OFFSET_COMMIT: self.offset_commit,
-            Api.OFFSET_FETCH: self.offset_fetch,
-            Api.DESCRIBE_GROUPS: self.describe_groups,
-            Api.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
-            Api.SHARE_GROUP_HEARTBEAT: self.share_group_heartbeat,
-            Api.SHARE_FETCH: self.share_fetch,
-            Api.SHARE_ACKNOWLEDGE: self.share_acknowledge,
-        }[api]
+        return _LISTED[api](self)
+
+
+# The field of a Policy that holds each request's reaction. Built once: a Policy is asked
+# at every failed request, and enum members are slow to look up on Python 3.11.
+_LISTED: Final[dict[Api, Callable[[Policy], Reaction | None]]] = {
+    Api.FIND_COORDINATOR: attrgetter("find_coordinator"),
+    Api.JOIN_GROUP: attrgetter("join_group"),
+    Api.SYNC_GROUP: attrgetter("sync_group"),
+    Api.HEARTBEAT: attrgetter("heartbeat"),
+    Api.LEAVE_GROUP: attrgetter("leave_group"),
+    Api.OFFSET_COMMIT: attrgetter("offset_commit"),
+    Api.OFFSET_FETCH: attrgetter("offset_fetch"),
+    Api.DESCRIBE_GROUPS: attrgetter("describe_groups"),
+    Api.CONSUMER_GROUP_HEARTBEAT: attrgetter("consumer_group_heartbeat"),
+    Api.SHARE_GROUP_HEARTBEAT: attrgetter("share_group_heartbeat"),
+    Api.SHARE_FETCH: attrgetter("share_fetch"),
+    Api.SHARE_ACKNOWLEDGE: attrgetter("share_acknowledge"),
+}
 
 
 BACKOFF: Final = Reaction(Next.RETRY_BACKOFF)
