@@ -68,14 +68,14 @@ def test_a_follower_forwards_writes_to_the_leader_and_a_new_leader_takes_over(
             )
         )
     wait_until(lambda: all(answers(f"{u}/leader") for u in urls), 60, "both instances up")
-    wait_until(
-        lambda: (
-            len({call(f"{u}/leader")["leader"] for u in urls} - {None}) == 1
-            and call(f"{urls[0]}/leader")["leader"] is not None
-        ),
-        30,
-        "one leader, seen by both",
-    )
+
+    def one_leader_seen_by_both() -> bool:
+        # Both name the same leader (a follower that sees none answers a write with 503),
+        # and the leader holds its leadership (a leader still taking office answers 503).
+        seen = {call(f"{u}/leader")["leader"] for u in urls}
+        return len(seen) == 1 and None not in seen and call(f"{seen.pop()}/leader")["is_leader"]
+
+    wait_until(one_leader_seen_by_both, 30, "one leader, seen by both")
     leader_url = call(f"{urls[0]}/leader")["leader"]
     follower_url = next(u for u in urls if u != leader_url)
     applied = call(f"{follower_url}/write", {"key": "a", "value": "1"})

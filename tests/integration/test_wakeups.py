@@ -43,6 +43,27 @@ def start(created: list[Listing], kafka: str, group: str, n: int, **kw: Any) -> 
     return new
 
 
+# The rejoin reason of a member told by a sibling (a member of the same group in this
+# process, sharing its wake-up listener) that the broker is rebalancing: the listener hands an
+# announcement to one member, then to the next; on a loaded machine the first one's heartbeat
+# can find the rebalance and tell the second before the second's turn comes, and a member no
+# longer stable does not count the wake-up it is then handed.
+TOLD_BY_SIBLING = "a member in this process found the group rebalancing"
+
+
+def woken(member: Listing) -> tuple[int, int]:
+    """How often ``member`` was woken by an announcement, and told by a sibling."""
+    metrics = member.metrics()
+    return metrics.wakeups_received, metrics.rejoin_reasons.count(TOLD_BY_SIBLING)
+
+
+def woken_once_more(before: tuple[int, int], after: tuple[int, int]) -> bool:
+    """Woken once since ``before``: handed the announcement once (its sibling may tell it
+    too), or, handed it too late, told by its sibling."""
+    wakeups, told = after[0] - before[0], after[1] - before[1]
+    return wakeups == 1 or (wakeups == 0 and told >= 1)
+
+
 def listening(members: list[Listing]) -> bool:
     """Every member's channel reads its partition (on a fresh cluster the first members
     create the topic, and read what is published only from then on)."""
@@ -59,7 +80,8 @@ def test_members_woken_by_a_join_rebalance_long_before_their_next_heartbeat(
     (third,) = start(members, kafka, group, 1)
     wait_until(lambda: settled([*pair, third], 3), SOON, "three members, woken by the join")
     assert time.monotonic() - joined_at < SOON  # their heartbeats were due 20 s after joining
-    assert all(m.metrics().wakeups_received >= 1 for m in pair)
+    assert all(sum(woken(m)) >= 1 for m in pair), [woken(m) for m in pair]
+    assert any(m.metrics().wakeups_received >= 1 for m in pair)  # the announcement itself
     assert third.metrics().wakeups_received == 0  # its own announcement does not wake it
 
 
@@ -220,13 +242,16 @@ def test_the_members_of_one_process_read_their_wake_ups_through_one_listener(
     (apart,) = start(members, kafka, group, 1, client_id="apart")
     wait_until(lambda: settled([*trio, apart], 4), SOON, "four members, woken by the join")
     assert len(listener_threads(group)) == 2
-    assert all(m.metrics().wakeups_received >= 1 for m in trio)
+    assert all(sum(woken(m)) >= 1 for m in trio)
     time.sleep(1)  # the last join's announcements are read; the group is quiet
-    before = [m.metrics().wakeups_received for m in trio]
+    before = [woken(m) for m in trio]
     (fifth,) = start(members, kafka, group, 1)
     wait_until(lambda: settled([*trio, apart, fifth], 5), SOON, "five, woken by the join")
-    # One read woke every member of the process, each once, but not the one that sent it.
-    assert [m.metrics().wakeups_received for m in trio] == [b + 1 for b in before]
+    # One read woke every member of the process, each once (by the announcement or through
+    # a sibling that heard it first), but not the one that sent it.
+    after = [woken(m) for m in trio]
+    assert all(woken_once_more(b, a) for b, a in zip(before, after, strict=True)), (before, after)
+    assert any(a[0] == b[0] + 1 for b, a in zip(before, after, strict=True))
     assert fifth.metrics().wakeups_received == 0
     assert len(listener_threads(group)) == 2
 
