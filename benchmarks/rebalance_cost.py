@@ -210,38 +210,28 @@ class Group(abc.ABC):
         """Stop every member and wait until they have left."""
 
 
-# -- ours: recipes.partitioning.Consumer, in processes of their own ---------------------------
+# -- a child driven over stdin/stdout (ours and the JVM) ---------------------------------------
 
 
-class MemberProcess:
-    """A process of benchmarks/_rebalance_member.py, hosting some members of a group."""
+class LineDriven:
+    """A child process that takes commands as lines on stdin and writes JSON lines on
+    stdout, read by a thread of its own: replies to commands go to :meth:`answer`, what a
+    subclass's :meth:`_received` does not take for itself."""
 
-    def __init__(self, group: OursGroup, number: int) -> None:
-        self._group = group
-        self.number = number
-        command = [
-            sys.executable,
-            str(MEMBER_PROGRAM),
-            group.bootstrap_servers,
-            group.group_id,
-            group.topic,
-            group.protocol,
-            *([group.log_file] if group.log_file else []),
-        ]
+    who = "the child"
+
+    def __init__(self, command: list[str], reader_name: str) -> None:
         self._process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
         self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._stopping = False
-        self._reader = threading.Thread(
-            target=self._read, name=f"{group.group_id}-process-{number}", daemon=True
-        )
+        self._reader = threading.Thread(target=self._read, name=reader_name, daemon=True)
         self._reader.start()
 
     def send(self, line: str) -> None:
         assert self._process.stdin is not None
         if self._process.poll() is not None:
-            raise BenchmarkError(f"process {self.number} exited with {self._process.returncode}")
+            raise BenchmarkError(f"{self.who} exited with {self._process.returncode}")
         self._process.stdin.write(line + "\n")
         self._process.stdin.flush()
 
@@ -251,32 +241,25 @@ class MemberProcess:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise BenchmarkError(
-                    f"process {self.number} did not say {key!r} within {timeout_s:.0f}s"
-                )
+                raise BenchmarkError(f"{self.who} did not say {key!r} within {timeout_s:.0f}s")
             try:
                 reply = self._replies.get(timeout=min(remaining, 1.0))
             except queue.Empty:
                 if self._process.poll() is not None:
                     raise BenchmarkError(
-                        f"process {self.number} exited with {self._process.returncode}"
+                        f"{self.who} exited with {self._process.returncode}"
                     ) from None
                 continue
             if key in reply:
                 return reply[key]
-            log.warning("ignoring a late reply from process %d: %s", self.number, reply)
+            log.warning("ignoring a late reply from %s: %s", self.who, reply)
 
-    def stop(self) -> None:
-        """Ask every member to close (all at once); :meth:`wait` waits for them."""
-        self._stopping = True
-        with contextlib.suppress(OSError, BenchmarkError):
-            self.send("stop")
-
-    def wait(self, deadline: float) -> None:
+    def _reap(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the child to end, then kill it; then its reader."""
         try:
-            self._process.wait(max(0.0, deadline - time.monotonic()))
+            self._process.wait(max(0.0, timeout_s))
         except subprocess.TimeoutExpired:
-            log.warning("process %d did not stop; killing it", self.number)
+            log.warning("%s did not stop; killing it", self.who)
         finally:
             if self._process.poll() is None:
                 self._process.kill()
@@ -290,16 +273,63 @@ class MemberProcess:
                 message = json.loads(line)
             except ValueError:
                 continue  # a stray line from a library
-            if "changed" in message:
-                t, member, kind, partitions = message["changed"]
-                self._group.changed(float(t), int(member), str(kind), list(partitions))
-            elif "consumed" in message:
-                t, member, newest = message["consumed"]
-                self._group.consumed(float(t), int(member), {int(p): int(ts) for p, ts in newest})
-            elif "error" in message:
-                self._group.fail(f"process {self.number}: {message['error']}")
-            else:
+            if not self._received(message):
                 self._replies.put(message)
+        self._ended()
+
+    def _received(self, message: dict[str, Any]) -> bool:
+        """Take a message that is not a reply; False leaves it to :meth:`answer`."""
+        return False
+
+    def _ended(self) -> None:
+        """The child's output ended."""
+
+
+# -- ours: recipes.partitioning.Consumer, in processes of their own ---------------------------
+
+
+class MemberProcess(LineDriven):
+    """A process of benchmarks/_rebalance_member.py, hosting some members of a group."""
+
+    def __init__(self, group: OursGroup, number: int) -> None:
+        self._group = group
+        self.number = number
+        self.who = f"process {number}"
+        self._stopping = False
+        command = [
+            sys.executable,
+            str(MEMBER_PROGRAM),
+            group.bootstrap_servers,
+            group.group_id,
+            group.topic,
+            group.protocol,
+            *([group.log_file] if group.log_file else []),
+        ]
+        super().__init__(command, f"{group.group_id}-process-{number}")
+
+    def stop(self) -> None:
+        """Ask every member to close (all at once); :meth:`wait` waits for them."""
+        self._stopping = True
+        with contextlib.suppress(OSError, BenchmarkError):
+            self.send("stop")
+
+    def wait(self, deadline: float) -> None:
+        self._reap(deadline - time.monotonic())
+
+    def _received(self, message: dict[str, Any]) -> bool:
+        if "changed" in message:
+            t, member, kind, partitions = message["changed"]
+            self._group.changed(float(t), int(member), str(kind), list(partitions))
+        elif "consumed" in message:
+            t, member, newest = message["consumed"]
+            self._group.consumed(float(t), int(member), {int(p): int(ts) for p, ts in newest})
+        elif "error" in message:
+            self._group.fail(f"process {self.number}: {message['error']}")
+        else:
+            return False
+        return True
+
+    def _ended(self) -> None:
         if not self._stopping:
             self._group.fail(f"process {self.number} ended unasked")
 
@@ -430,8 +460,10 @@ class OursGroup(Group):
 # -- java: KafkaConsumer threads in one JVM ---------------------------------------------------
 
 
-class JavaDriver:
+class JavaDriver(LineDriven):
     """The JVM of benchmarks/java/RebalanceCost.java, one group at a time."""
+
+    who = "the JVM"
 
     def __init__(self, bootstrap_servers: str, workdir: Path) -> None:
         classpath = compile_java(JAVA_SOURCE, JAVA_ARTIFACTS, workdir, BenchmarkError)
@@ -447,66 +479,26 @@ class JavaDriver:
             str(REBALANCE_TIMEOUT_MS),
             str(POLL_TIMEOUT_MS),
         ]
-        self._process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
-        )
-        self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self.error: str | None = None
-        self._reader = threading.Thread(target=self._read, name="java-reader", daemon=True)
-        self._reader.start()
+        super().__init__(command, "java-reader")
 
     def ask(self, line: str, answer: str, timeout_s: float = CONVERGE_TIMEOUT_S) -> Any:
         """Send a command; returns the value of the next reply that has ``answer``."""
-        assert self._process.stdin is not None
-        if self._process.poll() is not None:
-            raise BenchmarkError(f"the JVM exited with {self._process.returncode}")
-        self._process.stdin.write(line + "\n")
-        self._process.stdin.flush()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise BenchmarkError(f"the JVM did not answer {line!r} within {timeout_s:.0f}s")
-            try:
-                reply = self._replies.get(timeout=min(remaining, 1.0))
-            except queue.Empty:
-                if self._process.poll() is not None:
-                    raise BenchmarkError(
-                        f"the JVM exited with {self._process.returncode}"
-                    ) from None
-                continue
-            if answer in reply:
-                return reply[answer]
-            log.warning("ignoring a late reply from the JVM: %s", reply)
+        self.send(line)
+        return self.answer(answer, timeout_s)
 
     def close(self) -> None:
-        try:
-            if self._process.poll() is None:
-                assert self._process.stdin is not None
-                with contextlib.suppress(OSError):
-                    self._process.stdin.write("quit\n")
-                    self._process.stdin.flush()
-                self._process.wait(CLOSE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            log.warning("the JVM did not quit; killing it")
-        finally:
-            if self._process.poll() is None:
-                self._process.kill()
-                self._process.wait()
-            self._reader.join(5)
+        if self._process.poll() is None:
+            with contextlib.suppress(OSError, BenchmarkError):
+                self.send("quit")
+        self._reap(CLOSE_TIMEOUT_S)
 
-    def _read(self) -> None:
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            try:
-                reply = json.loads(line)
-            except ValueError:
-                continue  # a stray line from a library
-            if "error" in reply:
-                log.error("Java: %s", reply["error"])
-                self.error = self.error or str(reply["error"])
-            else:
-                self._replies.put(reply)
+    def _received(self, message: dict[str, Any]) -> bool:
+        if "error" not in message:
+            return False
+        log.error("Java: %s", message["error"])
+        self.error = self.error or str(message["error"])
+        return True
 
 
 class JavaGroup(Group):
