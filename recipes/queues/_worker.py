@@ -16,7 +16,12 @@ from typing import Any, Final
 from typing_extensions import Self
 
 from coordination.clock import SYSTEM_CLOCK, Clock, Thread
-from coordination.errors import ConfigurationError, CoordinationError, CoordinatorStateError
+from coordination.errors import (
+    ConfigurationError,
+    CoordinationError,
+    CoordinatorStateError,
+    RetriableBrokerError,
+)
 from coordination.share_group import AcknowledgeType
 from coordination.transport import TransportError
 
@@ -55,7 +60,8 @@ _ERROR_MESSAGE_BYTES: Final = 1000
 # The group's delivery limit may be read while records are held (those of the poll that
 # joined): an answer must come well within their lock (30 s by default).
 _LIMIT_LOOKUP_S: Final = 5.0
-# A lookup that got no answer is tried again with the records of a poll this much later.
+# A lookup that got no answer is tried again this much later at the soonest (each one
+# may hold the poll thread up for _LIMIT_LOOKUP_S).
 _LIMIT_RETRY_S: Final = 60.0
 
 
@@ -106,6 +112,7 @@ class _Decision:
     ack: AcknowledgeType
     why: _Why
     backoff_s: float = 0.0
+    error: Exception | None = None  # a retry's: the failure, should it turn final
 
 
 @dataclass(eq=False, slots=True)
@@ -117,6 +124,10 @@ class _Entry:
     started: bool = False  # taken by a handler thread (under the condition)
     release_at: float | None = None  # waiting out a backoff until then
     lost: bool = False  # its lock ran out: not ours to acknowledge any more
+    # A retry's failure, for the check at its release; queued again with it (a lower
+    # delivery limit read since made its delivery the last), it is dead-lettered, not
+    # handled again.
+    failure: Exception | None = None
 
 
 class ShareWorker:
@@ -153,13 +164,18 @@ class ShareWorker:
         ``group.share.delivery.count.limit`` unless the group has its own; 5 by default),
         without any copy. So the worker reads that limit from the broker (DescribeConfigs
         on the group) once it has joined, before its first records go to the handlers, and
-        a failure is final at delivery ``min(max_deliveries, limit)``: a poison record is
-        dead-lettered at the broker's last delivery at the latest. Where the limit cannot
-        be read (no DESCRIBE_CONFIGS permission on the group, no answer), a warning names
-        it and ``max_deliveries`` stands: keep it below the broker's limit then. Either
-        way, a record whose dead-letter copy fails at the broker's last delivery is
-        released and so archived by the broker: a ``max_deliveries`` below the limit
-        leaves that copy a delivery more to succeed.
+        again every ``delivery_limit_refresh_ms`` (an operator may change it), and a
+        failure is final at delivery ``min(max_deliveries, limit)``: a poison record is
+        dead-lettered at the broker's last delivery at the latest. A retry is checked
+        again at its release (after its backoff): if a lower limit read meanwhile makes
+        its delivery the last, it is dead-lettered instead. A limit lowered less than
+        ``delivery_limit_refresh_ms`` before a failure may not be read yet. Where the limit
+        cannot be read (no DESCRIBE_CONFIGS permission on the group, no answer), a warning
+        names it and the last reading (or ``max_deliveries``) stands: keep
+        ``max_deliveries`` below the broker's limit then. Either way, a record whose
+        dead-letter copy fails at the broker's last delivery is released and so archived by
+        the broker: a ``max_deliveries`` below the limit leaves that copy a delivery more
+        to succeed.
 
     Concurrency:
         One poll thread owns the :class:`ShareConsumer` (which is not thread-safe): it
@@ -186,6 +202,7 @@ class ShareWorker:
         prefetch: int | None = None,
         retry_on: _RetryOn = (Exception,),
         max_deliveries: int = 4,
+        delivery_limit_refresh_ms: int = 30_000,
         retry_backoff_ms: int = 1000,
         retry_backoff_max_ms: int = 10_000,
         dead_letter_topic: str | None = None,
@@ -211,6 +228,10 @@ class ShareWorker:
                 (``share.delivery.count.limit``, 5 by default) if that is lower: see "The
                 broker's delivery limit" above. Below the broker's limit, a failed
                 dead-letter copy at the last delivery leaves the record one more delivery.
+            delivery_limit_refresh_ms: how often the group's delivery limit is read again
+                from the broker (default 30000), so that a change an operator makes is in
+                force at the worker within that time; one DescribeConfigs each time, from
+                the poll thread.
             retry_backoff_ms: the wait before a retried record is released (default 1000),
                 doubled with each delivery, up to ``retry_backoff_max_ms`` (default 10000).
                 0 releases at once.
@@ -247,6 +268,7 @@ class ShareWorker:
             _MAX_DELIVERY_LIMIT,
             hint=": the group's share.delivery.count.limit at the broker (2 to 10) caps it",
         )
+        _check_int("delivery_limit_refresh_ms", delivery_limit_refresh_ms, 1)
         _check_int("retry_backoff_ms", retry_backoff_ms, 0)
         _check_int(
             "retry_backoff_max_ms", retry_backoff_max_ms, retry_backoff_ms, None, "retry_backoff_ms"
@@ -273,9 +295,13 @@ class ShareWorker:
         self._capacity = concurrency + prefetch
         self._max_deliveries = max_deliveries
         # The delivery from which a failure is final: min(max_deliveries, the broker's
-        # limit) once the poll thread has read the limit (before the handlers see records).
+        # limit) once the poll thread has read the limit (before the handlers see records),
+        # and again at each refresh.
         self._final_delivery = max_deliveries
-        self._limit_lookup_due: float | None = 0.0  # None: read, or given up
+        self._limit: int | None = None  # the last reading
+        self._limit_refresh_s = delivery_limit_refresh_ms / 1000
+        self._limit_lookup_due: float | None = 0.0  # None: given up (the broker refused)
+        self._limit_warned = False  # a failed lookup warned since the last reading
         self._backoff_s = retry_backoff_ms / 1000
         self._backoff_max_s = retry_backoff_max_ms / 1000
         self._dead_letter_topic = dead_letter_topic
@@ -448,16 +474,17 @@ class ShareWorker:
         self._drain()
 
     def _step(self) -> None:
+        if self._consumer.member.member_epoch > 0:
+            # Joined: read the limit if due (the first time before records wait on it),
+            # before the releases below are checked against it.
+            self._learn_delivery_limit()
         self._take_finished()
         now = self._clock.monotonic()
         for entry in [e for e in self._held if e.release_at is not None and e.release_at <= now]:
-            self._acknowledge(entry, AcknowledgeType.RELEASE, _Why.RETRY)
+            self._release_retry(entry)
         self._renew(now)
         wait_s = self._next_due(now)
         if len(self._held) < self._capacity:
-            if not self._held and self._consumer.member.member_epoch > 0:
-                # Joined, nothing held: read the limit now, before records wait on it.
-                self._learn_delivery_limit()
             records = self._consumer.poll(timeout_ms=int(wait_s * 1000))
             self._unsent = False
             self._dispatch(records)
@@ -484,57 +511,79 @@ class ShareWorker:
             self._cond.notify_all()
 
     def _learn_delivery_limit(self) -> None:
-        """Read the group's delivery limit at the broker, if due, and make a failure final
-        at ``min(max_deliveries, limit)`` (see the class docstring)."""
+        """Read the group's delivery limit at the broker, if due (at first, then every
+        ``delivery_limit_refresh_ms``), and make a failure final at ``min(max_deliveries,
+        limit)`` (see the class docstring)."""
         due = self._limit_lookup_due
         if due is None or self._clock.monotonic() < due:
             return
         try:
             limit = self._consumer.delivery_count_limit(timeout=_LIMIT_LOOKUP_S)
-        except TransportError as e:
-            # No answer: asked again later; meanwhile max_deliveries stands.
-            self._limit_lookup_due = self._clock.monotonic() + _LIMIT_RETRY_S
-            self._warn_limit_unknown(f"no answer: {e}", f"asked again in {_LIMIT_RETRY_S:.0f} s")
+        except (TransportError, RetriableBrokerError) as e:
+            # No answer: asked again later; meanwhile the last reading stands.
+            retry_s = max(self._limit_refresh_s, _LIMIT_RETRY_S)
+            self._limit_lookup_due = self._clock.monotonic() + retry_s
+            self._warn_limit_unknown(f"no answer: {e}", f"asked again in {retry_s:.0f} s")
             return
         except CoordinationError as e:  # the broker refused: it will not say
             self._limit_lookup_due = None
             self._warn_limit_unknown(f"{type(e).__name__}: {e}", "not asked again")
             return
-        self._limit_lookup_due = None
         if limit is None:
+            self._limit_lookup_due = None
             self._warn_limit_unknown("the broker does not name it", "not asked again")
             return
+        self._limit_lookup_due = self._clock.monotonic() + self._limit_refresh_s
+        self._limit_warned = False
+        if limit == self._limit:
+            return
+        was = "" if self._limit is None else f" (was {self._limit})"
+        self._limit = limit
         if limit < self._max_deliveries:
             log.warning(
                 "share group %r: max_deliveries=%d is above the group's delivery limit at the "
-                "broker (share.delivery.count.limit=%d), which wins: a failure is final at "
+                "broker (share.delivery.count.limit=%d%s), which wins: a failure is final at "
                 "delivery %d, when the record is still copied to the dead-letter topic rather "
                 "than archived by the broker",
                 self.group_id,
                 self._max_deliveries,
                 limit,
+                was,
                 limit,
             )
         else:
-            log.debug(
-                "share group %r: the group's delivery limit at the broker is %d",
+            log.log(
+                logging.DEBUG if not was else logging.INFO,
+                "share group %r: the group's delivery limit at the broker is %d%s",
                 self.group_id,
                 limit,
+                was,
             )
         with self._cond:  # the handler threads read it
             self._final_delivery = min(self._max_deliveries, limit)
 
     def _warn_limit_unknown(self, why: str, then: str) -> None:
+        """Warn of a failed lookup, once until a lookup succeeds again."""
+        if self._limit_warned:
+            log.debug("share group %r: delivery limit lookup failed (%s)", self.group_id, why)
+            return
+        self._limit_warned = True
+        if self._limit is None:
+            stands = f"a failure is final at max_deliveries={self._max_deliveries}"
+        else:
+            stands = (
+                f"the last one read ({self._limit}) stands: a failure is final at delivery "
+                f"{self._final_delivery}"
+            )
         log.warning(
             "share group %r: could not read the group's delivery limit from the broker "
-            "(share.delivery.count.limit, DescribeConfigs on the group: %s; %s): a failure "
-            "is final at max_deliveries=%d; a record the broker delivers that many times or "
-            "more is archived without a dead-letter copy when released, so keep "
-            "max_deliveries below the broker's limit",
+            "(share.delivery.count.limit, DescribeConfigs on the group: %s; %s): %s; a record "
+            "the broker delivers as many times as its limit is archived without a "
+            "dead-letter copy when released, so keep max_deliveries below the broker's limit",
             self.group_id,
             why,
             then,
-            self._max_deliveries,
+            stands,
         )
 
     def _take_finished(self) -> None:
@@ -551,10 +600,29 @@ class ShareWorker:
                     _where(entry.record),
                     decision.why.value,
                 )
-            elif decision.backoff_s > 0 and not self._stopping.is_set():
-                entry.release_at = self._clock.monotonic() + decision.backoff_s
+            elif decision.error is not None and not self._stopping.is_set():  # a retry
+                entry.failure = decision.error
+                if decision.backoff_s > 0:
+                    entry.release_at = self._clock.monotonic() + decision.backoff_s
+                else:
+                    self._release_retry(entry)
             else:
                 self._acknowledge(entry, decision.ack, decision.why)
+
+    def _release_retry(self, entry: _Entry) -> None:
+        """RELEASE a retry, unless a lower delivery limit read since its failure makes its
+        delivery the last: released there, the broker would archive it without a copy, so
+        it goes back to a handler thread to be dead-lettered and rejected."""
+        if entry.failure is None or entry.record.delivery_count < self._final_delivery:
+            self._acknowledge(entry, AcknowledgeType.RELEASE, _Why.RETRY)
+            return
+        with self._metrics_lock:
+            self._metrics.retries -= 1  # not retried after all
+        entry.release_at = None
+        entry.started = False
+        with self._cond:
+            self._queue.appendleft(entry)
+            self._cond.notify_all()
 
     def _acknowledge(self, entry: _Entry, ack: AcknowledgeType, why: _Why) -> None:
         self._held.discard(entry)
@@ -709,7 +777,10 @@ class ShareWorker:
                     return
                 entry = self._queue.popleft()
                 entry.started = True
-            decision = self._handle(entry.record)
+            if entry.failure is not None:
+                decision = self._poison(entry.record, entry.failure, "max_deliveries")
+            else:
+                decision = self._handle(entry.record)
             with self._cond:
                 self._finished.append((entry, decision))
                 self._cond.notify_all()
@@ -745,8 +816,13 @@ class ShareWorker:
                 exc,
                 record.delivery_count,
             )
-            return _Decision(AcknowledgeType.RELEASE, _Why.RETRY, min(backoff, self._backoff_max_s))
-        reason = "max_deliveries" if retryable else "not_retryable"
+            backoff = min(backoff, self._backoff_max_s)
+            return _Decision(AcknowledgeType.RELEASE, _Why.RETRY, backoff, exc)
+        return self._poison(record, exc, "max_deliveries" if retryable else "not_retryable")
+
+    def _poison(self, record: ShareRecord, exc: Exception, reason: str) -> _Decision:
+        """Copy ``record`` to the dead-letter topic (if set), then REJECT it; RELEASE it
+        if the copy fails."""
         log.warning(
             "share group %r: %s failed (%r), delivery %d: poison (%s)",
             self.group_id,

@@ -78,6 +78,13 @@ def share_group(kafka: str, **config: str) -> str:
     """A new share group's id, configured to start at the beginning of its partitions
     (a share group starts at their end by default) and with ``config``."""
     group = f"queue-{uuid.uuid4().hex[:8]}"
+    share_group_config(kafka, group, **config)
+    return group
+
+
+def share_group_config(kafka: str, group: str, **config: str) -> None:
+    """Set ``group``'s config to ``config`` and a start at the beginning of its partitions
+    (AlterConfigs: the group's other settings go back to the broker's)."""
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     try:
         settings = {"share.auto.offset.reset": "earliest", **config}
@@ -85,7 +92,6 @@ def share_group(kafka: str, **config: str) -> str:
         admin.alter_configs([resource], raise_on_unknown=False)
     finally:
         admin.close()
-    return group
 
 
 def produced(kafka: str, count: int, partitions: int = 1) -> str:

@@ -7,7 +7,7 @@ delivered but not started, and another consumer gets them at once (the lock is 3
 handler that outlasts the group's 1.5 s lock keeps its record (renewed), which no other
 consumer gets meanwhile; the group's delivery limit is read from the broker, and where it is
 below ``max_deliveries`` a failing record is dead-lettered at the broker's last delivery
-rather than archived by the broker.
+rather than archived by the broker, also when an operator lowers it while the worker runs.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .test_share_consumer import (
     TIMEOUT_S,
     produced,
     share_group,
+    share_group_config,
 )
 
 pytestmark = [pytest.mark.integration, ON_SHARE_BROKERS]
@@ -318,6 +319,63 @@ def test_a_failure_is_dead_lettered_at_the_brokers_limit_below_max_deliveries(
     headers = dict(copy.headers)
     assert headers["__dlq.delivery.count"] == b"2"
     assert headers["__dlq.reason"] == b"max_deliveries"
+    # Rejected: never delivered again.
+    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+    closing.append(other)
+    assert other.poll(timeout_ms=1500) == []
+
+
+def test_a_limit_lowered_while_the_worker_runs_still_dead_letters_a_failing_record(
+    kafka: str, closing: list[ShareWorker | ShareConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The group starts with the broker's limit (5), max_deliveries=4: a failure is final at
+    # delivery 4. During the record's first delivery an operator lowers the group's limit
+    # to 2, which Kafka applies at once: released at delivery 2, the record would be
+    # archived without a copy. The worker reads the new limit (every 0.5 s here) and
+    # dead-letters the record at delivery 2 instead.
+    topic = produced(kafka, 1)
+    dead_letters = f"{topic}.dlq"
+    create_topic_with_id(kafka, dead_letters, 1)
+    group = share_group(kafka)
+    tried: list[int] = []
+
+    def handle(record: ShareRecord) -> None:
+        tried.append(record.delivery_count)
+        if record.delivery_count == 1:
+            assert w.final_delivery == 4
+            share_group_config(kafka, group, **{"share.delivery.count.limit": "2"})
+            wait_until(lambda: w.final_delivery == 2, "the lowered limit read", timeout_s=10)
+        raise Retryable("the database is down")
+
+    w = worker(
+        kafka,
+        group,
+        topic,
+        handle,
+        closing,
+        retry_on=Retryable,
+        max_deliveries=4,
+        delivery_limit_refresh_ms=500,
+        retry_backoff_ms=0,
+        dead_letter_topic=dead_letters,
+    )
+    wait_until(lambda: w.metrics().released + w.metrics().rejected >= 2, "two outcomes")
+    m = w.metrics()
+    assert (m.released, m.rejected, m.dead_lettered, m.acknowledgements_failed) == (1, 1, 1, 0)
+    assert tried == [1, 2]
+    assert "share.delivery.count.limit=2 (was 5)" in caplog.text
+    reader = KafkaConsumer(
+        dead_letters,
+        bootstrap_servers=kafka,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+    )
+    try:
+        copy = next(iter(reader))
+    finally:
+        reader.close()
+    headers = dict(copy.headers)
+    assert (copy.key, headers["__dlq.delivery.count"]) == (b"0", b"2")
     # Rejected: never delivered again.
     other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
     closing.append(other)

@@ -494,7 +494,7 @@ def test_a_refused_limit_lookup_warns_naming_the_setting_and_max_deliveries_stan
     assert "max_deliveries=3" in text and "not asked again" in text
 
 
-def test_a_limit_lookup_without_answer_is_asked_again_with_later_records(
+def test_a_limit_lookup_without_answer_is_asked_again_later(
     workers: list[ShareWorker], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(worker_module, "_LIMIT_RETRY_S", 0.0)
@@ -507,6 +507,7 @@ def test_a_limit_lookup_without_answer_is_asked_again_with_later_records(
         broker,
         always_failing(attempts),
         max_deliveries=4,
+        delivery_limit_refresh_ms=1,  # asked again at the next poll
         dead_letter_topic="jobs.dlq",
         dead_letter_producer=producer,
     )
@@ -515,9 +516,101 @@ def test_a_limit_lookup_without_answer_is_asked_again_with_later_records(
     w.close()
     # Delivery 1 went to the handler with max_deliveries (no answer yet); delivery 2 came
     # with the limit read, and was the last.
-    assert attempts == [1, 2] and broker.limit_lookups == 2 and w.final_delivery == 2
+    assert attempts == [1, 2] and broker.limit_lookups >= 2 and w.final_delivery == 2
     (warning,) = [r for r in caplog.records if "could not read" in r.getMessage()]
     assert "no answer" in warning.getMessage() and "asked again" in warning.getMessage()
+
+
+def test_a_limit_lowered_while_the_worker_runs_is_read_and_a_failure_at_it_dead_lettered(
+    workers: list[ShareWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The group's limit is 5 when the worker starts; an operator lowers it to 2 during the
+    # first delivery. Released at delivery 2, the record would be archived without a copy.
+    broker = FakeBroker(records=1, delivery_limit=5)
+    producer = FakeProducer(broker)
+    attempts: list[int] = []
+
+    def handle(record: ShareRecord) -> None:
+        attempts.append(record.delivery_count)
+        if record.delivery_count == 1:
+            broker.delivery_limit = 2
+            time.sleep(0.3)  # a refresh (every 0.1 s) reads it meanwhile
+        raise Retryable("down")
+
+    w = make(
+        workers,
+        broker,
+        handle,
+        max_deliveries=4,
+        delivery_limit_refresh_ms=100,
+        dead_letter_topic="jobs.dlq",
+        dead_letter_producer=producer,
+    )
+    w.start()
+    broker.wait_for(lambda: broker.state[0] not in ("available", "acquired"))
+    w.close()
+    assert broker.state == {0: "rejected"} and attempts == [1, 2] and w.final_delivery == 2
+    assert [what for what, _, _ in broker.events if what != "acquired"] == [
+        "RELEASE",
+        "dead-letter",
+        "REJECT",
+    ]
+    assert dict(producer.sent[0]["headers"])["__dlq.delivery.count"] == b"2"
+    assert "share.delivery.count.limit=2 (was 5)" in caplog.text
+
+
+def test_a_retry_whose_delivery_a_limit_lowered_during_its_backoff_makes_the_last_is_dead_lettered(
+    workers: list[ShareWorker],
+) -> None:
+    # Delivery 2 fails while the limit is 5: a retry, held for its backoff (2 s). The limit
+    # is lowered to 2 meanwhile: released then, the record would be archived without a
+    # copy. At its release the worker sees that delivery 2 is the last and dead-letters it.
+    broker = FakeBroker(records=1, delivery_limit=5)
+    producer = FakeProducer(broker)
+    attempts: list[int] = []
+    w = make(
+        workers,
+        broker,
+        always_failing(attempts),
+        max_deliveries=4,
+        retry_backoff_ms=1000,
+        delivery_limit_refresh_ms=100,
+        dead_letter_topic="jobs.dlq",
+        dead_letter_producer=producer,
+    )
+    w.start()
+    broker.wait_for(lambda: w.metrics().retries == 2)
+    broker.delivery_limit = 2
+    broker.wait_for(lambda: broker.state[0] not in ("available", "acquired"))
+    w.close()
+    assert broker.state == {0: "rejected"} and attempts == [1, 2]
+    assert [what for what, _, _ in broker.events if what not in ("acquired", "RENEW")] == [
+        "RELEASE",
+        "dead-letter",
+        "REJECT",
+    ]
+    headers = dict(producer.sent[0]["headers"])
+    assert headers["__dlq.delivery.count"] == b"2" and headers["__dlq.reason"] == b"max_deliveries"
+    m = w.metrics()
+    assert (m.retries, m.released, m.dead_lettered, m.rejected) == (1, 1, 1, 1)
+
+
+def test_a_failed_refresh_keeps_the_last_reading_and_warns_once(
+    workers: list[ShareWorker], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "_LIMIT_RETRY_S", 0.0)
+    broker = FakeBroker(delivery_limit=3)
+    w = make(workers, broker, lambda record: None, delivery_limit_refresh_ms=20)
+    w.start()
+    broker.wait_for(lambda: w.final_delivery == 3)
+    with broker.lock:
+        broker.limit_errors.extend(TransportError("no response") for _ in range(3))
+        asked = broker.limit_lookups
+    broker.wait_for(lambda: broker.limit_lookups >= asked + 4)  # three failed, then one not
+    w.close()
+    assert w.final_delivery == 3
+    (warning,) = [r for r in caplog.records if "could not read" in r.getMessage()]
+    assert warning.levelname == "WARNING" and "the last one read (3) stands" in warning.getMessage()
 
 
 def test_a_retry_waits_its_backoff_before_the_release(workers: list[ShareWorker]) -> None:
@@ -705,6 +798,7 @@ def test_close_without_start_closes_the_consumer(workers: list[ShareWorker]) -> 
         ({"prefetch": -1}, "prefetch"),
         ({"max_deliveries": 0}, "max_deliveries"),
         ({"max_deliveries": 11}, "max_deliveries"),
+        ({"delivery_limit_refresh_ms": 0}, "delivery_limit_refresh_ms"),
         ({"retry_backoff_ms": -1}, "retry_backoff_ms"),
         ({"retry_backoff_ms": 500, "retry_backoff_max_ms": 100}, "retry_backoff_max_ms"),
         ({"retry_on": "ValueError"}, "retry_on"),
