@@ -24,6 +24,7 @@ from ._consumer import TopicPartition as TopicPartition
 from ._errors import AcknowledgementError as AcknowledgementError
 from ._errors import AcknowledgementUncertainError as AcknowledgementUncertainError
 from ._errors import AcquisitionLockExpiredError as AcquisitionLockExpiredError
+from ._errors import HandlerCancelledError as HandlerCancelledError
 from ._worker import DEAD_LETTER_HEADERS as DEAD_LETTER_HEADERS
 from ._worker import ShareWorker as ShareWorker
 from ._worker import WorkerMetrics as WorkerMetrics
@@ -36,6 +37,7 @@ __all__ = [
     "AcquisitionLockExpiredError",
     "AsyncShareConsumer",
     "AsyncShareWorker",
+    "HandlerCancelledError",
     "OnAcknowledged",
     "ShareConsumer",
     "ShareGroupsUnsupportedError",

@@ -17,7 +17,8 @@ from coordination.errors import ConfigurationError, CoordinatorStateError
 
 from .._aio import AsyncContext, LoopBridge
 from ._consumer import ShareRecord
-from ._worker import ShareWorker, WorkerMetrics
+from ._errors import HandlerCancelledError
+from ._worker import ShareWorker, WorkerMetrics, _retry_predicate
 
 log = logging.getLogger("recipes.queues")
 
@@ -34,11 +35,14 @@ _IN_HANDLER: ContextVar[bool] = ContextVar("in_share_worker_handler", default=Fa
 
 
 class _HandlerCancelled(BaseException):
-    """A handler coroutine ended cancelled, or its loop closed under it.
+    """A handler coroutine cannot end: its loop closed under it, or the worker's own close
+    cancelled it (past the drain timeout).
 
     Not an ``Exception``, on purpose: the ShareWorker treats it as it treats ``SystemExit``
     in a handler (RELEASE, never a retry's backoff, a dead-letter copy or an ACCEPT, and
-    the worker stops), since a cancelled handler says nothing about its record.
+    the worker stops): no handler can run on a closed loop, and a worker that is closed
+    has released the record already. A coroutine cancelled by anyone else is its record's
+    failure instead (:class:`HandlerCancelledError`).
     """
 
 
@@ -77,9 +81,12 @@ class AsyncShareWorker(AsyncContext):
         short), then raises ``CancelledError``. A handler coroutine still running after
         ``drain_timeout_ms`` has its record released by the consumer's close; the
         coroutine is then cancelled, and :meth:`close` waits for it to end. A handler
-        coroutine that ends cancelled for another reason (``asyncio.run`` cancelling every
-        task at its end), or whose loop is closed under it, has its record released, never
-        accepted or dead-lettered, and the worker stops: :meth:`run` raises
+        coroutine cancelled by anyone else (a watchdog's ``task.cancel()``, ``asyncio.run``
+        cancelling every task at its end) has failed its record with
+        :class:`HandlerCancelledError`, which is always retryable: the record is released
+        after its backoff, or dead-lettered at its final delivery, and the worker goes on.
+        A handler whose loop is closed under it has its record released, never accepted or
+        dead-lettered, and the worker stops: :meth:`run` raises
         :class:`CoordinatorStateError`.
 
     Threads:
@@ -108,7 +115,9 @@ class AsyncShareWorker(AsyncContext):
             concurrency: how many handler coroutines may run at once (default 1): the
                 ShareWorker's handler threads, each waiting for one coroutine.
             **settings: as for :class:`ShareWorker` (``retry_on``, ``max_deliveries``,
-                ``dead_letter_topic``, ``drain_timeout_ms``, ``bootstrap_servers``, ...).
+                ``dead_letter_topic``, ``drain_timeout_ms``, ``bootstrap_servers``, ...);
+                ``retry_on`` takes :class:`HandlerCancelledError` as retryable whatever
+                it says.
 
         Raises:
             ConfigurationError: ``handler`` is not a coroutine function, or another invalid
@@ -131,6 +140,11 @@ class AsyncShareWorker(AsyncContext):
         # follow it, which each report a cancelled handler to the closed worker).
         self._stopped_by: BaseException | None = None
         self._worker_closed = False
+        # A cancellation says nothing about the record: retried, whatever retry_on says.
+        is_retryable = _retry_predicate(settings.pop("retry_on", (Exception,)))
+        settings["retry_on"] = lambda exc: (
+            isinstance(exc, HandlerCancelledError) or is_retryable(exc)
+        )
         self._worker = ShareWorker(
             group_id,
             topics=topics,
@@ -151,8 +165,8 @@ class AsyncShareWorker(AsyncContext):
 
     @property
     def error(self) -> BaseException | None:
-        """The error that stopped the worker (a fatal broker error, a cancelled handler as
-        :class:`CoordinatorStateError`), or None."""
+        """The error that stopped the worker (a fatal broker error, a loop closed under a
+        handler as :class:`CoordinatorStateError`), or None."""
         return _public(self._stopped_by if self._worker_closed else self._worker.error)
 
     @property
@@ -187,9 +201,9 @@ class AsyncShareWorker(AsyncContext):
         Raises:
             ShareGroupsUnsupportedError, FatalBrokerError, ...: the error that stopped the
                 worker's poll thread (after the drain).
-            CoordinatorStateError: a handler coroutine was cancelled, or its loop closed,
-                while the worker ran (the worker stopped; its record was released); or
-                the worker was closed before it ran.
+            CoordinatorStateError: the loop was closed under a handler coroutine while
+                the worker ran (the worker stopped; its record was released); or the worker
+                was closed before it ran.
         """
         if not self._started:
             await self.start()
@@ -301,7 +315,12 @@ class AsyncShareWorker(AsyncContext):
                 future.cancel()
                 raise _HandlerCancelled("the event loop was closed while the handler ran")
         if future.cancelled():
-            raise _HandlerCancelled("the handler coroutine was cancelled")
+            if self._worker_closed:  # by close(), past the drain: the record was released
+                raise _HandlerCancelled("the handler coroutine was cancelled at the close")
+            raise HandlerCancelledError(
+                f"the handler coroutine for {record.topic}[{record.partition}] offset "
+                f"{record.offset} was cancelled"
+            )
         error = future.exception()
         if error is not None:
             # SystemExit or KeyboardInterrupt included: the ShareWorker stops on them.

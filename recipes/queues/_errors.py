@@ -62,6 +62,14 @@ class AcknowledgementUncertainError(AcknowledgementError):
         return "the request got no answer: the broker may or may not have applied it"
 
 
+class HandlerCancelledError(CoordinationError):
+    """An :class:`AsyncShareWorker` handler's coroutine ended cancelled while the worker
+    ran, and not by the worker's own close (a watchdog's ``task.cancel()``, ``asyncio.run``
+    cancelling every task as it ends): the failure of that record, always retryable
+    whatever ``retry_on`` says (a cancellation says nothing about the record). The worker
+    handles it as any retryable failure, and goes on."""
+
+
 def _name(code: int) -> str:
     try:
         return ErrorCode(code).name

@@ -1,8 +1,9 @@
 """recipes.queues.AsyncShareWorker against the fake share consumer of the ShareWorker's own
 tests: async handlers' outcomes become the ShareWorker's acknowledgements, cancelling the
-task that runs the worker drains it, the loop stays free while the worker drains, and a
-cancelled handler (at the drain timeout, by the loop, by a closed loop) has its record
-released, never accepted or dead-lettered."""
+task that runs the worker drains it, the loop stays free while the worker drains, a handler
+cancelled by the worker's close (past the drain timeout) or whose loop is closed has its
+record released, never accepted or dead-lettered, and a handler cancelled by anyone else
+fails its record, retried (dead-lettered at its final delivery) while the worker goes on."""
 
 from __future__ import annotations
 
@@ -260,27 +261,32 @@ def test_a_handler_past_the_drain_timeout_is_cancelled_and_its_record_released()
         await runner  # returns: the cancellation after the drain is no error of the run
         assert seen == ["cancelled"]  # ended before run() returned
         assert w.error is None
+        await asyncio.sleep(0.3)  # the handler's thread hears of the cancellation
         m = w.metrics()
         assert (m.accepted, m.rejected, m.released) == (0, 0, 1)
+        assert m.handler_errors == 0  # the worker's own cancellation: no failure
 
     on_a_loop(scenario)
     assert broker.state == {0: "available"} and broker.acks(A.RELEASE) == [0]
     assert broker.acks(A.ACCEPT) == []
 
 
-def test_a_handler_cancelled_while_the_worker_runs_is_released_and_stops_the_worker() -> None:
-    broker = FakeBroker(records=1)
+def test_a_handler_cancelled_from_outside_is_retried_and_the_worker_goes_on() -> None:
+    broker = FakeBroker(records=2)
     producer = FakeProducer(broker)
+    tried: list[tuple[int, int]] = []
 
     async def scenario() -> None:
         tasks: list[asyncio.Task[Any]] = []
 
         async def handle(record: ShareRecord) -> None:
-            tasks.append(asyncio.current_task())  # type: ignore[arg-type]
-            await asyncio.Event().wait()
+            tried.append((record.offset, record.delivery_count))
+            if (record.offset, record.delivery_count) == (0, 1):
+                tasks.append(asyncio.current_task())  # type: ignore[arg-type]
+                await asyncio.Event().wait()
 
-        # Cancellation is no retryable exception here: were it a failure, it would be
-        # poison, copied to the dead-letter topic and rejected.
+        # Cancellation is not among retry_on here: it is retried all the same, never
+        # dead-lettered as poison at its first delivery.
         w = make(
             broker,
             handle,
@@ -290,16 +296,49 @@ def test_a_handler_cancelled_while_the_worker_runs_is_released_and_stops_the_wor
         )
         runner = asyncio.create_task(w.run())
         await until(lambda: bool(tasks))
-        tasks[0].cancel()
-        with pytest.raises(CoordinatorStateError, match="cancelled"):
-            await runner
-        assert isinstance(w.error, CoordinatorStateError)
+        tasks[0].cancel()  # a watchdog's, say: not the worker's
+        await until(lambda: broker.state == {0: "accepted", 1: "accepted"})
+        assert not runner.done() and w.error is None
+        w.stop()
+        await runner
         m = w.metrics()
-        assert (m.released, m.rejected, m.accepted, m.dead_lettered) == (1, 0, 0, 0)
+        assert (m.handler_errors, m.retries, m.released, m.accepted) == (1, 1, 1, 2)
+        assert (m.rejected, m.dead_lettered) == (0, 0)
 
     on_a_loop(scenario)
-    assert broker.state == {0: "available"} and producer.sent == []
-    assert FakeConsumer.made[0].closed
+    assert sorted(tried) == [(0, 1), (0, 2), (1, 1)] and producer.sent == []
+
+
+def test_a_handler_cancelled_at_its_final_delivery_is_dead_lettered() -> None:
+    broker = FakeBroker(records=1)
+    producer = FakeProducer(broker)
+    tried: list[int] = []
+
+    async def handle(record: ShareRecord) -> None:
+        tried.append(record.delivery_count)
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        await asyncio.sleep(0)
+
+    async def scenario() -> None:
+        w = make(
+            broker,
+            handle,
+            retry_on=Retryable,
+            max_deliveries=2,
+            dead_letter_topic="jobs.dlq",
+            dead_letter_producer=producer,
+        )
+        async with w:
+            await until(lambda: broker.state == {0: "rejected"})
+            assert w.error is None
+        m = w.metrics()
+        assert (m.retries, m.released, m.dead_lettered, m.rejected) == (1, 1, 1, 1)
+
+    on_a_loop(scenario)
+    assert tried == [1, 2]
+    headers = dict(producer.sent[0]["headers"])
+    assert headers["__dlq.reason"] == b"max_deliveries"
+    assert headers["__dlq.error.class"] == b"recipes.queues._errors.HandlerCancelledError"
 
 
 def test_closing_the_loop_under_a_running_handler_releases_its_record() -> None:
