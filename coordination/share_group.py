@@ -55,10 +55,12 @@ from ._engine.share_sessions import (
     TopicLocation,
 )
 from ._metrics import MemberMetrics
+from ._protocol import share_group as sg
+from ._protocol.error_codes import ErrorCode
 from ._protocol.share_group import AcknowledgeType, ShareAcquireMode
 from ._types import MemberState
 from .clock import Clock
-from .errors import ConfigurationError, CoordinatorStateError
+from .errors import ConfigurationError, CoordinatorStateError, broker_error
 from .parts import check_int, check_part
 from .transport import CoordinatorNode, Transport, TransportError
 
@@ -270,6 +272,58 @@ class ShareGroupMember:
             timeout = self._config.request_timeout_ms / 1000
         value = group_config(self.group_id, _DELIVERY_COUNT_LIMIT_KEY, node, timeout)
         return int(value) if isinstance(value, str) and value.isdigit() else None
+
+    def share_partition_lag(self, timeout: float | None = None) -> dict[tuple[str, int], int]:
+        """The lag of each partition of the member's assignment, as the group's coordinator
+        has it (DescribeShareGroupOffsets v1, KIP-1226, Kafka 4.2+): the records from the
+        share-partition's start offset to its end not yet accepted, rejected or archived,
+        those acquired by a member included. One request to the coordinator, on its
+        connection; call it once the member has joined.
+
+        Args:
+            timeout: seconds to wait for the answer (default: ``request_timeout_ms``).
+
+        Returns:
+            ``{(topic, partition): lag}``; a partition the broker cannot tell (its state not
+            initialized yet, an error of its own, a broker before Kafka 4.2) is left out.
+
+        Raises:
+            TransportError: no answer, or the coordinator is not known yet: ask again later.
+            BrokerError: the broker refused, e.g. GroupAuthorizationError without DESCRIBE
+                on the group (or TopicAuthorizationError on a topic).
+            CoordinatorStateError: the member is closed.
+        """
+        self._raise_if_stopped()
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in self.assignment():
+            by_topic.setdefault(topic, []).append(partition)
+        if not by_topic:
+            return {}
+        node = self._membership.coordinator
+        if node is None:
+            raise TransportError(
+                f"share group {self.group_id!r}: the coordinator is not known yet (not joined)"
+            )
+        if timeout is None:
+            timeout = self._config.request_timeout_ms / 1000
+        topics = tuple((t, tuple(sorted(ps))) for t, ps in sorted(by_topic.items()))
+        request = sg.DescribeShareGroupOffsetsRequest(
+            (sg.ShareGroupOffsetsRequestGroup(self.group_id, topics),)
+        )
+        answer = self._transport.send(
+            request, sg.DescribeShareGroupOffsetsResponse, coordinator=node, timeout_s=timeout
+        )
+        lag: dict[tuple[str, int], int] = {}
+        for group in answer.groups:
+            if group.error_code != ErrorCode.NONE:
+                raise broker_error(
+                    group.error_code, group_id=self.group_id, api="DescribeShareGroupOffsets"
+                )
+            for described in group.topics:
+                for p in described.partitions:
+                    if p.error_code == ErrorCode.NONE and p.lag >= 0:
+                        lag[described.topic_name, p.partition_index] = p.lag
+        return lag
 
     def close(
         self, acknowledgements: Acknowledgements | None = None, timeout: float = 30.0

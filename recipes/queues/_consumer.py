@@ -7,19 +7,20 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from typing_extensions import Self
 
 from coordination import ErrorCode
 from coordination.clock import Clock
-from coordination.errors import ConfigurationError, CoordinatorStateError
+from coordination.errors import ConfigurationError, CoordinationError, CoordinatorStateError
 from coordination.hooks import (
     AcknowledgementFailed,
     HookCaller,
     RecordsAcknowledged,
     RecordsAcquired,
 )
+from coordination.parts import check_int
 from coordination.share_group import (
     NO_ANSWER,
     AcknowledgeType,
@@ -27,7 +28,7 @@ from coordination.share_group import (
     Leaders,
     ShareGroupMember,
 )
-from coordination.transport import Transport
+from coordination.transport import Transport, TransportError
 
 from ._errors import (
     AcknowledgementError,
@@ -45,6 +46,11 @@ _Key = tuple[uuid.UUID, int]  # a partition as the member names it: topic id, pa
 _USER_TYPES = frozenset(
     {AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT, AcknowledgeType.RENEW}
 )
+
+# A lag lookup holds its poll up this long at most (the coordinator answers in milliseconds).
+_LAG_LOOKUP_S: Final = 1.0
+# After a lag lookup that failed, the next waits this long at the soonest.
+_LAG_RETRY_S: Final = 30.0
 
 OnAcknowledged = Callable[[TopicPartition, tuple[int, ...], "AcknowledgementError | None"], None]
 """``on_acknowledged(partition, offsets, error)``: error None when they took effect."""
@@ -85,6 +91,12 @@ class ShareMetrics:
     """RENEWs that took effect."""
     acknowledgements_failed: int = 0
     """Records whose acknowledgement did not take effect (lock expired, no answer, ...)."""
+    lag: dict[TopicPartition, int] = field(default_factory=dict)
+    """The share-partition lag of each partition of the assignment as last read (by
+    ``poll()`` every ``lag_refresh_ms``, or by ``lag()``): the records not done yet,
+    acquired ones included. Empty until read; a partition the broker cannot tell is left
+    out (Kafka 4.3 tells none for a new group's partition before its first
+    acknowledgement)."""
 
 
 @dataclass(slots=True)
@@ -145,8 +157,12 @@ class ShareConsumer:
     polls, commits or closes; the member's ``on_rebalance_finished`` at each new assignment,
     ``on_heartbeat_failed``, on the heartbeat thread.
 
+    Lag: Kafka tells a share-partition's lag only to DescribeShareGroupOffsets, a request
+    to the group's coordinator: :meth:`lag` asks it, and with ``lag_refresh_ms`` set
+    :meth:`poll` does every so often; ``metrics().lag`` holds the last reading.
+
     Concurrency: not thread-safe, as Kafka's consumers: one thread calls poll, acknowledge,
-    commit and close. The heartbeats run on the member's own thread.
+    commit, lag and close. The heartbeats run on the member's own thread.
     """
 
     def __init__(
@@ -157,6 +173,7 @@ class ShareConsumer:
         acknowledgement_mode: Literal["explicit", "implicit"] = "explicit",
         max_poll_records: int = 500,
         on_acknowledged: OnAcknowledged | None = None,
+        lag_refresh_ms: int | None = None,
         rack_id: str | None = None,
         leaders: Leaders | None = None,
         transport: Transport | None = None,
@@ -175,6 +192,10 @@ class ShareConsumer:
                 ``max.poll.records``, default 500).
             on_acknowledged: called, on the polling thread, with every acknowledgement's
                 outcome: ``(partition, offsets, error)``, error None when it took effect.
+            lag_refresh_ms: how often a :meth:`poll` reads the lag of the assignment's
+                share-partitions from the group's coordinator into ``metrics().lag`` (one
+                DescribeShareGroupOffsets, Kafka 4.2+; at least 100). Default None: never
+                (:meth:`lag` asks on demand).
             rack_id: the consumer's rack (Kafka ``client.rack``).
             leaders, transport, clock, **settings: as for
                 :class:`coordination.share_group.ShareGroupMember` (``bootstrap_servers``,
@@ -188,8 +209,13 @@ class ShareConsumer:
                 "acknowledgement_mode must be 'explicit' or 'implicit', got "
                 f"{acknowledgement_mode!r}"
             )
+        if lag_refresh_ms is not None:
+            check_int("lag_refresh_ms", lag_refresh_ms, minimum=100)
         self._implicit = acknowledgement_mode == "implicit"
         self._on_acknowledged = on_acknowledged
+        self._lag_refresh_s = None if lag_refresh_ms is None else lag_refresh_ms / 1000
+        self._lag_due = 0.0
+        self._lag_warned = False  # a failed lookup warned since the last reading
         self._member = ShareGroupMember(
             group_id,
             topics,
@@ -244,6 +270,25 @@ class ShareConsumer:
         self._check_open()
         return self._member.delivery_count_limit(timeout)
 
+    def lag(self, timeout: float | None = None) -> dict[TopicPartition, int]:
+        """The lag of each share-partition of the assignment, asked of the group's
+        coordinator now (DescribeShareGroupOffsets v1, Kafka 4.2+; see
+        :meth:`coordination.share_group.ShareGroupMember.share_partition_lag`), and kept
+        as ``metrics().lag``. Call it once joined, from the thread that polls.
+
+        Returns:
+            ``{(topic, partition): lag}``: the records not done yet (acquired ones
+            included); a partition the broker cannot tell is left out.
+
+        Raises:
+            TransportError: no answer, or not joined yet: ask again later.
+            BrokerError: the broker refused (e.g. no DESCRIBE on the group).
+            CoordinatorStateError: the consumer is closed.
+        """
+        self._check_open()
+        self._metrics.lag = self._member.share_partition_lag(timeout)
+        return dict(self._metrics.lag)
+
     def metrics(self) -> ShareMetrics:
         """A copy of the consumer's counts."""
         m = self._metrics
@@ -253,6 +298,7 @@ class ShareConsumer:
             dict(m.acknowledged),
             m.lock_renewals,
             m.acknowledgements_failed,
+            dict(m.lag),
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -291,6 +337,7 @@ class ShareConsumer:
             self._settle(sent, outcome.acknowledged, outcome.records)
             sent = {}
             if outcome.records or remaining_ms == 0:
+                self._refresh_lag()
                 records = self._hold(outcome.records)
                 if records and self._hooks:
                     self._hooks.records_acquired(
@@ -408,6 +455,30 @@ class ShareConsumer:
         return f"<ShareConsumer group={self.group_id!r} member={self.member_id!r}>"
 
     # ------------------------------------------------------------------ bookkeeping
+
+    def _refresh_lag(self) -> None:
+        """Read the lag into ``metrics()`` if due (every ``lag_refresh_ms`` once joined);
+        a lookup that fails keeps the last reading and waits longer for the next."""
+        now = self._clock.monotonic()
+        if self._lag_refresh_s is None or now < self._lag_due or self._member.member_epoch <= 0:
+            return
+        try:
+            self.lag(timeout=_LAG_LOOKUP_S)
+        except (TransportError, CoordinationError) as e:
+            self._lag_due = now + max(self._lag_refresh_s, _LAG_RETRY_S)
+            if not self._lag_warned:
+                self._lag_warned = True
+                log.warning(
+                    "share group %r: could not read the share-partition lag "
+                    "(DescribeShareGroupOffsets: %s); metrics().lag keeps the last reading, "
+                    "asked again in %.0f s",
+                    self.group_id,
+                    e,
+                    max(self._lag_refresh_s, _LAG_RETRY_S),
+                )
+            return
+        self._lag_due = now + self._lag_refresh_s
+        self._lag_warned = False
 
     def _hold(self, fetched: list[AcquiredRecord]) -> list[ShareRecord]:
         """The records to deliver for ``fetched``, held from now on."""

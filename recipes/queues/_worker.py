@@ -9,7 +9,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, Final
 
@@ -94,6 +94,9 @@ class WorkerMetrics:
     """Acknowledgements that did not take effect (lock ran out, no answer, ...)."""
     handler_errors: int = 0
     """Handler calls that raised."""
+    lag: dict[TopicPartition, int] = field(default_factory=dict)
+    """The consumer's ``metrics().lag`` after its last poll: the share-partition lag of the
+    assignment, read every ``lag_refresh_ms`` if that is set (see :class:`ShareConsumer`)."""
 
 
 class _Why(enum.Enum):
@@ -375,7 +378,9 @@ class ShareWorker:
         """A copy of the worker's counts."""
         with self._metrics_lock:
             m = self._metrics
-            return WorkerMetrics(**{f.name: getattr(m, f.name) for f in fields(m)})
+            copy = WorkerMetrics(**{f.name: getattr(m, f.name) for f in fields(m)})
+            copy.lag = dict(m.lag)
+            return copy
 
     def start(self) -> None:
         """Start the poll thread and the handler threads, and return; the poll thread joins
@@ -504,8 +509,10 @@ class ShareWorker:
             deadline = self._consumer.lock_deadline(record)
             entries.append(_Entry(record, lock_s=max(0.0, (deadline or now) - now)))
         self._held.update(entries)
+        lag = self._consumer.metrics().lag  # refreshed by the poll, if due
         with self._metrics_lock:
             self._metrics.received += len(entries)
+            self._metrics.lag = lag
         with self._cond:
             self._queue.extend(entries)
             self._cond.notify_all()

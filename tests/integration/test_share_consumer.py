@@ -6,7 +6,8 @@ REJECT never does; a consumer closed with records in flight releases them at onc
 implicit mode accepts what the last poll returned; RENEW keeps a record past the group's
 lock duration (set to 1 s for the group: the harness's broker allows it,
 ``group.share.min.record.lock.duration.ms``); a record acknowledged after its lock ran out
-is reported as AcquisitionLockExpiredError; a long poll holds up no heartbeat. On a
+is reported as AcquisitionLockExpiredError; a long poll holds up no heartbeat; the lag
+counts the records not consumed and drops once they are accepted. On a
 cluster of three: records keep coming when a partition's leader dies. Kafka 3.9: the typed
 error naming Kafka 4.2 and share.version.
 """
@@ -355,6 +356,39 @@ def test_a_long_poll_holds_up_no_heartbeat(kafka: str, consumers: list[ShareCons
     after = c.member.metrics()
     assert after.heartbeat_total - before >= 4
     assert after.last_heartbeat_age_s is not None and after.last_heartbeat_age_s < 1.5
+
+
+@ON_SHARE_BROKERS
+def test_lag_shows_the_records_not_done_and_drops_once_they_are_accepted(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    topic = produced(kafka, 2, partitions=2)
+    group = share_group(kafka)
+    c = consumer(kafka, group, topic, consumers, lag_refresh_ms=200)
+    # Kafka 4.3 tells no lag for a new group's partition until a first acknowledgement
+    # records its state: accept one record on each partition first.
+    first = poll_until(c, lambda got: len(got) >= 2, lambda r: c.acknowledge(r, ACCEPT))
+    assert all(error is None for error in c.commit().values())
+    assert c.lag() == {(topic, 0): 0, (topic, 1): 0}
+    k = 5
+    producer = KafkaProducer(bootstrap_servers=kafka)
+    try:
+        for n in range(k):
+            producer.send(topic, value=b"more-%d" % n, partition=n % 2)
+        producer.flush(timeout=TIMEOUT_S)
+    finally:
+        producer.close(timeout=TIMEOUT_S)
+    # Consumed none: the lag is the K records produced.
+    assert c.lag() == {(topic, 0): 3, (topic, 1): 2} == c.metrics().lag
+    got = poll_until(c, lambda got: len(got) >= k)
+    assert len(first) + len(got) == 2 + k
+    for r in got:
+        c.acknowledge(r, ACCEPT)
+    # The polls read the lag (every 0.2 s): it drops to 0 once the acceptances are in.
+    deadline = time.monotonic() + TIMEOUT_S
+    while c.metrics().lag != {(topic, 0): 0, (topic, 1): 0}:
+        assert time.monotonic() < deadline, c.metrics().lag
+        c.poll(timeout_ms=100)
 
 
 def test_records_keep_coming_when_a_partition_leader_dies() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from kafka.record import MemoryRecordsBuilder
 
+import recipes.queues._consumer as consumer_module
 from coordination._engine.share_sessions import batches
 from coordination._protocol import messages as m
 from coordination._protocol import share_group as sg
@@ -119,6 +120,7 @@ class Broker:
             sg.ShareGroupHeartbeatRequest: self._heartbeat,
             sg.ShareFetchRequest: self._fetch,
             sg.ShareAcknowledgeRequest: self._acknowledge,
+            sg.DescribeShareGroupOffsetsRequest: self._describe_offsets,
         }
         with self.lock:
             return handlers[type(request)](request, coordinator)
@@ -262,6 +264,32 @@ class Broker:
             0,
             acquisition_lock_timeout_ms=self.lock_ms,
             responses=(sg.ShareAcknowledgeTopicResponse(TOPIC, tuple(answers)),),
+        )
+
+    def _describe_offsets(
+        self, r: sg.DescribeShareGroupOffsetsRequest, _: CoordinatorNode | None
+    ) -> sg.DescribeShareGroupOffsetsResponse:
+        """The lag of each partition asked: its records not accepted, rejected or archived."""
+        (group,) = r.groups
+        undone = ("available", "acquired")
+        topics = tuple(
+            sg.ShareGroupOffsetsTopic(
+                name,
+                TOPIC,
+                tuple(
+                    sg.SharePartitionOffset(
+                        p,
+                        start_offset=0,
+                        leader_epoch=0,
+                        lag=sum(q == p and st[0] in undone for (q, _), st in self.state.items()),
+                    )
+                    for p in partitions
+                ),
+            )
+            for name, partitions in group.topics or ()
+        )
+        return sg.DescribeShareGroupOffsetsResponse(
+            (sg.DescribedShareGroupOffsets(group.group_id, topics),)
         )
 
 
@@ -702,3 +730,81 @@ def test_an_acquired_offset_with_no_record_is_a_gap_only_inside_the_batches_read
     # 2 is a GAP; 4, 5 and 6 are left to come back when their lock runs out, not archived.
     assert acked == {0: A.ACCEPT, 1: A.ACCEPT, 2: A.GAP, 3: A.ACCEPT}
     c.close()
+
+
+# ----------------------------------------------------------------- lag
+
+
+def lag_lookups(broker: Broker) -> list[sg.DescribeShareGroupOffsetsRequest]:
+    return broker.requests(sg.DescribeShareGroupOffsetsRequest)
+
+
+def test_polls_read_the_lag_into_the_metrics_at_most_every_lag_refresh_ms() -> None:
+    broker = Broker(records=6, partitions=2)
+    c = make(broker, lag_refresh_ms=300)
+    try:
+        got = poll_n(c, 6)
+        # Acquired, not acknowledged yet: still lag.
+        broker_lag = {("jobs", 0): 3, ("jobs", 1): 3}
+        deadline = time.monotonic() + 5
+        while c.metrics().lag != broker_lag:
+            assert time.monotonic() < deadline, c.metrics().lag
+            c.poll(timeout_ms=50)
+        for r in got[:4]:
+            c.acknowledge(r, A.ACCEPT)
+        c.commit()
+        started, asked = time.monotonic(), len(lag_lookups(broker))
+        while sum(c.metrics().lag.values()) != 2:
+            assert time.monotonic() < deadline, c.metrics().lag
+            c.poll(timeout_ms=50)
+        # Many polls, one lookup per 0.3 s at most.
+        polls = len(fetches(broker))
+        assert len(lag_lookups(broker)) - asked <= (time.monotonic() - started) / 0.3 + 1 < polls
+    finally:
+        c.close()
+    (request,) = {r.groups for r in lag_lookups(broker)}  # the assignment's partitions only
+    assert request == (sg.ShareGroupOffsetsRequestGroup("g", (("jobs", (0, 1)),)),)
+
+
+def test_a_failed_lag_lookup_keeps_the_last_reading_and_warns_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumer_module, "_LAG_RETRY_S", 0.0)  # asked again at the refresh
+    broker = Broker(records=2)
+    c = make(broker, lag_refresh_ms=100)
+    try:
+        poll_n(c, 2)
+        assert c.lag() == {("jobs", 0): 2}
+        for _ in range(2):
+            broker.then(sg.DescribeShareGroupOffsetsResponse, TransportError("no answer"))
+        with caplog.at_level("WARNING", "recipes.queues"):
+            deadline = time.monotonic() + 5
+            while broker.answers.get(sg.DescribeShareGroupOffsetsResponse):
+                assert time.monotonic() < deadline
+                c.poll(timeout_ms=20)
+        assert c.metrics().lag == {("jobs", 0): 2}
+        (warning,) = [r for r in caplog.records if "share-partition lag" in r.getMessage()]
+        assert "no answer" in warning.getMessage()
+    finally:
+        c.close()
+
+
+def test_without_lag_refresh_ms_polls_ask_no_lag_and_lag_asks_now() -> None:
+    broker = Broker(records=3)
+    c = make(broker)
+    try:
+        got = poll_n(c, 3)
+        for _ in range(5):
+            c.poll(timeout_ms=20)
+        assert lag_lookups(broker) == [] and c.metrics().lag == {}
+        c.acknowledge(got[0], A.REJECT)
+        c.commit()
+        assert c.lag() == {("jobs", 0): 2} == c.metrics().lag
+        assert len(lag_lookups(broker)) == 1
+    finally:
+        c.close()
+
+
+def test_lag_refresh_ms_below_100_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="lag_refresh_ms"):
+        make(Broker(), lag_refresh_ms=10)

@@ -32,6 +32,7 @@ from recipes.queues import (
     DEAD_LETTER_HEADERS,
     AcknowledgeType,
     AcquisitionLockExpiredError,
+    ShareMetrics,
     ShareRecord,
     ShareWorker,
 )
@@ -53,6 +54,7 @@ class FakeBroker:
         self.delivery_limit = delivery_limit
         self.limit_errors: list[Exception] = []  # what the next lookups raise, in turn
         self.limit_lookups = 0
+        self.lag: dict[tuple[str, int], int] = {}  # what the consumer's metrics() say
         self.deliveries: dict[int, int] = {}
         self.state: dict[int, str] = {}  # available, acquired, accepted, rejected, archived
         self.events: list[
@@ -194,6 +196,11 @@ class FakeConsumer:
             if self.broker.limit_errors:
                 raise self.broker.limit_errors.pop(0)
             return self.broker.delivery_limit
+
+    def metrics(self) -> ShareMetrics:
+        self._same_thread()
+        with self.broker.lock:
+            return ShareMetrics(lag=dict(self.broker.lag))
 
     def lock_deadline(self, record: ShareRecord) -> float | None:
         held = self.held.get(record.offset)
@@ -611,6 +618,21 @@ def test_a_failed_refresh_keeps_the_last_reading_and_warns_once(
     assert w.final_delivery == 3
     (warning,) = [r for r in caplog.records if "could not read" in r.getMessage()]
     assert warning.levelname == "WARNING" and "the last one read (3) stands" in warning.getMessage()
+
+
+def test_the_consumers_lag_after_each_poll_is_in_the_workers_metrics(
+    workers: list[ShareWorker],
+) -> None:
+    broker = FakeBroker()
+    w = make(workers, broker, lambda record: None)
+    assert w.metrics().lag == {}
+    w.start()
+    with broker.lock:
+        broker.lag = {(TOPIC, 0): 7}
+    broker.wait_for(lambda: w.metrics().lag == {(TOPIC, 0): 7})
+    with broker.lock:
+        broker.lag = {(TOPIC, 0): 0}
+    broker.wait_for(lambda: w.metrics().lag == {(TOPIC, 0): 0})
 
 
 def test_a_retry_waits_its_backoff_before_the_release(workers: list[ShareWorker]) -> None:
