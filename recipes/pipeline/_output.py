@@ -249,6 +249,8 @@ class PipelineOutput:
         root: str | os.PathLike[str],
         *,
         before_publish: Callable[[Path, OffsetRange, Sequence[str]], None] | None = None,
+        before_publish_all: Callable[[Sequence[tuple[Path, OffsetRange, Sequence[str]]]], None]
+        | None = None,
     ) -> None:
         """Use ``root`` as the output directory, creating its two subdirectories.
 
@@ -261,6 +263,9 @@ class PipelineOutput:
                 makes the next :meth:`recover` call it again for the same batch
                 (:class:`~recipes.pipeline.DeltaSink` applies the batch to a
                 table here, once).
+            before_publish_all: If given, called instead of ``before_publish``, once
+                for all the batches one :meth:`publish_all` publishes (a list of the
+                same triples), with the same contract for each of them.
 
         Raises:
             ConfigurationError: ``root`` is a URI (an object store or any other
@@ -277,6 +282,7 @@ class PipelineOutput:
             )
         self.root = Path(root)
         self._before_publish = before_publish
+        self._before_publish_all = before_publish_all
         self.staging_dir = self.root / _STAGING
         self.published_dir = self.root / _PUBLISHED
         self.staging_dir.mkdir(parents=True, exist_ok=True)
@@ -475,25 +481,55 @@ class PipelineOutput:
                 directory has no manifest (Spark's write did not finish), or it
                 is gone and the range was never published: its results are lost.
         """
-        name = staged if isinstance(staged, str) else staged.name
+        return self.publish_all([staged])[0]
+
+    def publish_all(self, batches: Sequence[StagedBatch | str]) -> list[Path]:
+        """:meth:`publish` several committed batches (of different partitions): the
+        sink's ``before_publish_all`` runs once for all of them that are still staged
+        (one Delta transaction for a job's batches), then each directory is renamed.
+
+        Returns:
+            The published directories, in the order of ``batches``.
+
+        Raises:
+            PipelineOutputError: As :meth:`publish`, for any of them; a failing hook
+                publishes none of them.
+        """
+        plans = [self._plan_publish(b if isinstance(b, str) else b.name) for b in batches]
+        pending = [plan for plan in plans if plan.files is not None]
+        if pending:
+            if self._before_publish_all is not None:
+                self._before_publish_all([(p.src, p.offsets, p.files or ()) for p in pending])
+            elif self._before_publish is not None:
+                for p in pending:
+                    self._before_publish(p.src, p.offsets, p.files or ())
+        return [self._rename(plan) for plan in plans]
+
+    def _plan_publish(self, name: str) -> _Publishing:
         offsets = self._staging_range(name)
         src = self.staging_dir / name
         dst = self.published_dir / offsets.name
+        plan = _Publishing(name, offsets, src, dst)
         if src.is_dir() and not (src / MANIFEST_NAME).is_file():
             if dst.is_dir():
                 # Another publisher moved it away between the two checks above.
-                log.debug("%s was already published", offsets.name)
-                return dst
+                plan.already = True
+                return plan
             raise PipelineOutputError(f"{src} has no {MANIFEST_NAME}: its write did not finish")
-        if self._before_publish is not None and src.is_dir():
+        if src.is_dir():
             files = self.read_manifest(src).get("files")
-            self._before_publish(
-                src,
-                offsets,
+            plan.files = (
                 sorted(files)
                 if isinstance(files, dict)
-                else [n for n in _listdir(src) if not n.startswith(("_", "."))],
+                else [n for n in _listdir(src) if not n.startswith(("_", "."))]
             )
+        return plan
+
+    def _rename(self, plan: _Publishing) -> Path:
+        src, dst, offsets = plan.src, plan.dst, plan.offsets
+        if plan.already:
+            log.debug("%s was already published", offsets.name)
+            return dst
         try:
             os.rename(src, dst)
         except FileNotFoundError:
@@ -510,7 +546,7 @@ class PipelineOutput:
             # else, from the same Kafka records, so this copy is redundant.
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not dst.is_dir():
                 raise
-            log.info("%s was already published; removing %s", offsets.name, name)
+            log.info("%s was already published; removing %s", offsets.name, plan.name)
             shutil.rmtree(src, ignore_errors=True)
             return dst
         _fsync_dir(self.published_dir)
@@ -805,6 +841,18 @@ class PipelineOutput:
             if partition is not None and offsets.partition != partition:
                 continue
             yield entry, offsets
+
+
+@dataclass(slots=True)
+class _Publishing:
+    """A batch on its way from staging to ``published/``."""
+
+    name: str
+    offsets: OffsetRange
+    src: Path
+    dst: Path
+    files: list[str] | None = None  # its data files, if still staged (the hook's to apply)
+    already: bool = False  # published by another process while we looked
 
 
 class _JobRun:

@@ -13,14 +13,15 @@ merged into the totals by itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from coordination.errors import ConfigurationError
 
@@ -195,6 +196,11 @@ class DeltaSink:
         def apply(path: Path, offsets: OffsetRange, files: Sequence[str]) -> None:
             self._apply(spark, path, offsets, files)
 
+        def apply_all(batches: Sequence[tuple[Path, OffsetRange, Sequence[str]]]) -> None:
+            self._apply_all(spark, batches)
+
+        if self.compacts:
+            return PipelineOutput(self.staging, before_publish_all=apply_all)
         return PipelineOutput(self.staging, before_publish=apply)
 
     def read(self, spark: SparkSession) -> DataFrame:
@@ -206,58 +212,117 @@ class DeltaSink:
         self, spark: SparkSession, path: Path, offsets: OffsetRange, files: Sequence[str]
     ) -> None:
         """Apply one staged batch to the table, once whatever the number of calls."""
+        if self.compacts:
+            self._apply_all(spark, [(path, offsets, files)])
+            return
         if not files:
             return  # no rows: nothing to apply (and nothing for a later call to repeat)
         rows = spark.read.parquet(*(str(path / f) for f in files))
         app_id = delta_app_id(offsets.topic, offsets.partition)
+        self._retried(lambda: self._write(spark, rows, app_id, offsets.end_offset), offsets.name)
+
+    def _apply_all(
+        self, spark: SparkSession, batches: Sequence[tuple[Path, OffsetRange, Sequence[str]]]
+    ) -> None:
+        """Append staged batches to the partials table in one Delta transaction, each
+        batch once whatever the number of calls."""
+        with_rows = [(path, offsets, files) for path, offsets, files in batches if files]
+        if with_rows:
+            names = ", ".join(offsets.name for _, offsets, _ in with_rows)
+            self._retried(lambda: self._append_partials(spark, with_rows), names)
+
+    def _retried(self, write: Callable[[], None], what: str) -> None:
+        """``write``, again after a Delta optimistic-concurrency conflict."""
         for attempt in range(self.max_conflict_retries + 1):
             try:
-                if self.compacts:
-                    self._append_partials(spark, rows, offsets)
-                else:
-                    self._write(spark, rows, app_id, offsets.end_offset)
+                write()
                 return
             except Exception as e:
                 if not _conflict(e) or attempt == self.max_conflict_retries:
                     raise
-                log.info("%s: Delta transaction conflict, retrying: %s", offsets.name, e)
+                log.info("%s: Delta transaction conflict, retrying: %s", what, e)
                 time.sleep(min(0.05 * (attempt + 1), 1.0))
 
-    def _append_partials(self, spark: SparkSession, rows: DataFrame, offsets: OffsetRange) -> None:
-        """A blind append of the batch's rows to the partials table: it never conflicts with
-        another worker's (only the table's creation can)."""
+    def _append_partials(
+        self, spark: SparkSession, batches: Sequence[tuple[Path, OffsetRange, Sequence[str]]]
+    ) -> None:
+        """A blind append of the batches' rows to the partials table, in one transaction
+        that records each batch's partition and end offset as that partition's
+        idempotent-write id and version (Delta's writer takes one id per transaction; its
+        log takes any number). A batch whose partition has that version or a later one
+        recorded is left out; all left out, nothing is committed. Two workers' appends
+        never conflict (disjoint partitions); two publishers of one batch do, and the
+        retry leaves it out."""
         from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
 
-        partial = rows.select(
-            "*",
-            F.lit(offsets.topic).alias(BATCH_ID_COLUMNS[0]),
-            F.lit(offsets.partition).alias(BATCH_ID_COLUMNS[1]),
-            F.lit(offsets.end_offset).cast("bigint").alias(BATCH_ID_COLUMNS[2]),
-        )
+        partials = [
+            self._partial_rows(spark, path, offsets, files) for path, offsets, files in batches
+        ]
         if not DeltaTable.isDeltaTable(spark, self.partials):
-            # The compactor reads what each version added: the change data feed must be on
-            # from the table's first version. Under the lock: this write names no id, so
-            # it would take one a merge of this session had set.
-            with _session_lock(spark):
+            self.create_partials(spark, partials[0])
+        jvm = _DeltaJvm(spark)
+        txn = jvm.delta.DeltaLog.forTable(spark._jsparkSession, self.partials).startTransaction()
+        fresh = [
+            (offsets, rows)
+            for (_, offsets, _), rows in zip(batches, partials, strict=True)
+            if txn.txnVersion(delta_app_id(offsets.topic, offsets.partition)) < offsets.end_offset
+        ]
+        if not fresh:
+            return
+        names = ", ".join(offsets.name for offsets, _ in fresh)
+        rows = functools.reduce(lambda a, b: a.unionByName(b), (r for _, r in fresh))
+        # Delta's writer checks the schema; its transaction API does not.
+        table_schema = txn.metadata().schema().simpleString()
+        if rows.schema.simpleString() != table_schema:
+            raise PipelineOutputError(
+                f"the rows of {names} do not fit the partials table {self.partials}: "
+                f"{rows.schema.simpleString()} where the table has {table_schema}; a "
+                "pipeline whose results change shape needs a new table"
+            )
+        actions = jvm.java_list(txn.writeFiles(rows._jdf))
+        now_ms = int(time.time() * 1000)
+        for offsets, _ in fresh:
+            app_id = delta_app_id(offsets.topic, offsets.partition)
+            actions.add(jvm.set_transaction(app_id, offsets.end_offset, now_ms))
+        # The userMetadata is the operation's: a concurrent compactor cycle's, set in the
+        # session, is not taken.
+        txn.commit(jvm.scala_list(actions), jvm.append_operation(names))
+
+    def create_partials(self, spark: SparkSession, like: DataFrame) -> None:
+        """Create the partials table with the columns of ``like`` (partial rows, with the
+        batch-id columns), unless it exists. Workers starting at once may all try: the
+        losers find it made (their conflict is not an error)."""
+        from delta.tables import DeltaTable
+
+        # The compactor reads what each version added: the change data feed must be on
+        # from the table's first version. Under the lock: this write names no id, so it
+        # would take one a merge of this session had set.
+        with _session_lock(spark):
+            try:
                 (
-                    partial.limit(0)
+                    like.limit(0)
                     .write.format("delta")
                     .mode("append")
                     .option(_CHANGE_DATA_FEED, "true")
                     .option(_INDEXED_COLUMNS, "0")
                     .save(self.partials)
                 )
-        # The id is the writer's options, which Delta takes before the session's: no lock,
-        # so a compactor's merge in this session does not hold up the worker's batches.
-        (
-            partial.write.format("delta")
-            .mode("append")
-            .option("txnAppId", delta_app_id(offsets.topic, offsets.partition))
-            .option("txnVersion", offsets.end_offset)
-            # Else the commit would carry a concurrent compactor cycle's from the session.
-            .option("userMetadata", offsets.name)
-            .save(self.partials)
+            except Exception as e:
+                if not (_conflict(e) and DeltaTable.isDeltaTable(spark, self.partials)):
+                    raise
+
+    @staticmethod
+    def _partial_rows(
+        spark: SparkSession, path: Path, offsets: OffsetRange, files: Sequence[str]
+    ) -> DataFrame:
+        """The batch's rows, with its id in the three batch-id columns."""
+        from pyspark.sql import functions as F
+
+        return spark.read.parquet(*(str(path / f) for f in files)).select(
+            "*",
+            F.lit(offsets.topic).alias(BATCH_ID_COLUMNS[0]),
+            F.lit(offsets.partition).alias(BATCH_ID_COLUMNS[1]),
+            F.lit(offsets.end_offset).cast("bigint").alias(BATCH_ID_COLUMNS[2]),
         )
 
     def _write(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int) -> None:
@@ -319,3 +384,33 @@ def _conflict(error: BaseException) -> bool:
     # Creating the table at the same time as another worker.
     text = str(error)
     return "DELTA_CONCURRENT" in text or "FileAlreadyExistsException" in text
+
+
+class _DeltaJvm:
+    """What a multi-partition append needs of Delta's JVM API, through py4j (Delta's
+    Python writer records one idempotent-write id per transaction)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        jvm = spark._jvm
+        assert jvm is not None, "a session without a JVM (Spark Connect) has no Delta log API"
+        self._jvm: Any = jvm
+        self.delta: Any = self._jvm.org.apache.spark.sql.delta
+        self._converters: Any = self._jvm.scala.jdk.javaapi.CollectionConverters
+
+    def java_list(self, scala_seq: Any) -> Any:
+        return self._jvm.java.util.ArrayList(self._converters.asJava(scala_seq))
+
+    def scala_list(self, java_list: Any) -> Any:
+        return self._converters.asScala(java_list).toList()
+
+    def set_transaction(self, app_id: str, version: int, now_ms: int) -> Any:
+        return self.delta.actions.SetTransaction.apply(
+            app_id, version, self._jvm.scala.Option.apply(now_ms)
+        )
+
+    def append_operation(self, user_metadata: str) -> Any:
+        """Delta's ``WRITE`` operation in append mode: its defaults, but the metadata."""
+        write = getattr(getattr(self.delta, "DeltaOperations$Write$"), "MODULE$")
+        arguments = [getattr(write, f"apply$default${i}")() for i in range(2, 10)]
+        arguments[2] = self._jvm.scala.Option.apply(user_metadata)  # the 4th: userMetadata
+        return write.apply(self._jvm.org.apache.spark.sql.SaveMode.Append, *arguments)

@@ -13,7 +13,7 @@ cases.
 from __future__ import annotations
 
 import contextlib
-import functools
+import dataclasses
 import logging
 import os
 import socket
@@ -45,7 +45,7 @@ from recipes.partitioning import (
     TopicPartition,
 )
 
-from ._compactor import CompactorRole
+from ._compactor import CompactorRole, DeltaCompactor
 from ._definition import Pipeline
 from ._events import (
     BatchAbandoned,
@@ -506,10 +506,26 @@ class PipelineWorker:
         takes over a killed worker's partitions is ready to process them at once.
         The batches run the pipeline on records in memory, then on an empty
         range of an input partition read by Spark's Kafka source (loading its classes).
+        With a Delta sink they are published through a copy of it on scratch tables,
+        and compacted once: a JVM's first Delta transaction took 10 s under load.
         """
         assert self._spark is not None
         with tempfile.TemporaryDirectory(prefix="pipeline-warm-up-") as scratch:
-            output = PipelineOutput(scratch)
+            sink = self.pipeline.sink
+            scratch_sink = None
+            if isinstance(sink, DeltaSink):
+                scratch_sink = dataclasses.replace(
+                    sink,
+                    table=f"{scratch}/table",
+                    staging=f"{scratch}/staging",
+                    partials_table=None,
+                    max_conflict_retries=0,
+                )
+            output = (
+                PipelineOutput(scratch)
+                if scratch_sink is None
+                else scratch_sink.output(self._spark)
+            )
             for n in range(2):
                 records = [
                     (
@@ -535,6 +551,16 @@ class PipelineWorker:
                 stage_many(
                     self._spark, output, [empty], self.kafka_options, self.pipeline, owner="warm-up"
                 )
+            if scratch_sink is not None and scratch_sink.compacts:
+                DeltaCompactor(self._spark, scratch_sink).compact()
+                # The partials table of the results' shape, before any batch: workers'
+                # first appends would conflict creating it.
+                from delta.tables import DeltaTable
+
+                assert isinstance(sink, DeltaSink)
+                if DeltaTable.isDeltaTable(self._spark, scratch_sink.partials):  # had rows
+                    like = self._spark.read.format("delta").load(scratch_sink.partials)
+                    sink.create_partials(self._spark, like)
             output.close()  # its job run's lock file goes with the scratch directory
 
     def run(self, stop: Event) -> None:
@@ -843,28 +869,31 @@ class PipelineWorker:
         staged_ms: int,
         t0: float,
     ) -> None:
-        """Publish a job's committed batches side by side, each on a thread of its own but
-        the first: a Delta sink's publish is a transaction per batch (an append that
-        conflicts with no other), and one after another they made a job's last partition
-        wait for all the others' (docs/pipeline.md, Limits)."""
-
-        def publish(part: _Partition, batch: OffsetRange, one: StagedBatch) -> None:
-            # A PipelineOutputError is kept as self._fatal: run() stops the worker with it.
-            with contextlib.suppress(PipelineOutputError):
-                self._publish(part, batch, one, staged_ms, t0)
-
-        threads = [
-            self._clock.thread(functools.partial(publish, part, batch, one), f"{self.name}-publish")
-            for part, batch, one in publishing[1:]
-        ]
-        for thread in threads:
-            thread.start()
+        """Publish a job's committed batches together (a Delta sink appends them in one
+        transaction: one per batch made a job's partitions wait on each other's commits,
+        docs/pipeline.md), then move each partition on."""
+        if not publishing:
+            return
         try:
-            for part, batch, one in publishing[:1]:
-                self._publish(part, batch, one, staged_ms, t0)
-        finally:
-            for thread in threads:
-                thread.join()
+            self.output.publish_all([one for _, _, one in publishing])
+        except PipelineOutputError as e:
+            self._fatal = e
+            return  # run() stops the worker with it
+        except Exception as e:
+            if self._stopped_by(e):
+                return
+            # The sink failed: the batches are committed, so preparing their partitions
+            # again publishes them (recover) before their next batches.
+            log.exception(
+                "%s: publishing %s failed",
+                self.name,
+                ", ".join(one.name for _, _, one in publishing),
+            )
+            for part, _, _ in publishing:
+                self._failed(part, e)
+            return
+        for part, batch, one in publishing:
+            self._published(part, batch, one, staged_ms, t0)
 
     def _abandon(self, part: _Partition, batch: OffsetRange, error: BaseException) -> None:
         """A batch whose commit failed and did not land: left in staging, its partition
@@ -891,12 +920,11 @@ class PipelineWorker:
         )
         self._reread(part)
 
-    def _publish(
+    def _published(
         self, part: _Partition, batch: OffsetRange, staged: StagedBatch, staged_ms: int, t0: float
     ) -> None:
-        """Publish a committed batch and move its partition on."""
+        """Clean up after a published batch and move its partition on."""
         try:
-            self.output.publish(staged)
             self.output.cleanup_orphans(
                 batch.topic,
                 batch.partition,
@@ -906,13 +934,12 @@ class PipelineWorker:
             )
         except PipelineOutputError as e:
             self._fatal = e
-            raise
+            return  # run() stops the worker with it
         except Exception as e:
             if self._stopped_by(e):
                 return
-            # The sink failed: the batch is committed, so preparing the partition
-            # again publishes it (recover) before the next batch.
-            log.exception("%s: %s: publishing %s failed", self.name, part.tp, staged.name)
+            # Published: the next batch's cleanup deletes what this one left.
+            log.exception("%s: %s: cleaning up after %s failed", self.name, part.tp, staged.name)
             self._failed(part, e)
             return
         with self._lock:

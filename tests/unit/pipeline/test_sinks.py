@@ -8,6 +8,7 @@ protocol, then reads the table back.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -272,6 +273,84 @@ class TestDeltaCompactor:
         output.publish(stage(spark, output, 0, 10, partition=4))
         assert len(list((Path(sink.partials) / "_delta_log").glob("*.json"))) == versions
         assert not Path(sink.table).exists()  # the compactor creates the totals
+
+    def test_a_jobs_batches_are_appended_in_one_transaction_with_every_partitions_id(
+        self, spark, tmp_path
+    ):
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        first = output.publish(stage(spark, output, 0, 5, partition=3))  # creates the table
+        versions = len(list((Path(sink.partials) / "_delta_log").glob("*.json")))
+        job = [stage(spark, output, 0, 10, partition=p) for p in (0, 1, 2)]
+        output.publish_all(job)
+        assert len(list((Path(sink.partials) / "_delta_log").glob("*.json"))) == versions + 1
+        assert txns(Path(sink.partials))[-3:] == [
+            ("coordination-pipeline:t:0", 10),
+            ("coordination-pipeline:t:1", 10),
+            ("coordination-pipeline:t:2", 10),
+        ]
+        assert last_commit(Path(sink.partials))["userMetadata"] == ", ".join(
+            b.range.name for b in job
+        )
+        assert len(output.published()) == 4 and first.is_dir()
+        want = functools.reduce(_add, [expected((0, 10))] * 3, expected((0, 5)))
+        assert totals(spark, sink) == want
+
+    def test_a_jobs_append_leaves_out_the_batches_already_applied(self, spark, tmp_path):
+        # The committing owner appended partition 0's batch and crashed before the rename;
+        # the next owner's job publishes it (recover) with a new batch of partition 1.
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        applied = stage(spark, output, 0, 30)
+        sink._apply(
+            spark, applied.path, applied.range, sorted(output.read_manifest(applied.path)["files"])
+        )
+        fresh = stage(spark, output, 0, 20, partition=1)
+        sink.output(spark).publish_all([applied, fresh])
+        assert txns(Path(sink.partials))[-1:] == [("coordination-pipeline:t:1", 20)]
+        assert last_commit(Path(sink.partials))["userMetadata"] == fresh.range.name
+        assert totals(spark, sink) == _add(expected((0, 30)), expected((0, 20)))
+        # All of them applied already: no transaction at all.
+        versions = len(list((Path(sink.partials) / "_delta_log").glob("*.json")))
+        again = [stage(spark, output, 0, 30), stage(spark, output, 0, 20, partition=1)]
+        sink.output(spark).publish_all(again)
+        assert len(list((Path(sink.partials) / "_delta_log").glob("*.json"))) == versions
+        assert totals(spark, sink) == _add(expected((0, 30)), expected((0, 20)))
+
+    def test_workers_creating_the_partials_table_at_once_all_succeed(self, spark, tmp_path):
+        # Each worker creates it at start, from its warm-up's rows; one wins, the others
+        # find it made. Its change data feed is on from its first version.
+        sink = delta_sink(tmp_path)
+        scratch = delta_sink(tmp_path / "scratch")
+        output = scratch.output(spark)
+        output.publish(stage(spark, output, 0, 10))
+        like = spark.read.format("delta").load(scratch.partials)
+        errors: list[BaseException] = []
+
+        def create(session: SparkSession) -> None:
+            try:
+                sink.create_partials(session, like)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=create, args=(spark.newSession(),)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert errors == []
+        assert spark.read.format("delta").load(sink.partials).count() == 0
+        first = [
+            json.loads(line)
+            for line in (Path(sink.partials) / "_delta_log" / "00000000000000000000.json")
+            .read_text()
+            .splitlines()
+        ]
+        metadata = next(a["metaData"] for a in first if "metaData" in a)
+        assert metadata["configuration"]["delta.enableChangeDataFeed"] == "true"
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 10))
+        assert totals(spark, sink) == expected((0, 10))
 
     def test_a_batch_never_appends_under_the_compactors_transaction_id(self, spark, tmp_path):
         # The compactor's merge sets its id in the session; a worker's append of the same
