@@ -152,8 +152,10 @@ class DeltaCompactor:
         partials_version = _version(self.spark, self.sink.partials)
         if partials_version is None:
             return None
-        self._ensure_totals()
         totals_version, merged_through = _state(self.spark, self.sink.table)
+        if totals_version < 0:
+            self._ensure_totals()
+            totals_version, merged_through = _state(self.spark, self.sink.table)
         cycle = plan_cycle(totals_version, merged_through, partials_version)
         if cycle is None:
             return None
