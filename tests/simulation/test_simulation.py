@@ -30,9 +30,8 @@ CI_HISTORIES = int(os.environ.get("SIMULATION_HISTORIES", "2000"))
 # loop is a step, through asyncio's machinery).
 ASYNC_HISTORIES = int(os.environ.get("SIMULATION_ASYNC_HISTORIES", "150"))
 # The consumer on Kafka's consumer group protocol (KIP-848), against the model of its
-# coordinator: fewer than the goal of 2,000 while CI's half hour has no room for them
-# (docs/simulation.md has the figures of longer runs).
-KIP848_HISTORIES = int(os.environ.get("SIMULATION_KIP848_HISTORIES", "1000"))
+# coordinator.
+KIP848_HISTORIES = int(os.environ.get("SIMULATION_KIP848_HISTORIES", "2000"))
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
