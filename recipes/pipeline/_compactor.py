@@ -153,12 +153,15 @@ class DeltaCompactor:
         if partials_version is None:
             return None
         totals_version, merged_through = _state(self.spark, self.sink.table)
-        if totals_version < 0:
-            self._ensure_totals()
-            totals_version, merged_through = _state(self.spark, self.sink.table)
         cycle = plan_cycle(totals_version, merged_through, partials_version)
         if cycle is None:
             return None
+        if totals_version < 0:
+            self.create_totals()
+            totals_version, merged_through = _state(self.spark, self.sink.table)
+            cycle = plan_cycle(totals_version, merged_through, partials_version)
+            if cycle is None:
+                return None
         new_totals = self._new_totals(cycle)
         if not still_leader():
             log.info("compactor %s is no longer the leader; cycle not run", self.identity)
@@ -173,15 +176,20 @@ class DeltaCompactor:
         )
         return cycle
 
-    def _ensure_totals(self) -> None:
+    def create_totals(self) -> None:
+        """Create the totals table, with the partials' columns but the batch id, unless it
+        exists (workers create it at start, so that no cycle waits on it). Compactors or
+        workers creating it at once conflict; the losers find it made."""
         from delta.tables import DeltaTable
 
         if DeltaTable.isDeltaTable(self.spark, self.sink.table):
             return
-        # The totals have the batches' columns; two compactors creating it conflict and
-        # the loser's next cycle finds it.
         schema = _partials(self.spark, self.sink).drop(*BATCH_ID_COLUMNS).limit(0)
-        schema.write.format("delta").mode("append").save(self.sink.table)
+        try:
+            schema.write.format("delta").mode("append").save(self.sink.table)
+        except Exception as e:
+            if not _conflict(e):  # else another made it (its log may not show it yet)
+                raise
 
     def _new_totals(self, cycle: CompactionCycle) -> DataFrame:
         """Each touched key's totals as of ``cycle.last_version``, from the cycle's inputs only."""

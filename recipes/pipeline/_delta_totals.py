@@ -85,7 +85,9 @@ def plan_cycle(
     """
     if partials_version is None:
         return None
-    first = 0 if merged_through is None else merged_through + 1
+    # Version 0 of the partials is their table's creation, always empty
+    # (DeltaSink.create_partials): the first cycle starts after it.
+    first = 1 if merged_through is None else merged_through + 1
     if first > partials_version:
         return None
     return CompactionCycle(

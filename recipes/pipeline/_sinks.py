@@ -294,6 +294,8 @@ class DeltaSink:
         losers find it made (their conflict is not an error)."""
         from delta.tables import DeltaTable
 
+        if DeltaTable.isDeltaTable(spark, self.partials):
+            return
         # The compactor reads what each version added: the change data feed must be on
         # from the table's first version. Under the lock: this write names no id, so it
         # would take one a merge of this session had set.
@@ -308,7 +310,7 @@ class DeltaSink:
                     .save(self.partials)
                 )
             except Exception as e:
-                if not (_conflict(e) and DeltaTable.isDeltaTable(spark, self.partials)):
+                if not _conflict(e):  # else another made it (its log may not show it yet)
                     raise
 
     @staticmethod

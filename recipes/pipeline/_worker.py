@@ -553,14 +553,16 @@ class PipelineWorker:
                 )
             if scratch_sink is not None and scratch_sink.compacts:
                 DeltaCompactor(self._spark, scratch_sink).compact()
-                # The partials table of the results' shape, before any batch: workers'
-                # first appends would conflict creating it.
+                # The partials and totals tables of the results' shape, before any
+                # batch: the workers' first appends would conflict creating the one, and
+                # the compactor's first cycle would wait on creating the other.
                 from delta.tables import DeltaTable
 
                 assert isinstance(sink, DeltaSink)
                 if DeltaTable.isDeltaTable(self._spark, scratch_sink.partials):  # had rows
                     like = self._spark.read.format("delta").load(scratch_sink.partials)
                     sink.create_partials(self._spark, like)
+                    DeltaCompactor(self._spark, sink).create_totals()
             output.close()  # its job run's lock file goes with the scratch directory
 
     def run(self, stop: Event) -> None:

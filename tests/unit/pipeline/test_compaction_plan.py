@@ -12,9 +12,11 @@ from recipes.pipeline._delta_totals import CompactionCycle, plan_cycle
     [
         # No partials table yet: nothing to merge.
         (0, None, None, None),
-        # The first cycle merges from the partials' first version.
-        (0, None, 0, CompactionCycle(totals_version=0, first_version=0, last_version=0)),
-        (0, None, 5, CompactionCycle(totals_version=0, first_version=0, last_version=5)),
+        # The first cycle merges from the partials' first version after their creation
+        # (version 0, always empty).
+        (0, None, 0, None),
+        (0, None, 1, CompactionCycle(totals_version=0, first_version=1, last_version=1)),
+        (0, None, 5, CompactionCycle(totals_version=0, first_version=1, last_version=5)),
         # Later cycles start after the mark recorded in the same totals snapshot.
         (7, 5, 9, CompactionCycle(totals_version=7, first_version=6, last_version=9)),
         (7, 5, 6, CompactionCycle(totals_version=7, first_version=6, last_version=6)),
@@ -37,4 +39,4 @@ def test_consecutive_cycles_cover_every_version_once():
         if cycle is not None:
             covered += range(cycle.first_version, cycle.last_version + 1)
             merged = cycle.last_version
-    assert covered == list(range(10))
+    assert covered == list(range(1, 10))  # all but the creation

@@ -405,7 +405,7 @@ class TestDeltaCompactor:
         output.publish(stage(spark, output, 0, 20))
         compactor = DeltaCompactor(spark, sink, identity="c1", token=7)
         first = compactor.compact()
-        assert first is not None and first.first_version == 0
+        assert first is not None and first.first_version == 1
         output.publish(stage(spark, output, 20, 50))
         output.publish(stage(spark, output, 0, 30, partition=1))
         second = compactor.compact()
