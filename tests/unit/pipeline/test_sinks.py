@@ -26,6 +26,7 @@ from recipes.pipeline import (
     ParquetSink,
     Pipeline,
     PipelineOutput,
+    PipelineOutputError,
     StagedBatch,
     stage_batch,
     windowed_sum,
@@ -351,6 +352,22 @@ class TestDeltaCompactor:
         output = sink.output(spark)
         output.publish(stage(spark, output, 0, 10))
         assert totals(spark, sink) == expected((0, 10))
+
+    def test_rows_that_do_not_fit_the_partials_table_are_refused_by_name(self, spark, tmp_path):
+        # Delta's transaction API writes whatever it is given; the sink checks the shape.
+        from pyspark.sql import functions as F
+
+        sink = delta_sink(tmp_path)
+        scratch = delta_sink(tmp_path / "scratch")
+        output = scratch.output(spark)
+        output.publish(stage(spark, output, 0, 10))
+        like = spark.read.format("delta").load(scratch.partials)
+        sink.create_partials(spark, like.withColumn("region", F.lit("eu")))
+        output = sink.output(spark)
+        staged = stage(spark, output, 0, 10)
+        with pytest.raises(PipelineOutputError, match="do not fit the partials table"):
+            output.publish(staged)
+        assert output.published() == [] and output.staged() != []
 
     def test_a_batch_never_appends_under_the_compactors_transaction_id(self, spark, tmp_path):
         # The compactor's merge sets its id in the session; a worker's append of the same
