@@ -263,6 +263,12 @@ class ShareGroupMember:
         group_config = getattr(self._transport, "group_config", None)
         if not callable(group_config):
             return None
+        node, timeout = self._coordinator_and_timeout(timeout)
+        value = group_config(self.group_id, _DELIVERY_COUNT_LIMIT_KEY, node, timeout)
+        return int(value) if isinstance(value, str) and value.isdigit() else None
+
+    def _coordinator_and_timeout(self, timeout: float | None) -> tuple[CoordinatorNode, float]:
+        """The coordinator to ask and the seconds to wait (default ``request_timeout_ms``)."""
         node = self._membership.coordinator
         if node is None:
             raise TransportError(
@@ -270,8 +276,7 @@ class ShareGroupMember:
             )
         if timeout is None:
             timeout = self._config.request_timeout_ms / 1000
-        value = group_config(self.group_id, _DELIVERY_COUNT_LIMIT_KEY, node, timeout)
-        return int(value) if isinstance(value, str) and value.isdigit() else None
+        return node, timeout
 
     def share_partition_lag(self, timeout: float | None = None) -> dict[tuple[str, int], int]:
         """The lag of each partition of the member's assignment, as the group's coordinator
@@ -299,13 +304,7 @@ class ShareGroupMember:
             by_topic.setdefault(topic, []).append(partition)
         if not by_topic:
             return {}
-        node = self._membership.coordinator
-        if node is None:
-            raise TransportError(
-                f"share group {self.group_id!r}: the coordinator is not known yet (not joined)"
-            )
-        if timeout is None:
-            timeout = self._config.request_timeout_ms / 1000
+        node, timeout = self._coordinator_and_timeout(timeout)
         topics = tuple((t, tuple(sorted(ps))) for t, ps in sorted(by_topic.items()))
         request = sg.DescribeShareGroupOffsetsRequest(
             (sg.ShareGroupOffsetsRequestGroup(self.group_id, topics),)
