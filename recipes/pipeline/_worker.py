@@ -878,21 +878,11 @@ class PipelineWorker:
             return
         try:
             self.output.publish_all([one for _, _, one in publishing])
-        except PipelineOutputError as e:
-            self._fatal = e
-            return  # run() stops the worker with it
         except Exception as e:
-            if self._stopped_by(e):
-                return
             # The sink failed: the batches are committed, so preparing their partitions
             # again publishes them (recover) before their next batches.
-            log.exception(
-                "%s: publishing %s failed",
-                self.name,
-                ", ".join(one.name for _, _, one in publishing),
-            )
-            for part, _, _ in publishing:
-                self._failed(part, e)
+            what = "publishing " + ", ".join(one.name for _, _, one in publishing)
+            self._output_failed(e, [part for part, _, _ in publishing], what)
             return
         for part, batch, one in publishing:
             self._published(part, batch, one, staged_ms, t0)
@@ -934,15 +924,9 @@ class PipelineWorker:
                 staged.commit_metadata,
                 still_owner=self._lease.holds,
             )
-        except PipelineOutputError as e:
-            self._fatal = e
-            return  # run() stops the worker with it
         except Exception as e:
-            if self._stopped_by(e):
-                return
             # Published: the next batch's cleanup deletes what this one left.
-            log.exception("%s: %s: cleaning up after %s failed", self.name, part.tp, staged.name)
-            self._failed(part, e)
+            self._output_failed(e, [part], f"{part.tp}: cleaning up after {staged.name}")
             return
         with self._lock:
             part.start = batch.end_offset
@@ -964,6 +948,19 @@ class PipelineWorker:
                 ms=self._ms_since(t0),
             )
         )
+
+    def _output_failed(self, error: Exception, parts: list[_Partition], what: str) -> None:
+        """After the output failed ``what``: a PipelineOutputError stops the worker (run()
+        raises it), as does a Spark that is gone; anything else has the partitions
+        prepared and processed again."""
+        if isinstance(error, PipelineOutputError):
+            self._fatal = error
+            return
+        if self._stopped_by(error):
+            return
+        log.exception("%s: %s failed", self.name, what)
+        for part in parts:
+            self._failed(part, error)
 
     def _stopped_by(self, error: BaseException) -> bool:
         """Whether ``error`` says the Spark JVM is gone (killed, out of memory); then no
