@@ -89,7 +89,8 @@ def test_a_fresh_install_runs_the_readmes_election_in_two_processes(
     def run(name: str) -> None:
         # Run from a directory outside the checkout: imports come from the virtualenv.
         process = subprocess.Popen(
-            [str(venv / "bin" / "python"), "elect.py", name, kafka],
+            # -X faulthandler: a process that hangs is made to print every thread's stack.
+            [str(venv / "bin" / "python"), "-X", "faulthandler", "elect.py", name, kafka],
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -113,6 +114,13 @@ def test_a_fresh_install_runs_the_readmes_election_in_two_processes(
             if any(text in line for line in lines[name]):
                 return
             time.sleep(0.05)
+        # Say where each process that is still running is stuck: SIGABRT makes
+        # faulthandler print the stacks of all its threads, which the readers collect.
+        for process in processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGABRT)
+        for reader in readers:
+            reader.join(5)
         raise AssertionError(f"{name} never printed {text!r}: {lines}")
 
     try:
