@@ -14,6 +14,7 @@ a worker or a Spark job does.
 """
 
 from ._compactor import DeltaCompactor as DeltaCompactor
+from ._compactor import ParquetCompactor as ParquetCompactor
 from ._definition import BATCH_COLUMN as BATCH_COLUMN
 from ._definition import Pipeline as Pipeline
 from ._events import BatchAbandoned as BatchAbandoned
@@ -62,6 +63,7 @@ __all__ = [
     "DeltaCompactor",
     "DeltaSink",
     "OffsetRange",
+    "ParquetCompactor",
     "ParquetSink",
     "PartitionRecovered",
     "PartitionsAssigned",

@@ -1,4 +1,5 @@
-"""The compactor of a :class:`~recipes.pipeline.DeltaSink`: partial results merged into the totals.
+"""The compactors: a :class:`~recipes.pipeline.DeltaSink`'s partial results merged into its
+totals, and a :class:`~recipes.pipeline.ParquetSink`'s published batches merged into segments.
 
 Workers append each committed batch's partial aggregates to the sink's *partials* table
 in blind, idempotent appends, which never conflict with each other. One compactor,
@@ -8,15 +9,19 @@ per cycle. That transaction records, as Delta's idempotent-write id of the compa
 (``txnAppId`` = :data:`COMPACTOR_APP_ID`, ``txnVersion`` = the last partials version
 merged), how far the totals go; see ``docs/pipeline.md`` (Sinks) for why a crashed,
 paused or deposed compactor can neither lose nor double a batch.
+
+A compacting Parquet sink's compactor copies published batches into segments; the file
+protocol that keeps readers exact is ``_segments.py``'s.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from coordination.errors import (
     ConfigurationError,
@@ -36,7 +41,9 @@ from ._delta_totals import (
     _version,
     plan_cycle,
 )
-from ._sinks import _TXN_APP_ID, _TXN_VERSION, DeltaSink, _conflict, _session_lock
+from ._output import PipelineOutput
+from ._segments import Segment
+from ._sinks import _TXN_APP_ID, _TXN_VERSION, DeltaSink, ParquetSink, _conflict, _session_lock
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -45,7 +52,7 @@ if TYPE_CHECKING:
     from coordination.clock import Clock
     from recipes.election import Leadership
 
-__all__ = ["CompactorRole", "DeltaCompactor"]
+__all__ = ["CompactorRole", "DeltaCompactor", "ParquetCompactor"]
 
 log = logging.getLogger("recipes.pipeline")
 
@@ -238,6 +245,119 @@ class DeltaCompactor:
                 conf.unset(_USER_METADATA)
 
 
+class ParquetCompactor:
+    """Merges a :class:`~recipes.pipeline.ParquetSink`'s published batches into segments.
+
+    Example:
+        compactor = ParquetCompactor(spark, sink, identity="w1", token=leadership.token)
+        compactor.run(stop, still_leader=leadership.is_valid)
+
+    A :class:`~recipes.pipeline.PipelineWorker` with a compacting sink runs one itself
+    while it leads the election ``<group_id>.compactor``; run one by hand only for tests
+    or tools.
+
+    A cycle deletes what segments committed ``retention_ms`` ago hold or replace, then
+    copies every published batch that no segment holds, with the smallest live segments
+    when there would be more than ``max_segments``, into one new segment, and commits it
+    (``_segments.py``: one rename under a file lock, refused if another compactor
+    committed any of its inputs meanwhile). The copy is a union of the rows, so readers
+    read the same rows before and after. Exactness rests on the commit's check, not on
+    there being one compactor; the election keeps the others from wasting work.
+    """
+
+    def __init__(
+        self, spark: SparkSession, sink: ParquetSink, *, identity: str = "", token: int = 0
+    ) -> None:
+        """Compact ``sink`` through ``spark``.
+
+        Args:
+            spark: The session to copy the batches in.
+            sink: A sink with ``compaction_interval_ms`` set.
+            identity: Who runs the cycles, recorded in each segment.
+            token: The fencing token of its leadership, recorded in each segment.
+
+        Raises:
+            ConfigurationError: The sink does not compact.
+        """
+        if not sink.compacts:
+            raise ConfigurationError(f"ParquetCompactor: {sink!r} has no compaction_interval_ms")
+        self.spark = spark
+        self.sink = sink
+        self.identity = identity
+        self.token = token
+        self.cycles = 0
+        self.output = PipelineOutput(sink.root)
+
+    def run(self, stop: threading.Event, still_leader: Callable[[], bool]) -> None:
+        """Run a cycle every ``compaction_interval_ms`` until ``stop`` is set (after one
+        last cycle) or the leadership ends; a failed cycle is logged and tried again."""
+        assert self.sink.compaction_interval_ms is not None
+        interval = self.sink.compaction_interval_ms / 1000
+        while still_leader():
+            stopping = stop.wait(interval)
+            try:
+                self.compact(still_leader)
+            except Exception:
+                log.exception("compaction of %s failed; trying again", self.sink.root)
+            if stopping:
+                return
+
+    def compact(self, still_leader: Callable[[], bool] = lambda: True) -> Segment | None:
+        """Run one cycle.
+
+        Args:
+            still_leader: Asked under the commit's lock; False leaves the cycle undone.
+
+        Returns:
+            The committed segment, or None if there was nothing to merge (fewer than two
+            batches and segments) or the commit was refused.
+
+        Raises:
+            Exception: A Spark failure; nothing of the cycle is visible.
+        """
+        segments = self.output.segments
+        segments.retire(self.sink.retention_ms / 1000)
+        view = segments.view()
+        fresh = self.output._own_dirs(view)
+        excess = len(view.segments) + (1 if fresh else 0) - self.sink.max_segments
+        merged = sorted(view.segments, key=lambda s: (s.rows, s.name))[: max(0, excess + 1)]
+        if len(fresh) + len(merged) < 2:
+            return None
+        batches: dict[str, Any] = {}
+        files: list[str] = []
+        rows = 0
+        for name in fresh:
+            path = self.output.published_dir / name
+            manifest = self.output.read_manifest(path)
+            batches[name] = manifest
+            listed = manifest.get("files")
+            files += (
+                [str(path / f) for f in sorted(listed)] if isinstance(listed, dict) else [str(path)]
+            )
+            rows += int(manifest.get("rows", 0))
+        for segment in merged:
+            batches.update(segment.batches)
+            files += [str(segment.path / f) for f in segment.files]
+            rows += segment.rows
+        with segments.new_segment() as target:
+            if files:
+                pieces = max(1, math.ceil(rows / self.sink.rows_per_file))
+                self.spark.read.parquet(*files).coalesce(pieces).write.parquet(str(target))
+            else:
+                target.mkdir()
+            committed = segments.commit(
+                target,
+                batches=batches,
+                replaces=merged,
+                rows=rows,
+                audit={"compactor": self.identity, "token": self.token},
+                still_leader=still_leader,
+            )
+        if committed is not None:
+            self.cycles += 1
+        return committed
+
+
 # The timing settings a worker's compactor election takes from the worker's membership.
 _ELECTION_TIMINGS: Final = (
     "session_timeout_ms",
@@ -266,7 +386,7 @@ class CompactorRole:
     def __init__(
         self,
         spark: SparkSession,
-        sink: DeltaSink,
+        sink: DeltaSink | ParquetSink,
         *,
         group_id: str,
         identity: str,
@@ -324,14 +444,18 @@ class CompactorRole:
             except CoordinatorStateError:
                 return  # the election was closed
             except Exception:
-                log.exception("compactor election of %s failed; standing again", self.sink.table)
+                log.exception("compactor election of %s failed; standing again", self.sink)
                 self._stop.wait(1.0)
 
     def _lead(self, leadership: Leadership) -> None:
-        compactor = DeltaCompactor(
-            self.spark, self.sink, identity=leadership.identity, token=leadership.token
-        )
-        log.info(
-            "%s compacts %s (token %d)", leadership.identity, self.sink.table, leadership.token
-        )
+        compactor: DeltaCompactor | ParquetCompactor
+        if isinstance(self.sink, DeltaSink):
+            compactor = DeltaCompactor(
+                self.spark, self.sink, identity=leadership.identity, token=leadership.token
+            )
+        else:
+            compactor = ParquetCompactor(
+                self.spark, self.sink, identity=leadership.identity, token=leadership.token
+            )
+        log.info("%s compacts %s (token %d)", leadership.identity, self.sink, leadership.token)
         compactor.run(self._stop, leadership.is_valid)

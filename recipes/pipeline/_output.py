@@ -34,6 +34,11 @@ from typing import Any, Final
 
 from coordination.errors import ConfigurationError, CoordinationError
 
+from ._files import fsync_dir as _fsync_dir
+from ._files import fsync_tree as _fsync_tree
+from ._files import listdir as _listdir
+from ._segments import OutputView, Segments
+
 __all__ = [
     "MANIFEST_NAME",
     "OffsetRange",
@@ -287,6 +292,8 @@ class PipelineOutput:
         self.published_dir = self.root / _PUBLISHED
         self.staging_dir.mkdir(parents=True, exist_ok=True)
         self.published_dir.mkdir(parents=True, exist_ok=True)
+        # Published batches a compactor copied into segments (ParquetCompactor).
+        self.segments = Segments(self.root, self.published_dir)
         # This object's job runs by owner name (see new_job_path); batch threads share it.
         self._runs: dict[str, _JobRun] = {}
         self._runs_lock = threading.Lock()
@@ -510,6 +517,12 @@ class PipelineOutput:
         src = self.staging_dir / name
         dst = self.published_dir / offsets.name
         plan = _Publishing(name, offsets, src, dst)
+        holder = None if dst.is_dir() else self.segments.holder(offsets.name)
+        if holder is not None:
+            # Published and compacted since (a late or repeated publish): drop the copy.
+            plan.already, plan.dst = True, holder.path
+            shutil.rmtree(src, ignore_errors=True)
+            return plan
         if src.is_dir() and not (src / MANIFEST_NAME).is_file():
             if dst.is_dir():
                 # Another publisher moved it away between the two checks above.
@@ -536,6 +549,10 @@ class PipelineOutput:
             if dst.is_dir():
                 log.debug("%s was already published", offsets.name)
                 return dst
+            holder = self.segments.holder(offsets.name)
+            if holder is not None:
+                log.debug("%s was already published (in %s)", offsets.name, holder.name)
+                return holder.path
             raise PipelineOutputError(
                 f"{src} is gone and {dst} does not exist: the results of a committed "
                 "batch were deleted"
@@ -630,6 +647,9 @@ class PipelineOutput:
             # recover): done, whatever is left in staging under that name (e.g. a
             # partial tree a lost Spark task of the same attempt wrote late).
             return self.published_dir / offsets.name
+        holder = self.segments.holder(offsets.name)
+        if holder is not None:
+            return holder.path  # published, then compacted
         log.info("%s-%d: recovering committed batch %s", topic, partition, commit_metadata)
         return self.publish(commit_metadata)
 
@@ -715,17 +735,20 @@ class PipelineOutput:
     def published(
         self, topic: str | None = None, partition: int | None = None
     ) -> list[OffsetRange]:
-        """The published ranges, sorted by topic, partition and offset.
+        """The published ranges, sorted by topic, partition and offset: those in a
+        directory of their own and those a compacted segment holds.
 
         Args:
             topic: Only this topic.
             partition: Only this partition.
 
         Returns:
-            One range per published directory.
+            One range per published batch.
         """
+        view = self.segments.view()
+        names = list(view.published) + [b for seg in view.segments for b in seg.batches]
         ranges = []
-        for entry in _listdir(self.published_dir):
+        for entry in names:
             parsed = _parse(entry)
             if parsed is None or parsed[1] is not None:
                 continue
@@ -738,29 +761,40 @@ class PipelineOutput:
         return sorted(ranges)
 
     def published_paths(self) -> list[Path]:
-        """The published directories, in the order of :meth:`published`."""
-        return [self.published_dir / r.name for r in self.published()]
+        """The directories of the published batches that no compacted segment holds."""
+        return [self.published_dir / name for name in self._own_dirs(self.segments.view())]
 
     def published_files(self) -> list[Path]:
-        """The data files of every published batch: those its manifest lists.
+        """The data files of every published batch, as of one instant: those of the live
+        compacted segments, and those each other batch's manifest lists.
 
         A directory whose manifest predates file lists contributes the
         directory itself (every data file in it).
 
         Returns:
-            Paths of files (or directories), in the order of :meth:`published`.
+            Paths of files (or directories): the segments' first, then the batches' in
+            offset order.
 
         Raises:
             PipelineOutputError: A published directory has no readable manifest.
         """
-        paths: list[Path] = []
-        for path in self.published_paths():
+        view = self.segments.view()
+        paths = [seg.path / name for seg in view.segments for name in seg.files]
+        for name in self._own_dirs(view):
+            path = self.published_dir / name
             files = self.read_manifest(path).get("files")
             if isinstance(files, dict):
                 paths.extend(path / name for name in sorted(files) if _plain_file_name(name))
             else:
                 paths.append(path)
         return paths
+
+    @staticmethod
+    def _own_dirs(view: OutputView) -> list[str]:
+        """The published directories of ``view`` that hold a batch no segment holds, in
+        offset order."""
+        parsed = [(p[0], name) for name in view.published if (p := _parse(name)) and not p[1]]
+        return [name for _, name in sorted(parsed)]
 
     def check_published(
         self, expected: Mapping[tuple[str, int], tuple[int, int]] | None = None
@@ -1016,43 +1050,3 @@ def _parse(name: str) -> tuple[OffsetRange, str | None] | None:
     except PipelineOutputError:
         return None  # e.g. start > end: not a name this protocol writes
     return offsets, m["attempt"]
-
-
-def _listdir(path: Path) -> list[str]:
-    try:
-        return os.listdir(path)
-    except FileNotFoundError:
-        return []
-
-
-def _fsync_tree(path: Path) -> None:
-    # The commit that follows staging tells every later owner "these results
-    # exist". Spark's local filesystem writer does not fsync, so without this a
-    # machine crash (not just a process crash) after the commit could leave
-    # recover() a staging directory with truncated Parquet files.
-    for entry in path.rglob("*"):
-        if entry.is_file():
-            fd = os.open(entry, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    _fsync_dir(path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    # A rename or a new entry is durable only once its directory is synced. For
-    # publish() this matters: the next batch's commit replaces the metadata that
-    # names the staging directory, so a publish undone by a machine crash after
-    # that commit would leave an orphan that cleanup_orphans() deletes.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

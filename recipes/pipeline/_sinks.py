@@ -72,24 +72,60 @@ class ParquetSink:
     """Each batch's results as a Parquet directory, published by an atomic rename.
 
     Example:
-        ParquetSink("/data/agg")
+        ParquetSink("/data/agg", compaction_interval_ms=10_000)
 
     The directory layout and its protocol are :class:`~recipes.pipeline.PipelineOutput`'s.
     Each published directory holds one batch's results: for an aggregation,
     partial aggregates that readers combine (``read_results`` does for
     :func:`~recipes.pipeline.windowed_sum`).
 
+    With ``compaction_interval_ms``, the workers elect a compactor
+    (:class:`~recipes.pipeline.ParquetCompactor`) that copies the published batches into
+    compacted segments every interval, and merges the smallest segments so that at most
+    ``max_segments`` are live: the file count stays bounded. Readers see every batch
+    once at every instant, from its segment or its own directory; what a segment holds
+    is deleted ``retention_ms`` after it was committed, so a reader that listed the
+    files just before has that long to read them.
+
     Attributes:
         root: A local directory or POSIX mount shared by the Spark driver and executors.
+        compaction_interval_ms: How often the elected compactor runs; None (the
+            default) never compacts.
+        max_segments: At most this many live segments (>= 2).
+        retention_ms: How long what a segment replaced stays readable.
+        rows_per_file: About how many rows a segment's data file holds.
     """
 
     root: str | os.PathLike[str]
+    _: KW_ONLY
+    compaction_interval_ms: int | None = None
+    max_segments: int = 8
+    retention_ms: int = 60_000
+    rows_per_file: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if self.compaction_interval_ms is not None and self.compaction_interval_ms <= 0:
+            raise ConfigurationError(
+                "ParquetSink: compaction_interval_ms must be > 0, or None not to compact"
+            )
+        if self.max_segments < 2:
+            raise ConfigurationError("ParquetSink: max_segments must be >= 2")
+        if self.retention_ms < 0:
+            raise ConfigurationError("ParquetSink: retention_ms must be >= 0")
+        if self.rows_per_file <= 0:
+            raise ConfigurationError("ParquetSink: rows_per_file must be > 0")
+
+    @property
+    def compacts(self) -> bool:
+        """Whether an elected compactor merges the published batches into segments."""
+        return self.compaction_interval_ms is not None
 
     def output(self, spark: SparkSession) -> PipelineOutput:
         return PipelineOutput(self.root)
 
     def read(self, spark: SparkSession) -> DataFrame:
-        """The rows of every published batch (only the files each manifest lists)."""
+        """The rows of every published batch, from one consistent listing (only the
+        files each manifest lists)."""
         files = [str(p) for p in PipelineOutput(self.root).published_files()]
         if not files:
             raise PipelineOutputError(f"{self.root}: nothing is published yet")

@@ -208,11 +208,13 @@ class PipelineWorker:
         at once on threads of their own (Spark runs them concurrently), with
         one batch per partition at most. The rebalance callbacks run on the membership
         thread and wait for the batches of the partitions they hand over;
-        :meth:`close` must not be called from them. With a compacting
-        :class:`~recipes.pipeline.DeltaSink`, a thread of its own stands in the
-        election ``<group_id>.compactor`` and, while this worker leads it, merges
-        the sink's partials into its totals in the worker's Spark session
-        (:class:`~recipes.pipeline.DeltaCompactor`). Every lock,
+        :meth:`close` must not be called from them. With a compacting sink, a
+        thread of its own stands in the election ``<group_id>.compactor`` and,
+        while this worker leads it, compacts in the worker's Spark session: a
+        :class:`~recipes.pipeline.DeltaSink`'s partials into its totals
+        (:class:`~recipes.pipeline.DeltaCompactor`), a
+        :class:`~recipes.pipeline.ParquetSink`'s published batches into segments
+        (:class:`~recipes.pipeline.ParquetCompactor`). Every lock,
         wait and reading of the time that guards the group's work comes from
         the group member's clock (``clock=``).
 
@@ -485,7 +487,7 @@ class PipelineWorker:
         self.output.remove_dead_jobs()
         self.consumer.start()
         sink = self.pipeline.sink
-        if self._spark is not None and isinstance(sink, DeltaSink) and sink.compacts:
+        if self._spark is not None and isinstance(sink, (DeltaSink, ParquetSink)) and sink.compacts:
             self._compactor = CompactorRole(
                 self._spark,
                 sink,
