@@ -68,9 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument(
         "--compaction-interval-ms",
         type=int,
-        default=2000,
-        help="with --sink delta: how often the workers' elected compactor merges the "
-        "partials (OUTPUT/table_partials) into the totals; 0 merges each batch on its own",
+        default=None,
+        help="how often the workers' elected compactor runs. With --sink delta (default "
+        "2000): it merges the partials (OUTPUT/table_partials) into the totals; 0 merges "
+        "each batch on its own. With --sink parquet (default: never): it copies published "
+        "batches into compacted segments (OUTPUT/compacted), so the file count stays bounded",
     )
     worker.add_argument(
         "--pipeline",
@@ -236,14 +238,15 @@ def _pipeline(args: argparse.Namespace) -> Pipeline:
         return pipeline
     if not args.topic or not args.output:
         raise SystemExit("worker: give --topic and --output, or --pipeline MODULE:FUNCTION")
-    sink: Sink = ParquetSink(args.output)
+    interval = args.compaction_interval_ms
+    sink: Sink = ParquetSink(args.output, compaction_interval_ms=interval or None)
     if args.sink == "delta":
         sink = DeltaSink(
             str(Path(args.output) / "table"),
             staging=args.output,
             key_columns=WINDOWED_SUM_KEYS,
             add_columns=WINDOWED_SUM_TOTALS,
-            compaction_interval_ms=args.compaction_interval_ms or None,
+            compaction_interval_ms=2000 if interval is None else interval or None,
         )
     return windowed_sum(args.topic, sink, window_ms=args.window_ms)
 

@@ -71,6 +71,7 @@ class WorkerProcess:
         parallel_batches: int = 2,
         max_partitions_per_batch: int = 64,
         wait_for_go: bool = False,
+        compaction_interval_ms: int | None = None,
     ) -> None:
         self.name = name
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -98,6 +99,8 @@ class WorkerProcess:
         ]
         if wait_for_go:
             args.append("--wait-for-go")
+        if compaction_interval_ms is not None:
+            args.append(f"--compaction-interval-ms={compaction_interval_ms}")
         path = os.environ.get("PYTHONPATH", "")
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(

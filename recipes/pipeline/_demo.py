@@ -68,6 +68,7 @@ def run_demo(
     master: str = "local[1]",
     session_timeout_ms: int = 6000,
     sink: str = "parquet",
+    compaction_interval_ms: int | None = None,
     spark_conf: Mapping[str, str] | None = None,
     on_progress: Callable[[int], None] | None = None,
     say: Callable[[str], None] = print,
@@ -87,6 +88,8 @@ def run_demo(
         master: ``spark.master`` of each worker.
         sink: ``delta``: a Delta table of final totals (``<output>/table``);
             ``parquet``: published Parquet directories of each batch's partial totals.
+        compaction_interval_ms: The workers' ``--compaction-interval-ms`` (None: the
+            sink's default: 2000 ms for Delta, no compaction for Parquet).
         spark_conf: Further Spark settings of each worker.
         on_progress: Called with the number of events fed so far, as they are fed
             (a test injects faults from it).
@@ -130,6 +133,7 @@ def run_demo(
             log_dir=root / "logs",
             window_ms=window_ms,
             sink=sink,
+            compaction_interval_ms=compaction_interval_ms,
             spark_conf=spark_conf,
             master=master,
             session_timeout_ms=session_timeout_ms,

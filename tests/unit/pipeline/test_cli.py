@@ -40,3 +40,27 @@ def test_a_bad_setting_is_named_without_a_traceback(flag, tmp_path, capsys) -> N
     err = capsys.readouterr().err
     assert "error:" in err and "parallel_batches" in err and "max_partitions_per_batch" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "sink_type", "interval"),
+    [
+        (["--sink=parquet"], "ParquetSink", None),
+        (["--sink=parquet", "--compaction-interval-ms=30000"], "ParquetSink", 30_000),
+        (["--sink=delta"], "DeltaSink", 2000),
+        (["--sink=delta", "--compaction-interval-ms=0"], "DeltaSink", None),
+    ],
+)
+def test_the_compaction_flag_sets_each_sinks_compactor(
+    flags, sink_type, interval, monkeypatch, tmp_path
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def recording(group_id: str, pipeline: Any, **settings: Any) -> Any:
+        seen["sink"] = pipeline.sink
+        raise ConfigurationError("recorded")
+
+    monkeypatch.setattr(_worker, "PipelineWorker", recording)
+    assert main([*WORKER, f"--output={tmp_path}", *flags]) == 2
+    assert type(seen["sink"]).__name__ == sink_type
+    assert seen["sink"].compaction_interval_ms == interval
