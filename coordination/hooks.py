@@ -44,6 +44,7 @@ __all__ = [
     "RebalanceStarted",
     "RecordsAcknowledged",
     "RecordsAcquired",
+    "ShareLagRead",
     "TaskOverran",
     "TaskStarted",
     "TaskStopped",
@@ -220,6 +221,18 @@ class AcknowledgementFailed:
     """The broker's error name (e.g. "INVALID_RECORD_STATE") or "no response"."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareLagRead:
+    """A share consumer read the lag of its assignment's share-partitions from the group's
+    coordinator (share groups: ``lag()``, or a poll every ``lag_refresh_ms``)."""
+
+    group_id: str
+    member_id: str
+    lag: dict[tuple[str, int], int]
+    """``{(topic, partition): lag}``: the records not done yet (acquired ones included)
+    of each share-partition Kafka gave a lag for."""
+
+
 class CoordinationHooks:
     """Override the methods for the events you want; the others do nothing.
 
@@ -267,6 +280,9 @@ class CoordinationHooks:
 
     def on_acknowledgement_failed(self, event: AcknowledgementFailed) -> None:
         """Acknowledgements did not take effect (share consumer)."""
+
+    def on_share_lag_read(self, event: ShareLagRead) -> None:
+        """The share-partitions' lag was read (share consumer)."""
 
 
 class HookCaller:
@@ -333,6 +349,9 @@ class HookCaller:
         self, event: AcknowledgementFailed | Callable[[], AcknowledgementFailed]
     ) -> None:
         self._dispatch(CoordinationHooks.on_acknowledgement_failed, event)
+
+    def share_lag_read(self, event: ShareLagRead | Callable[[], ShareLagRead]) -> None:
+        self._dispatch(CoordinationHooks.on_share_lag_read, event)
 
     def _dispatch(
         self,

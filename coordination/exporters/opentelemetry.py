@@ -30,6 +30,7 @@ from ..hooks import (
     RebalanceFinished,
     RecordsAcknowledged,
     RecordsAcquired,
+    ShareLagRead,
     TaskOverran,
     TaskStarted,
     TaskStopped,
@@ -55,7 +56,8 @@ class OpenTelemetryHooks(CoordinationHooks):
     ``coordination.commit.failures``; a share consumer's: ``coordination.share.records.acquired``,
     ``coordination.share.records.redelivered``, ``coordination.share.records.acknowledged``
     (attribute ``type``; ``RENEW``: lock renewals), ``coordination.share.acknowledgement.failures``
-    (attribute ``reason``).
+    (attribute ``reason``), ``coordination.share.partition.lag`` (gauge, attributes ``topic``
+    and ``partition``: the last lag read of each share-partition).
 
     Args:
         meter_provider: where to get the meter; default the global one
@@ -128,6 +130,11 @@ class OpenTelemetryHooks(CoordinationHooks):
             "{record}",
             "Records whose acknowledgement did not take effect, by reason.",
         )
+        self.share_lag = meter.create_gauge(
+            "coordination.share.partition.lag",
+            "{record}",
+            "The records not done yet of a share-partition, as last read.",
+        )
 
     def on_rebalance_finished(self, event: RebalanceFinished) -> None:
         at = {GROUP_ATTRIBUTE: event.group_id}
@@ -187,3 +194,9 @@ class OpenTelemetryHooks(CoordinationHooks):
         self.share_acknowledgement_failures.add(
             event.count, {GROUP_ATTRIBUTE: event.group_id, "reason": event.reason}
         )
+
+    def on_share_lag_read(self, event: ShareLagRead) -> None:
+        for (topic, partition), lag in event.lag.items():
+            self.share_lag.set(
+                lag, {GROUP_ATTRIBUTE: event.group_id, "topic": topic, "partition": partition}
+            )

@@ -31,6 +31,7 @@ from ..hooks import (
     RebalanceFinished,
     RecordsAcknowledged,
     RecordsAcquired,
+    ShareLagRead,
     TaskOverran,
     TaskStarted,
     TaskStopped,
@@ -56,7 +57,8 @@ class PrometheusHooks(CoordinationHooks):
         ``_task_stop_overran_total``, ``_commit_failed_total``; a share consumer's:
         ``_share_records_acquired_total``, ``_share_records_redelivered_total``,
         ``_share_records_acknowledged_total{type}`` (``type="RENEW"``: lock renewals),
-        ``_share_acknowledgement_failed_total{reason}``.
+        ``_share_acknowledgement_failed_total{reason}``, ``_share_partition_lag{topic,
+        partition}`` (gauge: the last lag read of each share-partition).
 
     Args:
         registry: where to register them; default ``prometheus_client.REGISTRY``. Give one
@@ -73,8 +75,8 @@ class PrometheusHooks(CoordinationHooks):
         def counter(name: str, doc: str, labels: list[str] = group) -> prom.Counter:
             return prom.Counter(name, doc, labels, namespace=namespace, registry=reg)
 
-        def gauge(name: str, doc: str) -> prom.Gauge:
-            return prom.Gauge(name, doc, group, namespace=namespace, registry=reg)
+        def gauge(name: str, doc: str, labels: list[str] = group) -> prom.Gauge:
+            return prom.Gauge(name, doc, labels, namespace=namespace, registry=reg)
 
         self.rebalances = counter("rebalance", "Rebalances completed (stable in a generation).")
         self.rebalance_latency = prom.Histogram(
@@ -128,6 +130,11 @@ class PrometheusHooks(CoordinationHooks):
             "(lock_expired, uncertain, refused).",
             ["group", "reason"],
         )
+        self.share_lag = gauge(
+            "share_partition_lag",
+            "The records not done yet of a share-partition, as last read.",
+            ["group", "topic", "partition"],
+        )
 
     def on_rebalance_finished(self, event: RebalanceFinished) -> None:
         self.rebalances.labels(event.group_id).inc()
@@ -175,3 +182,7 @@ class PrometheusHooks(CoordinationHooks):
 
     def on_acknowledgement_failed(self, event: AcknowledgementFailed) -> None:
         self.share_acknowledgement_failures.labels(event.group_id, event.reason).inc(event.count)
+
+    def on_share_lag_read(self, event: ShareLagRead) -> None:
+        for (topic, partition), lag in event.lag.items():
+            self.share_lag.labels(event.group_id, topic, str(partition)).set(lag)

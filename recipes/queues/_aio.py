@@ -229,6 +229,18 @@ class AsyncShareConsumer(AsyncFace):
         self._bind_once()
         return await self._on_consumer_thread(self.consumer.commit)
 
+    async def lag(self, timeout: float | None = None) -> dict[TopicPartition, int]:
+        """As :meth:`ShareConsumer.lag`: ask the group's coordinator now, on the consumer's
+        thread (after a poll in flight); the loop runs meanwhile.
+
+        Raises:
+            TransportError: no answer, or not joined yet: ask again later.
+            BrokerError: the broker refused (e.g. no DESCRIBE on the group).
+            CoordinatorStateError: the consumer is closed.
+        """
+        self._check_open()
+        return await self._on_consumer_thread(self.consumer.lag, timeout)
+
     # ------------------------------------------------------------------ the member's view
 
     @property

@@ -19,6 +19,7 @@ from coordination.hooks import (
     HookCaller,
     RecordsAcknowledged,
     RecordsAcquired,
+    ShareLagRead,
 )
 from coordination.parts import check_int
 from coordination.share_group import (
@@ -286,8 +287,12 @@ class ShareConsumer:
             CoordinatorStateError: the consumer is closed.
         """
         self._check_open()
-        self._metrics.lag = self._member.share_partition_lag(timeout)
-        return dict(self._metrics.lag)
+        lag = self._member.share_partition_lag(timeout)
+        self._metrics.lag = lag
+        self._hooks.share_lag_read(
+            lambda: ShareLagRead(group_id=self.group_id, member_id=self.member_id, lag=dict(lag))
+        )
+        return dict(lag)
 
     def metrics(self) -> ShareMetrics:
         """A copy of the consumer's counts."""

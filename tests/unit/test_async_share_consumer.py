@@ -165,6 +165,29 @@ def test_the_loop_runs_on_while_a_poll_waits_for_the_broker() -> None:
     on_a_loop(scenario)
 
 
+def test_lag_is_asked_on_the_consumers_thread_after_a_poll_in_flight() -> None:
+    async def scenario() -> None:
+        broker = GatedBroker(records=3)
+        async with make(broker) as c:
+            await c.start(timeout=5)
+            first, *_ = await poll_n(c, 3)
+            await c.acknowledge(first, A.ACCEPT)
+            broker.gate.clear()
+            poll = asyncio.create_task(c.poll(timeout_ms=5_000))  # carries the ACCEPT
+            assert await asyncio.to_thread(broker.fetching.wait, 5)
+            lag = asyncio.create_task(c.lag(timeout=5))
+            await asyncio.sleep(0.05)
+            assert not lag.done()  # it waits for the poll, whose fetch waits at the broker
+            broker.gate.set()
+            await poll
+            assert await lag == {("jobs", 0): 2}  # asked after the ACCEPT took effect
+            assert c.metrics().lag == {("jobs", 0): 2}
+        with pytest.raises(CoordinatorStateError, match="closed"):
+            await c.lag()
+
+    on_a_loop(scenario)
+
+
 def test_async_for_yields_records_and_keeps_the_rest_when_left_early() -> None:
     async def scenario() -> None:
         broker = GatedBroker(records=3)

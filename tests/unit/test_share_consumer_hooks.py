@@ -19,6 +19,7 @@ from coordination.hooks import (
     CoordinationHooks,
     RecordsAcknowledged,
     RecordsAcquired,
+    ShareLagRead,
 )
 from coordination.testing import TransportError
 from recipes.queues import AcknowledgeType
@@ -39,6 +40,9 @@ class Recorded(CoordinationHooks):
         self.events.append(event)
 
     def on_acknowledgement_failed(self, event: AcknowledgementFailed) -> None:
+        self.events.append(event)
+
+    def on_share_lag_read(self, event: ShareLagRead) -> None:
         self.events.append(event)
 
 
@@ -144,6 +148,8 @@ def test_prometheus_and_opentelemetry_export_the_share_consumers_counts() -> Non
     broker.expire(0, 1)
     c.acknowledge(second, A.ACCEPT)
     c.commit()
+    # Not done: the third (redelivered, held) and the second (its lock ran out).
+    assert c.lag() == {("jobs", 0): 2}
     c.close()
 
     def prom(name: str, **labels: str) -> float | None:
@@ -155,6 +161,7 @@ def test_prometheus_and_opentelemetry_export_the_share_consumers_counts() -> Non
     assert prom("share_records_acknowledged_total", type="RENEW") == 1
     assert prom("share_records_acknowledged_total", type="RELEASE") == 2  # one at close
     assert prom("share_acknowledgement_failed_total", reason="lock_expired") == 1
+    assert prom("share_partition_lag", topic="jobs", partition="0") == 2
 
     data = reader.get_metrics_data()
     assert data is not None
@@ -175,3 +182,24 @@ def test_prometheus_and_opentelemetry_export_the_share_consumers_counts() -> Non
     assert otel[("coordination.share.records.acknowledged", (group, ("type", "RELEASE")))] == 2
     failed = ("coordination.share.acknowledgement.failures", (group, ("reason", "lock_expired")))
     assert otel[failed] == 1
+    lag = ("coordination.share.partition.lag", (group, ("partition", 0), ("topic", "jobs")))
+    assert otel[lag] == 2
+
+
+def test_each_lag_reading_is_reported_by_poll_and_by_lag() -> None:
+    hooks = Recorded()
+    broker = Broker(records=4, partitions=2)
+    c = make(broker, hooks=[hooks], lag_refresh_ms=100)
+    try:
+        poll_n(c, 4)
+        deadline = time.monotonic() + 5
+        while not of(ShareLagRead, hooks.events):  # read by a poll
+            assert time.monotonic() < deadline
+            c.poll(timeout_ms=50)
+        assert c.lag() == {("jobs", 0): 2, ("jobs", 1): 2}
+        last = of(ShareLagRead, hooks.events)[-1]
+        assert last == ShareLagRead(
+            group_id="g", member_id=c.member_id, lag={("jobs", 0): 2, ("jobs", 1): 2}
+        )
+    finally:
+        c.close()
