@@ -173,12 +173,13 @@ def time_to_exact(
 
 
 class Batching(TypedDict, total=False):
-    """The workers' batching settings (--parallel-batches, --max-partitions-per-batch,
-    --max-batch-delay-ms)."""
+    """The workers' batching and compaction settings (--parallel-batches,
+    --max-partitions-per-batch, --max-batch-delay-ms, --compaction-interval-ms)."""
 
     parallel_batches: int
     max_partitions_per_batch: int
     max_batch_delay_ms: int
+    compaction_interval_ms: int
 
 
 BATCHING: Batching = {}
@@ -276,6 +277,15 @@ def ours_throughput(bootstrap: str, events: int, sink: str) -> float:
             wait(lambda: published_all(output, topic, ends), 900, "every offset published")
             published_s = time.monotonic() - t0
             print_batches(workers)
+            if sink == "parquet":
+                view = output.segments.view()
+                print(
+                    f"ours: {len(output.published_files())} data files to read "
+                    f"({len(view.segments)} compacted segments holding "
+                    f"{sum(len(s.batches) for s in view.segments)} batches, "
+                    f"{len(output.published_paths())} batches on their own)",
+                    flush=True,
+                )
             if sink == "delta":
                 # The totals table, which the peer's MERGE writes, holds everything only
                 # once the elected compactor has merged the last partials.
@@ -533,6 +543,11 @@ def main() -> None:
     parser.add_argument("--parallel-batches", type=int, help="the workers' setting")
     parser.add_argument("--max-partitions-per-batch", type=int, help="the workers' setting")
     parser.add_argument("--max-batch-delay-ms", type=int, help="the workers' setting")
+    parser.add_argument(
+        "--compaction-interval-ms",
+        type=int,
+        help="the workers' setting (Parquet: compaction on; Delta: 0 merges each batch)",
+    )
     args = parser.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     if not phases or set(phases) - set(PHASES):
@@ -544,6 +559,8 @@ def main() -> None:
         BATCHING["max_partitions_per_batch"] = args.max_partitions_per_batch
     if args.max_batch_delay_ms is not None:
         BATCHING["max_batch_delay_ms"] = args.max_batch_delay_ms
+    if args.compaction_interval_ms is not None:
+        BATCHING["compaction_interval_ms"] = args.compaction_interval_ms
     events = args.events or (60_000 if args.quick else 600_000)
     events -= events % PARTITIONS
     rate = 1000.0 if args.quick else 2000.0
