@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from coordination.clock import SYSTEM_CLOCK
 from coordination.errors import (
     ConfigurationError,
     CoordinationTimeoutError,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from coordination import CoordinatorConfig
-    from coordination.clock import Clock
+    from coordination.clock import Clock, Event
     from recipes.election import Leadership
 
 __all__ = ["CompactorRole", "DeltaCompactor", "ParquetCompactor"]
@@ -118,7 +118,7 @@ class DeltaCompactor:
         self.token = token
         self.cycles = 0
 
-    def run(self, stop: threading.Event, still_leader: Callable[[], bool]) -> None:
+    def run(self, stop: Event, still_leader: Callable[[], bool]) -> None:
         """Run a cycle every ``compaction_interval_ms`` until ``stop`` is set or leadership ends.
 
         A cycle that fails (a conflict with another compactor, Spark) is logged and tried
@@ -288,7 +288,7 @@ class ParquetCompactor:
         self.cycles = 0
         self.output = PipelineOutput(sink.root)
 
-    def run(self, stop: threading.Event, still_leader: Callable[[], bool]) -> None:
+    def run(self, stop: Event, still_leader: Callable[[], bool]) -> None:
         """Run a cycle every ``compaction_interval_ms`` until ``stop`` is set (after one
         last cycle) or the leadership ends; a failed cycle is logged and tried again."""
         assert self.sink.compaction_interval_ms is not None
@@ -407,7 +407,9 @@ class CompactorRole:
 
         self.spark = spark
         self.sink = sink
-        self._stop = threading.Event()
+        # Its waits and its thread come from the worker's clock, as the worker's own do.
+        clock = SYSTEM_CLOCK if clock is None else clock
+        self._stop = clock.event()
         self.election = LeaderElection(
             f"{group_id}.compactor",
             identity=identity,
@@ -415,9 +417,7 @@ class CompactorRole:
             **config.connection,
             **{name: getattr(config, name) for name in _ELECTION_TIMINGS},
         )
-        self._thread = threading.Thread(
-            target=self._stand, name=f"compactor-{identity}", daemon=True
-        )
+        self._thread = clock.thread(self._stand, f"compactor-{identity}")
 
     def start(self) -> None:
         """Join the election in the background."""
