@@ -50,6 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="parquet",
         help="where results go: Parquet directories, or a Delta table of final totals",
     )
+    demo.add_argument(
+        "--compaction-interval-ms",
+        type=int,
+        help="the workers' elected compactor (Parquet: copies batches into segments, off "
+        "by default; Delta: merges the partials every 2000 ms by default, 0 each batch)",
+    )
 
     worker = sub.add_parser("worker", help="run one pipeline worker")
     worker.add_argument("--bootstrap-servers", required=True)
@@ -149,6 +155,7 @@ def _demo(args: argparse.Namespace) -> int:
             master=args.master,
             output_dir=Path(args.output) if args.output else None,
             sink=args.sink,
+            compaction_interval_ms=args.compaction_interval_ms,
         )
         print_report(report)
     return 0 if report.ok else 1
