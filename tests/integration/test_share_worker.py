@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
@@ -75,6 +76,64 @@ def wait_until(done: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S
         time.sleep(0.05)
 
 
+def topic_with_dead_letters(kafka: str, records: int) -> tuple[str, str]:
+    """A new topic holding ``records`` records (see ``produced``) and its own empty
+    dead-letter topic, ``<topic>.dlq``; returns both names."""
+    topic = produced(kafka, records)
+    dead_letters = f"{topic}.dlq"
+    create_topic_with_id(kafka, dead_letters, 1)
+    return topic, dead_letters
+
+
+def retrying_worker(
+    kafka: str,
+    group: str,
+    topic: str,
+    dead_letters: str,
+    handler: Callable[[ShareRecord], object],
+    made: list[ShareWorker | ShareConsumer],
+    **kw: object,
+) -> ShareWorker:
+    """A started worker that retries ``Retryable`` at once up to ``max_deliveries=4``, then
+    copies the record to ``dead_letters``; ``kw`` adds settings."""
+    return worker(
+        kafka,
+        group,
+        topic,
+        handler,
+        made,
+        retry_on=Retryable,
+        max_deliveries=4,
+        retry_backoff_ms=0,
+        dead_letter_topic=dead_letters,
+        **kw,
+    )
+
+
+def first_dead_letter(kafka: str, dead_letters: str) -> Any:
+    """The first record of the dead-letter topic (a kafka-python ConsumerRecord), read from
+    its start; fails (StopIteration) where none comes within 10 s."""
+    reader = KafkaConsumer(
+        dead_letters,
+        bootstrap_servers=kafka,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+    )
+    try:
+        return next(iter(reader))
+    finally:
+        reader.close()
+
+
+def assert_nothing_for_a_new_member(
+    kafka: str, group: str, topic: str, made: list[ShareWorker | ShareConsumer]
+) -> None:
+    """A new member of the group is delivered nothing: every record was acknowledged for good."""
+    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
+    made.append(other)
+    assert other.poll(timeout_ms=1500) == []
+
+
 def test_two_workers_split_the_records_and_accept_each_once(
     kafka: str, closing: list[ShareWorker | ShareConsumer]
 ) -> None:
@@ -112,9 +171,7 @@ def test_two_workers_split_the_records_and_accept_each_once(
     assert {count for _, _, _, count in handled} == {1}
     assert a.metrics().acknowledgements_failed == b.metrics().acknowledgements_failed == 0
     # Every record was accepted: a new member of the group gets none.
-    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
-    closing.append(other)
-    assert other.poll(timeout_ms=1500) == []
+    assert_nothing_for_a_new_member(kafka, group, topic, closing)
 
 
 def test_a_retryable_failure_is_delivered_again_and_accepted(
@@ -140,9 +197,7 @@ def test_a_retryable_failure_is_delivered_again_and_accepted(
 def test_a_poison_record_goes_to_the_dead_letter_topic_and_is_rejected(
     kafka: str, closing: list[ShareWorker | ShareConsumer]
 ) -> None:
-    topic = produced(kafka, 2)
-    dead_letters = f"{topic}.dlq"
-    create_topic_with_id(kafka, dead_letters, 1)
+    topic, dead_letters = topic_with_dead_letters(kafka, 2)
     group = share_group(kafka)
     tried: list[tuple[int, int]] = []
 
@@ -162,16 +217,7 @@ def test_a_poison_record_goes_to_the_dead_letter_topic_and_is_rejected(
     )
     wait_until(lambda: w.metrics().rejected == 1 and w.metrics().accepted == 1, "both acked")
     assert w.metrics().dead_lettered == 1
-    reader = KafkaConsumer(
-        dead_letters,
-        bootstrap_servers=kafka,
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=10_000,
-    )
-    try:
-        copy = next(iter(reader))
-    finally:
-        reader.close()
+    copy = first_dead_letter(kafka, dead_letters)
     assert (copy.key, copy.value) == (b"1", b"job-1")
     headers = dict(copy.headers)
     assert set(DEAD_LETTER_HEADERS) <= set(headers)
@@ -183,9 +229,7 @@ def test_a_poison_record_goes_to_the_dead_letter_topic_and_is_rejected(
     assert headers["__dlq.error.class"].endswith(b".Poison")
     assert headers["__dlq.error.message"] == b"cannot parse job-1"
     # Rejected: never delivered again, to this worker or another member.
-    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
-    closing.append(other)
-    assert other.poll(timeout_ms=1500) == []
+    assert_nothing_for_a_new_member(kafka, group, topic, closing)
     assert sorted(tried) == [(0, 1), (1, 1)]
 
 
@@ -277,9 +321,7 @@ def test_a_failure_is_dead_lettered_at_the_brokers_limit_below_max_deliveries(
     # The broker archives a record released at the group's limit (2 here) without a copy;
     # with max_deliveries=4 the worker would release it there. It reads the limit from the
     # broker and makes the failure final at delivery 2: copied, then rejected.
-    topic = produced(kafka, 1)
-    dead_letters = f"{topic}.dlq"
-    create_topic_with_id(kafka, dead_letters, 1)
+    topic, dead_letters = topic_with_dead_letters(kafka, 1)
     group = share_group(kafka, **{"share.delivery.count.limit": "2"})
     tried: list[int] = []
 
@@ -287,17 +329,7 @@ def test_a_failure_is_dead_lettered_at_the_brokers_limit_below_max_deliveries(
         tried.append(record.delivery_count)
         raise Retryable("the database is down")
 
-    w = worker(
-        kafka,
-        group,
-        topic,
-        handle,
-        closing,
-        retry_on=Retryable,
-        max_deliveries=4,
-        retry_backoff_ms=0,
-        dead_letter_topic=dead_letters,
-    )
+    w = retrying_worker(kafka, group, topic, dead_letters, handle, closing)
     # Two outcomes: the release of delivery 1, then a reject (or, were the limit ignored, a
     # second release, which the broker archives).
     wait_until(lambda: w.metrics().released + w.metrics().rejected >= 2, "two outcomes")
@@ -305,24 +337,13 @@ def test_a_failure_is_dead_lettered_at_the_brokers_limit_below_max_deliveries(
     assert (m.released, m.rejected, m.dead_lettered, m.acknowledgements_failed) == (1, 1, 1, 0)
     assert tried == [1, 2] and w.final_delivery == 2
     assert "share.delivery.count.limit=2" in caplog.text and "which wins" in caplog.text
-    reader = KafkaConsumer(
-        dead_letters,
-        bootstrap_servers=kafka,
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=10_000,
-    )
-    try:
-        copy = next(iter(reader))
-    finally:
-        reader.close()
+    copy = first_dead_letter(kafka, dead_letters)
     assert (copy.key, copy.value) == (b"0", b"job-0")
     headers = dict(copy.headers)
     assert headers["__dlq.delivery.count"] == b"2"
     assert headers["__dlq.reason"] == b"max_deliveries"
     # Rejected: never delivered again.
-    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
-    closing.append(other)
-    assert other.poll(timeout_ms=1500) == []
+    assert_nothing_for_a_new_member(kafka, group, topic, closing)
 
 
 def test_a_limit_lowered_while_the_worker_runs_still_dead_letters_a_failing_record(
@@ -333,9 +354,7 @@ def test_a_limit_lowered_while_the_worker_runs_still_dead_letters_a_failing_reco
     # to 2, which Kafka applies at once: released at delivery 2, the record would be
     # archived without a copy. The worker reads the new limit (every 0.5 s here) and
     # dead-letters the record at delivery 2 instead.
-    topic = produced(kafka, 1)
-    dead_letters = f"{topic}.dlq"
-    create_topic_with_id(kafka, dead_letters, 1)
+    topic, dead_letters = topic_with_dead_letters(kafka, 1)
     group = share_group(kafka)
     tried: list[int] = []
 
@@ -347,39 +366,19 @@ def test_a_limit_lowered_while_the_worker_runs_still_dead_letters_a_failing_reco
             wait_until(lambda: w.final_delivery == 2, "the lowered limit read", timeout_s=10)
         raise Retryable("the database is down")
 
-    w = worker(
-        kafka,
-        group,
-        topic,
-        handle,
-        closing,
-        retry_on=Retryable,
-        max_deliveries=4,
-        delivery_limit_refresh_ms=500,
-        retry_backoff_ms=0,
-        dead_letter_topic=dead_letters,
+    w = retrying_worker(
+        kafka, group, topic, dead_letters, handle, closing, delivery_limit_refresh_ms=500
     )
     wait_until(lambda: w.metrics().released + w.metrics().rejected >= 2, "two outcomes")
     m = w.metrics()
     assert (m.released, m.rejected, m.dead_lettered, m.acknowledgements_failed) == (1, 1, 1, 0)
     assert tried == [1, 2]
     assert "share.delivery.count.limit=2 (was 5)" in caplog.text
-    reader = KafkaConsumer(
-        dead_letters,
-        bootstrap_servers=kafka,
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=10_000,
-    )
-    try:
-        copy = next(iter(reader))
-    finally:
-        reader.close()
+    copy = first_dead_letter(kafka, dead_letters)
     headers = dict(copy.headers)
     assert (copy.key, headers["__dlq.delivery.count"]) == (b"0", b"2")
     # Rejected: never delivered again.
-    other = ShareConsumer(group, topics=[topic], bootstrap_servers=kafka)
-    closing.append(other)
-    assert other.poll(timeout_ms=1500) == []
+    assert_nothing_for_a_new_member(kafka, group, topic, closing)
 
 
 def test_the_worker_example_of_the_docs_runs(
