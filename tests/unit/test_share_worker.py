@@ -296,6 +296,23 @@ def make(
     return w
 
 
+def dead_lettering(
+    workers: list[ShareWorker],
+    broker: FakeBroker,
+    handler: Callable[[ShareRecord], object],
+    producer: FakeProducer | None = None,
+    **kw: Any,
+) -> tuple[ShareWorker, FakeProducer]:
+    """A worker (see ``make``) that copies the records it gives up on to ``jobs.dlq`` through
+    ``producer``, a new FakeProducer over ``broker`` by default; returns both."""
+    if producer is None:
+        producer = FakeProducer(broker)
+    w = make(
+        workers, broker, handler, dead_letter_topic="jobs.dlq", dead_letter_producer=producer, **kw
+    )
+    return w, producer
+
+
 class Retryable(Exception):
     pass
 
@@ -347,19 +364,11 @@ def test_a_poison_record_is_copied_to_the_dead_letter_topic_before_its_reject(
     workers: list[ShareWorker],
 ) -> None:
     broker = FakeBroker(records=1)
-    producer = FakeProducer(broker)
 
     def handle(record: ShareRecord) -> None:
         raise Poison("bad payload")
 
-    w = make(
-        workers,
-        broker,
-        handle,
-        retry_on=Retryable,
-        dead_letter_topic="jobs.dlq",
-        dead_letter_producer=producer,
-    )
+    w, producer = dead_lettering(workers, broker, handle, retry_on=Retryable)
     w.start()
     broker.wait_for(lambda: broker.state == {0: "rejected"})
     assert [what for what, _, _ in broker.events] == ["acquired", "dead-letter", "REJECT"]
@@ -387,21 +396,14 @@ def test_a_failed_dead_letter_copy_releases_the_record_instead_of_rejecting_it(
     workers: list[ShareWorker],
 ) -> None:
     broker = FakeBroker(records=1)
-    producer = FakeProducer(broker, error=TimeoutError("no dead-letter topic leader"))
     attempts: list[int] = []
 
     def handle(record: ShareRecord) -> None:
         attempts.append(record.delivery_count)
         raise Retryable("down")
 
-    w = make(
-        workers,
-        broker,
-        handle,
-        max_deliveries=2,
-        dead_letter_topic="jobs.dlq",
-        dead_letter_producer=producer,
-    )
+    unreachable = FakeProducer(broker, error=TimeoutError("no dead-letter topic leader"))
+    w, producer = dead_lettering(workers, broker, handle, unreachable, max_deliveries=2)
     w.start()
     broker.wait_for(lambda: len(producer.sent) >= 2)
     w.close()
@@ -427,16 +429,8 @@ def test_the_brokers_lower_delivery_limit_makes_a_failure_final_at_its_last_deli
     # The group's limit is 2, max_deliveries 4: released at delivery 2, the record would be
     # archived by the broker without a copy. It is dead-lettered and rejected there instead.
     broker = FakeBroker(records=1, delivery_limit=2)
-    producer = FakeProducer(broker)
     attempts: list[int] = []
-    w = make(
-        workers,
-        broker,
-        always_failing(attempts),
-        max_deliveries=4,
-        dead_letter_topic="jobs.dlq",
-        dead_letter_producer=producer,
-    )
+    w, producer = dead_lettering(workers, broker, always_failing(attempts), max_deliveries=4)
     assert w.final_delivery == 4  # not read before the worker joins
     w.start()
     broker.wait_for(lambda: broker.state[0] != "available" and broker.state[0] != "acquired")
@@ -507,16 +501,13 @@ def test_a_limit_lookup_without_answer_is_asked_again_later(
     monkeypatch.setattr(worker_module, "_LIMIT_RETRY_S", 0.0)
     broker = FakeBroker(records=1, delivery_limit=2)
     broker.limit_errors.append(TransportError("DescribeConfigs got no response"))
-    producer = FakeProducer(broker)
     attempts: list[int] = []
-    w = make(
+    w, _ = dead_lettering(
         workers,
         broker,
         always_failing(attempts),
         max_deliveries=4,
         delivery_limit_refresh_ms=1,  # asked again at the next poll
-        dead_letter_topic="jobs.dlq",
-        dead_letter_producer=producer,
     )
     w.start()
     broker.wait_for(lambda: broker.state == {0: "rejected"})
@@ -534,7 +525,6 @@ def test_a_limit_lowered_while_the_worker_runs_is_read_and_a_failure_at_it_dead_
     # The group's limit is 5 when the worker starts; an operator lowers it to 2 during the
     # first delivery. Released at delivery 2, the record would be archived without a copy.
     broker = FakeBroker(records=1, delivery_limit=5)
-    producer = FakeProducer(broker)
     attempts: list[int] = []
 
     def handle(record: ShareRecord) -> None:
@@ -544,14 +534,8 @@ def test_a_limit_lowered_while_the_worker_runs_is_read_and_a_failure_at_it_dead_
             time.sleep(0.3)  # a refresh (every 0.1 s) reads it meanwhile
         raise Retryable("down")
 
-    w = make(
-        workers,
-        broker,
-        handle,
-        max_deliveries=4,
-        delivery_limit_refresh_ms=100,
-        dead_letter_topic="jobs.dlq",
-        dead_letter_producer=producer,
+    w, producer = dead_lettering(
+        workers, broker, handle, max_deliveries=4, delivery_limit_refresh_ms=100
     )
     w.start()
     broker.wait_for(lambda: broker.state[0] not in ("available", "acquired"))
@@ -573,17 +557,14 @@ def test_a_retry_whose_delivery_a_limit_lowered_during_its_backoff_makes_the_las
     # is lowered to 2 meanwhile: released then, the record would be archived without a
     # copy. At its release the worker sees that delivery 2 is the last and dead-letters it.
     broker = FakeBroker(records=1, delivery_limit=5)
-    producer = FakeProducer(broker)
     attempts: list[int] = []
-    w = make(
+    w, producer = dead_lettering(
         workers,
         broker,
         always_failing(attempts),
         max_deliveries=4,
         retry_backoff_ms=1000,
         delivery_limit_refresh_ms=100,
-        dead_letter_topic="jobs.dlq",
-        dead_letter_producer=producer,
     )
     w.start()
     broker.wait_for(lambda: w.metrics().retries == 2)
