@@ -268,6 +268,10 @@ class FakeProducer:
             self.broker.log("dead-letter", offset)
         return FakeFuture(self.error)
 
+    def headers(self, copy: int = 0) -> dict[str, bytes]:
+        """The headers of the ``copy``-th record sent (the first by default), by name."""
+        return dict(self.sent[copy]["headers"])
+
 
 @pytest.fixture(autouse=True)
 def fake_consumer(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -442,7 +446,7 @@ def test_the_brokers_lower_delivery_limit_makes_a_failure_final_at_its_last_deli
         "dead-letter",
         "REJECT",
     ]
-    headers = dict(producer.sent[0]["headers"])
+    headers = producer.headers()
     assert headers["__dlq.delivery.count"] == b"2" and headers["__dlq.reason"] == b"max_deliveries"
     assert broker.limit_lookups == 1
     wins = [r for r in caplog.records if "which wins" in r.getMessage()]
@@ -546,7 +550,7 @@ def test_a_limit_lowered_while_the_worker_runs_is_read_and_a_failure_at_it_dead_
         "dead-letter",
         "REJECT",
     ]
-    assert dict(producer.sent[0]["headers"])["__dlq.delivery.count"] == b"2"
+    assert producer.headers()["__dlq.delivery.count"] == b"2"
     assert "share.delivery.count.limit=2 (was 5)" in caplog.text
 
 
@@ -577,7 +581,7 @@ def test_a_retry_whose_delivery_a_limit_lowered_during_its_backoff_makes_the_las
         "dead-letter",
         "REJECT",
     ]
-    headers = dict(producer.sent[0]["headers"])
+    headers = producer.headers()
     assert headers["__dlq.delivery.count"] == b"2" and headers["__dlq.reason"] == b"max_deliveries"
     m = w.metrics()
     assert (m.retries, m.released, m.dead_lettered, m.rejected) == (1, 1, 1, 1)
