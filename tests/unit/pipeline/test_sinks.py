@@ -41,7 +41,7 @@ from recipes.pipeline._delta_totals import (
 from recipes.pipeline._sinks import _TXN_APP_ID, _TXN_VERSION, _session_lock, delta_app_id
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = pytest.mark.spark
 
@@ -91,6 +91,15 @@ def stage(
         records=events(start, end),
     )
     return stage_batch(spark, output, batch, window_ms=10_000)
+
+
+def scratch_partials(spark: SparkSession, tmp_path: Path) -> DataFrame:
+    """The rows of a scratch sink's partials table (under ``tmp_path / "scratch"``) after one
+    published batch: the shape a worker's warm-up gives ``create_partials``."""
+    scratch = delta_sink(tmp_path / "scratch")
+    output = scratch.output(spark)
+    output.publish(stage(spark, output, 0, 10))
+    return spark.read.format("delta").load(scratch.partials)
 
 
 def totals(spark: SparkSession, sink: DeltaSink) -> dict[tuple[str, int], tuple[int, Decimal]]:
@@ -322,10 +331,7 @@ class TestDeltaCompactor:
         # Each worker creates it at start, from its warm-up's rows; one wins, the others
         # find it made. Its change data feed is on from its first version.
         sink = delta_sink(tmp_path)
-        scratch = delta_sink(tmp_path / "scratch")
-        output = scratch.output(spark)
-        output.publish(stage(spark, output, 0, 10))
-        like = spark.read.format("delta").load(scratch.partials)
+        like = scratch_partials(spark, tmp_path)
         errors: list[BaseException] = []
 
         def create(session: SparkSession) -> None:
@@ -358,10 +364,7 @@ class TestDeltaCompactor:
         from pyspark.sql import functions as F
 
         sink = delta_sink(tmp_path)
-        scratch = delta_sink(tmp_path / "scratch")
-        output = scratch.output(spark)
-        output.publish(stage(spark, output, 0, 10))
-        like = spark.read.format("delta").load(scratch.partials)
+        like = scratch_partials(spark, tmp_path)
         sink.create_partials(spark, like.withColumn("region", F.lit("eu")))
         output = sink.output(spark)
         staged = stage(spark, output, 0, 10)
