@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,11 +42,13 @@ from ._delta_totals import (
     _version,
     plan_cycle,
 )
-from ._output import PipelineOutput
+from ._output import PipelineOutput, PipelineOutputError, _plain_file_name
 from ._segments import Segment
 from ._sinks import _TXN_APP_ID, _TXN_VERSION, DeltaSink, ParquetSink, _conflict, _session_lock
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from coordination import CoordinatorConfig
@@ -319,43 +322,63 @@ class ParquetCompactor:
         segments.retire(self.sink.retention_ms / 1000)
         view = segments.view()
         fresh = self.output._own_dirs(view)
+        # Merge the fewest (smallest) segments that keep the live ones at max_segments
+        # after this commit: with new batches, one merged keeps the count where it is.
         excess = len(view.segments) + (1 if fresh else 0) - self.sink.max_segments
-        merged = sorted(view.segments, key=lambda s: (s.rows, s.name))[: max(0, excess + 1)]
+        count = 0 if excess <= 0 else excess if fresh else excess + 1
+        merged = sorted(view.segments, key=lambda s: (s.rows, s.name))[:count]
         if len(fresh) + len(merged) < 2:
             return None
         batches: dict[str, Any] = {}
         files: list[str] = []
-        rows = 0
+        rows: int | None = 0  # None: a batch's manifest predates row counts
         for name in fresh:
             path = self.output.published_dir / name
             manifest = self.output.read_manifest(path)
             batches[name] = manifest
             listed = manifest.get("files")
-            files += (
-                [str(path / f) for f in sorted(listed)] if isinstance(listed, dict) else [str(path)]
-            )
-            rows += int(manifest.get("rows", 0))
+            if isinstance(listed, dict):
+                files += [str(path / f) for f in sorted(listed) if _plain_file_name(f)]
+            else:
+                files.append(str(path))
+            rows = None if rows is None or "rows" not in manifest else rows + manifest["rows"]
         for segment in merged:
             batches.update(segment.batches)
             files += [str(segment.path / f) for f in segment.files]
-            rows += segment.rows
+            rows = None if rows is None else rows + segment.rows
         with segments.new_segment() as target:
             if files:
-                pieces = max(1, math.ceil(rows / self.sink.rows_per_file))
-                self.spark.read.parquet(*files).coalesce(pieces).write.parquet(str(target))
+                copied = self._copy(files, target, rows)
             else:
                 target.mkdir()
+                copied = 0
             committed = segments.commit(
                 target,
                 batches=batches,
                 replaces=merged,
-                rows=rows,
+                rows=copied,
                 audit={"compactor": self.identity, "token": self.token},
                 still_leader=still_leader,
             )
         if committed is not None:
             self.cycles += 1
         return committed
+
+    def _copy(self, files: list[str], target: Path, rows: int | None) -> int:
+        """Copy the rows of ``files`` into ``target``; returns their number, checked: the
+        files written hold as many rows as the inputs (a task's output written twice or
+        lost would change what readers see, and the inputs are deleted later)."""
+        inputs = self.spark.read.parquet(*files)
+        expected = inputs.count() if rows is None else rows
+        pieces = max(1, math.ceil(expected / self.sink.rows_per_file))
+        inputs.coalesce(pieces).write.parquet(str(target))
+        written = [str(target / n) for n in sorted(os.listdir(target)) if n.endswith(".parquet")]
+        got = self.spark.read.parquet(*written).count() if written else 0
+        if got != expected:
+            raise PipelineOutputError(
+                f"{target}: the copy holds {got} rows, its batches {expected}; not committed"
+            )
+        return expected
 
 
 # The timing settings a worker's compactor election takes from the worker's membership.

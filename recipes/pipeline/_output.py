@@ -517,12 +517,6 @@ class PipelineOutput:
         src = self.staging_dir / name
         dst = self.published_dir / offsets.name
         plan = _Publishing(name, offsets, src, dst)
-        holder = None if dst.is_dir() else self.segments.holder(offsets.name)
-        if holder is not None:
-            # Published and compacted since (a late or repeated publish): drop the copy.
-            plan.already, plan.dst = True, holder.path
-            shutil.rmtree(src, ignore_errors=True)
-            return plan
         if src.is_dir() and not (src / MANIFEST_NAME).is_file():
             if dst.is_dir():
                 # Another publisher moved it away between the two checks above.
@@ -561,8 +555,13 @@ class PipelineOutput:
             # rename(2) of a directory onto a non-empty directory fails with
             # ENOTEMPTY (or EEXIST): the same range was published by someone
             # else, from the same Kafka records, so this copy is redundant.
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not dst.is_dir():
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
+            if not dst.is_dir():  # a compactor's clean-up took it since: it is in a segment
+                holder = self.segments.holder(offsets.name)
+                if holder is None:
+                    raise
+                dst = holder.path
             log.info("%s was already published; removing %s", offsets.name, plan.name)
             shutil.rmtree(src, ignore_errors=True)
             return dst
@@ -778,16 +777,22 @@ class PipelineOutput:
         Raises:
             PipelineOutputError: A published directory has no readable manifest.
         """
-        view = self.segments.view()
-        paths = [seg.path / name for seg in view.segments for name in seg.files]
-        for name in self._own_dirs(view):
-            path = self.published_dir / name
-            files = self.read_manifest(path).get("files")
-            if isinstance(files, dict):
-                paths.extend(path / name for name in sorted(files) if _plain_file_name(name))
-            else:
-                paths.append(path)
-        return paths
+        while True:
+            view = self.segments.view()
+            paths = [seg.path / name for seg in view.segments for name in seg.files]
+            try:
+                for name in self._own_dirs(view):
+                    path = self.published_dir / name
+                    files = self.read_manifest(path).get("files")
+                    if isinstance(files, dict):
+                        paths.extend(path / n for n in sorted(files) if _plain_file_name(n))
+                    else:
+                        paths.append(path)
+            except PipelineOutputError:
+                if all((self.published_dir / n).is_dir() for n in self._own_dirs(view)):
+                    raise
+                continue  # compacted and deleted since the view (no retention): look again
+            return paths
 
     @staticmethod
     def _own_dirs(view: OutputView) -> list[str]:

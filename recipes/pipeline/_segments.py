@@ -56,6 +56,7 @@ _COMPACTED: Final = "compacted"
 _COMPACTING: Final = "compacting"
 _LOCK: Final = ".lock"
 _TRASH: Final = ".trash-"
+_STRAYS_WARNED: set[Path] = set()  # entries of compacted/ that are no segment, told once
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class OutputView:
 
 
 class _Changed(Exception):
-    """A segment went away while the view was read: read it again."""
+    """A listed segment was deleted while the view was read: read the view again."""
 
 
 class Segments:
@@ -125,7 +126,7 @@ class Segments:
         while True:
             try:
                 names = self._segment_names()
-                present = {name: self._read(name) for name in names}
+                present = {name: seg for name in names if (seg := self._read(name)) is not None}
                 entries = [e for e in listdir(self.published_dir) if not e.startswith(".")]
                 if self._segment_names() == names:
                     return _view(present, entries)
@@ -143,7 +144,7 @@ class Segments:
     @contextlib.contextmanager
     def new_segment(self) -> Iterator[Path]:
         """Where a compactor writes a new segment (not created: Spark's writer creates it),
-        then :meth:`commit` s it. While the block runs, the directory's lock
+        then commits it with :meth:`commit`. While the block runs, the directory's lock
         (``compacting/<name>.lock``) keeps :meth:`retire` off it; what is left of it
         uncommitted at the end is deleted."""
         self.compacting_dir.mkdir(parents=True, exist_ok=True)
@@ -172,7 +173,7 @@ class Segments:
         """Commit the segment written in ``written`` (data files only, so far).
 
         Args:
-            written: A directory from :meth:`new_segment_path`, holding the data files.
+            written: A directory from :meth:`new_segment`, holding the data files.
             batches: Every batch it holds: the new ones and those of ``replaces``.
             replaces: The live segments it merged.
             rows: Its rows.
@@ -185,6 +186,7 @@ class Segments:
             ``still_leader`` said no.
         """
         files = sorted(n for n in listdir(written) if not n.startswith(("_", ".")))
+        fsync_tree(written)  # the data, before the manifest that makes it a segment
         with self._locked():
             view = self.view()
             live = {s.name: s for s in view.segments}
@@ -208,6 +210,8 @@ class Segments:
                 {s.name for s in replaces}
                 | {r.name for r in view.replaced if any(r.name in s.replaces for s in replaces)}
             )
+            # Stamped right before the rename: what it holds stays readable for the
+            # retention from about the moment readers can first see it.
             manifest = {
                 "format": _FORMAT,
                 "batches": {name: dict(batches[name]) for name in sorted(batches)},
@@ -215,10 +219,10 @@ class Segments:
                 "files": files,
                 "rows": rows,
                 "committed_s": time.time(),
-                **audit,
+                "audit": dict(audit),
             }
-            (written / SEGMENT_MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
-            fsync_tree(written)
+            _write_synced(written / SEGMENT_MANIFEST, json.dumps(manifest, sort_keys=True))
+            fsync_dir(written)
             self.compacted_dir.mkdir(parents=True, exist_ok=True)
             os.rename(written, self.compacted_dir / written.name)
             fsync_dir(self.compacted_dir)
@@ -230,7 +234,7 @@ class Segments:
             rows,
             len(replaced_names),
         )
-        return self._read(written.name)
+        return _segment(written.name, self.compacted_dir / written.name, manifest)
 
     def retire(self, retention_s: float, *, now: float | None = None) -> list[str]:
         """Delete what live segments hold or replace once they are ``retention_s`` old,
@@ -262,6 +266,8 @@ class Segments:
                     shutil.rmtree(self.compacting_dir / entry, ignore_errors=True)
                 elif not entry.endswith(_LOCK):
                     self._remove_abandoned(entry)
+                elif not (self.compacting_dir / entry.removesuffix(_LOCK)).exists():
+                    self._remove_abandoned(entry.removesuffix(_LOCK))  # its lock alone
         if deleted:
             log.info("deleted %d compacted batches and segments", len(deleted))
         return deleted
@@ -271,21 +277,29 @@ class Segments:
     def _segment_names(self) -> list[str]:
         return sorted(e for e in listdir(self.compacted_dir) if not e.startswith("."))
 
-    def _read(self, name: str) -> Segment:
+    def _read(self, name: str) -> Segment | None:
+        """The segment ``compacted/<name>``; None if that is no segment (no manifest)."""
         path = self.compacted_dir / name
         try:
-            doc = json.loads((path / SEGMENT_MANIFEST).read_bytes())
-        except FileNotFoundError:
-            raise _Changed from None  # deleted (moved to trash) since it was listed
-        return Segment(
-            name=name,
-            path=path,
-            batches=doc["batches"],
-            replaces=tuple(doc["replaces"]),
-            files=tuple(doc["files"]),
-            rows=int(doc["rows"]),
-            committed_s=float(doc["committed_s"]),
-        )
+            raw = (path / SEGMENT_MANIFEST).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            if not os.path.lexists(path):
+                raise _Changed from None  # deleted (moved to trash) since it was listed
+            # Segments come in whole (a rename), so this never was one: a stray entry.
+            if path not in _STRAYS_WARNED:
+                _STRAYS_WARNED.add(path)
+                log.warning("%s has no %s: not a segment, not read", path, SEGMENT_MANIFEST)
+            return None
+        try:
+            return _segment(name, path, json.loads(raw))
+        except (ValueError, KeyError, TypeError) as e:
+            from ._output import PipelineOutputError  # (that module imports this one)
+
+            raise PipelineOutputError(
+                f"{path / SEGMENT_MANIFEST} is not readable ({e!r}): the segment's batches "
+                "cannot be read; restore the file or move the segment out of compacted/ "
+                "once its batches are published again"
+            ) from e
 
     def _remove_abandoned(self, name: str) -> None:
         """Delete ``compacting/<name>`` unless its compactor still writes it (holds its lock)."""
@@ -319,6 +333,29 @@ class Segments:
             yield
         finally:
             os.close(fd)
+
+
+def _segment(name: str, path: Path, doc: Mapping[str, Any]) -> Segment:
+    return Segment(
+        name=name,
+        path=path,
+        batches=doc["batches"],
+        replaces=tuple(doc["replaces"]),
+        files=tuple(doc["files"]),
+        rows=int(doc["rows"]),
+        committed_s=float(doc["committed_s"]),
+    )
+
+
+def _write_synced(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        left = memoryview(text.encode())
+        while left:
+            left = left[os.write(fd, left) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _view(present: Mapping[str, Segment], entries: Sequence[str]) -> OutputView:

@@ -7,6 +7,7 @@ Each case stages and publishes real batches (:func:`stage_batch`), compacts them
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from decimal import Decimal
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from coordination.errors import ConfigurationError
-from recipes.pipeline import ParquetCompactor, ParquetSink, PipelineOutput
+from recipes.pipeline import ParquetCompactor, ParquetSink, PipelineOutput, PipelineOutputError
 from recipes.pipeline._spark import published_dataframe
 
 from .test_sinks import expected, stage
@@ -128,3 +129,21 @@ def test_settings_are_checked(tmp_path: Path) -> None:
         ParquetSink(tmp_path, compaction_interval_ms=10, max_segments=1)
     with pytest.raises(ConfigurationError, match="no compaction_interval_ms"):
         ParquetCompactor(None, ParquetSink(tmp_path))  # type: ignore[arg-type]
+
+
+def test_a_copy_that_does_not_hold_its_batches_rows_is_not_committed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    sink = ParquetSink(tmp_path, compaction_interval_ms=1000)
+    output = sink.output(spark)
+    names = [output.publish(stage(spark, output, s, e)).name for s, e in [(0, 10), (10, 20)]]
+    # A batch whose files hold a row fewer than its manifest says (a lost task's output).
+    manifest_path = output.published_dir / names[1] / "_manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["rows"] += 1
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(PipelineOutputError, match="the copy holds"):
+        ParquetCompactor(spark, sink).compact()
+    assert output.segments.view().segments == ()
+    assert list(output.segments.compacting_dir.iterdir()) == []
+    assert results(spark, output) == expected((0, 20))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from recipes.pipeline import _files, _segments
-from recipes.pipeline._output import PipelineOutput
+from recipes.pipeline._output import PipelineOutput, PipelineOutputError
 from recipes.pipeline._segments import Segment
 
 from .test_output import fake_stage
@@ -130,11 +130,16 @@ def test_a_late_publish_of_a_compacted_batch_is_dropped(tmp_path: Path) -> None:
     assert segment is not None
     output.segments.retire(0.0)
     assert not (output.published_dir / name).exists()
-    # ... then the former owner resumes and publishes its staging copy.
+    # ... then the former owner resumes and publishes its staging copy: the directory is
+    # back, but a segment holds its batch, so readers do not read it and the next clean-up
+    # deletes it.
     shutil.copytree(copy, output.staging_dir / staged.name)
-    assert output.publish(staged.name) == segment.path
+    output.publish(staged.name)
+    assert (output.published_dir / name).is_dir()
+    assert read_once(output) == [name, *second]
+    assert output.published_files() == [segment.path / "part-00000.parquet"]
+    output.segments.retire(0.0)
     assert not (output.published_dir / name).exists()
-    assert not (output.staging_dir / staged.name).exists()
     assert read_once(output) == [name, *second]
 
 
@@ -224,3 +229,34 @@ def test_a_reader_listing_across_a_commit_and_its_deletions_reads_again(
     monkeypatch.setattr(_segments, "listdir", listing)
     assert read_once(output) == names
     assert interleaved and interleaved[0] is not None
+
+
+def test_an_entry_of_compacted_that_is_no_segment_is_not_read(tmp_path: Path) -> None:
+    output = PipelineOutput(tmp_path)
+    names = publish(output, (0, 10), (10, 20))
+    (output.segments.compacted_dir / "lost+found").mkdir(parents=True)
+    (output.segments.compacted_dir / "notes.txt").write_text("an operator's")
+    segment = compact(output, names)
+    assert segment is not None
+    assert [s.name for s in output.segments.view().segments] == [segment.name]
+    assert read_once(output) == names
+    assert [r.name for r in output.published()] == names
+
+
+def test_an_unreadable_segment_manifest_is_an_error_naming_it(tmp_path: Path) -> None:
+    output = PipelineOutput(tmp_path)
+    names = publish(output, (0, 10), (10, 20))
+    segment = compact(output, names)
+    assert segment is not None
+    (segment.path / _segments.SEGMENT_MANIFEST).write_text('{"batches": ')
+    with pytest.raises(PipelineOutputError, match=f"{segment.name}.*_segment.json"):
+        output.published()
+
+
+def test_a_dead_compactors_lock_file_is_removed_with_its_copy(tmp_path: Path) -> None:
+    output = PipelineOutput(tmp_path)
+    with output.segments.new_segment() as writing:
+        lock = writing.parent / f"{writing.name}.lock"
+        shutil.copy(lock, writing.parent / "segment-000000000000001-000000000000.lock")
+    output.segments.retire(0.0)
+    assert list(output.segments.compacting_dir.iterdir()) == []
