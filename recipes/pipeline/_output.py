@@ -524,7 +524,14 @@ class PipelineOutput:
                 return plan
             raise PipelineOutputError(f"{src} has no {MANIFEST_NAME}: its write did not finish")
         if src.is_dir():
-            files = self.read_manifest(src).get("files")
+            try:
+                files = self.read_manifest(src).get("files")
+            except PipelineOutputError:
+                if not dst.is_dir():
+                    raise
+                # Another publisher moved it away since the checks above.
+                plan.already = True
+                return plan
             plan.files = (
                 sorted(files)
                 if isinstance(files, dict)
