@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from coordination.errors import ConfigurationError, CoordinationError
+from coordination.errors import ConfigurationError
 
+from ._errors import PipelineOutputError
 from ._files import fsync_dir as _fsync_dir
 from ._files import fsync_tree as _fsync_tree
 from ._files import listdir as _listdir
@@ -92,16 +93,6 @@ _NAME = re.compile(
     r"^(?P<topic>.+)-(?P<partition>\d{1,10})-(?P<start>\d{20})-(?P<end>\d{20})"
     r"(?:-(?P<attempt>[0-9a-f]{32}))?$"
 )
-
-
-class PipelineOutputError(CoordinationError):
-    """The pipeline's output directory is not in a state the protocol allows.
-
-    Raised when a batch to publish is incomplete or gone without having been
-    published, when commit metadata names a batch whose results are lost, or
-    when an argument breaks the protocol's rules (an offset out of the batch's
-    range). The message says which directory and which rule.
-    """
 
 
 class StagedFilesError(PipelineOutputError):

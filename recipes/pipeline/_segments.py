@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from ._errors import PipelineOutputError
 from ._files import fsync_dir, fsync_tree, listdir
 
 __all__ = ["SEGMENT_MANIFEST", "OutputView", "Segment", "Segments"]
@@ -293,8 +294,6 @@ class Segments:
         try:
             return _segment(name, path, json.loads(raw))
         except (ValueError, KeyError, TypeError) as e:
-            from ._output import PipelineOutputError  # (that module imports this one)
-
             raise PipelineOutputError(
                 f"{path / SEGMENT_MANIFEST} is not readable ({e!r}): the segment's batches "
                 "cannot be read; restore the file or move the segment out of compacted/ "
