@@ -405,3 +405,192 @@ class ShareConsumersDriver(DriverBase):
             if state.start < end:
                 left.append(f"{p}: {end - state.start} from offset {state.start}")
         return f"records neither acknowledged nor archived: {', '.join(left)}" if left else None
+
+
+# ---------------------------------------------------------------------------- the worker
+
+DEAD_LETTER_TOPIC = "jobs-dead"
+WORKER_CONCURRENCY = 2
+# Below the model's delivery limit (5): a failure is final at the third delivery, when the
+# worker copies the record to the dead-letter topic before its REJECT.
+MAX_DELIVERIES = 3
+# The chance that a dead-letter copy is not confirmed (the record is released instead).
+DEAD_LETTER_FAILURE = 0.1
+
+
+class Retryable(Exception):
+    """A handler failure the worker retries (``retry_on``)."""
+
+
+class Poison(Exception):
+    """A handler failure the worker does not retry: the record is dead-lettered at once."""
+
+
+def _worker_rule(salt: str, partition: int, offset: int, delivery: int) -> str:
+    """What the handler does with a delivery: fixed by the seed and the delivery. A record
+    is poison at every delivery, or not at all."""
+    if random.Random(f"{salt}:poison:{partition}:{offset}").random() < 0.04:
+        return "poison"
+    draw = random.Random(f"{salt}:{partition}:{offset}:{delivery}").random()
+    if draw < 0.15:
+        return "fail"  # retryable
+    if draw < 0.18:
+        return "slow"  # longer than half the lock: the worker renews it
+    return "succeed"
+
+
+class SimDeadLetters:
+    """The dead-letter producer's stand-in (``send(...).get(timeout)``, as kafka-python's):
+    a copy takes a round trip of simulated time, fails now and then (drawn from the seed), and
+    is recorded by the driver once confirmed, by the origin partition and offset its headers
+    name."""
+
+    def __init__(self, driver: ShareWorkersDriver, clock: Scheduler, process: str) -> None:
+        self._driver = driver
+        self._clock = clock
+        self._rng = clock.random()
+        self._process = process
+
+    def send(self, topic: str, *, key: Any, value: Any, headers: Any) -> _SimCopy:
+        return _SimCopy(self, topic, dict(headers))
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+class _SimCopy:
+    def __init__(self, producer: SimDeadLetters, topic: str, headers: dict[str, bytes]) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._headers = headers
+
+    def get(self, timeout: float) -> None:
+        producer = self._producer
+        cluster = producer._driver.cluster
+        assert cluster is not None
+        producer._clock.sleep(2 * cluster.latency(), producer._clock.event())
+        if producer._rng.random() < DEAD_LETTER_FAILURE:
+            raise TimeoutError("the dead-letter copy was not confirmed (simulated)")
+        where = (
+            int(self._headers["__dlq.origin.partition"]),
+            int(self._headers["__dlq.origin.offset"]),
+        )
+        producer._driver.dead_lettered[where] = producer._process
+
+
+class ShareWorkersDriver(ShareConsumersDriver):
+    """The share worker (``recipes.queues.ShareWorker``) of each member, with the topic, the
+    faults and the model of the share consumers' histories. Its handler succeeds, fails (a
+    retryable error), or takes longer than half the lock (the worker renews it), drawn from
+    the seed for each delivery; a few records are poison (a failure not retried). Failures
+    are final at the third delivery; poison records are copied to a dead-letter stand-in that
+    fails one copy in ten.
+
+    Checked at every simulated instant, on top of the share consumers' invariants (no record
+    held by two members at once, no delivery above the limit), from what the model applied:
+
+    - a record ACCEPTed was returned from by a handler (a failure is never accepted);
+    - a record REJECTed was copied to the dead-letter topic first (nothing dropped silently);
+    - no member runs more handlers at once than its concurrency.
+
+    After the faults, every record produced is accepted or archived (none lost).
+    """
+
+    name = "share-worker"
+
+    def __init__(self, settings: HistorySettings) -> None:
+        super().__init__(settings)
+        self.workers: dict[str, tuple[Process, Any]] = {}
+        self.succeeded: set[tuple[int, int]] = set()  # a handler returned for (p, offset)
+        self.dead_lettered: dict[tuple[int, int], str] = {}  # copied, by which process
+        self._running: Counter[str] = Counter()
+        self._read: dict[int, int] = {}  # how far the model's applied list was checked
+
+    def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        from coordination.errors import CoordinationError
+        from recipes.queues import ShareWorker
+
+        if self.model is None:
+            self._install(transport, clock, trace)
+        model, cluster = self.model, self.cluster
+        assert model is not None and cluster is not None
+        process = host.process
+        assert process is not None
+        me = process.name
+        never = clock.event()
+        lock_s = SETTINGS.record_lock_duration_ms / 1000
+        settings = self.settings.member_settings()
+        # The worker's retry_backoff_ms and retry_backoff_max_ms are its handlers' backoff;
+        # the member's are left to their defaults.
+        for name in ("retry_backoff_ms", "retry_backoff_max_ms"):
+            settings.pop(name, None)
+
+        def handle(record: Any) -> None:
+            self._running[me] += 1
+            try:
+                if self._running[me] > WORKER_CONCURRENCY and self._violation is None:
+                    self._violation = f"{me} ran {self._running[me]} handlers at once"
+                rule = _worker_rule(
+                    self.salt, record.partition, record.offset, record.delivery_count
+                )
+                seconds = 0.6 * lock_s if rule == "slow" else 0.02
+                clock.sleep(seconds + self.slow_seconds(host), never)
+                self.outcomes[f"handler {rule}"] += 1
+                if rule == "fail":
+                    raise Retryable(f"{record.partition}:{record.offset}")
+                if rule == "poison":
+                    raise Poison(f"{record.partition}:{record.offset}")
+                self.succeeded.add((record.partition, record.offset))
+            finally:
+                self._running[me] -= 1
+
+        worker = ShareWorker(
+            GROUP,
+            topics=[TOPIC],
+            handler=handle,
+            concurrency=WORKER_CONCURRENCY,
+            retry_on=Retryable,
+            max_deliveries=MAX_DELIVERIES,
+            retry_backoff_ms=200,
+            retry_backoff_max_ms=800,
+            dead_letter_topic=DEAD_LETTER_TOPIC,
+            dead_letter_producer=SimDeadLetters(self, clock, me),
+            dead_letter_timeout_ms=2000,
+            drain_timeout_ms=2000,
+            leaders=SimLeaders(model, cluster, transport),
+            transport=transport,
+            clock=clock,
+            **settings,
+        )
+        self.workers[me] = (process, worker)
+        try:
+            worker.run()
+        except CoordinationError as e:
+            trace(f"{me}: the worker stopped: {type(e).__name__}: {e}")
+        finally:
+            metrics = worker.metrics()
+            self.outcomes["dead-letter copies failed"] += metrics.dead_letter_failures
+            self.outcomes["released unstarted at close"] += metrics.released_unstarted
+
+    def close(self, host: Host) -> None:
+        name = None if host.process is None else host.process.name
+        if name in self.workers:
+            self.workers[name][1].close()
+
+    def check(self, now: float) -> None:
+        super().check(now)
+        model = self.model
+        if model is None:
+            return
+        from recipes.queues import AcknowledgeType
+
+        for p, state in model.share_partitions.items():
+            new = state.applied_in_order[self._read.get(p, 0) :]
+            self._read[p] = len(state.applied_in_order)
+            for offset, member_id, kind in new:
+                where = f"{p}:{offset}"
+                if kind is AcknowledgeType.ACCEPT and (p, offset) not in self.succeeded:
+                    raise Violation(f"{member_id} accepted {where}, which no handler returned")
+                if kind is AcknowledgeType.REJECT and (p, offset) not in self.dead_lettered:
+                    raise Violation(f"{member_id} rejected {where} with no dead-letter copy")
+                self.outcomes[f"applied {kind.name}"] += 1

@@ -56,6 +56,8 @@ _MAX_DELIVERY_LIMIT: Final = 10
 _RENEW_WHEN_LEFT: Final = 0.5
 # The longest the poll thread waits before looking at finished handlers and locks again.
 _POLL_MS: Final = 250
+# The shortest wait for a renewal or a backoff that is not due yet.
+_MIN_WAIT_S: Final = 0.001
 _ERROR_MESSAGE_BYTES: Final = 1000
 # The group's delivery limit may be read while records are held (those of the poll that
 # joined): an answer must come well within their lock (30 s by default).
@@ -331,7 +333,9 @@ class ShareWorker:
         self._finished: list[tuple[_Entry, _Decision]] = []
         self._handlers_exit = False
         # The poll thread's own:
-        self._held: set[_Entry] = set()
+        # An ordered set (a dict's keys): the same order in every run of a history, as
+        # the simulator replays it (a set of these would follow their memory addresses).
+        self._held: dict[_Entry, None] = {}
         self._acked: dict[tuple[str, int, int], _Why] = {}  # acknowledged, outcome unknown
         self._unsent = False  # acknowledgements made since the last poll or commit
         self._metrics = WorkerMetrics()
@@ -508,7 +512,7 @@ class ShareWorker:
         for record in records:
             deadline = self._consumer.lock_deadline(record)
             entries.append(_Entry(record, lock_s=max(0.0, (deadline or now) - now)))
-        self._held.update(entries)
+        self._held.update(dict.fromkeys(entries))
         lag = self._consumer.metrics().lag  # refreshed by the poll, if due
         with self._metrics_lock:
             self._metrics.received += len(entries)
@@ -599,7 +603,7 @@ class ShareWorker:
             finished, self._finished = self._finished, []
         for entry, decision in finished:
             if entry.lost:
-                self._held.discard(entry)
+                self._held.pop(entry, None)
                 log.warning(
                     "share group %r: %s handled (%s) after its lock ran out: not acknowledged, "
                     "it is delivered again",
@@ -632,7 +636,7 @@ class ShareWorker:
             self._cond.notify_all()
 
     def _acknowledge(self, entry: _Entry, ack: AcknowledgeType, why: _Why) -> None:
-        self._held.discard(entry)
+        self._held.pop(entry, None)
         record = entry.record
         try:
             self._consumer.acknowledge(record, ack)
@@ -652,7 +656,7 @@ class ShareWorker:
             deadline = self._consumer.lock_deadline(entry.record)
             if deadline is None or deadline <= now:
                 self._lose(entry)
-            elif deadline - now <= entry.lock_s * _RENEW_WHEN_LEFT:
+            elif deadline - entry.lock_s * _RENEW_WHEN_LEFT <= now:  # as _next_due has it
                 record = entry.record
                 self._consumer.acknowledge(record, AcknowledgeType.RENEW)
                 self._acked[(record.topic, record.partition, record.offset)] = _Why.RENEW
@@ -665,7 +669,7 @@ class ShareWorker:
             if not started:
                 self._queue.remove(entry)
         if not started:
-            self._held.discard(entry)
+            self._held.pop(entry, None)
         # A started one stays held until its handler comes back (it is not waited for).
         log.warning(
             "share group %r: the lock of %s ran out; it may go to another member",
@@ -684,7 +688,10 @@ class ShareWorker:
             deadline = self._consumer.lock_deadline(entry.record)
             if deadline is not None:
                 due = min(due, deadline - entry.lock_s * _RENEW_WHEN_LEFT)
-        return max(0.0, due - now)
+        # Due now, or in at least a millisecond: a wait shorter than the clock's resolution
+        # ends with the clock where it was, the renewal still not due by _renew's sum (its
+        # rounding differs), and the poll thread would spin.
+        return 0.0 if due <= now else max(due - now, _MIN_WAIT_S)
 
     def _send(self) -> None:
         """Send the acknowledgements made since the last poll, now."""

@@ -109,9 +109,12 @@ class GroupCoordinatorModel:
 
     def group_config(self, group_id: str, key: str) -> str | None:
         """A group setting as DescribeConfigs of the group names it (only the KIP-848
-        groups' session timeout is modelled; any broker answers it)."""
+        groups' session timeout and the share groups' delivery count limit are modelled; any
+        broker answers them)."""
         if key == "consumer.session.timeout.ms":
             return str(self._consumer_groups.settings.session_timeout_ms)
+        if key == "share.delivery.count.limit" and self.share_groups is not None:
+            return str(self.share_groups.settings.delivery_count_limit)
         return None
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -243,9 +243,12 @@ class History:
                 lg.removeHandler(handler)
                 lg.setLevel(level)
                 lg.propagate = propagate
-        if self.scheduler.failures and self.result.violation is None:
+        if self.scheduler.failures:
+            # Named even beside another violation: a member whose thread died is often why.
             name, error = self.scheduler.failures[0]
-            self.result.violation = f"thread {name} died: {error!r}"
+            died = f"thread {name} died: {error!r}"
+            violation = self.result.violation
+            self.result.violation = died if violation is None else f"{violation} ({died})"
         self.result.steps = self.scheduler.steps
         self.result.simulated_s = self.scheduler.now - 1000.0
         if self.result.violation is not None or self.log_to_trace:

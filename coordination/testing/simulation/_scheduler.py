@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import random
 from collections import deque
 from collections.abc import Callable
@@ -50,6 +51,9 @@ class Process:
         return f"<Process {self.name}{' dead' if self.dead else ''}>"
 
 
+_TASK_ORDER = itertools.count()
+
+
 class _Task:
     """One simulated thread: a greenlet and what it waits for."""
 
@@ -58,6 +62,7 @@ class _Task:
         "done",
         "greenlet",
         "name",
+        "order",
         "process",
         "thread",
         "token",
@@ -66,6 +71,9 @@ class _Task:
 
     def __init__(self, name: str, process: Process | None, thread: SimThread) -> None:
         self.name = name
+        # Threads are unwound by name, then in the order made: members' threads may share a
+        # name, and a set of tasks iterates in no fixed order.
+        self.order = next(_TASK_ORDER)
         self.thread = thread
         self.process = process
         self.greenlet: greenlet | None = None
@@ -199,7 +207,7 @@ class Scheduler:
         # In place: the running loop holds the list.
         self._ready[:] = [t for t in self._ready if t.process is not process]
         process.deferred.clear()
-        for task in sorted(process.tasks, key=lambda t: t.name):
+        for task in sorted(process.tasks, key=lambda t: (t.name, t.order)):
             self._unwind_task(task)
         process.tasks.clear()
         for release in process.at_kill:
@@ -235,7 +243,7 @@ class Scheduler:
         self._timers.clear()
         failures = len(self.failures)
         processes: dict[str, Process] = {}
-        for task in sorted(self._started, key=lambda t: t.name):
+        for task in sorted(self._started, key=lambda t: (t.name, t.order)):
             if task.process is not None:
                 task.process.dead = True
                 task.process.deferred.clear()

@@ -101,8 +101,10 @@ class SharePartitionState:
 
     states: dict[int, tuple[RecordState, int]] = field(default_factory=dict)
     start: int = 0
-    # Checker bookkeeping, not Kafka state: every acknowledgement applied, by offset.
+    # Checker bookkeeping, not Kafka state: every acknowledgement applied, by offset, and
+    # in the order applied (a checker reads the new ones from where it stopped).
     applied: dict[int, list[tuple[str, A]]] = field(default_factory=dict)
+    applied_in_order: list[tuple[int, str, A]] = field(default_factory=list)
 
     def state(self, offset: int) -> tuple[RecordState, int]:
         return self.states.get(offset, (RecordState.AVAILABLE, 0))
@@ -617,6 +619,7 @@ class ShareGroupsModel:
             if kind is A.GAP:
                 continue
             state.applied.setdefault(offset, []).append((member_id, kind))
+            state.applied_in_order.append((offset, member_id, kind))
             if kind is A.RENEW:
                 renewed.append(offset)
                 continue

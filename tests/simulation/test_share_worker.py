@@ -1,0 +1,130 @@
+"""The share worker (``recipes.queues.ShareWorker``) in the deterministic simulator
+(``--recipe share-worker``): workers as shipped, with handlers that succeed, fail (retried),
+outlast half their record's lock (renewed) or meet poison records (copied to a dead-letter
+stand-in, then rejected), through seeded fault histories; the checker finding a worker that
+accepts a failed record and one that rejects without a copy; a history replayed from its seed.
+
+A history of 100 faults costs about half a second of one core; CI runs
+SIMULATION_SHARE_WORKER_HISTORIES of them (40 by default).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from coordination.testing.simulation import HistorySettings
+from coordination.testing.simulation import run_seeds as run_seeds_of
+from devtools.simulation import replay, run_seeds
+
+WORKER_HISTORIES = int(os.environ.get("SIMULATION_SHARE_WORKER_HISTORIES", "40"))
+
+
+@pytest.mark.timeout(600)
+def test_every_record_is_accepted_after_its_handler_returned_or_dead_lettered_through_faults() -> (
+    None
+):
+    # In a child process with a fixed PYTHONHASHSEED, as the replay command a failure
+    # prints runs it.
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devtools.simulation",
+            "--recipe",
+            "share-worker",
+            "--seeds",
+            str(WORKER_HISTORIES),
+            "--faults",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        timeout=600,
+    ).stdout
+    assert f"histories={WORKER_HISTORIES} " in out and " violations=0 " in out, out[-5_000:]
+
+
+def test_the_histories_reach_every_outcome_of_a_handler() -> None:
+    from devtools.simulation.queues import ShareWorkersDriver
+
+    drivers: list[ShareWorkersDriver] = []
+
+    def driver(settings: HistorySettings) -> ShareWorkersDriver:
+        drivers.append(ShareWorkersDriver(settings))
+        return drivers[-1]
+
+    summary = run_seeds_of(driver, range(4), HistorySettings(faults=40))
+    assert not summary.failures, summary.failures[0].violation
+    outcomes = sum((d.outcomes for d in drivers), Counter[str]())
+    for reached in (
+        "handler succeed",
+        "handler fail",
+        "handler slow",
+        "handler poison",
+        "applied ACCEPT",
+        "applied RELEASE",
+        "applied REJECT",
+        "applied RENEW",
+        "dead-letter copies failed",
+    ):
+        assert outcomes[reached] > 0, (reached, outcomes)
+
+
+def test_the_checker_finds_a_worker_that_accepts_a_failed_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from recipes.queues import AcknowledgeType
+    from recipes.queues._worker import ShareWorker, _Decision, _Why
+
+    def accepting(self: ShareWorker, record: Any, exc: Exception) -> Any:
+        return _Decision(AcknowledgeType.ACCEPT, _Why.ACCEPTED)
+
+    monkeypatch.setattr(ShareWorker, "_failed", accepting)
+    summary = run_seeds("share-worker", range(10), HistorySettings(faults=20), stop_at_first=True)
+    assert summary.failures, "a failed record accepted went unnoticed"
+    violation = summary.failures[0].violation
+    assert violation is not None and "which no handler returned" in violation, violation
+
+
+def test_the_checker_finds_a_worker_that_rejects_without_a_dead_letter_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from recipes.queues._worker import ShareWorker
+
+    monkeypatch.setattr(ShareWorker, "_dead_letter", lambda self, *args: True)
+    summary = run_seeds("share-worker", range(10), HistorySettings(faults=20), stop_at_first=True)
+    assert summary.failures, "a REJECT without its dead-letter copy went unnoticed"
+    violation = summary.failures[0].violation
+    assert violation is not None and "with no dead-letter copy" in violation, violation
+
+
+def test_the_checker_finds_a_worker_running_more_handlers_than_its_concurrency(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from recipes.queues._worker import ShareWorker
+
+    real_init = ShareWorker.__init__
+
+    def one_thread_too_many(self: ShareWorker, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        self._concurrency += 1
+
+    monkeypatch.setattr(ShareWorker, "__init__", one_thread_too_many)
+    summary = run_seeds("share-worker", range(10), HistorySettings(faults=20), stop_at_first=True)
+    assert summary.failures, "a worker running more handlers than its concurrency went unnoticed"
+    violation = summary.failures[0].violation
+    assert violation is not None and "handlers at once" in violation, violation
+
+
+def test_a_history_replays_exactly_from_its_seed() -> None:
+    settings = HistorySettings(faults=20)
+    first, again = replay("share-worker", 3, settings), replay("share-worker", 3, settings)
+    assert first.ok, first.violation
+    assert (first.steps, first.faults, first.trace) == (again.steps, again.faults, again.trace)
