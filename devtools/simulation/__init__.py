@@ -17,7 +17,7 @@ from examples.shards_simulation import ShardsDriver
 from .consumers import AsyncConsumersDriver, BrokerAssignedConsumersDriver, ConsumersDriver
 from .election import AsyncElectionDriver, ElectionDriver
 from .pipeline import BrokerAssignedPipelineDriver, PipelineDriver
-from .queues import ShareConsumersDriver, ShareWorkersDriver
+from .queues import AsyncShareWorkersDriver, ShareConsumersDriver, ShareWorkersDriver
 from .tasks import TasksDriver
 
 # The recipes the simulator runs, by name.
@@ -33,6 +33,7 @@ RECIPES: dict[str, DriverFactory] = {
     "pipeline-848": BrokerAssignedPipelineDriver,
     "share": ShareConsumersDriver,
     "share-worker": ShareWorkersDriver,
+    "share-worker-async": AsyncShareWorkersDriver,
 }
 
 

@@ -26,6 +26,7 @@ produced is acknowledged or archived at the model (none lost).
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from collections import Counter
@@ -41,6 +42,7 @@ from coordination.testing.simulation import (
     Process,
     Scheduler,
     SimCluster,
+    SimEventLoop,
     SimTransport,
     Trace,
     Violation,
@@ -510,57 +512,21 @@ class ShareWorkersDriver(ShareConsumersDriver):
         from coordination.errors import CoordinationError
         from recipes.queues import ShareWorker
 
-        if self.model is None:
-            self._install(transport, clock, trace)
-        model, cluster = self.model, self.cluster
-        assert model is not None and cluster is not None
         process = host.process
         assert process is not None
         me = process.name
         never = clock.event()
-        lock_s = SETTINGS.record_lock_duration_ms / 1000
-        settings = self.settings.member_settings()
-        # The worker's retry_backoff_ms and retry_backoff_max_ms are its handlers' backoff;
-        # the member's are left to their defaults.
-        for name in ("retry_backoff_ms", "retry_backoff_max_ms"):
-            settings.pop(name, None)
 
         def handle(record: Any) -> None:
-            self._running[me] += 1
+            rule, seconds = self._handler_began(me, host, record)
             try:
-                if self._running[me] > WORKER_CONCURRENCY and self._violation is None:
-                    self._violation = f"{me} ran {self._running[me]} handlers at once"
-                rule = _worker_rule(
-                    self.salt, record.partition, record.offset, record.delivery_count
-                )
-                seconds = 0.6 * lock_s if rule == "slow" else 0.02
-                clock.sleep(seconds + self.slow_seconds(host), never)
-                self.outcomes[f"handler {rule}"] += 1
-                if rule == "fail":
-                    raise Retryable(f"{record.partition}:{record.offset}")
-                if rule == "poison":
-                    raise Poison(f"{record.partition}:{record.offset}")
-                self.succeeded.add((record.partition, record.offset))
+                clock.sleep(seconds, never)
+                self._handler_ends(rule, record)
             finally:
                 self._running[me] -= 1
 
         worker = ShareWorker(
-            GROUP,
-            topics=[TOPIC],
-            handler=handle,
-            concurrency=WORKER_CONCURRENCY,
-            retry_on=Retryable,
-            max_deliveries=MAX_DELIVERIES,
-            retry_backoff_ms=200,
-            retry_backoff_max_ms=800,
-            dead_letter_topic=DEAD_LETTER_TOPIC,
-            dead_letter_producer=SimDeadLetters(self, clock, me),
-            dead_letter_timeout_ms=2000,
-            drain_timeout_ms=2000,
-            leaders=SimLeaders(model, cluster, transport),
-            transport=transport,
-            clock=clock,
-            **settings,
+            GROUP, handler=handle, **self._worker_settings(me, transport, clock, trace)
         )
         self.workers[me] = (process, worker)
         try:
@@ -568,9 +534,59 @@ class ShareWorkersDriver(ShareConsumersDriver):
         except CoordinationError as e:
             trace(f"{me}: the worker stopped: {type(e).__name__}: {e}")
         finally:
-            metrics = worker.metrics()
-            self.outcomes["dead-letter copies failed"] += metrics.dead_letter_failures
-            self.outcomes["released unstarted at close"] += metrics.released_unstarted
+            self._count(worker.metrics())
+
+    def _worker_settings(
+        self, me: str, transport: SimTransport, clock: Scheduler, trace: Trace
+    ) -> dict[str, Any]:
+        if self.model is None:
+            self._install(transport, clock, trace)
+        model, cluster = self.model, self.cluster
+        assert model is not None and cluster is not None
+        settings = self.settings.member_settings()
+        # The worker's retry_backoff_ms and retry_backoff_max_ms are its handlers' backoff;
+        # the member's are left to their defaults.
+        for name in ("retry_backoff_ms", "retry_backoff_max_ms"):
+            settings.pop(name, None)
+        return {
+            "topics": [TOPIC],
+            "concurrency": WORKER_CONCURRENCY,
+            "retry_on": Retryable,
+            "max_deliveries": MAX_DELIVERIES,
+            "retry_backoff_ms": 200,
+            "retry_backoff_max_ms": 800,
+            "dead_letter_topic": DEAD_LETTER_TOPIC,
+            "dead_letter_producer": SimDeadLetters(self, clock, me),
+            "dead_letter_timeout_ms": 2000,
+            "drain_timeout_ms": 2000,
+            "leaders": SimLeaders(model, cluster, transport),
+            "transport": transport,
+            "clock": clock,
+            **settings,
+        }
+
+    def _handler_began(self, me: str, host: Host, record: Any) -> tuple[str, float]:
+        """A handler starts on ``record``: what it is to do, and for how long."""
+        self._running[me] += 1
+        if self._running[me] > WORKER_CONCURRENCY and self._violation is None:
+            self._violation = f"{me} ran {self._running[me]} handlers at once"
+        rule = _worker_rule(self.salt, record.partition, record.offset, record.delivery_count)
+        lock_s = SETTINGS.record_lock_duration_ms / 1000
+        seconds = 0.6 * lock_s if rule == "slow" else 0.02
+        return rule, seconds + self.slow_seconds(host)
+
+    def _handler_ends(self, rule: str, record: Any) -> None:
+        """Return (the record succeeded) or raise, as ``rule`` says."""
+        self.outcomes[f"handler {rule}"] += 1
+        if rule == "fail":
+            raise Retryable(f"{record.partition}:{record.offset}")
+        if rule == "poison":
+            raise Poison(f"{record.partition}:{record.offset}")
+        self.succeeded.add((record.partition, record.offset))
+
+    def _count(self, metrics: Any) -> None:
+        self.outcomes["dead-letter copies failed"] += metrics.dead_letter_failures
+        self.outcomes["released unstarted at close"] += metrics.released_unstarted
 
     def close(self, host: Host) -> None:
         name = None if host.process is None else host.process.name
@@ -594,3 +610,96 @@ class ShareWorkersDriver(ShareConsumersDriver):
                 if kind is AcknowledgeType.REJECT and (p, offset) not in self.dead_lettered:
                     raise Violation(f"{member_id} rejected {where} with no dead-letter copy")
                 self.outcomes[f"applied {kind.name}"] += 1
+
+
+class AsyncShareWorkersDriver(ShareWorkersDriver):
+    """The share worker through its asyncio face (``AsyncShareWorker``), as shipped, on an
+    asyncio event loop of the member's own (:class:`SimEventLoop`: asyncio's loop on
+    simulated time): ``await worker.run()``, ``async def`` handlers that await their work,
+    a few of which are cancelled while they run (the worker retries those), and
+    ``await worker.close()`` at a graceful restart.
+
+    Checked on top of the share worker's invariants: every handler coroutine runs on its
+    member's loop, and every loop keeps turning (nothing makes it wait for itself).
+    """
+
+    name = "share-worker-async"
+    _TURN_S = 0.02
+
+    def __init__(self, settings: HistorySettings) -> None:
+        super().__init__(settings)
+        # By process name: the member's loop and face, and when its ticker last ran.
+        self.loops: dict[str, tuple[Process, SimEventLoop, Any]] = {}
+        self.turns: dict[str, float] = {}
+
+    def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        from coordination.errors import CoordinationError
+        from recipes.queues import AsyncShareWorker
+
+        process = host.process
+        assert process is not None
+        me = process.name
+        loop = SimEventLoop(clock, me)
+        loop_thread = clock.current_thread()
+
+        async def handle(record: Any) -> None:
+            if clock.current_thread() is not loop_thread and self._violation is None:
+                self._violation = f"{me}: a handler coroutine ran off its event loop"
+            rule, seconds = self._handler_began(me, host, record)
+            try:
+                if _cancelled(self.salt, record):
+                    self.outcomes["handler cancelled"] += 1
+                    task = asyncio.current_task()
+                    assert task is not None
+                    task.cancel()  # as a timeout of the application's would
+                await asyncio.sleep(seconds)
+                self._handler_ends(rule, record)
+            finally:
+                self._running[me] -= 1
+
+        face = AsyncShareWorker(
+            GROUP, handler=handle, **self._worker_settings(me, transport, clock, trace)
+        )
+        self.workers[me] = (process, face)
+        self.loops[me] = (process, loop, face)
+        self.turns[me] = clock.monotonic()
+
+        async def ticker() -> None:
+            while True:
+                self.turns[me] = clock.monotonic()
+                await asyncio.sleep(self._TURN_S)
+
+        async def application() -> None:
+            ticking = asyncio.get_running_loop().create_task(ticker())
+            try:
+                await face.run()
+            except CoordinationError as e:
+                trace(f"{me}: the worker stopped: {type(e).__name__}: {e}")
+            finally:
+                ticking.cancel()
+                self._count(face.metrics())
+
+        loop.run_until_complete(application())
+
+    def close(self, host: Host) -> None:
+        name = None if host.process is None else host.process.name
+        if name not in self.loops:
+            return
+        _, loop, face = self.loops[name]
+        loop.run_from_thread(face.close, timeout=30.0)
+
+    def settled(self, live: list[Host]) -> str | None:
+        # A loop that waits for itself never turns again (and never runs a handler).
+        for name, (process, loop, _) in list(self.loops.items()):
+            if process.dead or loop.is_closed():
+                continue
+            stalled = loop.time() - self.turns[name]
+            if process.paused_until is None and stalled > 1.0:
+                return f"{name}'s event loop stopped turning {stalled:.1f}s ago"
+        return super().settled(live)
+
+
+def _cancelled(salt: str, record: Any) -> bool:
+    """Whether the handler coroutine of this delivery is cancelled while it runs."""
+    seed = f"{salt}:cancel:{record.partition}:{record.offset}:{record.delivery_count}"
+    return random.Random(seed).random() < 0.03

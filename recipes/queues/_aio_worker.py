@@ -5,6 +5,7 @@ letters, lock renewals, the drain); only the handler call crosses to the event l
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
@@ -302,11 +303,19 @@ class AsyncShareWorker(AsyncContext):
         loop = self._bridge.loop
         if loop is None or loop.is_closed():
             raise _HandlerCancelled("the event loop is closed: the handler cannot run")
-        coroutine = self._call_handler(record)
+        future: concurrent.futures.Future[object] = concurrent.futures.Future()
+
+        def begin() -> None:
+            # The coroutine is made here, on the loop: a loop closed before it came to
+            # this call leaves no coroutine that was never awaited (and warns so).
+            if future.cancelled():
+                return
+            task = loop.create_task(self._call_handler(record))
+            task.add_done_callback(functools.partial(_settle, future))
+
         try:
-            future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+            loop.call_soon_threadsafe(begin)
         except RuntimeError as e:  # closed meanwhile
-            coroutine.close()
             raise _HandlerCancelled(f"the event loop is closed: {e}") from e
         done = self._bridge.clock.event()
         future.add_done_callback(lambda _: done.set())
@@ -325,6 +334,16 @@ class AsyncShareWorker(AsyncContext):
         if error is not None:
             # SystemExit or KeyboardInterrupt included: the ShareWorker stops on them.
             raise error
+
+
+def _settle(future: concurrent.futures.Future[object], task: asyncio.Task[object]) -> None:
+    """Hand the handler coroutine's end to the handler thread waiting on ``future``."""
+    if task.cancelled():
+        future.cancel()
+    elif task.exception() is not None:
+        future.set_exception(task.exception())
+    else:
+        future.set_result(task.result())
 
 
 def _public(error: BaseException | None) -> BaseException | None:

@@ -1,11 +1,12 @@
-"""The share worker (``recipes.queues.ShareWorker``) in the deterministic simulator
-(``--recipe share-worker``): workers as shipped, with handlers that succeed, fail (retried),
-outlast half their record's lock (renewed) or meet poison records (copied to a dead-letter
-stand-in, then rejected), through seeded fault histories; the checker finding a worker that
-accepts a failed record and one that rejects without a copy; a history replayed from its seed.
+"""The share worker in the deterministic simulator: ``ShareWorker`` (``--recipe
+share-worker``) and ``AsyncShareWorker`` on asyncio's loop on simulated time (``--recipe
+share-worker-async``), as shipped, with handlers that succeed, fail (retried), outlast half
+their record's lock (renewed), meet poison records (copied to a dead-letter stand-in, then
+rejected) or, async, are cancelled while they run, through seeded fault histories; the
+checker finding workers broken on purpose; histories replayed from their seeds.
 
-A history of 100 faults costs about half a second of one core; CI runs
-SIMULATION_SHARE_WORKER_HISTORIES of them (40 by default).
+A history of 100 faults costs about half a second of one core (the asyncio face's about
+1.3 s); CI runs SIMULATION_SHARE_WORKER_HISTORIES of each (40 and 20 by default).
 """
 
 from __future__ import annotations
@@ -22,13 +23,19 @@ from coordination.testing.simulation import HistorySettings
 from coordination.testing.simulation import run_seeds as run_seeds_of
 from devtools.simulation import replay, run_seeds
 
-WORKER_HISTORIES = int(os.environ.get("SIMULATION_SHARE_WORKER_HISTORIES", "40"))
+_CI_HISTORIES = os.environ.get("SIMULATION_SHARE_WORKER_HISTORIES")
+WORKER_HISTORIES = int(_CI_HISTORIES or "40")
+ASYNC_WORKER_HISTORIES = int(_CI_HISTORIES or "20")
 
 
-@pytest.mark.timeout(600)
-def test_every_record_is_accepted_after_its_handler_returned_or_dead_lettered_through_faults() -> (
-    None
-):
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    ("recipe", "histories"),
+    [("share-worker", WORKER_HISTORIES), ("share-worker-async", ASYNC_WORKER_HISTORIES)],
+)
+def test_every_record_is_accepted_after_its_handler_returned_or_dead_lettered_through_faults(
+    recipe: str, histories: int
+) -> None:
     # In a child process with a fixed PYTHONHASHSEED, as the replay command a failure
     # prints runs it.
     out = subprocess.run(
@@ -37,32 +44,35 @@ def test_every_record_is_accepted_after_its_handler_returned_or_dead_lettered_th
             "-m",
             "devtools.simulation",
             "--recipe",
-            "share-worker",
+            recipe,
             "--seeds",
-            str(WORKER_HISTORIES),
+            str(histories),
             "--faults",
             "100",
         ],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},
-        timeout=600,
+        timeout=900,
     ).stdout
-    assert f"histories={WORKER_HISTORIES} " in out and " violations=0 " in out, out[-5_000:]
+    assert f"histories={histories} " in out and " violations=0 " in out, out[-5_000:]
 
 
-def test_the_histories_reach_every_outcome_of_a_handler() -> None:
-    from devtools.simulation.queues import ShareWorkersDriver
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["threads", "asyncio"])
+def test_the_histories_reach_every_outcome_of_a_handler(asynchronous: bool) -> None:
+    from devtools.simulation.queues import AsyncShareWorkersDriver, ShareWorkersDriver
 
+    kind = AsyncShareWorkersDriver if asynchronous else ShareWorkersDriver
     drivers: list[ShareWorkersDriver] = []
 
     def driver(settings: HistorySettings) -> ShareWorkersDriver:
-        drivers.append(ShareWorkersDriver(settings))
+        drivers.append(kind(settings))
         return drivers[-1]
 
     summary = run_seeds_of(driver, range(4), HistorySettings(faults=40))
     assert not summary.failures, summary.failures[0].violation
     outcomes = sum((d.outcomes for d in drivers), Counter[str]())
+    assert (outcomes["handler cancelled"] > 0) is asynchronous, outcomes
     for reached in (
         "handler succeed",
         "handler fail",
@@ -123,8 +133,31 @@ def test_the_checker_finds_a_worker_running_more_handlers_than_its_concurrency(
     assert violation is not None and "handlers at once" in violation, violation
 
 
-def test_a_history_replays_exactly_from_its_seed() -> None:
+def test_the_checker_finds_an_async_worker_that_takes_a_cancelled_handler_for_a_success(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from recipes.queues import AsyncShareWorker, HandlerCancelledError
+
+    real = AsyncShareWorker._on_handler_thread
+
+    def cancelled_is_done(self: AsyncShareWorker, record: Any) -> None:
+        try:
+            real(self, record)
+        except HandlerCancelledError:
+            return
+
+    monkeypatch.setattr(AsyncShareWorker, "_on_handler_thread", cancelled_is_done)
+    summary = run_seeds(
+        "share-worker-async", range(10), HistorySettings(faults=20), stop_at_first=True
+    )
+    assert summary.failures, "a cancelled handler's record accepted went unnoticed"
+    violation = summary.failures[0].violation
+    assert violation is not None and "which no handler returned" in violation, violation
+
+
+@pytest.mark.parametrize("recipe", ["share-worker", "share-worker-async"])
+def test_a_history_replays_exactly_from_its_seed(recipe: str) -> None:
     settings = HistorySettings(faults=20)
-    first, again = replay("share-worker", 3, settings), replay("share-worker", 3, settings)
+    first, again = replay(recipe, 3, settings), replay(recipe, 3, settings)
     assert first.ok, first.violation
     assert (first.steps, first.faults, first.trace) == (again.steps, again.faults, again.trace)
