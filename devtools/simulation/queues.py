@@ -59,6 +59,8 @@ PARTITIONS = 3
 RECORDS_PER_S = 4.0  # per partition
 MAX_POLL_RECORDS = 10
 SETTINGS = ShareSettings()
+# How often a consumer's polls read the lag (DescribeShareGroupOffsets to the coordinator).
+LAG_REFRESH_MS = 2000
 # How long after a leader's broker stops until another broker leads its partitions, at most.
 FAILOVER_TICK_S = 0.25
 # The chance, at each tick while the faults go on, that a partition's leadership moves.
@@ -176,6 +178,7 @@ class ShareConsumersDriver(DriverBase):
         self._reports: list[_Report] = []
         self._claimed: dict[tuple[str, int, int, Any], int] = {}
         self._accepted_reports: set[tuple[int, int]] = set()
+        self._last_lag: dict[str, dict[tuple[str, int], int]] = {}
         self._violation: str | None = None
         # How each acknowledgement ended ("ACCEPT ok", "RELEASE INVALID_RECORD_STATE"...): what
         # the histories reached.
@@ -198,6 +201,7 @@ class ShareConsumersDriver(DriverBase):
             next_record_at=self.topic.next_record_at,
             brokers=cluster.brokers,
             settings=SETTINGS,
+            topic_name=TOPIC,
         )
         for broker in cluster.brokers.values():
             broker.model.share_groups = self.model
@@ -264,6 +268,7 @@ class ShareConsumersDriver(DriverBase):
             acknowledgement_mode="explicit",
             max_poll_records=MAX_POLL_RECORDS,
             on_acknowledged=on_acknowledged,
+            lag_refresh_ms=LAG_REFRESH_MS,
             leaders=SimLeaders(model, cluster, transport),
             transport=transport,
             clock=clock,
@@ -292,6 +297,7 @@ class ShareConsumersDriver(DriverBase):
                 trace(f"{me}: poll failed: {type(e).__name__}: {e}")
                 clock.sleep(0.1, idle)
                 continue
+            self._check_lag(me, consumer.metrics().lag, clock.monotonic())
             for record in renewing:
                 self._ask(me, consumer, record, AcknowledgeType.ACCEPT)
             renewing = []
@@ -323,6 +329,18 @@ class ShareConsumersDriver(DriverBase):
                     return
                 except CoordinationError as e:
                     trace(f"{me}: commit failed: {type(e).__name__}: {e}")
+
+    def _check_lag(self, me: str, lag: dict[tuple[str, int], int], now: float) -> None:
+        """A lag reading (the polls read it every LAG_REFRESH_MS) is a count of the
+        partition's records: never negative, never more than it holds."""
+        topic = self.topic
+        assert topic is not None
+        if lag != self._last_lag.get(me):
+            self._last_lag[me] = lag
+            self.outcomes["lag readings"] += 1
+        for (_, p), value in lag.items():
+            if not 0 <= value <= topic.end(p, now) and self._violation is None:
+                self._violation = f"{me} read a lag of {value} on partition {p}"
 
     def _ask(self, me: str, consumer: Any, record: Any, kind: Any) -> None:
         from coordination.errors import CoordinatorStateError

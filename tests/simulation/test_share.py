@@ -95,3 +95,23 @@ def test_acknowledgements_never_ride_on_the_fetch_that_opens_a_session() -> None
     outcomes = sum((d.outcomes for d in drivers), Counter[str]())
     assert outcomes["ACCEPT ok"] > 0
     assert not [k for k in outcomes if k.endswith("INVALID_REQUEST")], outcomes
+    assert outcomes["lag readings"] > 0, outcomes  # the polls' lookups, through the faults
+
+
+def test_the_checker_finds_a_lag_reading_that_is_not_a_count_of_the_partitions_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The polls read the lag (DescribeShareGroupOffsets to the model's coordinator) every
+    # two seconds; one that reads it wrong (here: a million records too many) is caught.
+    from coordination.share_group import ShareGroupMember
+
+    real = ShareGroupMember.share_partition_lag
+
+    def inflated(self: ShareGroupMember, timeout: float | None = None) -> dict[Any, int]:
+        return {tp: lag + 1_000_000 for tp, lag in real(self, timeout).items()}
+
+    monkeypatch.setattr(ShareGroupMember, "share_partition_lag", inflated)
+    summary = run_seeds("share", range(5), HistorySettings(faults=20), stop_at_first=True)
+    assert summary.failures, "a wrong lag reading went unnoticed"
+    violation = summary.failures[0].violation
+    assert violation is not None and "read a lag of" in violation, violation

@@ -190,10 +190,13 @@ class ShareGroupsModel:
         next_record_at: Callable[[int, float], float | None],
         brokers: Iterable[int],
         settings: ShareSettings = ShareSettings(),
+        topic_name: str | None = None,
     ) -> None:
         self._clock = timers
         self.settings = settings
         self.topic_id = topic_id
+        # For DescribeShareGroupOffsets, which names topics (None: any name is the topic).
+        self.topic_name = topic_name
         self.partitions = partitions
         self._end = end
         self._next_record_at = next_record_at
@@ -257,7 +260,10 @@ class ShareGroupsModel:
     def answers(request: object) -> bool:
         return isinstance(
             request,
-            sg.ShareGroupHeartbeatRequest | sg.ShareFetchRequest | sg.ShareAcknowledgeRequest,
+            sg.ShareGroupHeartbeatRequest
+            | sg.ShareFetchRequest
+            | sg.ShareAcknowledgeRequest
+            | sg.DescribeShareGroupOffsetsRequest,
         )
 
     def handle(
@@ -274,8 +280,45 @@ class ShareGroupsModel:
             self._fetch(node_id, request, respond)
         elif isinstance(request, sg.ShareAcknowledgeRequest):
             respond(self._acknowledge(node_id, request))
+        elif isinstance(request, sg.DescribeShareGroupOffsetsRequest):
+            respond(self._describe_offsets(request, unavailable))
         else:
             raise TypeError(f"the share model does not answer {type(request).__name__}")
+
+    # -- DescribeShareGroupOffsets ----------------------------------------------------------------
+
+    def _describe_offsets(
+        self, req: sg.DescribeShareGroupOffsetsRequest, unavailable: E | None
+    ) -> sg.DescribeShareGroupOffsetsResponse:
+        """Each share-partition's start offset and lag (v1): the records from the start to
+        the partition's end not yet accepted, rejected or archived, acquired ones included."""
+        now = self._clock.now()
+        groups = []
+        for asked in req.groups:
+            if unavailable is not None or asked.group_id not in self.groups:
+                code = unavailable if unavailable is not None else E.GROUP_ID_NOT_FOUND
+                groups.append(sg.DescribedShareGroupOffsets(asked.group_id, error_code=code))
+                continue
+            topics = []
+            for name, partitions in asked.topics or ():
+                described = []
+                for p in partitions:
+                    if self.topic_name not in (None, name) or not 0 <= p < self.partitions:
+                        code = E.UNKNOWN_TOPIC_OR_PARTITION
+                        described.append(sg.SharePartitionOffset(p, -1, -1, -1, code))
+                        continue
+                    state = self.share_partitions[p]
+                    end = self._end(p, now)
+                    done = sum(
+                        1
+                        for offset, (kind, _) in state.states.items()
+                        if state.start <= offset < end and kind is not RecordState.AVAILABLE
+                    )
+                    lag = max(0, end - state.start - done)
+                    described.append(sg.SharePartitionOffset(p, state.start, 0, lag))
+                topics.append(sg.ShareGroupOffsetsTopic(name, self.topic_id, tuple(described)))
+            groups.append(sg.DescribedShareGroupOffsets(asked.group_id, tuple(topics)))
+        return sg.DescribeShareGroupOffsetsResponse(tuple(groups))
 
     # -- ShareGroupHeartbeat ----------------------------------------------------------------------
 
