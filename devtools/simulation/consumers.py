@@ -404,6 +404,7 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
             "transport": transport,
             "clock": clock,
             "fetcher": SimFetcher(self.topic, clock, transport),
+            "group_instance_id": host.instance_id,  # static on half the hosts
             **self.settings.member_settings(),
             # Every other member assumes a session three times the broker's: its lease must
             # count with the broker's session, read before it joins (DescribeConfigs).

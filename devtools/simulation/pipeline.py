@@ -559,12 +559,34 @@ class BrokerAssignedPipelineDriver(PipelineDriver):
     ``PipelineWorker(group_protocol="consumer")``), against the simulator's model of the
     KIP-848 coordinator: the broker assigns (uniform), each worker moves to its assignment
     on its own, commits are fenced by the member epoch. The same invariants as the classic
-    pipeline's. Static membership is not modelled: every worker is dynamic; every other one
-    assumes a session three times the broker's, so that its lease (which fences the
-    deletion of orphans) must count with the broker's session, read before it joins.
+    pipeline's. Static on half the hosts, as the classic pipeline's: a static worker
+    restarted while the broker still holds its instance (killed without leaving, its
+    session not over) is refused with UNRELEASED_INSTANCE_ID and stops, as Kafka's
+    consumers do; its supervisor (here: the driver) starts it again a session later. Every
+    other worker assumes a session three times the broker's, so that its lease (which
+    fences the deletion of orphans) must count with the broker's session, read before it
+    joins.
     """
 
     name = "pipeline-848"
+
+    def __init__(self, settings: HistorySettings) -> None:
+        super().__init__(settings)
+        self.refused_instances = 0  # static workers refused, and started again
+
+    def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        from coordination.errors import UnreleasedInstanceIdError
+
+        me = host.process.name if host.process is not None else ""
+        while True:
+            try:
+                super().start(host, transport, clock, trace)
+                return
+            except UnreleasedInstanceIdError:
+                trace(f"{me}: refused (UNRELEASED_INSTANCE_ID): stops; restarted a session later")
+                self.workers[me].worker.close(10.0)
+                self.refused_instances += 1
+                clock.sleep(self.settings.session_timeout_ms / 1000, clock.event())
 
     def _topic_metadata(self, transport: SimTransport) -> Any:
         from recipes.partitioning import InMemoryTopicMetadata
@@ -580,6 +602,7 @@ class BrokerAssignedPipelineDriver(PipelineDriver):
         settings = self.settings.member_settings()
         return {
             **settings,
+            "group_instance_id": host.instance_id,  # static on half the hosts
             "group_protocol": "consumer",
             "group_remote_assignor": "uniform",
             **(

@@ -372,6 +372,13 @@ class History:
             return None
 
         def restart() -> None:
+            if host.process is not process:
+                # Paused before this ran and replaced meanwhile (a hung process): the host's
+                # member is the replacement now, which a close(host) would stop. Only this
+                # process goes, as its replacer would have it go.
+                self.scheduler.kill(process)
+                self.rng.uniform(0.0, 1.0)  # drawn as before: the seed's other faults stay
+                return
             self.driver.close(host)
             self.scheduler.kill(process)
             self.scheduler.call_later(self.rng.uniform(0.0, 1.0), lambda: self._start(host))
