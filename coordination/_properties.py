@@ -275,9 +275,7 @@ def _jaas_login(config: str, mechanism: str) -> tuple[str, str]:
         if match is None:
             break
         quoted, bare = match.group(2), match.group(3)
-        options[match.group(1)] = (
-            re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
-        )
+        options[match.group(1)] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
         at = match.end()
     if rest[at:].strip() != ";":
         raise ConfigurationError(

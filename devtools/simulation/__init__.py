@@ -16,7 +16,7 @@ from examples.shards_simulation import ShardsDriver
 
 from .consumers import AsyncConsumersDriver, BrokerAssignedConsumersDriver, ConsumersDriver
 from .election import AsyncElectionDriver, ElectionDriver
-from .pipeline import BrokerAssignedPipelineDriver, PipelineDriver
+from .pipeline import BrokerAssignedPipelineDriver, CompactedPipelineDriver, PipelineDriver
 from .queues import AsyncShareWorkersDriver, ShareConsumersDriver, ShareWorkersDriver
 from .tasks import TasksDriver
 
@@ -31,6 +31,7 @@ RECIPES: dict[str, DriverFactory] = {
     "consumer-848": BrokerAssignedConsumersDriver,
     "pipeline": PipelineDriver,
     "pipeline-848": BrokerAssignedPipelineDriver,
+    "pipeline-compacted": CompactedPipelineDriver,
     "share": ShareConsumersDriver,
     "share-worker": ShareWorkersDriver,
     "share-worker-async": AsyncShareWorkersDriver,

@@ -374,8 +374,10 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
     each member reconciles on its own.
 
     Checked on top of the consumer's invariants: a member's epoch never goes back while it
-    stays in the group (it returns to 0 only when fenced, and rejoins above it). Static
-    membership is not modelled: every member is dynamic.
+    stays in the group (it returns to 0 only when fenced, and rejoins above it). Half the
+    hosts are static (``group_instance_id``), as in the classic drivers: one restarted
+    while the broker still holds its instance is refused (UNRELEASED_INSTANCE_ID), as
+    Kafka's consumers are, and sits out the history.
     """
 
     name = "consumer-848"

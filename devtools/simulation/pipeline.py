@@ -37,11 +37,13 @@ import dataclasses
 import functools
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +64,13 @@ from coordination.testing.simulation import (
 )
 from recipes.pipeline import (
     OffsetRange,
+    ParquetSink,
     PipelineOutput,
     PipelineOutputError,
     StagedBatch,
     WorkerEvent,
 )
+from recipes.pipeline._segments import Segments
 
 from .consumers import TOPIC, TOPIC_ID, SimFetcher, SimTopic
 
@@ -77,6 +81,7 @@ MAX_BATCH_RECORDS = 200
 RESULTS_FILE = "part-00000.json"
 STAGE_FAILURE = 0.03  # a share of the stand-in's jobs fail, as Spark's sometimes do
 PUBLISH_FAILURE = 0.02  # a share of the publishes fail in the sink
+COPY_FAILURE = 0.05  # a share of the compaction copies fail, as Spark jobs do
 
 Totals = dict[tuple[str, int], tuple[int, int]]  # (key, window start) -> (count, sum)
 _Stamp = tuple[int, int] | None  # a directory's (mtime_ns, st_nlink), None before a look
@@ -150,30 +155,70 @@ def add(into: Totals, more: Mapping[tuple[str, int], tuple[int, int]]) -> None:
 
 
 def read_sums(path: Path) -> Totals:
-    rows = json.loads((path / RESULTS_FILE).read_text(encoding="utf-8"))
-    return {(key, start): (count, total) for key, start, count, total in rows}
+    return read_sums_file(path / RESULTS_FILE)
 
 
-class SimSink:
-    """A :class:`recipes.pipeline.Sink` publishing into ``root`` (a ParquetSink's layout and
-    protocol), whose publish fails now and then before anything moved."""
+def read_sums_file(path: Path) -> Totals:
+    """The sums of one results file (a segment's holds several batches' rows: added up)."""
+    sums: Totals = {}
+    for key, start, count, total in json.loads(path.read_text(encoding="utf-8")):
+        add(sums, {(key, start): (count, total)})
+    return sums
 
-    def __init__(self, root: Path, clock: Scheduler, trace: Trace, who: str) -> None:
-        self.root = root
-        self._rng = clock.random()
-        self._trace = trace
-        self._who = who
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class SimSink(ParquetSink):
+    """A :class:`recipes.pipeline.ParquetSink` whose publish fails now and then before
+    anything moved, and whose output's segments (when it compacts) take their time from
+    the simulated clock."""
+
+    clock: Any = field(default=None, compare=False, repr=False)
+    trace: Any = field(default=None, compare=False, repr=False)
+    who: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "_rng", self.clock.random())
+
+    def __repr__(self) -> str:  # without the root, a temporary directory: traces replay
+        return f"SimSink(compaction_interval_ms={self.compaction_interval_ms}, who={self.who!r})"
 
     def output(self, spark: Any) -> PipelineOutput:
-        return PipelineOutput(self.root, before_publish=self._before_publish)
+        return PipelineOutput(
+            self.root, before_publish=self._before_publish, segments=self._segments
+        )
+
+    def _segments(self, root: Path, published: Path) -> Segments:
+        return Segments(root, published, now=self.clock.monotonic, names=self.clock.random())
 
     def read(self, spark: Any) -> Any:
         raise NotImplementedError("the simulation's checker reads the output itself")
 
     def _before_publish(self, path: Path, offsets: OffsetRange, files: Sequence[str]) -> None:
-        if self._rng.random() < PUBLISH_FAILURE:
-            self._trace(f"{self._who}: the sink fails to publish {offsets.name}")
+        if self._rng.random() < PUBLISH_FAILURE:  # type: ignore[attr-defined]
+            self.trace(f"{self.who}: the sink fails to publish {offsets.name}")
             raise OSError(f"stand-in sink: publishing {offsets.name} failed")
+
+
+def _copy_rows(
+    clock: Scheduler,
+    rng: random.Random,
+    trace: Trace,
+    who: str,
+    files: Sequence[str],
+    target: Path,
+) -> int:
+    """The compactor's copy, standing in for Spark's: the rows of ``files`` (results files)
+    into one results file in ``target``, taking simulated time; now and then it fails, as
+    a Spark job does."""
+    clock.sleep(rng.uniform(0.05, 0.5), clock.event())
+    if rng.random() < COPY_FAILURE:
+        trace(f"{who}: the stand-in compaction copy fails")
+        raise RuntimeError("stand-in Spark job failed (compaction copy)")
+    rows = [row for f in files for row in json.loads(Path(f).read_text(encoding="utf-8"))]
+    target.mkdir()
+    (target / RESULTS_FILE).write_text(json.dumps(rows), encoding="utf-8")
+    return len(rows)
 
 
 class PipelineFetcher(SimFetcher):
@@ -216,7 +261,8 @@ class PipelineDriver(DriverBase):
         weakref.finalize(self, shutil.rmtree, self.root, True)
         self.published_dir = self.root / "published"
         self.staging_dir = self.root / "staging"
-        self._watched = (str(self.published_dir), str(self.staging_dir))
+        # published/, staging/, then (compacting) compacted/: see _output_changed.
+        self._watched: tuple[str, ...] = (str(self.published_dir), str(self.staging_dir))
         self.workers: dict[str, _Worker] = {}  # by process name
         self.topic: SimTopic | None = None
         self.metadata: Any = None
@@ -231,7 +277,7 @@ class PipelineDriver(DriverBase):
         self.published_end: dict[int, int] = {}
         self.quiet_since: float | None = None
         self.emptied_at = float("-inf")  # when group_deleted last emptied the output
-        self._stamps: tuple[_Stamp, _Stamp] = (None, None)  # see _output_changed
+        self._stamps: tuple[_Stamp, ...] = ()  # see _output_changed
         self._seen_entry_changes: int | None = None
 
     # ------------------------------------------------------------------ members
@@ -263,7 +309,7 @@ class PipelineDriver(DriverBase):
 
         pipeline = Pipeline(
             topics=[TOPIC],
-            sink=SimSink(self.root, clock, trace, me),
+            sink=self._sink(clock, trace, me),
             name="sim-windowed-sum",
             window_ms=WINDOW_MS,
         )
@@ -272,6 +318,8 @@ class PipelineDriver(DriverBase):
             pipeline,
             name=me,
             stage=stage,
+            compaction_copy=functools.partial(_copy_rows, clock, rng, trace, me),
+            compactor_transport=transport.sibling(),
             max_batch_records=MAX_BATCH_RECORDS,
             max_batch_delay_ms=500,
             poll_interval_ms=100,
@@ -316,6 +364,9 @@ class PipelineDriver(DriverBase):
         from recipes.partitioning import InMemoryTopicMetadata
 
         return InMemoryTopicMetadata({TOPIC: PARTITIONS})
+
+    def _sink(self, clock: Scheduler, trace: Trace, me: str) -> SimSink:
+        return SimSink(self.root, clock=clock, trace=trace, who=me)
 
     def _group_settings(self, host: Host) -> dict[str, Any]:
         """The worker's group settings: the classic protocol, static members on half the
@@ -405,10 +456,13 @@ class PipelineDriver(DriverBase):
         if _entry_changes[0] == self._seen_entry_changes:
             return False, False
         self._seen_entry_changes = _entry_changes[0]
-        published, staging = (_stamp(directory) for directory in self._watched)
-        changed = (published != self._stamps[0], staging != self._stamps[1])
-        self._stamps = (published, staging)
-        return changed
+        stamps = tuple(_stamp(directory) for directory in self._watched)
+        moved = [
+            i >= len(self._stamps) or stamp != self._stamps[i] for i, stamp in enumerate(stamps)
+        ]
+        self._stamps = stamps
+        # A segment committed or retired changes what is published, as a rename does.
+        return moved[0] or any(moved[2:]), moved[1]
 
     def _read_published(self) -> None:
         """The published directories that appeared since the last look: each must follow
@@ -552,6 +606,136 @@ def _describe(event: WorkerEvent) -> str:
         if f.name not in ("kind", "worker", "t") and not f.name.endswith("_ms")
     }
     return f"{event.kind} {shown}"
+
+
+class CompactedPipelineDriver(PipelineDriver):
+    """The pipeline into a compacting Parquet sink (``ParquetSink(compaction_interval_ms=)``):
+    the workers elect a compactor (``<group>.compactor``, this library's election on the
+    same simulated cluster), which copies the published batches into segments (through a
+    stand-in of Spark's copy that takes simulated time and now and then fails), merges the
+    smallest segments to keep at most three, and deletes what segments replaced once the
+    retention ran out, all by the simulated clock. Faults hit the compactor as they hit
+    the worker it runs in (killed mid-copy, paused past its election's session, cut off).
+
+    The same invariants as the pipeline's, read as a reader reads the output (one view of
+    segments and published directories): a batch once published stays visible, from its
+    directory or from a segment; the published ranges stay contiguous and disjoint; each
+    segment, when it appears, holds exactly the sums of the batches it names; and the
+    totals of every published file equal the records'.
+    """
+
+    name = "pipeline-compacted"
+    COMPACTION_INTERVAL_MS = 3000
+    MAX_SEGMENTS = 3
+    RETENTION_MS = 5000
+
+    def __init__(self, settings: HistorySettings) -> None:
+        super().__init__(settings)
+        self.compacted_dir = self.root / "compacted"
+        self._watched = (*self._watched, str(self.compacted_dir))
+        self.segments_seen: set[str] = set()
+        self.segments_committed = 0  # for the tests: the histories compacted
+        self.retired = 0  # published directories deleted after their segment's retention
+        self._reader: PipelineOutput | None = None
+
+    def _sink(self, clock: Scheduler, trace: Trace, me: str) -> SimSink:
+        return SimSink(
+            self.root,
+            clock=clock,
+            trace=trace,
+            who=me,
+            compaction_interval_ms=self.COMPACTION_INTERVAL_MS,
+            max_segments=self.MAX_SEGMENTS,
+            retention_ms=self.RETENTION_MS,
+        )
+
+    def _view(self) -> Any:
+        if self._reader is None:
+            assert self.clock is not None
+            clock = self.clock
+            self._reader = PipelineOutput(
+                self.root,
+                segments=lambda root, published: Segments(root, published, now=clock.monotonic),
+            )
+        return self._reader.segments.view()
+
+    def _read_published(self) -> None:
+        """What a reader sees now: every batch seen before still there, the new ones in
+        order, each new segment holding exactly its batches' sums."""
+        view = self._view()
+        own = set(view.published)
+        held = {b: seg for seg in view.segments for b in seg.batches}
+        names = own | held.keys()
+        gone = self.published - names
+        if gone:
+            raise Violation(f"published results no longer visible: {sorted(gone)[:3]}")
+        for segment in view.segments:
+            if segment.name in self.segments_seen:
+                continue
+            self.segments_seen.add(segment.name)
+            self.segments_committed += 1
+            expected: Totals = {}
+            for batch in segment.batches:
+                offsets = OffsetRange.parse(batch)
+                if offsets is None:
+                    raise Violation(f"segment {segment.name} holds {batch!r}, not a batch")
+                add(
+                    expected,
+                    windowed_sums(offsets.partition, offsets.start_offset, offsets.end_offset),
+                )
+            got: Totals = {}
+            for f in segment.files:
+                add(got, read_sums_file(segment.path / f))
+            if got != expected:
+                raise Violation(f"segment {segment.name} does not hold the sums of its batches")
+        self.retired = max(self.retired, len(self.published - set(os.listdir(self.published_dir))))
+        for name in sorted(names - self.published, key=_by_range):
+            offsets = OffsetRange.parse(name)
+            if offsets is None:
+                raise Violation(f"{name!r} in published/ is not a batch's directory")
+            p = offsets.partition
+            end = self.published_end.get(p, 0)
+            if offsets.start_offset < end:
+                raise Violation(
+                    f"offsets [{offsets.start_offset}, {min(end, offsets.end_offset)}) of "
+                    f"{TOPIC}-{p} published twice ({name})"
+                )
+            if offsets.start_offset > end:
+                raise Violation(
+                    f"offsets [{end}, {offsets.start_offset}) of {TOPIC}-{p} skipped: {name} "
+                    "published after a gap"
+                )
+            if name in own:  # else its segment's sums were checked above
+                expected_sums = windowed_sums(p, offsets.start_offset, offsets.end_offset)
+                if read_sums(self.published_dir / name) != expected_sums:
+                    raise Violation(f"{name} does not hold the windowed sums of its range")
+            self.published_end[p] = offsets.end_offset
+            self.published.add(name)
+
+    def _check_totals(self) -> None:
+        """The sums of every published file, as a reader lists them at one instant, equal
+        the totals of every record below the committed offsets."""
+        assert self._reader is not None or self.clock is not None
+        self._view()
+        assert self._reader is not None
+        got: Totals = {}
+        for path in self._reader.published_files():
+            add(got, read_sums_file(path))
+        expected: Totals = {}
+        for p, (offset, _) in self.committed.items():
+            add(expected, windowed_sums(p, 0, offset))
+        if got != expected:
+            wrong = sorted(w for w in got.keys() | expected.keys() if got.get(w) != expected.get(w))
+            raise Violation(
+                f"published totals differ from the records' in {len(wrong)} windows, e.g. "
+                f"{wrong[0]}: {got.get(wrong[0])} published, {expected.get(wrong[0])} expected"
+            )
+
+    def group_deleted(self) -> None:
+        super().group_deleted()
+        for directory in (self.compacted_dir, self.root / "compacting"):
+            shutil.rmtree(directory, ignore_errors=True)
+        self.segments_seen.clear()
 
 
 class BrokerAssignedPipelineDriver(PipelineDriver):

@@ -20,7 +20,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from coordination.clock import SYSTEM_CLOCK
@@ -42,7 +42,7 @@ from ._delta_totals import (
     _version,
     plan_cycle,
 )
-from ._output import PipelineOutput, PipelineOutputError, _plain_file_name
+from ._output import PipelineOutputError, _plain_file_name
 from ._segments import Segment
 from ._sinks import _TXN_APP_ID, _TXN_VERSION, DeltaSink, ParquetSink, _conflict, _session_lock
 
@@ -53,9 +53,14 @@ if TYPE_CHECKING:
 
     from coordination import CoordinatorConfig
     from coordination.clock import Clock, Event
+    from coordination.transport import Transport
     from recipes.election import Leadership
 
-__all__ = ["CompactorRole", "DeltaCompactor", "ParquetCompactor"]
+__all__ = ["CompactionCopy", "CompactorRole", "DeltaCompactor", "ParquetCompactor"]
+
+CompactionCopy = Callable[[Sequence[str], "Path"], int]
+"""``copy(files, target)``: writes the rows of ``files`` into the new directory ``target``
+and returns how many it wrote (a stand-in of Spark's copy, see :class:`ParquetCompactor`)."""
 
 log = logging.getLogger("recipes.pipeline")
 
@@ -269,27 +274,41 @@ class ParquetCompactor:
     """
 
     def __init__(
-        self, spark: SparkSession, sink: ParquetSink, *, identity: str = "", token: int = 0
+        self,
+        spark: SparkSession | None,
+        sink: ParquetSink,
+        *,
+        identity: str = "",
+        token: int = 0,
+        copy: CompactionCopy | None = None,
     ) -> None:
         """Compact ``sink`` through ``spark``.
 
         Args:
-            spark: The session to copy the batches in.
+            spark: The session to copy the batches in (None with ``copy``).
             sink: A sink with ``compaction_interval_ms`` set.
             identity: Who runs the cycles, recorded in each segment.
             token: The fencing token of its leadership, recorded in each segment.
+            copy: Copies the rows instead of Spark, for a stand-in of Spark (the
+                simulator's): ``copy(files, target)`` writes the rows of ``files`` into
+                the new directory ``target`` and returns how many it wrote.
 
         Raises:
-            ConfigurationError: The sink does not compact.
+            ConfigurationError: The sink does not compact, or neither ``spark`` nor
+                ``copy`` is given.
         """
         if not sink.compacts:
             raise ConfigurationError(f"ParquetCompactor: {sink!r} has no compaction_interval_ms")
+        if spark is None and copy is None:
+            raise ConfigurationError("ParquetCompactor: give a Spark session (or a copy)")
         self.spark = spark
         self.sink = sink
         self.identity = identity
         self.token = token
         self.cycles = 0
-        self.output = PipelineOutput(sink.root)
+        self._copy_with = copy
+        # The sink's own view of its output (the simulator's sink gives it its clock).
+        self.output = sink.output(spark)  # type: ignore[arg-type]
 
     def run(self, stop: Event, still_leader: Callable[[], bool]) -> None:
         """Run a cycle every ``compaction_interval_ms`` until ``stop`` is set (after one
@@ -368,12 +387,18 @@ class ParquetCompactor:
         """Copy the rows of ``files`` into ``target``; returns their number, checked: the
         files written hold as many rows as the inputs (a task's output written twice or
         lost would change what readers see, and the inputs are deleted later)."""
-        inputs = self.spark.read.parquet(*files)
-        expected = inputs.count() if rows is None else rows
-        pieces = max(1, math.ceil(expected / self.sink.rows_per_file))
-        inputs.coalesce(pieces).write.parquet(str(target))
-        written = [str(target / n) for n in sorted(os.listdir(target)) if n.endswith(".parquet")]
-        got = self.spark.read.parquet(*written).count() if written else 0
+        if self._copy_with is not None:
+            got = self._copy_with(files, target)
+            expected = got if rows is None else rows
+        else:
+            assert self.spark is not None
+            inputs = self.spark.read.parquet(*files)
+            expected = inputs.count() if rows is None else rows
+            pieces = max(1, math.ceil(expected / self.sink.rows_per_file))
+            inputs.coalesce(pieces).write.parquet(str(target))
+            names = sorted(os.listdir(target))
+            written = [str(target / n) for n in names if n.endswith(".parquet")]
+            got = self.spark.read.parquet(*written).count() if written else 0
         if got != expected:
             raise PipelineOutputError(
                 f"{target}: the copy holds {got} rows, its batches {expected}; not committed"
@@ -408,28 +433,34 @@ class CompactorRole:
 
     def __init__(
         self,
-        spark: SparkSession,
+        spark: SparkSession | None,
         sink: DeltaSink | ParquetSink,
         *,
         group_id: str,
         identity: str,
         config: CoordinatorConfig,
         clock: Clock | None = None,
+        transport: Transport | None = None,
+        copy: CompactionCopy | None = None,
     ) -> None:
         """Prepare the election; nothing connects until :meth:`start`.
 
         Args:
-            spark: The worker's session.
+            spark: The worker's session (None for a ParquetSink with ``copy``).
             sink: The compacting sink.
             group_id: The workers' group; the election's is ``<group_id>.compactor``.
             identity: This worker's identity in the election (unique in the group).
             config: The worker's group settings; its connection and timings are used.
             clock: The worker's clock.
+            transport: The worker's transport, if it was given one (the simulator's).
+            copy: For a ParquetSink: copies the rows instead of Spark (see
+                :class:`ParquetCompactor`).
         """
         from recipes.election import LeaderElection
 
         self.spark = spark
         self.sink = sink
+        self._copy = copy
         # Its waits and its thread come from the worker's clock, as the worker's own do.
         clock = SYSTEM_CLOCK if clock is None else clock
         self._stop = clock.event()
@@ -437,6 +468,7 @@ class CompactorRole:
             f"{group_id}.compactor",
             identity=identity,
             clock=clock,
+            transport=transport,
             **config.connection,
             **{name: getattr(config, name) for name in _ELECTION_TIMINGS},
         )
@@ -473,12 +505,17 @@ class CompactorRole:
     def _lead(self, leadership: Leadership) -> None:
         compactor: DeltaCompactor | ParquetCompactor
         if isinstance(self.sink, DeltaSink):
+            assert self.spark is not None
             compactor = DeltaCompactor(
                 self.spark, self.sink, identity=leadership.identity, token=leadership.token
             )
         else:
             compactor = ParquetCompactor(
-                self.spark, self.sink, identity=leadership.identity, token=leadership.token
+                self.spark,
+                self.sink,
+                identity=leadership.identity,
+                token=leadership.token,
+                copy=self._copy,
             )
         log.info("%s compacts %s (token %d)", leadership.identity, self.sink, leadership.token)
         compactor.run(self._stop, leadership.is_valid)

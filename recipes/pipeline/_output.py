@@ -247,6 +247,7 @@ class PipelineOutput:
         before_publish: Callable[[Path, OffsetRange, Sequence[str]], None] | None = None,
         before_publish_all: Callable[[Sequence[tuple[Path, OffsetRange, Sequence[str]]]], None]
         | None = None,
+        segments: Callable[[Path, Path], Segments] = Segments,
     ) -> None:
         """Use ``root`` as the output directory, creating its two subdirectories.
 
@@ -262,6 +263,8 @@ class PipelineOutput:
             before_publish_all: If given, called instead of ``before_publish``, once
                 for all the batches one :meth:`publish_all` publishes (a list of the
                 same triples), with the same contract for each of them.
+            segments: Makes the output's :class:`Segments` from its root and
+                ``published/`` directory (the simulator's gives them its clock).
 
         Raises:
             ConfigurationError: ``root`` is a URI (an object store or any other
@@ -284,7 +287,7 @@ class PipelineOutput:
         self.staging_dir.mkdir(parents=True, exist_ok=True)
         self.published_dir.mkdir(parents=True, exist_ok=True)
         # Published batches a compactor copied into segments (ParquetCompactor).
-        self.segments = Segments(self.root, self.published_dir)
+        self.segments = segments(self.root, self.published_dir)
         # This object's job runs by owner name (see new_job_path); batch threads share it.
         self._runs: dict[str, _JobRun] = {}
         self._runs_lock = threading.Lock()

@@ -36,6 +36,7 @@ import fcntl
 import json
 import logging
 import os
+import random
 import shutil
 import time
 import uuid
@@ -114,9 +115,27 @@ class _Changed(Exception):
 class Segments:
     """The segments of one output root (see the module's docstring for the protocol)."""
 
-    def __init__(self, root: Path, published_dir: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        published_dir: Path,
+        *,
+        now: Callable[[], float] = time.time,
+        names: random.Random | None = None,
+    ) -> None:
+        """The segments of ``root``.
+
+        Args:
+            root: The output's root.
+            published_dir: Its ``published/`` directory.
+            now: The wall clock (seconds) of commit times and retention, shared by every
+                process of the output (the simulator's clock in its histories).
+            names: Draws the random part of new segments' names (default: ``uuid4``).
+        """
         self.root = root
         self.published_dir = published_dir
+        self._now = now
+        self._names = names
         self.compacted_dir = root / _COMPACTED
         self.compacting_dir = root / _COMPACTING
 
@@ -149,7 +168,7 @@ class Segments:
         (``compacting/<name>.lock``) keeps :meth:`retire` off it; what is left of it
         uncommitted at the end is deleted."""
         self.compacting_dir.mkdir(parents=True, exist_ok=True)
-        name = f"segment-{int(time.time() * 1000):015d}-{uuid.uuid4().hex[:12]}"
+        name = f"segment-{int(self._now() * 1000):015d}-{self._suffix(12)}"
         lock = self.compacting_dir / f"{name}{_LOCK}"
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -219,7 +238,7 @@ class Segments:
                 "replaces": replaced_names,
                 "files": files,
                 "rows": rows,
-                "committed_s": time.time(),
+                "committed_s": self._now(),
                 "audit": dict(audit),
             }
             _write_synced(written / SEGMENT_MANIFEST, json.dumps(manifest, sort_keys=True))
@@ -246,7 +265,7 @@ class Segments:
         """
         if not self.compacted_dir.is_dir() and not self.compacting_dir.is_dir():
             return []
-        now = time.time() if now is None else now
+        now = self._now() if now is None else now
         deleted: list[str] = []
         with self._locked():
             view = self.view()
@@ -274,6 +293,11 @@ class Segments:
         return deleted
 
     # -- internals ------------------------------------------------------------------
+
+    def _suffix(self, digits: int) -> str:
+        if self._names is None:
+            return uuid.uuid4().hex[:digits]
+        return f"{self._names.getrandbits(4 * digits):0{digits}x}"
 
     def _segment_names(self) -> list[str]:
         return sorted(e for e in listdir(self.compacted_dir) if not e.startswith("."))
@@ -318,7 +342,7 @@ class Segments:
 
     def _trash(self, path: Path) -> None:
         self.compacting_dir.mkdir(parents=True, exist_ok=True)
-        trash = self.compacting_dir / f"{_TRASH}{path.name}-{uuid.uuid4().hex[:8]}"
+        trash = self.compacting_dir / f"{_TRASH}{path.name}-{self._suffix(8)}"
         with contextlib.suppress(FileNotFoundError):
             os.rename(path, trash)
             shutil.rmtree(trash, ignore_errors=True)

@@ -19,7 +19,6 @@ import os
 import socket
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from recipes.partitioning import (
     TopicPartition,
 )
 
-from ._compactor import CompactorRole, DeltaCompactor
+from ._compactor import CompactionCopy, CompactorRole, DeltaCompactor
 from ._definition import Pipeline
 from ._events import (
     BatchAbandoned,
@@ -67,6 +66,8 @@ from ._windowed_sum import DEFAULT_WINDOW_MS, windowed_sum
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from coordination.transport import Transport
 
 __all__ = ["PipelineWorker"]
 
@@ -253,6 +254,8 @@ class PipelineWorker:
         lease_margin_ms: int | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
         stage: BatchStage | None = None,
+        compaction_copy: CompactionCopy | None = None,
+        compactor_transport: Transport | None = None,
         group_protocol: str = "classic",
         group_remote_assignor: str | None = None,
         **settings: Any,
@@ -299,6 +302,13 @@ class PipelineWorker:
                 it no Spark session is started (nor warmed up). For a stand-in
                 of Spark in tests and the deterministic simulator
                 (``devtools/simulation/pipeline.py``); default: Spark.
+            compaction_copy: With ``stage`` and a compacting ParquetSink: copies the
+                batches' rows into a segment instead of Spark (see
+                :class:`~recipes.pipeline.ParquetCompactor`); without it, such a
+                worker does not compact.
+            compactor_transport: Where the compactor election's requests go (default:
+                connections of its own, from the worker's connection settings); the
+                simulator gives it a transport of its own.
             group_protocol: Kafka's ``group.protocol``: ``"classic"`` (default;
                 JoinGroup and SyncGroup, the cooperative-sticky assignor, commits
                 fenced by the generation) or ``"consumer"`` (KIP-848, Kafka 4.0+:
@@ -362,6 +372,8 @@ class PipelineWorker:
         self._spark_conf = dict(spark_conf or {})
         self._on_event = on_event
         self._stage_with = stage
+        self._compaction_copy = compaction_copy
+        self._compactor_transport = compactor_transport
         refused = sorted(k for k in settings if k in _FETCH_SETTINGS)
         if refused:
             raise ConfigurationError(
@@ -487,14 +499,21 @@ class PipelineWorker:
         self.output.remove_dead_jobs()
         self.consumer.start()
         sink = self.pipeline.sink
-        if self._spark is not None and isinstance(sink, (DeltaSink, ParquetSink)) and sink.compacts:
+        copying = self._compaction_copy is not None and isinstance(sink, ParquetSink)
+        compacting = isinstance(sink, (DeltaSink, ParquetSink)) and sink.compacts
+        if compacting and (self._spark is not None or copying):
+            assert isinstance(sink, (DeltaSink, ParquetSink))
             self._compactor = CompactorRole(
                 self._spark,
                 sink,
                 group_id=self._group_id,
-                identity=f"{self.name}-{uuid.uuid4().hex[:8]}",
+                # Unique across the worker's restarts; drawn from the worker's clock, as
+                # the simulator replays it.
+                identity=f"{self.name}-{self._clock.random().getrandbits(32):08x}",
                 config=self.group.config,
                 clock=self._clock,
+                transport=self._compactor_transport,
+                copy=self._compaction_copy,
             )
             self._compactor.start()
         self._started = True

@@ -1,7 +1,8 @@
-"""The pipeline in the deterministic simulator (``--recipe pipeline``, and ``pipeline-848`` on
-Kafka's consumer group protocol): PipelineWorker as shipped, Spark replaced by a stand-in
-stage, every offset's result published exactly once through seeded fault histories; and the
-checker finding each broken guarantee.
+"""The pipeline in the deterministic simulator (``--recipe pipeline``, ``pipeline-848`` on
+Kafka's consumer group protocol, and ``pipeline-compacted`` into a compacting Parquet sink):
+PipelineWorker as shipped, Spark replaced by a stand-in stage (and copy), every offset's
+result published exactly once through seeded fault histories; and the checker finding each
+broken guarantee.
 
 A history costs about 0.35 s of one core (docs/simulation.md); CI runs a share of the goal
 of 2,000 histories, which SIMULATION_PIPELINE_HISTORIES raises (and
@@ -23,12 +24,17 @@ from devtools.simulation import run_seeds
 
 PIPELINE_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_HISTORIES", "100"))
 PIPELINE_848_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_848_HISTORIES", "40"))
+PIPELINE_COMPACTED_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_COMPACTED_HISTORIES", "40"))
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     ("recipe", "histories"),
-    [("pipeline", PIPELINE_HISTORIES), ("pipeline-848", PIPELINE_848_HISTORIES)],
+    [
+        ("pipeline", PIPELINE_HISTORIES),
+        ("pipeline-848", PIPELINE_848_HISTORIES),
+        ("pipeline-compacted", PIPELINE_COMPACTED_HISTORIES),
+    ],
 )
 def test_every_offset_is_published_exactly_once_through_fault_histories(
     recipe: str, histories: int
@@ -61,14 +67,17 @@ def test_every_offset_is_published_exactly_once_through_fault_histories(
     assert float(fields["faults_per_history"]) >= 100
 
 
-def test_a_pipeline_history_replays_exactly_from_its_seed() -> None:
+@pytest.mark.parametrize("compacted", [False, True], ids=["plain", "compacted"])
+def test_a_pipeline_history_replays_exactly_from_its_seed(compacted: bool) -> None:
     # The stand-in's staging names, failures and durations come from the seed, as do the
-    # threads' order and times: nothing of the run (uuid4, the wall clock) leaks in.
+    # threads' order and times, the segments' names and commit times, and the compactor's
+    # identity: nothing of the run (uuid4, the wall clock) leaks in.
     from coordination.testing.simulation import History, HistorySettings
-    from devtools.simulation.pipeline import PipelineDriver
+    from devtools.simulation.pipeline import CompactedPipelineDriver, PipelineDriver
 
-    first = History(PipelineDriver, 7, HistorySettings(faults=30), log_to_trace=True).run()
-    again = History(PipelineDriver, 7, HistorySettings(faults=30), log_to_trace=True).run()
+    driver = CompactedPipelineDriver if compacted else PipelineDriver
+    first = History(driver, 7, HistorySettings(faults=30), log_to_trace=True).run()
+    again = History(driver, 7, HistorySettings(faults=30), log_to_trace=True).run()
     assert first.ok and len(first.trace) > 100
     assert first.trace == again.trace
     assert (first.steps, first.simulated_s) == (again.steps, again.simulated_s)
@@ -116,6 +125,39 @@ def _cleans_up_unfenced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(LeaseGuard, "holds", lambda self: True)
 
 
+def _drops_merged_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A segment that merges smaller ones names only its new batches: those of the segments
+    # it replaces are no longer held by any live segment, and their directories are gone.
+    from recipes.pipeline._segments import Segments
+
+    real = Segments.commit
+
+    def forgetful(self: Segments, written: Any, *, batches: Any, replaces: Any, **kw: Any) -> Any:
+        merged = {b for s in replaces for b in s.batches}
+        kept = {name: m for name, m in batches.items() if name not in merged}
+        return real(self, written, batches=kept, replaces=replaces, **kw)
+
+    monkeypatch.setattr(Segments, "commit", forgetful)
+
+
+def _commits_an_unchecked_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A copy that wrote some rows twice (a Spark task's output written twice), committed
+    # without the compactor's count of the rows written.
+    import devtools.simulation.pipeline as simulated
+    from recipes.pipeline import ParquetCompactor
+
+    real = simulated._copy_rows
+
+    def twice(*args: Any) -> int:
+        *_, files, target = args
+        return real(*args[:-2], [*files, files[0]], target)
+
+    monkeypatch.setattr(simulated, "_copy_rows", twice)
+    monkeypatch.setattr(
+        ParquetCompactor, "_copy", lambda self, files, target, rows: self._copy_with(files, target)
+    )
+
+
 @pytest.mark.parametrize(
     ("recipe", "broken", "found"),
     [
@@ -126,8 +168,17 @@ def _cleans_up_unfenced(monkeypatch: pytest.MonkeyPatch) -> None:
         # deleting its successor's batches: the member's lease, which must end before
         # the broker can give its partitions away, and the committed offset.
         ("pipeline-848", _cleans_up_unfenced, ("lost",)),
+        ("pipeline-compacted", _drops_merged_batches, ("no longer visible",)),
+        ("pipeline-compacted", _commits_an_unchecked_copy, ("does not hold the sums",)),
     ],
-    ids=["publish-unlanded-commit", "no-recover", "unfenced-cleanup", "848-unfenced-cleanup"],
+    ids=[
+        "publish-unlanded-commit",
+        "no-recover",
+        "unfenced-cleanup",
+        "848-unfenced-cleanup",
+        "segment-drops-merged-batches",
+        "segment-copy-unchecked",
+    ],
 )
 def test_the_checker_finds_a_broken_guarantee(
     recipe: str,

@@ -199,11 +199,28 @@ class SimTransport:
         self._connections: dict[int, _Connection] = {}
         self.closed = False
         self.sent = 0
-        # Until when this member is cut off from every broker (both ways).
-        self.isolated_until = 0.0
+        # Until when this member is cut off from every broker (both ways): shared with its
+        # siblings, as a network partition cuts off every client of a host.
+        self._isolation = [0.0]
         # When its last JoinGroups left: a member that keeps rejoining is a storm.
         self._joins: deque[float] = deque(maxlen=STORM_JOINS)
         cluster.transports.append(self)
+
+    @property
+    def isolated_until(self) -> float:
+        return self._isolation[0]
+
+    @isolated_until.setter
+    def isolated_until(self, until: float) -> None:
+        self._isolation[0] = until
+
+    def sibling(self) -> SimTransport:
+        """Another transport of the same process, with connections of its own (as a second
+        client in one process has: a request timing out on one does not close the other's
+        connection), cut off from the brokers together with this one."""
+        other = SimTransport(self._cluster, self._process)
+        other._isolation = self._isolation
+        return other
 
     # ------------------------------------------------------------------ Transport
 

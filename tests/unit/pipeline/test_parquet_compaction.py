@@ -128,7 +128,9 @@ def test_settings_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="max_segments"):
         ParquetSink(tmp_path, compaction_interval_ms=10, max_segments=1)
     with pytest.raises(ConfigurationError, match="no compaction_interval_ms"):
-        ParquetCompactor(None, ParquetSink(tmp_path))  # type: ignore[arg-type]
+        ParquetCompactor(None, ParquetSink(tmp_path))
+    with pytest.raises(ConfigurationError, match="give a Spark session"):
+        ParquetCompactor(None, ParquetSink(tmp_path, compaction_interval_ms=10))
 
 
 def test_a_copy_that_does_not_hold_its_batches_rows_is_not_committed(
