@@ -146,11 +146,11 @@ def _commits_an_unchecked_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     import devtools.simulation.pipeline as simulated
     from recipes.pipeline import ParquetCompactor
 
-    real = simulated._copy_rows
+    real: Callable[..., int] = simulated._copy_rows
 
     def twice(*args: Any) -> int:
-        *_, files, target = args
-        return real(*args[:-2], [*files, files[0]], target)
+        *bound, files, target = args
+        return real(*bound, [*files, files[0]], target)
 
     monkeypatch.setattr(simulated, "_copy_rows", twice)
     monkeypatch.setattr(
