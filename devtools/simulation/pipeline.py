@@ -475,26 +475,32 @@ class PipelineDriver(DriverBase):
         if gone:
             raise Violation(f"published results deleted: {sorted(gone)}")
         for name in sorted(names - self.published, key=_by_range):
-            offsets = OffsetRange.parse(name)
-            if offsets is None:
-                raise Violation(f"{name!r} in published/ is not a batch's directory")
-            p = offsets.partition
-            end = self.published_end.get(p, 0)
-            if offsets.start_offset < end:
-                raise Violation(
-                    f"offsets [{offsets.start_offset}, {min(end, offsets.end_offset)}) of "
-                    f"{TOPIC}-{p} published twice ({name})"
-                )
-            if offsets.start_offset > end:
-                raise Violation(
-                    f"offsets [{end}, {offsets.start_offset}) of {TOPIC}-{p} skipped: {name} "
-                    "published after a gap"
-                )
+            self._newly_published(name, in_own_directory=True)
+
+    def _newly_published(self, name: str, *, in_own_directory: bool) -> None:
+        """A batch seen published for the first time: it follows its partition's last one,
+        and its directory (if it has one still) holds its range's sums."""
+        offsets = OffsetRange.parse(name)
+        if offsets is None:
+            raise Violation(f"{name!r} in published/ is not a batch's directory")
+        p = offsets.partition
+        end = self.published_end.get(p, 0)
+        if offsets.start_offset < end:
+            raise Violation(
+                f"offsets [{offsets.start_offset}, {min(end, offsets.end_offset)}) of "
+                f"{TOPIC}-{p} published twice ({name})"
+            )
+        if offsets.start_offset > end:
+            raise Violation(
+                f"offsets [{end}, {offsets.start_offset}) of {TOPIC}-{p} skipped: {name} "
+                "published after a gap"
+            )
+        if in_own_directory:
             expected = windowed_sums(p, offsets.start_offset, offsets.end_offset)
             if read_sums(self.published_dir / name) != expected:
                 raise Violation(f"{name} does not hold the windowed sums of its range")
-            self.published_end[p] = offsets.end_offset
-            self.published.add(name)
+        self.published_end[p] = offsets.end_offset
+        self.published.add(name)
 
     def check(self, now: float) -> None:
         commits = self._read_commits()
@@ -567,12 +573,16 @@ class PipelineDriver(DriverBase):
         self._check_totals()
         return None
 
-    def _check_totals(self) -> None:
-        """The sums of everything published equal the totals of every record below the
-        committed offsets."""
+    def _published_totals(self) -> Totals:
         got: Totals = {}
         for name in self.published:
             add(got, read_sums(self.published_dir / name))
+        return got
+
+    def _check_totals(self) -> None:
+        """The sums of everything published equal the totals of every record below the
+        committed offsets."""
+        got = self._published_totals()
         expected: Totals = {}
         for p, (offset, _) in self.committed.items():
             add(expected, windowed_sums(p, 0, offset))
@@ -690,46 +700,18 @@ class CompactedPipelineDriver(PipelineDriver):
                 raise Violation(f"segment {segment.name} does not hold the sums of its batches")
         self.retired = max(self.retired, len(self.published - set(os.listdir(self.published_dir))))
         for name in sorted(names - self.published, key=_by_range):
-            offsets = OffsetRange.parse(name)
-            if offsets is None:
-                raise Violation(f"{name!r} in published/ is not a batch's directory")
-            p = offsets.partition
-            end = self.published_end.get(p, 0)
-            if offsets.start_offset < end:
-                raise Violation(
-                    f"offsets [{offsets.start_offset}, {min(end, offsets.end_offset)}) of "
-                    f"{TOPIC}-{p} published twice ({name})"
-                )
-            if offsets.start_offset > end:
-                raise Violation(
-                    f"offsets [{end}, {offsets.start_offset}) of {TOPIC}-{p} skipped: {name} "
-                    "published after a gap"
-                )
-            if name in own:  # else its segment's sums were checked above
-                expected_sums = windowed_sums(p, offsets.start_offset, offsets.end_offset)
-                if read_sums(self.published_dir / name) != expected_sums:
-                    raise Violation(f"{name} does not hold the windowed sums of its range")
-            self.published_end[p] = offsets.end_offset
-            self.published.add(name)
+            # One a segment holds already: its sums were checked with the segment's, above.
+            self._newly_published(name, in_own_directory=name in own)
 
-    def _check_totals(self) -> None:
-        """The sums of every published file, as a reader lists them at one instant, equal
-        the totals of every record below the committed offsets."""
-        assert self._reader is not None or self.clock is not None
+    def _published_totals(self) -> Totals:
+        """The sums of every file a reader lists at one instant (segments' and the
+        directories of the batches no segment holds)."""
         self._view()
         assert self._reader is not None
         got: Totals = {}
         for path in self._reader.published_files():
             add(got, read_sums_file(path))
-        expected: Totals = {}
-        for p, (offset, _) in self.committed.items():
-            add(expected, windowed_sums(p, 0, offset))
-        if got != expected:
-            wrong = sorted(w for w in got.keys() | expected.keys() if got.get(w) != expected.get(w))
-            raise Violation(
-                f"published totals differ from the records' in {len(wrong)} windows, e.g. "
-                f"{wrong[0]}: {got.get(wrong[0])} published, {expected.get(wrong[0])} expected"
-            )
+        return got
 
     def group_deleted(self) -> None:
         super().group_deleted()
