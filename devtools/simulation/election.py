@@ -26,6 +26,8 @@ from coordination.testing.simulation import (
     Violation,
 )
 
+from ._loops import TurningLoops
+
 
 class ElectionDriver(DriverBase):
     name = "election"
@@ -124,7 +126,7 @@ class ElectionDriver(DriverBase):
         return None if len(leaders) == 1 else f"{len(leaders)} leaders: {leaders}"
 
 
-class AsyncElectionDriver(ElectionDriver):
+class AsyncElectionDriver(TurningLoops, ElectionDriver):
     """The election through its asyncio face (``AsyncLeaderElection``), as shipped, on an
     asyncio event loop of the member's own (:class:`SimEventLoop`: asyncio's loop on
     simulated time): the application starts and closes it with ``await``, its callbacks
@@ -133,13 +135,6 @@ class AsyncElectionDriver(ElectionDriver):
     (none waits for itself), and ``on_elected`` and ``on_deposed`` run on the loop."""
 
     name = "election-async"
-    _TURN_S = 0.02
-
-    def __init__(self, settings: HistorySettings) -> None:
-        super().__init__(settings)
-        # By process name: the member's loop and face, and when the application last turned.
-        self.loops: dict[str, tuple[Process, SimEventLoop, Any]] = {}
-        self.turns: dict[str, float] = {}
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         from recipes.election import AsyncLeaderElection, Leadership
@@ -174,31 +169,19 @@ class AsyncElectionDriver(ElectionDriver):
             **self.settings.member_settings(),
         )
         self.members[name] = (process, face.election)
-        self.loops[name] = (process, loop, face)
-        self.turns[name] = clock.monotonic()
+        self._watch_loop(name, process, loop, face, clock)
 
         async def application() -> None:
             await face.start()
             while True:
                 face.is_leader  # noqa: B018 (read for its effect: it may depose)
-                self.turns[name] = clock.monotonic()
-                await asyncio.sleep(self._TURN_S)
+                self._turned(name, clock)
+                await asyncio.sleep(self.TURN_S)
 
         loop.run_until_complete(application())
 
     def close(self, host: Host) -> None:
-        name = None if host.process is None else host.process.name
-        if name not in self.loops:
-            return
-        _, loop, face = self.loops[name]
-        loop.run_from_thread(lambda: face.close(10.0), timeout=30.0)
+        self._close_on_loop(host, lambda face: face.close(10.0))
 
     def settled(self, live: list[Host]) -> str | None:
-        # A loop that waits for itself never turns again (and never runs a callback).
-        for name, (process, loop, _) in list(self.loops.items()):
-            if process.dead:
-                continue
-            stalled = loop.time() - self.turns[name]
-            if process.paused_until is None and stalled > 1.0:
-                return f"{name}'s event loop stopped turning {stalled:.1f}s ago"
-        return super().settled(live)
+        return self._stalled_loop() or super().settled(live)

@@ -53,6 +53,8 @@ from coordination.testing.simulation._share_group_coordinator import (
     ShareSettings,
 )
 
+from ._loops import TurningLoops
+
 TOPIC = "jobs"
 TOPIC_ID = uuid.UUID(int=0x5EA4E)
 PARTITIONS = 3
@@ -630,7 +632,7 @@ class ShareWorkersDriver(ShareConsumersDriver):
                 self.outcomes[f"applied {kind.name}"] += 1
 
 
-class AsyncShareWorkersDriver(ShareWorkersDriver):
+class AsyncShareWorkersDriver(TurningLoops, ShareWorkersDriver):
     """The share worker through its asyncio face (``AsyncShareWorker``), as shipped, on an
     asyncio event loop of the member's own (:class:`SimEventLoop`: asyncio's loop on
     simulated time): ``await worker.run()``, ``async def`` handlers that await their work,
@@ -642,13 +644,6 @@ class AsyncShareWorkersDriver(ShareWorkersDriver):
     """
 
     name = "share-worker-async"
-    _TURN_S = 0.02
-
-    def __init__(self, settings: HistorySettings) -> None:
-        super().__init__(settings)
-        # By process name: the member's loop and face, and when its ticker last ran.
-        self.loops: dict[str, tuple[Process, SimEventLoop, Any]] = {}
-        self.turns: dict[str, float] = {}
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         from coordination.errors import CoordinationError
@@ -679,13 +674,12 @@ class AsyncShareWorkersDriver(ShareWorkersDriver):
             GROUP, handler=handle, **self._worker_settings(me, transport, clock, trace)
         )
         self.workers[me] = (process, face)
-        self.loops[me] = (process, loop, face)
-        self.turns[me] = clock.monotonic()
+        self._watch_loop(me, process, loop, face, clock)
 
         async def ticker() -> None:
             while True:
-                self.turns[me] = clock.monotonic()
-                await asyncio.sleep(self._TURN_S)
+                self._turned(me, clock)
+                await asyncio.sleep(self.TURN_S)
 
         async def application() -> None:
             ticking = asyncio.get_running_loop().create_task(ticker())
@@ -700,21 +694,10 @@ class AsyncShareWorkersDriver(ShareWorkersDriver):
         loop.run_until_complete(application())
 
     def close(self, host: Host) -> None:
-        name = None if host.process is None else host.process.name
-        if name not in self.loops:
-            return
-        _, loop, face = self.loops[name]
-        loop.run_from_thread(face.close, timeout=30.0)
+        self._close_on_loop(host, lambda face: face.close())
 
     def settled(self, live: list[Host]) -> str | None:
-        # A loop that waits for itself never turns again (and never runs a handler).
-        for name, (process, loop, _) in list(self.loops.items()):
-            if process.dead or loop.is_closed():
-                continue
-            stalled = loop.time() - self.turns[name]
-            if process.paused_until is None and stalled > 1.0:
-                return f"{name}'s event loop stopped turning {stalled:.1f}s ago"
-        return super().settled(live)
+        return self._stalled_loop() or super().settled(live)
 
 
 def _cancelled(salt: str, record: Any) -> bool:

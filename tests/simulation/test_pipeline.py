@@ -13,14 +13,14 @@ same code: CI runs fewer of its histories).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from devtools.simulation import run_seeds
+
+from ._histories import assert_histories_pass
 
 PIPELINE_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_HISTORIES", "100"))
 PIPELINE_848_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_848_HISTORIES", "40"))
@@ -39,32 +39,7 @@ PIPELINE_COMPACTED_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_COMPACTED
 def test_every_offset_is_published_exactly_once_through_fault_histories(
     recipe: str, histories: int
 ) -> None:
-    # In a child process with a fixed PYTHONHASHSEED, as the replay command a failure
-    # prints runs it.
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "devtools.simulation",
-            "--recipe",
-            recipe,
-            "--seeds",
-            str(histories),
-            "--faults",
-            "100",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=850,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-        check=False,
-    )
-    text = out.stdout + out.stderr
-    last = text.strip().splitlines()[-1] if text.strip() else ""
-    fields = dict(pair.split("=", 1) for pair in last.split() if "=" in pair)
-    assert out.returncode == 0 and fields.get("violations") == "0", text[-20_000:]
-    assert int(fields["histories"]) == histories
-    assert float(fields["faults_per_history"]) >= 100
+    assert_histories_pass(recipe, histories)
 
 
 @pytest.mark.parametrize("compacted", [False, True], ids=["plain", "compacted"])

@@ -10,8 +10,6 @@ SIMULATION_SHARE_HISTORIES of them (40 by default).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections import Counter
 from typing import Any
 
@@ -21,31 +19,14 @@ from coordination.testing.simulation import HistorySettings
 from coordination.testing.simulation import run_seeds as run_seeds_of
 from devtools.simulation import replay, run_seeds
 
+from ._histories import assert_histories_pass
+
 SHARE_HISTORIES = int(os.environ.get("SIMULATION_SHARE_HISTORIES", "40"))
 
 
 @pytest.mark.timeout(600)
 def test_every_record_is_accepted_once_or_archived_through_fault_histories() -> None:
-    # In a child process with a fixed PYTHONHASHSEED, as the replay command a failure
-    # prints runs it.
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "devtools.simulation",
-            "--recipe",
-            "share",
-            "--seeds",
-            str(SHARE_HISTORIES),
-            "--faults",
-            "100",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-        timeout=600,
-    ).stdout
-    assert f"histories={SHARE_HISTORIES} " in out and " violations=0 " in out, out[-5_000:]
+    assert_histories_pass("share", SHARE_HISTORIES, timeout_s=600)
 
 
 def test_the_checker_finds_a_consumer_that_reports_refused_acknowledgements_as_done(

@@ -12,9 +12,8 @@ A history of 100 faults costs about half a second of one core (the asyncio face'
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,6 +21,8 @@ import pytest
 from coordination.testing.simulation import HistorySettings
 from coordination.testing.simulation import run_seeds as run_seeds_of
 from devtools.simulation import replay, run_seeds
+
+from ._histories import assert_histories_pass
 
 _CI_HISTORIES = os.environ.get("SIMULATION_SHARE_WORKER_HISTORIES")
 WORKER_HISTORIES = int(_CI_HISTORIES or "40")
@@ -36,26 +37,7 @@ ASYNC_WORKER_HISTORIES = int(_CI_HISTORIES or "20")
 def test_every_record_is_accepted_after_its_handler_returned_or_dead_lettered_through_faults(
     recipe: str, histories: int
 ) -> None:
-    # In a child process with a fixed PYTHONHASHSEED, as the replay command a failure
-    # prints runs it.
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "devtools.simulation",
-            "--recipe",
-            recipe,
-            "--seeds",
-            str(histories),
-            "--faults",
-            "100",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-        timeout=900,
-    ).stdout
-    assert f"histories={histories} " in out and " violations=0 " in out, out[-5_000:]
+    assert_histories_pass(recipe, histories)
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["threads", "asyncio"])
@@ -87,9 +69,7 @@ def test_the_histories_reach_every_outcome_of_a_handler(asynchronous: bool) -> N
         assert outcomes[reached] > 0, (reached, outcomes)
 
 
-def test_the_checker_finds_a_worker_that_accepts_a_failed_record(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _accepts_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     from recipes.queues import AcknowledgeType
     from recipes.queues._worker import ShareWorker, _Decision, _Why
 
@@ -97,27 +77,15 @@ def test_the_checker_finds_a_worker_that_accepts_a_failed_record(
         return _Decision(AcknowledgeType.ACCEPT, _Why.ACCEPTED)
 
     monkeypatch.setattr(ShareWorker, "_failed", accepting)
-    summary = run_seeds("share-worker", range(10), HistorySettings(faults=20), stop_at_first=True)
-    assert summary.failures, "a failed record accepted went unnoticed"
-    violation = summary.failures[0].violation
-    assert violation is not None and "which no handler returned" in violation, violation
 
 
-def test_the_checker_finds_a_worker_that_rejects_without_a_dead_letter_copy(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _rejects_without_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     from recipes.queues._worker import ShareWorker
 
     monkeypatch.setattr(ShareWorker, "_dead_letter", lambda self, *args: True)
-    summary = run_seeds("share-worker", range(10), HistorySettings(faults=20), stop_at_first=True)
-    assert summary.failures, "a REJECT without its dead-letter copy went unnoticed"
-    violation = summary.failures[0].violation
-    assert violation is not None and "with no dead-letter copy" in violation, violation
 
 
-def test_the_checker_finds_a_worker_running_more_handlers_than_its_concurrency(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _runs_a_handler_too_many(monkeypatch: pytest.MonkeyPatch) -> None:
     from recipes.queues._worker import ShareWorker
 
     real_init = ShareWorker.__init__
@@ -127,15 +95,9 @@ def test_the_checker_finds_a_worker_running_more_handlers_than_its_concurrency(
         self._concurrency += 1
 
     monkeypatch.setattr(ShareWorker, "__init__", one_thread_too_many)
-    summary = run_seeds("share-worker", range(10), HistorySettings(faults=20), stop_at_first=True)
-    assert summary.failures, "a worker running more handlers than its concurrency went unnoticed"
-    violation = summary.failures[0].violation
-    assert violation is not None and "handlers at once" in violation, violation
 
 
-def test_the_checker_finds_an_async_worker_that_takes_a_cancelled_handler_for_a_success(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _takes_a_cancelled_handler_for_a_success(monkeypatch: pytest.MonkeyPatch) -> None:
     from recipes.queues import AsyncShareWorker, HandlerCancelledError
 
     real = AsyncShareWorker._on_handler_thread
@@ -147,12 +109,29 @@ def test_the_checker_finds_an_async_worker_that_takes_a_cancelled_handler_for_a_
             return
 
     monkeypatch.setattr(AsyncShareWorker, "_on_handler_thread", cancelled_is_done)
-    summary = run_seeds(
-        "share-worker-async", range(10), HistorySettings(faults=20), stop_at_first=True
-    )
-    assert summary.failures, "a cancelled handler's record accepted went unnoticed"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "broken", "found"),
+    [
+        ("share-worker", _accepts_failures, "which no handler returned"),
+        ("share-worker", _rejects_without_a_copy, "with no dead-letter copy"),
+        ("share-worker", _runs_a_handler_too_many, "handlers at once"),
+        ("share-worker-async", _takes_a_cancelled_handler_for_a_success, "which no handler"),
+    ],
+    ids=["accepts-failures", "rejects-without-copy", "too-many-handlers", "async-cancelled-done"],
+)
+def test_the_checker_finds_a_broken_worker(
+    recipe: str,
+    broken: Callable[[pytest.MonkeyPatch], Any],
+    found: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken(monkeypatch)
+    summary = run_seeds(recipe, range(10), HistorySettings(faults=20), stop_at_first=True)
+    assert summary.failures, "the broken guarantee went unnoticed in 10 histories"
     violation = summary.failures[0].violation
-    assert violation is not None and "which no handler returned" in violation, violation
+    assert violation is not None and found in violation, violation
 
 
 @pytest.mark.parametrize("recipe", ["share-worker", "share-worker-async"])
