@@ -19,6 +19,7 @@ from ._logging import MemberLogAdapter
 from ._metrics import MemberMetrics
 from ._types import Generation, Member, MemberState, OffsetAndMetadata, ProtocolMetadata
 from .clock import Clock
+from .errors import CoordinationError
 from .parts import check_part
 from .transport import Transport
 
@@ -273,6 +274,12 @@ class Coordinator(abc.ABC):
     def state(self) -> MemberState:
         """Where the member is in the join protocol."""
         return self._engine.state
+
+    @property
+    def failure(self) -> CoordinationError | None:
+        """The error that stopped this member (a :class:`FatalBrokerError` a person must fix:
+        authorization, an instance id in use, ...), or None while nothing did."""
+        return self._engine.fatal_error
 
     @property
     def is_leader(self) -> bool:

@@ -56,6 +56,7 @@ from ._engine.consumer_group import (
 from ._metrics import MemberMetrics
 from ._types import Generation, MemberState, OffsetAndMetadata
 from .clock import Clock
+from .errors import CoordinationError
 from .parts import check_part
 from .transport import CoordinatorNode, Transport
 
@@ -124,6 +125,12 @@ class ConsumerGroupMember:
     @property
     def state(self) -> MemberState:
         return self._engine.state
+
+    @property
+    def failure(self) -> CoordinationError | None:
+        """The error that stopped this member (a :class:`FatalBrokerError` a person must fix:
+        an instance id in use, an unknown assignor, ...), or None while nothing did."""
+        return self._engine.fatal_error
 
     def generation(self) -> Generation:
         """The member's epoch and id as a :class:`Generation` (what commits are fenced by)."""

@@ -234,7 +234,12 @@ class ConsumersDriver(DriverBase):
         self, consumer: Any, clock: Scheduler, trace: Trace, me: str, commit: Callable[[str], None]
     ) -> None:
         """The application's poll loop, until the consumer is closed."""
-        from coordination.errors import CoordinationError, CoordinatorStateError
+        from coordination.errors import (
+            CoordinationError,
+            CoordinatorStateError,
+            FatalBrokerError,
+            FencedInstanceError,
+        )
 
         rng = clock.random()
         idle = clock.event()
@@ -243,6 +248,11 @@ class ConsumersDriver(DriverBase):
                 batch = consumer.poll(timeout_ms=500)
             except CoordinatorStateError:
                 return  # closed
+            except FencedInstanceError:
+                trace(f"{me}: stops: fenced by a newer process of its instance")
+                return
+            except FatalBrokerError:
+                raise  # the member stopped for good: its supervisor's (or a finding)
             except CoordinationError as e:
                 trace(f"{me}: poll failed: {type(e).__name__}")
                 continue
@@ -376,8 +386,9 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
     Checked on top of the consumer's invariants: a member's epoch never goes back while it
     stays in the group (it returns to 0 only when fenced, and rejoins above it). Half the
     hosts are static (``group_instance_id``), as in the classic drivers: one restarted
-    while the broker still holds its instance is refused (UNRELEASED_INSTANCE_ID), as
-    Kafka's consumers are, and sits out the history.
+    while the broker still holds its instance is refused (UNRELEASED_INSTANCE_ID) and
+    stops, as Kafka's consumers do; its supervisor (here: the driver) starts it again a
+    session later.
     """
 
     name = "consumer-848"
@@ -385,6 +396,21 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
     def __init__(self, settings: HistorySettings) -> None:
         super().__init__(settings)
         self.epochs: dict[str, int] = {}  # by process name: the highest epoch seen
+        self.refused_instances = 0  # static members refused, and started again
+
+    def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
+        from coordination.errors import UnreleasedInstanceIdError
+
+        me = host.process.name if host.process is not None else ""
+        while True:
+            try:
+                super().start(host, transport, clock, trace)
+                return
+            except UnreleasedInstanceIdError:
+                trace(f"{me}: refused (UNRELEASED_INSTANCE_ID): stops; restarted a session later")
+                self.members[me].consumer.close(10.0)
+                self.refused_instances += 1
+                clock.sleep(self.settings.session_timeout_ms / 1000, clock.event())
 
     def _settings(self, host: Host, transport: SimTransport, clock: Scheduler) -> dict[str, Any]:
         from recipes.partitioning import InMemoryTopicMetadata
@@ -508,23 +534,36 @@ class AsyncConsumersDriver(ConsumersDriver):
     async def _application(
         self, face: Any, clock: Scheduler, trace: Trace, me: str, commit: Callable[[str], Any]
     ) -> None:
-        from coordination.errors import CoordinationError, CoordinatorStateError
+        from coordination.errors import (
+            CoordinationError,
+            CoordinatorStateError,
+            FatalBrokerError,
+            FencedInstanceError,
+        )
 
         rng = clock.random()
         ticker = asyncio.get_running_loop().create_task(self._tick(me, clock))
         try:
             await face.start()
             if rng.random() < 0.3:
-                async for record in face:  # the documented loop
-                    self._returned(record, [record.offset])
-                    await asyncio.sleep(rng.uniform(0.001, 0.01))  # handling it
-                    await commit("after a record")
+                try:
+                    async for record in face:  # the documented loop
+                        self._returned(record, [record.offset])
+                        await asyncio.sleep(rng.uniform(0.001, 0.01))  # handling it
+                        await commit("after a record")
+                except FencedInstanceError:
+                    trace(f"{me}: stops: fenced by a newer process of its instance")
                 return
             while True:
                 try:
                     batch = await self._take(face, rng, trace, me)
                 except CoordinatorStateError:
                     return  # closed
+                except FencedInstanceError:
+                    trace(f"{me}: stops: fenced by a newer process of its instance")
+                    return
+                except FatalBrokerError:
+                    raise  # a finding
                 except CoordinationError as e:
                     trace(f"{me}: getmany failed: {type(e).__name__}")
                     continue

@@ -29,7 +29,7 @@ from typing import Any
 from coordination import Generation, MemberMetrics, OffsetAndMetadata
 from coordination.clock import Clock
 from coordination.consumer_group import ConsumerGroupMember, Subscription
-from coordination.errors import ConfigurationError
+from coordination.errors import ConfigurationError, CoordinationError
 from coordination.lease import LeaseGuard
 from coordination.transport import Transport
 
@@ -144,6 +144,11 @@ class BrokerAssignedPartitioning:
     @property
     def member_id(self) -> str:
         return self._member.member_id
+
+    @property
+    def failure(self) -> CoordinationError | None:
+        """The error that stopped the member, or None while nothing did."""
+        return self._member.failure
 
     def owned(self) -> frozenset[TopicPartition]:
         """The partitions this member owns now (never waits)."""

@@ -421,6 +421,10 @@ class Consumer:
 
         Raises:
             CoordinatorStateError: the consumer was closed.
+            FatalBrokerError: the group member stopped on an error a person must fix
+                (e.g. :class:`~coordination.errors.UnreleasedInstanceIdError`: another
+                process holds this ``group_instance_id``; ``GroupAuthorizationError``);
+                every later poll raises it too. Close the consumer.
             ConnectionFailedError: the fetcher cannot reach the cluster (see :meth:`start`).
             BrokerError: the broker refused the fetch (e.g. TOPIC_AUTHORIZATION_FAILED).
             ValueError: ``max_records`` is not a positive int.
@@ -444,6 +448,11 @@ class Consumer:
                     raise CoordinatorStateError(
                         f"consumer of group {self._group.group_id!r} is closed"
                     )
+                failure = self._group.failure
+                if failure is not None:
+                    # The member stopped for good: no partition will come (Kafka's
+                    # consumers throw it from poll too).
+                    raise failure
                 self._settle()
                 if delivery is not None and delivery.outcome is not None:
                     return {}  # its caller is gone: take nothing for it

@@ -198,6 +198,8 @@ def test_a_second_consumer_with_an_instance_id_in_use_is_refused_and_the_first_k
     second = static_consumer(consumers, kafka, group, topic, "same")
     with pytest.raises(errors.UnreleasedInstanceIdError, match="group_instance_id"):
         second.broker_assigned.ensure_active_group(timeout=30)
+    with pytest.raises(errors.UnreleasedInstanceIdError):  # its poll loop learns it too
+        second.poll(timeout_ms=100)
     first.poll(timeout_ms=100)
     assert len(first.assignment()) == PARTITIONS
 

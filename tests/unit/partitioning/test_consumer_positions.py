@@ -498,3 +498,30 @@ def test_a_listener_that_raises_on_a_loss_still_loses_the_partitions(
     assert h.consumer.assignment() == frozenset() and h.consumer.position(tp(0)) is None
     h.fetcher.to_return = {tp(0): [Record(10)]}
     assert h.consumer.poll(0) == {}
+
+
+def test_poll_raises_the_error_that_stopped_the_group_member_at_every_call() -> None:
+    # A member the broker refuses for good (here: no authorization on the group) gets no
+    # partition ever: poll says so, as Kafka's consumers throw from poll, instead of
+    # returning nothing for ever.
+    from coordination.errors import GroupAuthorizationError
+
+    h = Harness()
+    h.transport.prepare(NODE)
+    h.transport.prepare(
+        m.JoinGroupResponse(
+            error_code=E.GROUP_AUTHORIZATION_FAILED,
+            generation_id=-1,
+            protocol_type="consumer",
+            protocol_name="",
+            leader="",
+            member_id="",
+        )
+    )
+    h.engine.request_rejoin("test")
+    with pytest.raises(GroupAuthorizationError):
+        h.engine.join_group_if_needed(deadline=None)
+    assert isinstance(h.consumer.group.failure, GroupAuthorizationError)
+    for _ in range(2):
+        with pytest.raises(GroupAuthorizationError):
+            h.consumer.poll(timeout_ms=0)
