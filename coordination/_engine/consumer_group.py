@@ -295,7 +295,14 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
             self._check_running()
             if self._lose_all:
                 return IDLE_WAIT_S  # rejoin once ``lost`` has run (the reconcile thread wakes it)
-            expired = self._epoch > 0 and self._timers.session_expired(now)
+            # Epoch 0 with partitions too: a static member that took over its instance's
+            # place is answered at epoch 0 and keeps what it may keep (as Kafka does). The
+            # session counts from the last answered heartbeat's sending (the lease's
+            # start), not from a failed heartbeat or a coordinator found again, which
+            # restart the heartbeat timers: a member that resumes after a pause longer than
+            # its session rejoins knowing its partitions may be another's.
+            in_group = self._epoch > 0 or bool(self._owned)
+            expired = in_group and self._lease_until is not None and now >= self._lease_until
         if expired:
             # No heartbeat answered for a whole session: the broker has removed this member
             # or is about to. Lose the partitions now; the rejoin tells which.
