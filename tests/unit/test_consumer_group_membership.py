@@ -730,3 +730,46 @@ def test_a_heartbeat_without_an_answer_makes_the_member_look_for_its_coordinator
         assert after.index("FindCoordinatorRequest") < after.index("ConsumerGroupHeartbeatRequest")
     finally:
         cgm.close(5)
+
+
+class SilentFor(Broker):
+    """Answers no heartbeat while ``silent`` (each fails at once); finds the coordinator
+    throughout, as a broker whose group coordinator is stuck while the cluster answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.silent = False
+
+    def send(self, request: Any, response_type: type[Any], **kw: Any) -> Any:
+        if self.silent and isinstance(request, cg.ConsumerGroupHeartbeatRequest):
+            with self.lock:
+                self.events.append("unanswered")
+            raise TransportError("no answer")
+        if isinstance(request, cg.ConsumerGroupHeartbeatRequest) and request.member_epoch == 0:
+            with self.lock:
+                self.events.append("join")
+        return super().send(request, response_type, **kw)
+
+
+def test_a_member_unanswered_for_its_session_loses_its_partitions_before_it_rejoins() -> None:
+    # Its failed heartbeats, and the coordinator found again after each, restart the
+    # heartbeat timers; the session still counts from the last answered heartbeat's sending
+    # (the broker removed the member then, and may have given its partitions away).
+    broker = SilentFor()
+    cgm, recipe = member(broker, session_timeout_ms=600, heartbeat_interval_ms=100)
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        assert cgm.owned() == {("orders", 0), ("orders", 1)}
+        with broker.lock:
+            broker.events.append("silent from here")
+            broker.silent = True
+        time.sleep(1.0)  # more than the session, every heartbeat unanswered
+        broker.silent = False
+        since = broker.events.index("silent from here")
+        wait_for(lambda: "join" in broker.events[since:], "a rejoin")
+        events = broker.events[since:]
+        assert "lost [0, 1]" in events, events
+        assert events.index("lost [0, 1]") < events.index("join"), events
+    finally:
+        cgm.close(5)
