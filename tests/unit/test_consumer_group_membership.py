@@ -756,7 +756,7 @@ def test_a_member_unanswered_for_its_session_loses_its_partitions_before_it_rejo
     # heartbeat timers; the session still counts from the last answered heartbeat's sending
     # (the broker removed the member then, and may have given its partitions away).
     broker = SilentFor()
-    cgm, recipe = member(broker, session_timeout_ms=600, heartbeat_interval_ms=100)
+    cgm, _ = member(broker, session_timeout_ms=600, heartbeat_interval_ms=100)
     cgm.start()
     try:
         cgm.wait_stable(10)
