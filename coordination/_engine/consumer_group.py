@@ -295,14 +295,15 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
             self._check_running()
             if self._lose_all:
                 return IDLE_WAIT_S  # rejoin once ``lost`` has run (the reconcile thread wakes it)
-            # Epoch 0 with partitions too: a static member that took over its instance's
-            # place is answered at epoch 0 and keeps what it may keep (as Kafka does). The
-            # session counts from the last answered heartbeat's sending (the lease's
-            # start), not from a failed heartbeat or a coordinator found again, which
-            # restart the heartbeat timers: a member that resumes after a pause longer than
-            # its session rejoins knowing its partitions may be another's.
-            in_group = self._epoch > 0 or bool(self._owned)
-            expired = in_group and self._lease_until is not None and now >= self._lease_until
+            expired = self._epoch > 0 and self._timers.session_expired(now)
+            # A static member that took over its instance's place is answered at epoch 0
+            # and keeps the partitions it may keep (as Kafka does). Its heartbeats are
+            # joins, which the broker answers even after it removed the member (a new
+            # member then): no fencing answer would tell it. So its session counts from
+            # the last answered heartbeat's sending (the lease's start), which no failed
+            # heartbeat or coordinator found again restarts.
+            if self._epoch == cg.JOIN_EPOCH and self._owned and self._lease_until is not None:
+                expired = now >= self._lease_until
         if expired:
             # No heartbeat answered for a whole session: the broker has removed this member
             # or is about to. Lose the partitions now; the rejoin tells which.

@@ -411,6 +411,8 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
                 self.members[me].consumer.close(10.0)
                 self.refused_instances += 1
                 clock.sleep(self.settings.session_timeout_ms / 1000, clock.event())
+                # Its close closed the process's transport: a new client, new connections.
+                transport = transport.sibling()
 
     def _settings(self, host: Host, transport: SimTransport, clock: Scheduler) -> dict[str, Any]:
         from recipes.partitioning import InMemoryTopicMetadata

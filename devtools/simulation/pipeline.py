@@ -753,6 +753,8 @@ class BrokerAssignedPipelineDriver(PipelineDriver):
                 self.workers[me].worker.close(10.0)
                 self.refused_instances += 1
                 clock.sleep(self.settings.session_timeout_ms / 1000, clock.event())
+                # Its close closed the process's transport: a new client, new connections.
+                transport = transport.sibling()
 
     def _topic_metadata(self, transport: SimTransport) -> Any:
         from recipes.partitioning import InMemoryTopicMetadata
