@@ -240,7 +240,10 @@ class AsyncShareWorker(AsyncContext):
                 "close() was awaited in a handler, which the drain waits for: call stop()"
             )
         if self._closing is None:
-            self._closing = asyncio.ensure_future(self._close_worker())
+            # The running loop, looked up before the coroutine is made: with none (a
+            # coroutine driven from outside a loop, as a dying one is unwound) nothing is
+            # made that would never run and warn from the garbage collector.
+            self._closing = asyncio.get_running_loop().create_task(self._close_worker())
         await asyncio.shield(self._closing)
 
     def __repr__(self) -> str:

@@ -13,6 +13,11 @@ def assert_histories_pass(recipe: str, histories: int, *, timeout_s: float = 850
     one kept the recipe's guarantees (the output's end, with the failures, if not)."""
     out = subprocess.run(
         [
+            # At a lower priority, as tests/simulation/test_simulation.py's: simulated time
+            # does not care how fast it runs, and the real-time tests beside it do.
+            "nice",
+            "-n",
+            "10",
             sys.executable,
             "-m",
             "devtools.simulation",
