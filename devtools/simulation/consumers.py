@@ -44,6 +44,8 @@ from coordination.testing.simulation import (
     Violation,
 )
 
+from ._supervisor import start_supervised
+
 TOPIC = "events"
 TOPIC_ID = uuid.UUID(int=0xE7E475)  # the topic's id, for KIP-848 assignments
 PARTITIONS = 6
@@ -399,20 +401,22 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
         self.refused_instances = 0  # static members refused, and started again
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
-        from coordination.errors import UnreleasedInstanceIdError
-
         me = host.process.name if host.process is not None else ""
-        while True:
-            try:
-                super().start(host, transport, clock, trace)
-                return
-            except UnreleasedInstanceIdError:
-                trace(f"{me}: refused (UNRELEASED_INSTANCE_ID): stops; restarted a session later")
-                self.members[me].consumer.close(10.0)
-                self.refused_instances += 1
-                clock.sleep(self.settings.session_timeout_ms / 1000, clock.event())
-                # Its close closed the process's transport: a new client, new connections.
-                transport = transport.sibling()
+        start = super().start
+
+        def stopped() -> None:
+            self.members[me].consumer.close(10.0)
+            self.refused_instances += 1
+
+        start_supervised(
+            lambda t: start(host, t, clock, trace),
+            stopped,
+            me=me,
+            transport=transport,
+            clock=clock,
+            trace=trace,
+            session_s=self.settings.session_timeout_ms / 1000,
+        )
 
     def _settings(self, host: Host, transport: SimTransport, clock: Scheduler) -> dict[str, Any]:
         from recipes.partitioning import InMemoryTopicMetadata

@@ -72,6 +72,7 @@ from recipes.pipeline import (
 )
 from recipes.pipeline._segments import Segments
 
+from ._supervisor import start_supervised
 from .consumers import TOPIC, TOPIC_ID, SimFetcher, SimTopic
 
 PARTITIONS = 4
@@ -741,20 +742,22 @@ class BrokerAssignedPipelineDriver(PipelineDriver):
         self.refused_instances = 0  # static workers refused, and started again
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
-        from coordination.errors import UnreleasedInstanceIdError
-
         me = host.process.name if host.process is not None else ""
-        while True:
-            try:
-                super().start(host, transport, clock, trace)
-                return
-            except UnreleasedInstanceIdError:
-                trace(f"{me}: refused (UNRELEASED_INSTANCE_ID): stops; restarted a session later")
-                self.workers[me].worker.close(10.0)
-                self.refused_instances += 1
-                clock.sleep(self.settings.session_timeout_ms / 1000, clock.event())
-                # Its close closed the process's transport: a new client, new connections.
-                transport = transport.sibling()
+        start = super().start
+
+        def stopped() -> None:
+            self.workers[me].worker.close(10.0)
+            self.refused_instances += 1
+
+        start_supervised(
+            lambda t: start(host, t, clock, trace),
+            stopped,
+            me=me,
+            transport=transport,
+            clock=clock,
+            trace=trace,
+            session_s=self.settings.session_timeout_ms / 1000,
+        )
 
     def _topic_metadata(self, transport: SimTransport) -> Any:
         from recipes.partitioning import InMemoryTopicMetadata

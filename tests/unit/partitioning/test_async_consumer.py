@@ -319,26 +319,10 @@ def test_records_of_a_partition_lost_while_they_travel_to_the_loop_are_not_hande
 
 
 def test_getone_getmany_and_async_for_raise_the_error_that_stopped_the_member() -> None:
-    from coordination._protocol.error_codes import ErrorCode
     from coordination.errors import GroupAuthorizationError
 
-    from .test_consumer_positions import NODE
-
     h = AsyncHarness()
-    h.transport.prepare(NODE)
-    h.transport.prepare(
-        m.JoinGroupResponse(
-            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-            generation_id=-1,
-            protocol_type="consumer",
-            protocol_name="",
-            leader="",
-            member_id="",
-        )
-    )
-    h.engine.request_rejoin("test")
-    with pytest.raises(GroupAuthorizationError):
-        h.engine.join_group_if_needed(deadline=None)
+    h.refused_for_good()
 
     async def scenario() -> None:
         with pytest.raises(GroupAuthorizationError):

@@ -166,6 +166,26 @@ class Harness:
         if self.engine.generation.generation_id < 0:
             self.engine._generation = Generation(-1, member_id, None)
 
+    def refused_for_good(self) -> None:
+        """The broker refuses the member's join for good (no authorization on the group):
+        the member stops on GroupAuthorizationError."""
+        from coordination.errors import GroupAuthorizationError
+
+        self.transport.prepare(NODE)
+        self.transport.prepare(
+            m.JoinGroupResponse(
+                error_code=E.GROUP_AUTHORIZATION_FAILED,
+                generation_id=-1,
+                protocol_type="consumer",
+                protocol_name="",
+                leader="",
+                member_id="",
+            )
+        )
+        self.engine.request_rejoin("test")
+        with pytest.raises(GroupAuthorizationError):
+            self.engine.join_group_if_needed(deadline=None)
+
     def offsets(self, answer: Callable[[m.Request], m.OffsetFetchResponse], times: int) -> None:
         for _ in range(times):
             self.transport.prepare(answer, response_type=m.OffsetFetchResponse)
@@ -507,20 +527,7 @@ def test_poll_raises_the_error_that_stopped_the_group_member_at_every_call() -> 
     from coordination.errors import GroupAuthorizationError
 
     h = Harness()
-    h.transport.prepare(NODE)
-    h.transport.prepare(
-        m.JoinGroupResponse(
-            error_code=E.GROUP_AUTHORIZATION_FAILED,
-            generation_id=-1,
-            protocol_type="consumer",
-            protocol_name="",
-            leader="",
-            member_id="",
-        )
-    )
-    h.engine.request_rejoin("test")
-    with pytest.raises(GroupAuthorizationError):
-        h.engine.join_group_if_needed(deadline=None)
+    h.refused_for_good()
     assert isinstance(h.consumer.group.failure, GroupAuthorizationError)
     for _ in range(2):
         with pytest.raises(GroupAuthorizationError):
