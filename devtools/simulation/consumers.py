@@ -49,6 +49,12 @@ from ._supervisor import start_supervised
 TOPIC = "events"
 TOPIC_ID = uuid.UUID(int=0xE7E475)  # the topic's id, for KIP-848 assignments
 PARTITIONS = 6
+# consumer-848's pattern histories: the pattern, the topic created later that it matches,
+# and one created with it that it matches only in part (a search, not a whole name).
+PATTERN = r"events(-\w+)?"
+LATE_TOPIC, LATE_TOPIC_ID = "events-late", uuid.UUID(int=0x1A7E)
+DECOY_TOPIC, DECOY_TOPIC_ID = "xevents-late", uuid.UUID(int=0xDEC0)
+LATE_PARTITIONS = 3
 RECORDS_PER_S = 10.0  # per partition
 MAX_RECORDS = 25  # per partition per poll
 FETCH_MAX_WAIT_S = 0.1
@@ -80,12 +86,14 @@ class SimTopic:
 
 
 class SimFetcher:
-    """A :class:`recipes.partitioning.RecordFetcher` over a :class:`SimTopic`: each poll
-    takes a fetch's round trip, and waits for records when there are none. A member cut off
-    from the brokers fetches nothing."""
+    """A :class:`recipes.partitioning.RecordFetcher` over :class:`SimTopic` s (by name): each
+    poll takes a fetch's round trip, and waits for records when there are none. A member cut
+    off from the brokers fetches nothing."""
 
-    def __init__(self, topic: SimTopic, clock: Scheduler, transport: SimTransport) -> None:
-        self._topic = topic
+    def __init__(
+        self, topics: Mapping[str, SimTopic], clock: Scheduler, transport: SimTransport
+    ) -> None:
+        self._topics = topics
         self._clock = clock
         self._transport = transport
         self._rng = clock.random()
@@ -115,9 +123,10 @@ class SimFetcher:
         now = clock.monotonic()
         if self._transport.isolated_until > now:
             return {}
-        end = self._topic.end(now)
+        ends = {name: topic.end(now) for name, topic in self._topics.items()}
         fetched: dict[Any, list[SimRecord]] = {}
         for tp, position in self._positions.items():
+            end = ends[tp.topic]
             start = 0 if position is None else position
             if start < end:
                 last = min(end, start + MAX_RECORDS)
@@ -189,7 +198,7 @@ class ConsumersDriver(DriverBase):
             "topic_metadata": self.metadata,
             "transport": transport,
             "clock": clock,
-            "fetcher": SimFetcher(self.topic, clock, transport),
+            "fetcher": SimFetcher({TOPIC: self.topic}, clock, transport),
             "group_instance_id": host.instance_id,
             **self.settings.member_settings(),
         }
@@ -365,18 +374,26 @@ class ConsumersDriver(DriverBase):
                 break
         return checked
 
+    def subscribed_partitions(self) -> list[tuple[str, int]]:
+        """The partitions the group must own once the faults are over."""
+        return [(TOPIC, p) for p in range(PARTITIONS)]
+
     def settled(self, live: list[Host]) -> str | None:
         holders = self._holders()
-        wrong = [p for p in range(PARTITIONS) if len(holders.get((TOPIC, p), ())) != 1]
+        wanted = self.subscribed_partitions()
+        wrong = [tp for tp in wanted if len(holders.get(tp, ())) != 1]
         if wrong:
             return f"partitions not owned by exactly one consumer: {wrong}"
+        stray = sorted(holders.keys() - set(wanted))
+        if stray:
+            raise Violation(f"partitions owned that no consumer subscribed to: {stray}")
         unread = []
         for member in self.members.values():
             # Read without the consumer's lock, which a poll holds while it waits.
             positions = member.consumer._positions
             for tp in member.consumer.assignment():
                 if tp not in positions:
-                    unread.append(tp.partition)
+                    unread.append((tp.topic, tp.partition))
         return f"partitions owned but not positioned: {sorted(unread)}" if unread else None
 
 
@@ -391,6 +408,13 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
     while the broker still holds its instance is refused (UNRELEASED_INSTANCE_ID) and
     stops, as Kafka's consumers do; its supervisor (here: the driver) starts it again a
     session later.
+
+    Half the histories subscribe by pattern (``events(-\\w+)?``, the broker's to match with
+    whole topic names): at a random time two topics are created, one the pattern matches
+    (``events-late``: its partitions must be owned and read after the faults, as the first
+    topic's) and one it matches only in part (``xevents-late``: never owned). The broker's
+    assignment names the new topic by id before a member's metadata knows its name (each
+    member learns it up to 3 s later): those partitions wait for their name.
     """
 
     name = "consumer-848"
@@ -399,6 +423,8 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
         super().__init__(settings)
         self.epochs: dict[str, int] = {}  # by process name: the highest epoch seen
         self.refused_instances = 0  # static members refused, and started again
+        self.by_pattern: bool | None = None  # picked at the first member's start
+        self.topics: dict[str, SimTopic] = {}  # by name: those created so far
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         me = host.process.name if host.process is not None else ""
@@ -419,26 +445,28 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
         )
 
     def _settings(self, host: Host, transport: SimTransport, clock: Scheduler) -> dict[str, Any]:
-        from recipes.partitioning import InMemoryTopicMetadata
-
-        class WithIds(InMemoryTopicMetadata):
-            def topic_ids(self) -> dict[uuid.UUID, str]:
-                return {TOPIC_ID: TOPIC}
-
         if self.topic is None:
             self.topic = SimTopic(clock.monotonic())
-            self.metadata = WithIds({TOPIC: PARTITIONS})
+            self.topics[TOPIC] = self.topic
             self.log = transport.cluster.log
             self.log.topics[TOPIC] = (TOPIC_ID, PARTITIONS)
+            rng = clock.random()
+            self.by_pattern = rng.random() < 0.5
+            if self.by_pattern:
+                clock.call_later(rng.uniform(5.0, 120.0), partial(self._create_late, clock))
+        subscription: dict[str, Any] = (
+            {"pattern": PATTERN} if self.by_pattern else {"topics": [TOPIC]}
+        )
         return {
-            "topics": [TOPIC],
+            **subscription,
             "group_protocol": "consumer",
             "group_remote_assignor": "uniform",
-            "topic_metadata": self.metadata,
+            "topic_metadata": _KnownTopics(self, clock, lag_s=clock.random().uniform(0.0, 3.0)),
             "transport": transport,
             "clock": clock,
-            "fetcher": SimFetcher(self.topic, clock, transport),
+            "fetcher": SimFetcher(self.topics, clock, transport),
             "group_instance_id": host.instance_id,  # static on half the hosts
+            "client_rack": _rack(host),
             **self.settings.member_settings(),
             # Every other member assumes a session three times the broker's: its lease must
             # count with the broker's session, read before it joins (DescribeConfigs).
@@ -448,6 +476,41 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
                 else {}
             ),
         }
+
+    def _create_late(self, clock: Scheduler) -> None:
+        """The pattern's second topic, and one it does not match, created now."""
+        assert self.log is not None
+        now = clock.monotonic()
+        for name, topic_id in ((LATE_TOPIC, LATE_TOPIC_ID), (DECOY_TOPIC, DECOY_TOPIC_ID)):
+            self.topics[name] = SimTopic(now)
+            self.log.topics[name] = (topic_id, LATE_PARTITIONS)
+
+    def settled(self, live: list[Host]) -> str | None:
+        unsettled = super().settled(live)
+        if unsettled is not None:
+            return unsettled
+        # Each member's rack reached the broker and stayed there (through rejoins, the full
+        # requests after errors, a static member's takeover).
+        assert self.log is not None
+        group = self.log.consumer_groups.get(GROUP)
+        racks = {m.member_id: m.rack_id for m in group.members.values()} if group else {}
+        for host in live:
+            member = None if host.process is None else self.members.get(host.process.name)
+            if member is None or member.process.dead:
+                continue
+            member_id = member.group._member.member_id
+            if member_id in racks and racks[member_id] != _rack(host):
+                raise Violation(
+                    f"{member.process.name}'s rack at the broker is {racks[member_id]!r}, "
+                    f"not {_rack(host)!r}"
+                )
+        return None
+
+    def subscribed_partitions(self) -> list[tuple[str, int]]:
+        late = (
+            [(LATE_TOPIC, p) for p in range(LATE_PARTITIONS)] if LATE_TOPIC in self.topics else []
+        )
+        return super().subscribed_partitions() + late
 
     def check(self, now: float) -> None:
         for name, member in self._living().items():
@@ -459,6 +522,30 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
                 raise Violation(f"{name}'s member epoch went back {self.epochs[name]} -> {epoch}")
             self.epochs[name] = epoch
         super().check(now)
+
+
+def _rack(host: Host) -> str | None:
+    """consumer-848's racks: two, and no rack on every third host."""
+    return None if host.index % 3 == 2 else f"rack-{host.index % 2}"
+
+
+class _KnownTopics:
+    """A member's view of the topics' ids: a topic created at ``t`` is known from ``t +
+    lag_s`` (metadata reaches each client in its own time)."""
+
+    def __init__(self, driver: BrokerAssignedConsumersDriver, clock: Scheduler, lag_s: float):
+        self._driver = driver
+        self._clock = clock
+        self._lag_s = lag_s
+
+    def topic_ids(self) -> dict[uuid.UUID, str]:
+        assert self._driver.log is not None
+        now = self._clock.monotonic()
+        return {
+            topic_id: name
+            for name, (topic_id, _) in self._driver.log.topics.items()
+            if self._driver.topics[name].started + self._lag_s <= now or name == TOPIC
+        }
 
 
 class AsyncConsumersDriver(ConsumersDriver):

@@ -10,9 +10,13 @@ real broker's):
 - A member joins with epoch 0 and a member id of its own. A group is created at epoch 1;
   every change of its members or subscriptions bumps the *group epoch*, and the first
   heartbeat once ``assignment_interval_ms`` has passed since the last one computes a new
-  *target assignment* (here the ``uniform`` assignor's contract: balanced, sticky). A
-  member that leaves is taken out of the target at once; its partitions go to the others
-  with the next target.
+  *target assignment* (here the ``uniform`` assignor's contract: balanced, sticky; every
+  member is given a share of every topic any member subscribes to, so the histories'
+  members all subscribe alike). A member may subscribe by regular expression: the model
+  matches it with whole topic names whenever a heartbeat comes, so a topic created later
+  is a new group epoch at the next heartbeat. A member's rack (RackId) is kept, not used. A
+  member that leaves is taken out of the
+  target at once; its partitions go to the others with the next target.
 - Each member moves to its target on its own. It first gives up what the target leaves out
   (``UNREVOKED_PARTITIONS``: its epoch stays, its assignment shrinks to what it keeps, and it
   must report the release); then it gets the new partitions that no other member still owns
@@ -40,6 +44,7 @@ does), timers do not.
 from __future__ import annotations
 
 import enum
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -77,6 +82,9 @@ class _Member:
     subscribed: frozenset[str]
     rebalance_timeout_ms: int
     state: MemberState = MemberState.STABLE
+    # A subscription by regular expression (ConsumerGroupHeartbeat v1), matched here.
+    regex: str | None = None
+    rack_id: str | None = None  # the last RackId sent (null: unchanged)
     assigned: frozenset[TopicIdPartition] = frozenset()
     pending_revocation: frozenset[TopicIdPartition] = frozenset()
     revoke_deadline_ms: int | None = None
@@ -98,6 +106,8 @@ class ConsumerGroupState:
     target_computed_ms: int | None = None
     members: dict[str, _Member] = field(default_factory=dict)
     target: dict[str, frozenset[TopicIdPartition]] = field(default_factory=dict)
+    # The topics each of its members' regular expressions matched when last looked at.
+    resolved: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def static_member(self, instance_id: str) -> _Member | None:
         return next((m for m in self.members.values() if m.instance_id == instance_id), None)
@@ -168,8 +178,14 @@ class ConsumerGroupsModel:
             if subscribed != member.subscribed:
                 member.subscribed = subscribed
                 self._bump(group)
+        if req.subscribed_topic_regex is not None and req.subscribed_topic_regex != member.regex:
+            member.regex = req.subscribed_topic_regex or None  # "" drops the regex
+            self._bump(group)
+        self._resolve_regexes(group)
         if req.rebalance_timeout_ms >= 0:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
         self._restart_session(group, member)
         self._maybe_compute_target(group)
         before = member.assigned
@@ -187,7 +203,7 @@ class ConsumerGroupsModel:
         # partitions), and whenever the assigned partitions changed (not for an epoch alone).
         full = (
             req.rebalance_timeout_ms >= 0
-            and req.subscribed_topic_names is not None
+            and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
             and req.topic_partitions is not None
         )
         changed = req.member_epoch == 0 or full or member.assigned != before
@@ -292,6 +308,21 @@ class ConsumerGroupsModel:
         the next heartbeat computes once the assignment interval has passed."""
         group.group_epoch += 1
 
+    def _resolve_regexes(self, group: ConsumerGroupState) -> None:
+        """Match the members' regular expressions with the topics there are now: a topic
+        created (or a regex changed) since the last look is a new group epoch. (Kafka
+        resolves them apart from the heartbeats, at most every few seconds; a member sees
+        the same thing later.) Whole names, as RE2J's ``matches``."""
+        resolved: dict[str, frozenset[str]] = {}
+        for regex in {m.regex for m in group.members.values() if m.regex is not None}:
+            compiled = re.compile(regex)
+            resolved[regex] = frozenset(t for t in self._topics if compiled.fullmatch(t))
+        if resolved != group.resolved:
+            # (A regex new to the group bumped it already, with its member's subscription.)
+            if any(group.resolved.get(r, topics) != topics for r, topics in resolved.items()):
+                self._bump(group)
+            group.resolved = resolved
+
     def _maybe_compute_target(self, group: ConsumerGroupState) -> None:
         if group.target_epoch >= group.group_epoch:
             return
@@ -310,7 +341,8 @@ class ConsumerGroupsModel:
             return {}
         wanted: set[TopicIdPartition] = set()
         for member in group.members.values():
-            for name in member.subscribed:
+            matched = group.resolved.get(member.regex, frozenset()) if member.regex else ()
+            for name in [*member.subscribed, *matched]:
                 if name in self._topics:
                     topic_id, count = self._topics[name]
                     wanted.update((topic_id, p) for p in range(count))
@@ -447,7 +479,7 @@ def _is_valid(req: cg.ConsumerGroupHeartbeatRequest) -> bool:
         return (
             req.rebalance_timeout_ms >= 0
             and req.topic_partitions == ()  # a member joins owning nothing
-            and req.subscribed_topic_names is not None
+            and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
         )
     if req.member_epoch == cg.STATIC_LEAVE_EPOCH:
         return req.instance_id is not None
