@@ -16,7 +16,10 @@ to two members at once. Error messages are not compared (the model sends none).
 Timing: Kafka 4.3 computes a group's target assignment at most once a second
 (``group.consumer.assignment.interval.ms``, KIP-1263). A scenario waits ``INTERVAL_S`` where
 it needs the next target (the model's clock moves as much), and counts on the steps between
-two such waits taking well under a second on the broker.
+two such waits taking well under a second on the broker. Kafka resolves a subscription's
+regular expression apart from the heartbeats, in its own time (the model at the next
+heartbeat): the regex scenario compares where a member's heartbeats end up (``Settled``),
+not the answers on the way.
 """
 
 from __future__ import annotations
@@ -64,7 +67,15 @@ class Beat(NamedTuple):
     assignment: Assigned | None
 
 
-Answer = Beat | Commit | Fetch
+class Settled(NamedTuple):
+    """Where a member's heartbeats ended up (the broker resolves a regular expression apart
+    from them, in its own time: the answers on the way are not compared)."""
+
+    error: str
+    owned: int
+
+
+Answer = Beat | Commit | Fetch | Settled
 
 
 # -- where the requests go --------------------------------------------------------------------
@@ -356,7 +367,55 @@ def request_validation(run: Run) -> None:
     a.beat("a: still a member")
 
 
-SCENARIOS = [two_members_share, epoch_errors, static_members, offsets, request_validation]
+def _settle(run: Run, member: Member, label: str, owned: int, wait_s: float, **first: Any) -> None:
+    """A heartbeat reporting what the member owns, with ``first``'s fields (say, a join's),
+    then more until it owns ``owned`` partitions or about ``wait_s`` passed; the
+    transcript gets where it ended up."""
+    start = len(run.transcript)
+    response = member.beat(label, **{"topic_partitions": member.owned_topics(), **first})
+    for _ in range(int(wait_s / 0.3)):  # (the model's clock moves with run.sleep only)
+        if response.error_code or len(member.owned) == owned:
+            break
+        run.sleep(0.3)
+        response = member.report(label)
+    del run.transcript[start:]
+    run.transcript.append((label, Settled(error_name(response.error_code), len(member.owned))))
+
+
+def regex_subscriptions(run: Run) -> None:
+    """A regular expression matches whole topic names (RE2J's ``matches``): one that
+    matches only part of the topic's name gets nothing, one that matches all of it gets
+    the topic, and a second member of the same one its share."""
+    a, b = run.member("a"), run.member("b")
+    # The topic's random end: re.search would take the topic with it; and the whole name's
+    # regex matches no other topic of a broker shared with other tests.
+    part = run.topic[-8:]
+    whole = ".*" + part
+    joining = {
+        "member_epoch": cg.JOIN_EPOCH,
+        "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS,
+        "subscribed_topic_names": None,
+        "topic_partitions": (),
+    }
+    _settle(run, a, "a: joins by a regex matching part of the name: nothing", PARTITIONS,
+            4 * INTERVAL_S, **joining, subscribed_topic_regex=part)  # fmt: skip
+    _settle(run, a, "a: then by one matching the whole name: the topic", PARTITIONS,
+            TIMEOUT_S, subscribed_topic_regex=whole)  # fmt: skip
+    _settle(run, b, "b: joins by the same regex", 0, 0, **joining, subscribed_topic_regex=whole)
+    run.sleep(INTERVAL_S)
+    _settle(run, a, "a: told to give b its share", PARTITIONS // 2, TIMEOUT_S)
+    _settle(run, a, "a: reports the release", PARTITIONS // 2, 0)
+    _settle(run, b, "b: takes its share", PARTITIONS // 2, TIMEOUT_S)
+
+
+SCENARIOS = [
+    two_members_share,
+    epoch_errors,
+    static_members,
+    offsets,
+    request_validation,
+    regex_subscriptions,
+]
 
 
 # -- the comparison ----------------------------------------------------------------------------
