@@ -346,8 +346,10 @@ class ConsumersDriver(DriverBase):
         if log is not None and len(log.entries) != self._read_entries:
             self._read_commits()
         # Cheap first: only a partition two living consumers own can be owned twice.
-        seen: frozenset[Any] | set[Any] = frozenset()
-        for member in self._living().values():
+        living = self._living()
+        seen: frozenset[Any] = frozenset()
+        clash: frozenset[Any] = frozenset()
+        for member in living.values():
             # group.owned(), which never takes the lock: a check between steps.
             owned = member.owner._owned
             if not owned:
@@ -355,14 +357,24 @@ class ConsumersDriver(DriverBase):
             if not seen:
                 seen = owned  # (not changed below: a union makes a new set)
             elif not seen.isdisjoint(owned):
-                break
+                clash = clash | (seen & owned)
+                seen = seen | owned
             else:
                 seen = seen | owned
-        else:
+        if not clash:
             return
-        for tp, holders in self._holders().items():
-            if len(holders) > 1:
-                raise Violation(f"partition {tp} owned by {holders} at once, each with a lease")
+        # Then the leases, of the members holding those partitions only (after a fault, a
+        # member whose lease ran out may still list partitions for many steps).
+        holders: dict[tuple[str, int], list[str]] = {}
+        for name, member in living.items():
+            held = clash & member.owner._owned
+            if not held or member.group.membership_lease() <= self.margin_s:
+                continue
+            for tp in held:
+                holders.setdefault((tp.topic, tp.partition), []).append(name)
+        for tp, names in holders.items():
+            if len(names) > 1:
+                raise Violation(f"partition {tp} owned by {names} at once, each with a lease")
 
     def _living(self) -> dict[str, _Member]:
         """The members whose process lives, in the order they started (for the checks)."""
