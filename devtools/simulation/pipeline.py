@@ -232,8 +232,8 @@ class PipelineFetcher(SimFetcher):
         if self._transport.isolated_until > clock.monotonic():
             clock.sleep(timeout_ms / 1000, clock.event())
             raise TimeoutError("ListOffsets: no broker answered")
-        end = self._topic.end(clock.monotonic())
-        return {tp: end for tp in partitions}
+        now = clock.monotonic()
+        return {tp: self._topics[tp.topic].end(now) for tp in partitions}
 
 
 class _Worker:
@@ -327,7 +327,7 @@ class PipelineDriver(DriverBase):
             parallel_batches=rng.choice([1, 2]),
             on_event=lambda e: trace(f"{me}: {_describe(e)}"),
             topic_metadata=self.metadata,
-            fetcher=PipelineFetcher(self.topic, clock, transport),
+            fetcher=PipelineFetcher({TOPIC: self.topic}, clock, transport),
             transport=transport,
             clock=clock,
             **self._group_settings(host),
