@@ -279,6 +279,9 @@ class Consumer:
         # lets it in before its next slice (_callback_in: the callback has the lock).
         self._callback_waiting = False
         self._callback_in = self._clock.event()
+        # Set by a rebalance callback and by a change of what the fetcher reads: a poll with
+        # nothing to fetch waits on it rather than in a fetch slice under self._lock.
+        self._knock = self._clock.event()
         self._fetcher: RecordFetcher | None = fetcher  # made by start() if not given
         # Invariants, under self._lock: self._positions holds the owned partitions whose
         # start is established; the fetcher is assigned (self._fetching) those that are not
@@ -457,20 +460,30 @@ class Consumer:
                 if delivery is not None and delivery.outcome is not None:
                     return {}  # its caller is gone: take nothing for it
                 lease_holds = self._lease_holds()
+                idle = False
                 if lease_holds:
                     result = self._take(max_records, delivery)
                     if result:
                         return result
-                    self._fetch_slice(deadline)
-                    if delivery is not None and delivery.outcome is not None:
-                        return {}  # refused meanwhile: what was fetched stays held
-                    result = self._take(max_records, delivery)
-            if not lease_holds:
-                # Neither returned nor fetched (what is held stays held): wait a slice.
+                    if self._fetching:
+                        self._fetch_slice(deadline)
+                        if delivery is not None and delivery.outcome is not None:
+                            return {}  # refused meanwhile: what was fetched stays held
+                        result = self._take(max_records, delivery)
+                    else:
+                        # Nothing to fetch: wait without the lock, so that a rebalance
+                        # callback (about to give this consumer partitions) is not held up
+                        # by a fetch slice that has nothing to read.
+                        idle = True
+                        self._knock.clear()
+            if not lease_holds or idle:
+                # Neither returned nor fetched (what is held stays held): wait a slice, or
+                # until a rebalance callback or a new fetch assignment knocks.
                 left_s = deadline - self._clock.monotonic()
                 if left_s <= 0:
                     return {}
-                self._clock.sleep(min(_POLL_SLICE_MS / 1000, left_s), self._lease_wait)
+                interrupt = self._knock if idle else self._lease_wait
+                self._clock.sleep(min(_POLL_SLICE_MS / 1000, left_s), interrupt)
                 continue
             if result or self._clock.monotonic() >= deadline:
                 return result
@@ -539,6 +552,7 @@ class Consumer:
     def _locked_for_callback(self) -> Iterator[None]:
         """self._lock for a rebalance callback, ahead of the polling thread's next slice."""
         self._callback_waiting = True
+        self._knock.set()
         try:
             with self._lock:
                 self._callback_waiting = False
@@ -546,6 +560,7 @@ class Consumer:
                 yield
         finally:
             self._callback_waiting = False
+            self._knock.set()
 
     def _returnable(self, tp: TopicPartition, owned: frozenset[TopicPartition]) -> bool:
         """Whether ``tp``'s records may be returned now (under the lock)."""
@@ -1002,6 +1017,7 @@ class Consumer:
             # Kept partitions keep their fetch state (and what was fetched) in kafka-python.
             self._fetcher.assign(sorted(wanted))
             self._fetching = wanted
+            self._knock.set()
         else:
             added = frozenset()
         for tp in sorted(wanted if resync else added):

@@ -7,7 +7,10 @@ in tests/unit/test_engine.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +18,7 @@ import pytest
 
 from coordination import Generation
 from coordination._protocol.error_codes import ErrorCode as E
+from coordination.clock import Event
 from coordination.errors import ConnectionFailedError
 from coordination.testing import ManualClock, ScriptedTransport, free_port
 from coordination.testing import messages as m
@@ -27,6 +31,7 @@ from recipes.partitioning import (
     RebalanceListener,
     TopicPartition,
 )
+from recipes.partitioning import _consumer as consumer_module
 from recipes.partitioning.protocol import Assignment, encode_assignment
 
 T = "orders"
@@ -110,9 +115,11 @@ class Announced(RebalanceListener):
 class Harness:
     """A Consumer whose group member is driven step by step on the test thread."""
 
-    def __init__(self, fetcher: FakeFetcher | None = None, **settings: Any) -> None:
+    def __init__(
+        self, fetcher: FakeFetcher | None = None, clock: ManualClock | None = None, **settings: Any
+    ) -> None:
         self.transport = ScriptedTransport()
-        self.clock = ManualClock()
+        self.clock = clock or ManualClock()
         self.listener = Announced()
         self.fetcher = fetcher or FakeFetcher()
         self.fetcher.clock = self.clock
@@ -419,6 +426,97 @@ def test_poll_waits_its_timeout_on_the_clock_in_slices() -> None:
     # millisecond over, as the clock's seconds do not add up exactly.
     assert h.fetcher.polls[:4] == [100, 100, 100, 50] and len(h.fetcher.polls) <= 5
     assert h.clock.now == pytest.approx(start + 0.35, abs=0.0011)
+
+
+class IdleFetcher(FakeFetcher):
+    """Waits out a poll's timeout in real time when it has nothing to return, as
+    kafka-python's consumer does (the Consumer holds its lock meanwhile)."""
+
+    def poll(self, timeout_ms: int = 0) -> dict[Any, list[Record]]:
+        if not any(t in self.assigned for t in self.to_return):
+            time.sleep(timeout_ms / 1000)
+        return super().poll(timeout_ms)
+
+
+class WaitingClock(ManualClock):
+    """A manual clock whose sleeps also wait in real time (until interrupted), so that a
+    polling thread does not spin."""
+
+    def sleep(self, seconds: float, interrupt: Event) -> None:
+        interrupt.wait(seconds)
+        super().sleep(seconds, interrupt)
+
+
+@contextlib.contextmanager
+def polling(h: Harness) -> Iterator[None]:
+    """A thread that polls ``h``'s consumer until the block ends."""
+    stop = threading.Event()
+
+    def poll_loop() -> None:
+        while not stop.is_set():
+            h.consumer.poll(timeout_ms=2500)
+
+    poller = threading.Thread(target=poll_loop, daemon=True)
+    poller.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        poller.join(10)
+
+
+def fetched_within(h: Harness, seconds: float) -> float:
+    """Seconds until the fetcher is polled, at most ``seconds`` (then it fails)."""
+    started = time.perf_counter()
+    while not h.fetcher.polls and time.perf_counter() - started < seconds:
+        time.sleep(0.005)
+    took = time.perf_counter() - started
+    assert h.fetcher.polls, f"no fetch within {seconds}s"
+    return took
+
+
+def test_a_consumer_with_nothing_to_fetch_lets_its_first_partitions_in_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A new member polls with nothing assigned. Its fetcher (kafka-python) waits out each
+    # slice when it has no partition, and the consumer holds its lock over a slice: the
+    # rebalance callback that gives the member its first partitions waited for the lock at
+    # each of its steps (up to 100 ms each; a KIP-848 join took 0.1-0.2 s longer than
+    # Java's in benchmarks/rebalance_cost.py). Slices of 2 s here make a wait plain.
+    monkeypatch.setattr(consumer_module, "_POLL_SLICE_MS", 2000)
+    h = Harness(IdleFetcher(), clock=WaitingClock())
+    with polling(h):
+        time.sleep(0.3)
+        assert h.fetcher.polls == []  # nothing to fetch: no fetch slice, no lock held
+        h.fetcher.to_return = {tp(0): [Record(10)]}  # once it is assigned
+        h.join(0)
+        h.offsets(lambda r: committed(p0=10), 1)
+        started = time.perf_counter()
+        assert h.engine.join_group_if_needed(deadline=None)
+        took = time.perf_counter() - started
+        assert h.listener.assigned == [frozenset({tp(0)})]
+        assert took < 0.5, f"the assignment waited {took:.3f}s for the polling thread"
+        # The idle wait ends with it: the partition is fetched at once, from its committed
+        # offset.
+        assert fetched_within(h, 5) < 0.5
+        assert h.fetcher.assigned == [tp(0)] and (tp(0), 10) in h.fetcher.seeks
+
+
+def test_resuming_the_only_paused_partition_from_another_thread_fetches_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(consumer_module, "_POLL_SLICE_MS", 2000)
+    h = Harness(IdleFetcher(), clock=WaitingClock())
+    h.join(0)
+    h.offsets(lambda r: committed(p0=10), 1)
+    assert h.engine.join_group_if_needed(deadline=None)
+    h.consumer.pause(tp(0))
+    with polling(h):
+        time.sleep(0.3)
+        assert h.fetcher.polls == []  # all paused: nothing to fetch
+        h.fetcher.to_return = {tp(0): [Record(10)]}
+        h.consumer.resume(tp(0))
+        assert fetched_within(h, 5) < 0.5
 
 
 class PollsWhenLost(RebalanceListener):
