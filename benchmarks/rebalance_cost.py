@@ -10,6 +10,13 @@ commits anywhere), and once it is stable:
 * ``join``: member N+1 is created; the clock starts just before its consumer is built;
 * ``leave``: member 0 (the oldest) closes; the clock starts at its ``close()`` call.
 
+Each event comes after a random pause, uniform within one heartbeat interval (500 ms), once
+the group is stable. Members heartbeat in step with their joins, and a group is found stable
+just after a heartbeat brought the last assignment: without the pause every event of a run
+met the heartbeats at the same point of their cycle, which gave one implementation or the
+other up to an interval for nothing (before the pause, ours learnt of every leave 0.40-0.45 s
+after it and Java's 0.31 s, whatever the repeat). ``--seed`` replays the pauses.
+
 For each event, from every consumer's own record of what it consumed and when:
 
 * ``settle_s``: from the event until every partition is owned by exactly one member of the
@@ -91,6 +98,7 @@ import logging
 import math
 import os
 import queue
+import random
 import statistics
 import subprocess
 import sys
@@ -681,8 +689,9 @@ def analyse(
     )
 
 
-def measure_once(group: Group, size: int, partitions: int) -> dict[str, Sample]:
-    """Start ``size`` members; once stable, one joins, then member 0 leaves."""
+def measure_once(group: Group, size: int, partitions: int, rng: random.Random) -> dict[str, Sample]:
+    """Start ``size`` members; once stable, one joins, then member 0 leaves (each event
+    after a pause drawn from ``rng``, within one heartbeat interval)."""
     gap_ms = gap_threshold_ms(partitions)
     samples: dict[str, Sample] = {}
     try:
@@ -690,11 +699,13 @@ def measure_once(group: Group, size: int, partitions: int) -> dict[str, Sample]:
         group.start_members(size)
         members = set(range(size))
         wait_converged(group, members, partitions, start)
+        time.sleep(rng.uniform(0, HEARTBEAT_INTERVAL_MS / 1000))
         t0 = group.add_member()
         before, members = members, members | {size}
         owners = wait_converged(group, members, partitions, t0)
         end = now_ms()
         samples["join"] = analyse(group.timeline(t0 - 5000), t0, before, owners, end, gap_ms)
+        time.sleep(rng.uniform(0, HEARTBEAT_INTERVAL_MS / 1000))
         t0 = group.remove_member(0)
         before, members = members, members - {0}
         owners = wait_converged(group, members, partitions, t0)
@@ -869,6 +880,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--log", help="write our members' DEBUG logs to this file (where the time goes)"
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=random.randrange(1_000_000),
+        help="seed of the pauses before each event (default: a new one, printed)",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or ("10" if args.quick else "10,50,200")
     args.sizes = [int(s) for s in sizes.split(",") if s.strip()]
@@ -1041,7 +1058,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.gate_cost:
             return gate_cost(bootstrap, run_id, args.repeats)
-        print(f"broker {bootstrap}; sizes {args.sizes}; {args.repeats} runs each", flush=True)
+        print(
+            f"broker {bootstrap}; sizes {args.sizes}; {args.repeats} runs each; --seed {args.seed}",
+            flush=True,
+        )
         if any(i.startswith("ours") for i in args.implementations):
             print(f"ours: {layout(args.members_per_process)}", flush=True)
         if not args.no_throughput:
@@ -1080,7 +1100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for impl in args.implementations:
                         group_id = f"rc-{run_id}-{name(impl)}-n{n}-{r}"
                         try:
-                            samples = measure_once(open_group(impl, group_id, topic), n, partitions)
+                            # The same pauses for every implementation of a repeat.
+                            rng = random.Random(f"{args.seed}-{n}-{r}")
+                            samples = measure_once(
+                                open_group(impl, group_id, topic), n, partitions, rng
+                            )
                         except BenchmarkError as e:
                             print(f"  {impl:>14} N={n:<3} run{r + 1}: FAILED: {e}", flush=True)
                             failures[impl, n] = failures.get((impl, n), 0) + 1
