@@ -470,8 +470,8 @@ class Consumer:
                     if result:
                         return result
                     now = self._clock.monotonic()
-                    if not self._callback_steps:
-                        defer_until = None
+                    if not self._callback_steps or not self._fetching:
+                        defer_until = None  # (nothing to fetch: a plain idle wait)
                     elif defer_until is None:
                         defer_until = now + _POLL_SLICE_MS / 1000
                     if self._fetching and (defer_until is None or now >= defer_until):

@@ -664,3 +664,20 @@ def test_poll_raises_the_error_that_stopped_the_group_member_at_every_call() -> 
     for _ in range(2):
         with pytest.raises(GroupAuthorizationError):
             h.consumer.poll(timeout_ms=0)
+
+
+def test_an_idle_poll_waits_its_slices_while_a_callback_is_between_steps() -> None:
+    # Found by the simulator (a livelock: time stood still): with nothing to fetch while a
+    # rebalance callback was between its steps, poll waited 0 s again and again, a busy
+    # loop for as long as the callback's round trip took.
+    h = Harness()  # a manual clock: a wait of 0 s never moves it
+    returned = threading.Event()
+
+    def poll_once() -> None:
+        h.consumer.poll(timeout_ms=350)
+        returned.set()
+
+    with h.consumer._callback_steps_run():
+        threading.Thread(target=poll_once, daemon=True).start()
+        assert returned.wait(5), "poll spun without its clock moving"
+    assert 0.0 not in h.clock.sleeps
