@@ -282,8 +282,6 @@ class Consumer:
         # Set by a rebalance callback and by a change of what the fetcher reads: a poll with
         # nothing to fetch waits on it rather than in a fetch slice under self._lock.
         self._knock = self._clock.event()
-        # Rebalance callbacks between steps that each take self._lock (see _callback_steps_run).
-        self._callback_steps = 0
         self._fetcher: RecordFetcher | None = fetcher  # made by start() if not given
         # Invariants, under self._lock: self._positions holds the owned partitions whose
         # start is established; the fetcher is assigned (self._fetching) those that are not
@@ -446,8 +444,6 @@ class Consumer:
         if not self._started:
             self.start()
         deadline = self._clock.monotonic() + timeout_ms / 1000
-        # Until when a fetch slice is put off for a rebalance callback between its steps.
-        defer_until: float | None = None
         while True:
             self._let_a_callback_in()
             with self._lock:
@@ -469,36 +465,25 @@ class Consumer:
                     result = self._take(max_records, delivery)
                     if result:
                         return result
-                    now = self._clock.monotonic()
-                    if not self._callback_steps or not self._fetching:
-                        defer_until = None  # (nothing to fetch: a plain idle wait)
-                    elif defer_until is None:
-                        defer_until = now + _POLL_SLICE_MS / 1000
-                    if self._fetching and (defer_until is None or now >= defer_until):
-                        defer_until = None
+                    if self._fetching:
                         self._fetch_slice(deadline)
                         if delivery is not None and delivery.outcome is not None:
                             return {}  # refused meanwhile: what was fetched stays held
                         result = self._take(max_records, delivery)
                     else:
-                        # Nothing to fetch, or a rebalance callback between two steps
-                        # that each take the lock: wait without it, so that a fetch slice
-                        # (which kafka-python waits out when nothing comes) does not hold
-                        # the callback up. For a callback, at most one slice: then the
-                        # other partitions are fetched again.
+                        # Nothing to fetch: wait without the lock, so that a rebalance
+                        # callback (about to give this consumer partitions) is not held up
+                        # by a fetch slice that has nothing to read.
                         idle = True
                         self._knock.clear()
             if not lease_holds or idle:
                 # Neither returned nor fetched (what is held stays held): wait a slice, or
                 # until a rebalance callback or a new fetch assignment knocks.
-                now = self._clock.monotonic()
-                wait = min(_POLL_SLICE_MS / 1000, deadline - now)
-                if defer_until is not None:
-                    wait = min(wait, defer_until - now)
-                if deadline - now <= 0:
+                left_s = deadline - self._clock.monotonic()
+                if left_s <= 0:
                     return {}
                 interrupt = self._knock if idle else self._lease_wait
-                self._clock.sleep(max(0.0, wait), interrupt)
+                self._clock.sleep(min(_POLL_SLICE_MS / 1000, left_s), interrupt)
                 continue
             if result or self._clock.monotonic() >= deadline:
                 return result
@@ -575,18 +560,6 @@ class Consumer:
                 yield
         finally:
             self._callback_waiting = False
-            self._knock.set()
-
-    @contextlib.contextmanager
-    def _callback_steps_run(self) -> Iterator[None]:
-        """A rebalance callback's steps that each take self._lock, with a round trip
-        between them: meanwhile the polling thread starts no fetch slice (for at most one
-        slice), which would hold the next step up until records come."""
-        self._callback_steps += 1  # callbacks run one at a time: one thread writes it
-        try:
-            yield
-        finally:
-            self._callback_steps -= 1
             self._knock.set()
 
     def _returnable(self, tp: TopicPartition, owned: frozenset[TopicPartition]) -> bool:
@@ -974,16 +947,6 @@ class Consumer:
         whose start position is not established yet are still in self._unpositioned, and
         those not announced yet in self._announcing, so they are done then.
         """
-        with self._callback_steps_run():
-            self._position(partitions)
-        self._user_listener.on_partitions_assigned(partitions)
-        with self._locked_for_callback():
-            self._announcing -= partitions
-            self._reassign_fetcher()  # seeks each to its position
-
-    def _position(self, partitions: frozenset[TopicPartition]) -> None:
-        """(_assigned's first steps) Establish where each added partition starts: its
-        committed offset, else where ``auto_offset_reset`` says."""
         with self._locked_for_callback():
             owned = self._group.owned()
             self._unpositioned = (self._unpositioned | partitions) & owned
@@ -1012,6 +975,10 @@ class Consumer:
                     raise
                 self._unpositioned -= todo
                 self._reassign_fetcher(resync=True)
+        self._user_listener.on_partitions_assigned(partitions)
+        with self._locked_for_callback():
+            self._announcing -= partitions
+            self._reassign_fetcher()  # seeks each to its position
 
     def _reset_position(self, tp: TopicPartition) -> int:
         """Where auto_offset_reset starts a partition with no committed offset."""

@@ -502,40 +502,6 @@ def test_a_consumer_with_nothing_to_fetch_lets_its_first_partitions_in_at_once(
         assert h.fetcher.assigned == [tp(0)] and (tp(0), 10) in h.fetcher.seeks
 
 
-def test_a_partition_added_beside_fetched_ones_is_not_held_up_between_its_steps(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Taking a partition is several steps that each take the consumer's lock, with the
-    # OffsetFetch between them. The polling thread used to start a fetch slice in that gap
-    # (the partitions it kept), and the next step waited until records came or the slice
-    # ended (49 ms at every step on a busy topic; a whole slice on a quiet one).
-    monkeypatch.setattr(consumer_module, "_POLL_SLICE_MS", 2000)
-    h = Harness(IdleFetcher(), clock=WaitingClock(), assignors=[CooperativeStickyAssignor()])
-    h.join(0)
-    h.offsets(lambda r: committed(p0=10), 1)
-    assert h.engine.join_group_if_needed(deadline=None)
-    times: dict[str, float] = {}
-
-    def answer(request: m.Request) -> m.OffsetFetchResponse:
-        times["offsets"] = time.perf_counter()
-        time.sleep(0.3)  # a round trip, long enough for the polling thread to go on
-        return committed(p1=20)
-
-    def told(partitions: frozenset[TopicPartition]) -> None:
-        times["assigned"] = time.perf_counter()
-
-    h.listener.then = told
-    with polling(h):
-        fetched_within(h, 5)  # partition 0 is fetched, in slices of 2 s
-        h.join(0, 1, generation=2)
-        h.offsets(answer, 1)
-        assert h.engine.join_group_if_needed(deadline=None)
-    assert h.listener.assigned[-1] == frozenset({tp(1)})
-    between = times["assigned"] - times["offsets"] - 0.3
-    assert between < 0.5, f"the step after the OffsetFetch waited {between:.3f}s for the lock"
-    assert h.consumer.position(tp(1)) == 20
-
-
 def test_resuming_the_only_paused_partition_from_another_thread_fetches_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -664,20 +630,3 @@ def test_poll_raises_the_error_that_stopped_the_group_member_at_every_call() -> 
     for _ in range(2):
         with pytest.raises(GroupAuthorizationError):
             h.consumer.poll(timeout_ms=0)
-
-
-def test_an_idle_poll_waits_its_slices_while_a_callback_is_between_steps() -> None:
-    # Found by the simulator (a livelock: time stood still): with nothing to fetch while a
-    # rebalance callback was between its steps, poll waited 0 s again and again, a busy
-    # loop for as long as the callback's round trip took.
-    h = Harness()  # a manual clock: a wait of 0 s never moves it
-    returned = threading.Event()
-
-    def poll_once() -> None:
-        h.consumer.poll(timeout_ms=350)
-        returned.set()
-
-    with h.consumer._callback_steps_run():
-        threading.Thread(target=poll_once, daemon=True).start()
-        assert returned.wait(5), "poll spun without its clock moving"
-    assert 0.0 not in h.clock.sleeps
