@@ -46,6 +46,7 @@ def main() -> None:
         linger_ms=5,
         request_timeout_ms=10000,
         delivery_timeout_ms=60000,
+        metadata_max_age_ms=1000,  # a partition it does not know yet is known within a second
     )
     record("up", pid=os.getpid())
 
@@ -67,7 +68,16 @@ def main() -> None:
     next_at = time.monotonic()
     while not stopping.is_set():
         value = f"{args.name}:{seq}"
-        future = producer.send(args.topic, value=value.encode(), partition=seq % args.partitions)
+        try:
+            future = producer.send(
+                args.topic, value=value.encode(), partition=seq % args.partitions
+            )
+        except ValueError:
+            # A topic created just before may at first be known with fewer partitions (its
+            # metadata fills in as they get leaders), and kafka-python refuses a send to a
+            # partition it does not know: the same record again after the next refresh.
+            stopping.wait(0.2)
+            continue
         future.add_callback(lambda metadata, value=value: on_ack(value, metadata))
         future.add_errback(lambda error, value=value: on_error(value, error))
         seq += 1
