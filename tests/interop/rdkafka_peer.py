@@ -1,7 +1,9 @@
 """An interoperability peer: a librdkafka consumer (confluent-kafka) reporting as JSON lines.
 
 The twin of ``tests/interop/java/PeerConsumer.java``, with the same arguments and the same
-events (see that file's header), driven by ``tests/interop/peers.py``. It joins a group with
+events (see that file's header; "revoked" and "lost" are timed when the unassign call
+begins, the last moment before librdkafka may release the partition), driven by
+``tests/interop/peers.py``. It joins a group with
 the classic protocol, consumes, commits synchronously after each batch and closes cleanly
 on SIGTERM.
 
@@ -151,18 +153,25 @@ class Peer:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Each batch was committed right after it was processed: nothing to commit here.
+        # Ownership ends when the unassign call begins, not when the callback ends (as in
+        # the Java peer): with KIP-848 librdkafka acknowledges the revocation from its own
+        # thread as soon as the unassign is applied, so the broker may hand the partition
+        # on, and the next owner start, before this callback returns. The epoch is read
+        # then too: the one the partition was owned in, not the one the ack brings.
+        t, membership = time.time() * 1000, self._membership()
         if self.cooperative:
             consumer.incremental_unassign(partitions)
         else:
             consumer.unassign()
-        emit("revoked", partitions=partition_list(partitions), **self._membership())
+        emit("revoked", t, partitions=partition_list(partitions), **membership)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        t, membership = time.time() * 1000, self._membership()
         if self.cooperative:
             consumer.incremental_unassign(partitions)
         else:
             consumer.unassign()
-        emit("lost", partitions=partition_list(partitions), **self._membership())
+        emit("lost", t, partitions=partition_list(partitions), **membership)
 
     def _on_error(self, error: KafkaError) -> None:
         emit("error", error=str(error), fatal=error.fatal())
