@@ -294,7 +294,11 @@ class ConsumerGroupMembership(ConsumerGroupReconcile):
         with self._lock:
             self._check_running()
             if self._lose_all:
-                return IDLE_WAIT_S  # rejoin once ``lost`` has run (the reconcile thread wakes it)
+                # Rejoin once ``lost`` has run (the reconcile thread wakes it). The wait is
+                # here, not the caller's: the caller skips its own while a heartbeat is asked
+                # for at once (a stale commit, a subscription change), and would spin.
+                self._changed.wait(IDLE_WAIT_S)
+                return 0.0
             expired = self._epoch > 0 and self._timers.session_expired(now)
             # A static member that took over its instance's place is answered at epoch 0
             # and keeps the partitions it may keep (as Kafka does). Its heartbeats are

@@ -72,6 +72,7 @@ class WorkerProcess:
         max_partitions_per_batch: int = 64,
         wait_for_go: bool = False,
         compaction_interval_ms: int | None = None,
+        group_protocol: str = "classic",
     ) -> None:
         self.name = name
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +97,7 @@ class WorkerProcess:
             f"--max-batch-delay-ms={max_batch_delay_ms}",
             f"--parallel-batches={parallel_batches}",
             f"--max-partitions-per-batch={max_partitions_per_batch}",
+            f"--group-protocol={group_protocol}",
         ]
         if wait_for_go:
             args.append("--wait-for-go")

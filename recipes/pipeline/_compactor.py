@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,7 +45,15 @@ from ._delta_totals import (
 )
 from ._output import PipelineOutputError, _plain_file_name
 from ._segments import Segment
-from ._sinks import _TXN_APP_ID, _TXN_VERSION, DeltaSink, ParquetSink, _conflict, _session_lock
+from ._sinks import (
+    _TXN_APP_ID,
+    _TXN_VERSION,
+    DeltaSink,
+    ParquetSink,
+    _conflict,
+    _DeltaJvm,
+    _session_lock,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -65,6 +74,10 @@ and returns how many it wrote (a stand-in of Spark's copy, see :class:`ParquetCo
 log = logging.getLogger("recipes.pipeline")
 
 _USER_METADATA: Final = "spark.databricks.delta.commitInfo.userMetadata"
+_LISTING_PARALLELISM: Final = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+PRUNE_ATTEMPTS: Final = 5
+"""How many times :meth:`DeltaCompactor.prune` makes its transaction when appends keep
+landing while it does (each attempt reads the log only, a fraction of a second)."""
 
 
 class DeltaCompactor:
@@ -96,6 +109,13 @@ class DeltaCompactor:
     ``still_leader`` before each commit, and records its identity and fencing token in
     the commit's ``userMetadata``).
 
+    After each cycle the partial rows the totals now include are deleted from the
+    partials table (:meth:`prune`), so that its snapshot holds only what is not merged
+    yet; every ``vacuum_interval_ms`` a cycle first runs Delta's VACUUM, which removes
+    the files of rows deleted longer ago than the table's
+    ``delta.deletedFileRetentionDuration`` (7 days by default). Cycles and readers never
+    read rows of versions the totals include, so neither depends on what a prune deleted.
+
     Concurrency:
         One thread runs :meth:`run` (or :meth:`compact`). It sets its Delta idempotency
         settings in the session under the sink's session lock; the worker's appends in
@@ -103,7 +123,13 @@ class DeltaCompactor:
     """
 
     def __init__(
-        self, spark: SparkSession, sink: DeltaSink, *, identity: str = "", token: int = 0
+        self,
+        spark: SparkSession,
+        sink: DeltaSink,
+        *,
+        identity: str = "",
+        token: int = 0,
+        vacuum_interval_ms: int | None = 3_600_000,
     ) -> None:
         """Compact ``sink`` through ``spark``.
 
@@ -112,19 +138,35 @@ class DeltaCompactor:
             sink: A sink with ``key_columns`` and compaction on.
             identity: Who runs the cycles, recorded in each commit.
             token: The fencing token of its leadership, recorded in each commit.
+            vacuum_interval_ms: How often, at most, a cycle runs Delta's VACUUM on the
+                partials table before its prune (the first this long after the compactor
+                is made; 0: at every cycle); None never runs it.
 
         Raises:
-            ConfigurationError: The sink does not compact (no ``key_columns`` or no interval).
+            ConfigurationError: The sink does not compact (no ``key_columns`` or no
+                interval), or ``vacuum_interval_ms`` is negative.
         """
         if not sink.compacts:
             raise ConfigurationError(
                 f"DeltaCompactor: {sink!r} has no compaction (key_columns and an interval)"
+            )
+        if vacuum_interval_ms is not None and vacuum_interval_ms < 0:
+            raise ConfigurationError(
+                f"DeltaCompactor: vacuum_interval_ms must be >= 0 (or None never to vacuum), "
+                f"got {vacuum_interval_ms}"
             )
         self.spark = spark
         self.sink = sink
         self.identity = identity
         self.token = token
         self.cycles = 0
+        self.vacuum_interval_ms = vacuum_interval_ms
+        self._next_vacuum = (
+            None if vacuum_interval_ms is None else time.monotonic() + vacuum_interval_ms / 1000
+        )
+        # The partials version of this compactor's last prune when it came right after the
+        # totals' mark: it adds no rows, so the next cycle starts after it.
+        self._prune_version: int | None = None
 
     def run(self, stop: Event, still_leader: Callable[[], bool]) -> None:
         """Run a cycle every ``compaction_interval_ms`` until ``stop`` is set or leadership ends.
@@ -168,6 +210,8 @@ class DeltaCompactor:
         if partials_version is None:
             return None
         totals_version, merged_through = _state(self.spark, self.sink.table)
+        if merged_through is not None and merged_through + 1 == self._prune_version:
+            merged_through = self._prune_version  # only our prune since the mark
         cycle = plan_cycle(totals_version, merged_through, partials_version)
         if cycle is None:
             return None
@@ -189,7 +233,93 @@ class DeltaCompactor:
             cycle.last_version,
             self.sink.table,
         )
+        try:
+            self._vacuum_if_due()
+            self.prune()
+        except Exception as e:  # the next cycle's prune deletes the same rows and more
+            log.warning("pruning the merged partials of %s failed: %s", self.sink.partials, e)
         return cycle
+
+    def _vacuum_if_due(self) -> None:
+        """Delta's VACUUM on the partials table, at most every ``vacuum_interval_ms``.
+
+        Run right after a cycle's commit, before its prune: the cycle merged through the
+        partials' latest version when it was planned, so past every earlier prune, and the
+        change data feed of the versions after the mark (which cycles and
+        :func:`current_totals` read) needs no file of those prunes. A reader still on an
+        older totals snapshot is covered by the retention (files go only once deleted
+        longer ago than the table's ``delta.deletedFileRetentionDuration``).
+        """
+        if self._next_vacuum is None or time.monotonic() < self._next_vacuum:
+            return
+        from delta.tables import DeltaTable
+
+        assert self.vacuum_interval_ms is not None
+        # VACUUM lists the table's files in as many Spark tasks as this says, 10,000 by
+        # default: 30-40 s on two cores for a small table, 3-5 s with the session's cores.
+        conf = self.spark.conf
+        before = conf.get(_LISTING_PARALLELISM, None)
+        conf.set(_LISTING_PARALLELISM, str(self.spark.sparkContext.defaultParallelism))
+        try:
+            DeltaTable.forPath(self.spark, self.sink.partials).vacuum()
+        finally:
+            if before is None:
+                conf.unset(_LISTING_PARALLELISM)
+            else:
+                conf.set(_LISTING_PARALLELISM, before)
+        self._next_vacuum = time.monotonic() + self.vacuum_interval_ms / 1000
+        log.info("vacuumed %s", self.sink.partials)
+
+    def prune(self) -> int | None:
+        """Remove from the partials table the rows that the totals include (what
+        :meth:`compact` does after each cycle).
+
+        Those are the rows of the partials versions up to the totals' mark ``m``: the data
+        files of the partials' snapshot at ``m`` (each append writes files of its own).
+        They are removed in one Delta transaction that reads no data. The workers' blind
+        appends never conflict with it; it conflicts with an append that lands while it
+        is made (Delta's Serializable isolation, on a table without partition columns),
+        so it is made again at once, up to :data:`PRUNE_ATTEMPTS` times, and else by the
+        next cycle. Cycles and readers read only the change data feed of versions after
+        the mark, so none reads what a prune removed.
+
+        Returns:
+            The mark pruned through, or None if the totals include nothing yet.
+
+        Raises:
+            Exception: Delta's conflict, after every attempt conflicted.
+        """
+        _, merged_through = _state(self.spark, self.sink.table)
+        if merged_through is None:
+            return None
+        jvm = _DeltaJvm(self.spark)
+        audit = {"compactor": self.identity, "token": self.token, "pruned_through": merged_through}
+        for attempt in range(1, PRUNE_ATTEMPTS + 1):
+            txn, removals = jvm.removals(self.sink.partials, merged_through)
+            if removals.isEmpty():
+                return merged_through
+            with _session_lock(self.spark):
+                # The commit's userMetadata comes from the session (the operation carries
+                # none): under the lock, so that no other commit of the session takes it.
+                self.spark.conf.set(_USER_METADATA, json.dumps(audit, sort_keys=True))
+                try:
+                    version = int(txn.commit(jvm.scala_list(removals), jvm.manual_update()))
+                    break
+                except Exception as e:
+                    if attempt == PRUNE_ATTEMPTS or not _conflict(e):
+                        raise
+                    log.debug("prune of %s conflicted (attempt %d): %s", self.sink, attempt, e)
+                finally:
+                    self.spark.conf.unset(_USER_METADATA)
+        # If nothing was appended since the mark, the next cycle starts after this version.
+        self._prune_version = version if version == merged_through + 1 else None
+        log.info(
+            "pruned %s through version %d (%d files)",
+            self.sink.partials,
+            merged_through,
+            removals.size(),
+        )
+        return merged_through
 
     def create_totals(self) -> None:
         """Create the totals table, with the partials' columns but the batch id, unless it

@@ -432,6 +432,7 @@ class _DeltaJvm:
         jvm = spark._jvm
         assert jvm is not None, "a session without a JVM (Spark Connect) has no Delta log API"
         self._jvm: Any = jvm
+        self._session: Any = spark._jsparkSession
         self.delta: Any = self._jvm.org.apache.spark.sql.delta
         self._converters: Any = self._jvm.scala.jdk.javaapi.CollectionConverters
 
@@ -440,6 +441,27 @@ class _DeltaJvm:
 
     def scala_list(self, java_list: Any) -> Any:
         return self._converters.asScala(java_list).toList()
+
+    def removals(self, table: str, version: int) -> tuple[Any, Any]:
+        """A transaction on ``table``, and the removal (at this time, a change of data) of
+        each of its files that its snapshot at ``version`` already held (a Java list)."""
+        log = self.delta.DeltaLog.forTable(self._session, table)
+        txn = log.startTransaction()
+        # The transaction's snapshot, not a read through it: it records no read.
+        current = {str(f.path()) for f in txn.snapshot().allFiles().collectAsList()}
+        defaults = (getattr(log, f"getSnapshotAt$default${i}")() for i in (2, 3, 4))
+        then = log.getSnapshotAt(version, *defaults).allFiles().collectAsList()
+        now_ms = int(time.time() * 1000)
+        removals = self._jvm.java.util.ArrayList()
+        for added in then:
+            if str(added.path()) in current:
+                removals.add(added.removeWithTimestamp(now_ms, True))
+        return txn, removals
+
+    def manual_update(self) -> Any:
+        """Delta's ``Manual Update`` operation: a commit of actions made by hand (its
+        ``DELETE`` would want the metrics of a scan that a removal of named files has not)."""
+        return getattr(getattr(self.delta, "DeltaOperations$ManualUpdate$"), "MODULE$")
 
     def set_transaction(self, app_id: str, version: int, now_ms: int) -> Any:
         return self.delta.actions.SetTransaction.apply(

@@ -3,7 +3,9 @@
 The records never pass through the worker: Spark's Kafka batch source reads each
 batch's exact offset range, read_committed. A user's pipeline (a schema, a transform,
 a Delta sink), loaded by worker processes with ``--pipeline``, counts two topics'
-records exactly, across a worker leaving mid-way.
+records exactly, across a worker leaving mid-way, on Kafka's consumer group protocol
+(KIP-848: the broker assigns, and hands a partition over once its owner reported it
+released), the rest of the Spark tests running on the classic one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from coordination import list_groups
 from recipes.pipeline import (
     BATCH_COLUMN,
     BatchPublished,
@@ -178,6 +181,7 @@ def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
     expected: Counter[str] = Counter()
     total_ms: Counter[str] = Counter()
     producer = KafkaProducer(bootstrap_servers=kafka)
+    group = f"views-{run}"
 
     def feed(n: int, first: int) -> None:
         for i in range(first, first + n):
@@ -193,13 +197,14 @@ def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
         WorkerProcess(
             f"w{n}",
             bootstrap_servers=kafka,
-            group_id=f"views-{run}",
+            group_id=group,
             topic=topics,
             output=tmp_path / "out",
             pipeline="tests.integration.pipeline_jobs:views_per_page",
             log_dir=tmp_path / "logs",
             window_ms=1,
             session_timeout_ms=6000,
+            group_protocol="consumer",
         )
         for n in (1, 2)
     ]
@@ -209,6 +214,9 @@ def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
         # simulator shared the 2 cores. This test is about exactness, not start-up time.
         for w in workers:
             w.wait_for(WorkerStarted, timeout=600)
+        # The workers' group is one of the consumer group protocol, not a classic group.
+        (listed,) = [g for g in list_groups(bootstrap_servers=kafka) if g.group_id == group]
+        assert listed.group_type == "consumer", listed
         feed(3000, 0)
         # w2 leaves while data is processed (once the first batch landed, whichever worker's):
         # its partitions, and any batch of its in flight, are handed over to w1. Waiting for

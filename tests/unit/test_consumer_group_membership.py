@@ -792,3 +792,52 @@ def test_a_static_member_at_epoch_0_unanswered_for_its_session_loses_its_partiti
         assert events.index("lost [0, 1]") < events.index("join"), events
     finally:
         cgm.close(5)
+
+
+class BlockingLost(Recipe):
+    """``lost`` waits until the test lets it return."""
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__(broker)
+        self.in_lost = threading.Event()
+        self.release = threading.Event()
+
+    def lost(self, partitions: frozenset[tuple[str, int]]) -> None:
+        self.in_lost.set()
+        self.release.wait(10)
+        super().lost(partitions)
+
+
+def test_a_heartbeat_asked_for_while_lost_runs_waits_for_it_without_spinning() -> None:
+    # While ``lost`` runs the member sends nothing; a heartbeat asked for at once meanwhile
+    # (a full heartbeat, a stale commit, a new subscription) waits for it to return. Before,
+    # the heartbeat thread skipped its wait and spun (in the simulator: a history hung).
+    broker = Broker()
+    recipe = BlockingLost(broker)
+    cgm, _ = member(broker, recipe)
+    turns = 0
+    turn = cgm.heartbeat_once
+
+    def counted() -> float:
+        nonlocal turns
+        turns += 1
+        return turn()
+
+    cgm.heartbeat_once = counted  # type: ignore[method-assign]
+    cgm.start()
+    try:
+        cgm.wait_stable(10)
+        with broker.lock:
+            broker.errors.append(ErrorCode.FENCED_MEMBER_EPOCH)
+        assert recipe.in_lost.wait(10), "lost was not called"
+        sent = len(broker.requests)
+        cgm.request_rejoin("asked for while lost runs")
+        before = turns
+        time.sleep(0.5)
+        assert turns - before <= 5, f"{turns - before} heartbeat turns in 0.5 s while lost ran"
+        assert len(broker.requests) == sent  # nothing sent before lost returned
+        recipe.release.set()
+        cgm.wait_stable(10)
+    finally:
+        recipe.release.set()
+        cgm.close(5)

@@ -391,12 +391,16 @@ class TestDeltaCompactor:
             ("coordination-pipeline:t:0", 10),
         ]
 
-    def test_two_workers_append_at_once_and_neither_conflicts(self, spark, tmp_path):
-        # No retries allowed: a conflict would fail the publish.
+    def test_two_workers_append_at_once_and_neither_prunes_nor_the_other_fail_them(
+        self, spark, tmp_path
+    ):
+        # No retries allowed: a conflict would fail the publish. The compactor's cycles and
+        # their prunes run meanwhile (a prune that an append overtook is made again).
         sink = dataclasses.replace(delta_sink(tmp_path), max_conflict_retries=0)
         first = sink.output(spark)
         first.publish(stage(spark, first, 0, 5, partition=2))  # creates the partials table
         errors: list[BaseException] = []
+        done = threading.Event()
 
         def worker(session: SparkSession, partition: int) -> None:
             try:
@@ -406,16 +410,28 @@ class TestDeltaCompactor:
             except BaseException as e:
                 errors.append(e)
 
+        compactor = DeltaCompactor(spark.newSession(), sink)
+
+        def compact() -> None:
+            while not done.is_set():
+                compactor.compact()
+
         threads = [threading.Thread(target=worker, args=(spark.newSession(), p)) for p in (0, 1)]
-        for t in threads:
+        cycles = threading.Thread(target=compact)
+        for t in [*threads, cycles]:
             t.start()
         for t in threads:
             t.join(300)
+        done.set()
+        cycles.join(300)
         assert errors == []
+        prunes = [c for c in commits(Path(sink.partials)) if c["operation"] == "Manual Update"]
+        assert prunes, "no prune ran while the workers appended"
         want = _add(_add(expected((0, 60)), expected((0, 60))), expected((0, 5)))
         assert totals(spark, sink) == want
-        DeltaCompactor(spark, sink).compact()
+        compactor.compact()
         assert table_totals(spark, sink) == want
+        assert partial_batches(spark, sink) == set()
 
     def test_a_cycle_merges_every_partial_once_and_records_how_far_in_its_commit(
         self, spark, tmp_path
@@ -429,8 +445,9 @@ class TestDeltaCompactor:
         output.publish(stage(spark, output, 20, 50))
         output.publish(stage(spark, output, 0, 30, partition=1))
         second = compactor.compact()
-        assert second is not None and second.first_version == first.last_version + 1
-        assert compactor.compact() is None  # nothing new
+        # The version after the first cycle's is its prune (a DELETE): nothing to merge.
+        assert second is not None and second.first_version == first.last_version + 2
+        assert compactor.compact() is None  # nothing new, its own prune included
         assert table_totals(spark, sink) == _add(expected((0, 50)), expected((0, 30)))
         assert txns(Path(sink.table))[-1] == (COMPACTOR_APP_ID, second.last_version)
         audit = json.loads(last_commit(Path(sink.table))["userMetadata"])
@@ -468,7 +485,14 @@ class TestDeltaCompactor:
         cycle = compactor.compact()
         assert cycle is not None
         compactor._merge(compactor._new_totals(cycle), cycle)  # the same cycle again: skipped
-        assert DeltaCompactor(spark, sink).compact() is None
+        assert table_totals(spark, sink) == _add(expected((0, 20)), expected((0, 10)))
+        # A new compactor finds nothing to merge but the first one's prune (which adds no
+        # rows; it does not know it was the first one's, so it runs a cycle over it).
+        after = DeltaCompactor(spark, sink)
+        empty = after.compact()
+        assert empty is not None
+        assert empty.first_version == empty.last_version == cycle.last_version + 1
+        assert after.compact() is None
         assert table_totals(spark, sink) == _add(expected((0, 20)), expected((0, 10)))
 
     def test_a_deposed_compactors_cycle_does_not_land(self, spark, tmp_path):
@@ -520,6 +544,67 @@ class TestDeltaCompactor:
         assert table_totals(spark, sink) == _add(expected((0, 40)), expected((0, 10)))
         assert a.compact() is None
 
+    def test_a_cycle_deletes_the_partials_it_merged_and_nothing_else(self, spark, tmp_path):
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 20))
+        output.publish(stage(spark, output, 0, 10, partition=1))
+        compactor = DeltaCompactor(spark, sink, identity="c1", token=3)
+        cycle = compactor.compact()
+        assert cycle is not None
+        assert partial_batches(spark, sink) == set()  # all merged: all deleted
+        audit = json.loads(last_commit(Path(sink.partials))["userMetadata"])
+        assert audit == {"compactor": "c1", "token": 3, "pruned_through": cycle.last_version}
+        # A batch appended after the totals' mark stays, whoever prunes.
+        output.publish(stage(spark, output, 20, 35))
+        assert DeltaCompactor(spark, sink).prune() == cycle.last_version
+        assert partial_batches(spark, sink) == {("t", 0, 35)}
+        assert totals(spark, sink) == _add(expected((0, 35)), expected((0, 10)))
+        assert compactor.compact() is not None
+        assert partial_batches(spark, sink) == set()
+        assert table_totals(spark, sink) == _add(expected((0, 35)), expected((0, 10)))
+        assert compactor.compact() is None
+
+    def test_vacuumed_partials_leave_the_totals_and_readers_exact(self, spark, tmp_path):
+        # With no retention at all, a cycle's VACUUM removes every file deleted before it,
+        # right away: what cycles and readers read after it must not need one.
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 10))  # creates the partials table
+        spark.sql(
+            f"ALTER TABLE delta.`{sink.partials}` SET TBLPROPERTIES "
+            "('delta.deletedFileRetentionDuration' = 'interval 0 seconds')"
+        )
+        # Delta refuses a VACUUM and a time travel (the change data feed's versions) past
+        # so short a retention; both checks off, as a test of what VACUUM removes.
+        checks = (
+            "spark.databricks.delta.retentionDurationCheck.enabled",
+            "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration",
+        )
+        for check in checks:
+            spark.conf.set(check, "false")
+        try:
+            compactor = DeltaCompactor(spark, sink, vacuum_interval_ms=0)
+            want = expected((0, 10))
+            for start in (10, 20):
+                output.publish(stage(spark, output, start, start + 10))
+                assert compactor.compact() is not None  # VACUUM, then the prune
+                # Appended after the cycle, then pruned by another compactor (as after a
+                # change of leader); read before and after the next cycle's VACUUM.
+                output.publish(stage(spark, output, 0, start, partition=start // 10))
+                DeltaCompactor(spark, sink).prune()
+                want = _add(_add(want, expected((start, start + 10))), expected((0, start)))
+                assert totals(spark, sink) == want
+            assert compactor.compact() is not None
+            assert totals(spark, sink) == want
+            assert table_totals(spark, sink) == want
+        finally:
+            for check in checks:
+                spark.conf.unset(check)
+        # The files of the batches merged before the last cycle are gone.
+        data_files = sorted(f.name for f in Path(sink.partials).glob("*.parquet"))
+        assert len(data_files) <= 2, data_files
+
     def test_the_compactor_runs_while_it_leads_and_once_more_when_stopped(self, spark, tmp_path):
         sink = delta_sink(tmp_path, compaction_interval_ms=200)
         output = sink.output(spark)
@@ -537,6 +622,12 @@ class TestDeltaCompactor:
         assert table_totals(spark, sink) == expected((0, 35))
 
 
+def partial_batches(spark: SparkSession, sink: DeltaSink) -> set[tuple[str, int, int]]:
+    """The batch ids of the rows in the partials table's latest snapshot."""
+    rows = spark.read.format("delta").load(sink.partials).select(*BATCH_ID_COLUMNS)
+    return {(r[0], r[1], r[2]) for r in rows.distinct().collect()}
+
+
 def txns(table: Path) -> list[tuple[str, int]]:
     """The idempotent-write ids in a table's Delta log, oldest first."""
     return [
@@ -545,6 +636,16 @@ def txns(table: Path) -> list[tuple[str, int]]:
         for line in log.read_text().splitlines()
         if '"txn"' in line
         for t in [json.loads(line)["txn"]]
+    ]
+
+
+def commits(table: Path) -> list[dict[str, Any]]:
+    """The commitInfo of each version of a table, oldest first."""
+    return [
+        dict(json.loads(line)["commitInfo"])
+        for log in sorted((table / "_delta_log").glob("*.json"))
+        for line in log.read_text().splitlines()
+        if '"commitInfo"' in line
     ]
 
 
