@@ -294,8 +294,9 @@ class DeltaCompactor:
             return None
         jvm = _DeltaJvm(self.spark)
         audit = {"compactor": self.identity, "token": self.token, "pruned_through": merged_through}
+        merged = jvm.files_at(self.sink.partials, merged_through)  # the same for each attempt
         for attempt in range(1, PRUNE_ATTEMPTS + 1):
-            txn, removals = jvm.removals(self.sink.partials, merged_through)
+            txn, removals = jvm.removals(self.sink.partials, merged)
             if removals.isEmpty():
                 return merged_through
             with _session_lock(self.spark):

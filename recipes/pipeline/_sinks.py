@@ -442,18 +442,21 @@ class _DeltaJvm:
     def scala_list(self, java_list: Any) -> Any:
         return self._converters.asScala(java_list).toList()
 
-    def removals(self, table: str, version: int) -> tuple[Any, Any]:
-        """A transaction on ``table``, and the removal (at this time, a change of data) of
-        each of its files that its snapshot at ``version`` already held (a Java list)."""
+    def files_at(self, table: str, version: int) -> Any:
+        """The data files (``AddFile``) of ``table``'s snapshot at ``version`` (a Java list)."""
         log = self.delta.DeltaLog.forTable(self._session, table)
-        txn = log.startTransaction()
+        defaults = (getattr(log, f"getSnapshotAt$default${i}")() for i in (2, 3, 4))
+        return log.getSnapshotAt(version, *defaults).allFiles().collectAsList()
+
+    def removals(self, table: str, files: Any) -> tuple[Any, Any]:
+        """A transaction on ``table``, and the removal (at this time, a change of data) of
+        each of ``files`` (from :meth:`files_at`) that its snapshot still holds."""
+        txn = self.delta.DeltaLog.forTable(self._session, table).startTransaction()
         # The transaction's snapshot, not a read through it: it records no read.
         current = {str(f.path()) for f in txn.snapshot().allFiles().collectAsList()}
-        defaults = (getattr(log, f"getSnapshotAt$default${i}")() for i in (2, 3, 4))
-        then = log.getSnapshotAt(version, *defaults).allFiles().collectAsList()
         now_ms = int(time.time() * 1000)
         removals = self._jvm.java.util.ArrayList()
-        for added in then:
+        for added in files:
             if str(added.path()) in current:
                 removals.add(added.removeWithTimestamp(now_ms, True))
         return txn, removals
