@@ -544,6 +544,10 @@ class TestDeltaCompactor:
         assert table_totals(spark, sink) == _add(expected((0, 40)), expected((0, 10)))
         assert a.compact() is None
 
+    def test_a_negative_vacuum_interval_is_refused_by_name(self, spark, tmp_path):
+        with pytest.raises(ConfigurationError, match="vacuum_interval_ms must be >= 0"):
+            DeltaCompactor(spark, delta_sink(tmp_path), vacuum_interval_ms=-1)
+
     def test_a_cycle_deletes_the_partials_it_merged_and_nothing_else(self, spark, tmp_path):
         sink = delta_sink(tmp_path)
         output = sink.output(spark)
