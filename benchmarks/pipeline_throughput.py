@@ -258,6 +258,33 @@ def print_batches(workers: list[WorkerProcess]) -> None:
             )
 
 
+def print_latency_parts(feed: Feed, events: int, workers: list[WorkerProcess]) -> None:
+    """Where our latency goes: each event's wait from its acknowledgement until the start
+    of the job that published it, and that job's time until the publication."""
+    jobs = sorted(
+        (e.t, e.partition, e.end, e.ms / 1000) for w in workers for e in w.of(BatchPublished)
+    )
+    acked_at = feed.acked_at()
+    per_partition: dict[int, list[tuple[int, float, float]]] = {}
+    for t, p, end, job_s in jobs:
+        per_partition.setdefault(p, []).append((end, t, job_s))
+    waited, in_job = [], []
+    for i in range(events):
+        batches = per_partition.get(i % PARTITIONS, [])
+        k = bisect.bisect_right(batches, (i // PARTITIONS, float("inf"), 0.0))
+        if k < len(batches):
+            _, t, job_s = batches[k]
+            waited.append(t - job_s - acked_at(i))
+            in_job.append(job_s)
+    if waited:
+        print(
+            f"ours, median per event: {statistics.median(waited):.2f} s waiting for its job, "
+            f"{statistics.median(in_job):.2f} s in it (p99 {pct(waited, 0.99):.2f} s and "
+            f"{pct(in_job, 0.99):.2f} s)",
+            flush=True,
+        )
+
+
 def ours_visible(workers: list[WorkerProcess]) -> list[tuple[float, int, int]]:
     return [(e.t, e.partition, e.end) for w in workers for e in w.of(BatchPublished)]
 
@@ -332,6 +359,9 @@ def ours_streaming(
         finally:
             for w in workers:
                 w.close()
+        print_batches(workers)
+        if not kill:
+            print_latency_parts(feed, events, workers)
         if victim is not None:
             report = Timeline(workers, t0).kill_report(victim.name, owned)
             resumed = [s for s in report.resumed_after_s.values() if s is not None]

@@ -17,7 +17,6 @@ import os
 import pwd
 import re
 import shutil
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -428,7 +427,7 @@ def stage_rows(
     file with Hadoop's version 1 committer. The count of records, of rejected
     records and of result rows are gathered by the same job (DataFrame
     observations), not by a second pass. Then the written files are checked:
-    their rows, read back, must add up to the rows the job produced, so a
+    their rows (from their footers) must add up to the rows the job produced, so a
     duplicate part file left by a lost or speculative task fails the stage
     instead of counting a batch twice. The manifest, written last, lists the
     files and their rows; readers read only those
@@ -564,9 +563,9 @@ def stage_many(
     them, the transform keeping ranges apart by that column. Either way the
     results of all ranges are written by one job, each range's into its own
     directory of a job directory
-    (:meth:`~recipes.pipeline.PipelineOutput.new_job_path`). One small job
-    reads the files back and checks every range's rows, as :func:`stage_rows`
-    does; then each range's directory is renamed into ``staging/`` and gets
+    (:meth:`~recipes.pipeline.PipelineOutput.new_job_path`). The rows in
+    the files' footers are checked against every range's rows, as
+    :func:`stage_rows` does; then each range's directory is renamed into ``staging/`` and gets
     its manifest. One job instead of one per range: Spark's fixed cost per job
     (planning, scheduling, committing files) is paid once for all the
     partitions a worker has data for.
@@ -833,31 +832,18 @@ def _checked_job_files(
 ) -> list[dict[str, int]]:
     """Each range directory's data files and their rows, checked against the rows written.
 
-    One Spark job reads every file back and counts rows per file.
+    The rows of each file come from its Parquet footer (see :func:`_parquet_rows`).
 
     Raises:
         StagedFilesError: A range's files hold another number of rows than the
             write produced for it (a duplicate or missing part file).
     """
-    from pyspark.sql import functions as F
-
-    names = [
-        sorted(e.name for e in _entries(d) if e.is_file() and not e.name.startswith(("_", ".")))
-        for d in dirs
-    ]
-    paths = [str(d / n) for d, ns in zip(dirs, names, strict=True) for n in ns]
-    counts: dict[tuple[str, str], int] = {}
-    if paths:
-        read = spark.read.schema(schema).parquet(*paths)
-        path = F.col("_metadata.file_path")
-        per_file = read.groupBy(path.alias("path")).count()
-        for r in per_file.collect():
-            # A file URI: the range directory's name and the file's, URL-quoted.
-            parent, name = (urllib.parse.unquote(p) for p in str(r["path"]).rsplit("/", 2)[-2:])
-            counts[(parent, name)] = int(r["count"])
     out: list[dict[str, int]] = []
-    for d, ns, expected in zip(dirs, names, rows, strict=True):
-        files = {n: counts.pop((d.name, n), 0) for n in ns}
+    for d, expected in zip(dirs, rows, strict=True):
+        names = sorted(
+            e.name for e in _entries(d) if e.is_file() and not e.name.startswith(("_", "."))
+        )
+        files = dict(zip(names, _parquet_rows(spark, [d / n for n in names]), strict=True))
         if sum(files.values()) != expected:
             raise StagedFilesError(
                 f"{d}: the write produced {expected} rows but its data files hold "
@@ -865,9 +851,40 @@ def _checked_job_files(
                 "the batch is staged again"
             )
         out.append(files)
-    if counts:
-        raise StagedFilesError(f"rows read back from files no range lists: {counts}")
     return out
+
+
+def _parquet_rows(spark: SparkSession, files: Sequence[Path]) -> list[int]:
+    """Each Parquet file's rows, from its footer, read by the driver's JVM.
+
+    No Spark job: a job to read a few small files back cost a batch as much
+    planning, code generation and scheduling as its own write. A footer is
+    the file's last bytes and only a complete file has one; its row count is
+    what a reader of the file gets.
+
+    Raises:
+        StagedFilesError: A file has no readable footer.
+    """
+    from py4j.protocol import Py4JJavaError
+
+    jvm: Any = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    counts = []
+    for file in files:
+        try:
+            source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
+                jvm.org.apache.hadoop.fs.Path(jvm.java.io.File(str(file)).toURI()), conf
+            )
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
+            try:
+                counts.append(int(reader.getRecordCount()))
+            finally:
+                reader.close()
+        except Py4JJavaError as e:  # not a JVM that is gone: that is no file's fault
+            raise StagedFilesError(
+                f"{file}: not a readable Parquet file ({e}); the batch is staged again"
+            ) from e
+    return counts
 
 
 def _entries(path: Path) -> list[os.DirEntry[str]]:
@@ -883,33 +900,13 @@ def _checked_files(
 ) -> dict[str, int]:
     """The data files Spark wrote to ``path`` and their rows, checked against ``rows``.
 
-    One small Spark job reads the files back (a batch's results are a few
-    thousand rows at most) and counts rows per file.
+    The rows of each file come from its Parquet footer (see :func:`_parquet_rows`).
 
     Raises:
         StagedFilesError: The files hold another number of rows than the
             write produced (a duplicate or missing part file).
     """
-    from pyspark.sql import functions as F
-
-    names = sorted(
-        entry.name
-        for entry in path.iterdir()
-        if entry.is_file() and not entry.name.startswith(("_", "."))
-    )
-    counts: dict[str, int] = {}
-    if names:
-        read = spark.read.schema(schema).parquet(*(str(path / n) for n in names))
-        per_file = read.groupBy(F.col("_metadata.file_name").alias("file")).count()
-        counts = {str(r["file"]): int(r["count"]) for r in per_file.collect()}
-    files = {name: counts.get(name, 0) for name in names}
-    if sum(files.values()) != rows or not counts.keys() <= files.keys():
-        raise StagedFilesError(
-            f"{path}: the write produced {rows} rows but its data files hold "
-            f"{sum(files.values())} ({files}): a task's output is duplicated or missing; "
-            "the batch is staged again"
-        )
-    return files
+    return _checked_job_files(spark, [path], [rows], schema)[0]
 
 
 def published_dataframe(spark: SparkSession, output: PipelineOutput) -> DataFrame:

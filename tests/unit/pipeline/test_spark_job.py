@@ -410,6 +410,32 @@ class TestCommitter:
             stage_batch(spark, output, batch_of(records, 0, 50))
         assert output.staged() == []
 
+    @pytest.mark.parametrize(
+        ("damage", "message"),
+        [
+            (lambda part: part.unlink(), "duplicated or missing"),
+            (lambda part: part.write_bytes(part.read_bytes()[:-20]), "not a readable Parquet"),
+        ],
+        ids=["missing", "truncated"],
+    )
+    def test_a_missing_or_truncated_part_file_fails_the_stage(
+        self, spark: SparkSession, output, monkeypatch, damage, message
+    ):
+        # The rows are counted from each file's footer: a file cut short has none.
+        from pyspark.sql.readwriter import DataFrameWriter
+
+        write = DataFrameWriter.parquet
+
+        def write_damaged(self: DataFrameWriter, path: str, *args: object, **kwargs: object):
+            write(self, path, *args, **kwargs)  # type: ignore[arg-type]
+            damage(next(p for p in Path(path).iterdir() if p.name.startswith("part-")))
+
+        monkeypatch.setattr(DataFrameWriter, "parquet", write_damaged)
+        records = generate(50, seed=13)
+        with pytest.raises(StagedFilesError, match=message):
+            stage_batch(spark, output, batch_of(records, 0, 50))
+        assert output.staged() == []
+
     def test_readers_read_only_the_files_the_manifest_lists(self, spark: SparkSession, output):
         records = generate(80, seed=12)
         staged = stage_batch(spark, output, batch_of(records, 0, 80))
