@@ -100,10 +100,12 @@ class _Partition:
     ready: bool = False  # recovered and cleaned up, ``start`` known
     start: int = 0  # the committed offset: where the next batch starts
     end: int = 0  # the partition's last known end (its last stable offset)
-    # When records past ``start`` were first seen (None: none waiting): the oldest
-    # waiting data is served first, and a batch is cut at the latest when this is
-    # max_batch_delay_ms old.
+    # When records past ``start`` (past ``cut_to`` while a batch is in flight) were
+    # first seen (None: none waiting): the oldest waiting data is served first, and a
+    # batch is cut at the latest when this is max_batch_delay_ms old. Records that
+    # arrive during a job have waited since they were seen, not since it ended.
     pending_since: float | None = None
+    cut_to: int | None = None  # the end of the batch in flight, if one is
     # After a failed batch: no new batch before this time (backing off), and how many
     # batches in a row failed.
     retry_at: float = 0.0
@@ -676,7 +678,8 @@ class PipelineWorker:
                 if current is None or current is not parts.get(tp) or not current.ready:
                     continue
                 current.end = end
-                if end > current.start and current.pending_since is None:
+                waits_from = current.start if current.cut_to is None else current.cut_to
+                if end > waits_from and current.pending_since is None:
                     current.pending_since = now
             batches = self._next_batches(now) if self._jobs < self.parallel else []
             if batches:
@@ -749,17 +752,16 @@ class PipelineWorker:
         batches = []
         for part in waiting[: min(share, self.max_partitions_per_batch)]:
             self._in_flight.add(part.tp)
-            batches.append(
-                (
-                    part,
-                    OffsetRange(
-                        topic=part.tp.topic,
-                        partition=part.tp.partition,
-                        start_offset=part.start,
-                        end_offset=min(part.end, part.start + self.max_batch_records),
-                    ),
-                )
+            batch = OffsetRange(
+                topic=part.tp.topic,
+                partition=part.tp.partition,
+                start_offset=part.start,
+                end_offset=min(part.end, part.start + self.max_batch_records),
             )
+            part.cut_to = batch.end_offset
+            if part.end <= batch.end_offset:
+                part.pending_since = None  # what arrives from now on waits anew
+            batches.append((part, batch))
         return batches
 
     def _prepare(self, part: _Partition) -> None:
@@ -813,6 +815,7 @@ class PipelineWorker:
             with self._lock:
                 part.start = offset
                 part.pending_since = None
+                part.cut_to = None
                 part.ready = True
             self._emit(
                 PartitionRecovered(
@@ -951,7 +954,11 @@ class PipelineWorker:
             return
         with self._lock:
             part.start = batch.end_offset
-            part.pending_since = self._clock.monotonic() if part.end > part.start else None
+            part.cut_to = None
+            if part.end <= part.start:
+                part.pending_since = None
+            elif part.pending_since is None:
+                part.pending_since = self._clock.monotonic()
             part.failures = 0
             self.records_processed += staged.records
             self.batches += 1

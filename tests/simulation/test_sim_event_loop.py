@@ -164,3 +164,30 @@ def test_a_process_killed_while_its_loop_waits_inside_a_coroutine_unwinds_cleanl
     clock.run(1001.0)
     clock.kill(process)
     assert clock.failures == []
+
+
+def test_a_process_killed_while_a_thread_waits_to_take_its_condition_back_unwinds_cleanly() -> None:
+    # A thread's condition wait ends (notified or timed out) while another thread of its
+    # process holds the lock; the kill comes before it took the lock back. Its
+    # ``with condition:`` then exits without the lock: as a killed thread, silently.
+    clock = Scheduler(seed=6)
+    process = Process("p")
+    changed = clock.condition()
+    holding: list[str] = []
+
+    def waiter() -> None:
+        with changed:
+            changed.wait(1.0)
+
+    def holder() -> None:
+        clock.sleep(0.5, clock.event())
+        with changed:
+            holding.append("holds")
+            clock.sleep(10.0, clock.event())  # past the waiter's timeout
+
+    clock.spawn(waiter, "waiter", process)
+    clock.spawn(holder, "holder", process)
+    clock.run(1002.0)
+    assert holding == ["holds"]
+    clock.kill(process)
+    assert clock.failures == []

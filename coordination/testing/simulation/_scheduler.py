@@ -578,6 +578,11 @@ class SimLock:
 
     def release(self, *_exc_info: object) -> None:
         me = self._scheduler._current or self._scheduler._hub_task
+        if self._owner is not me and me.process is not None and me.process.dead:
+            # A killed thread unwinding out of a condition wait that had not taken the
+            # lock back (another thread held it): its ``with`` has nothing to release,
+            # and nothing a killed process does reaches the world.
+            return
         if self._owner is None or (self._owner is not me and self._reentrant):
             raise RuntimeError("release of a lock this thread does not hold")
         self._count -= 1

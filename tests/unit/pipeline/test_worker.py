@@ -462,6 +462,33 @@ class TestBatches:
         process(worker, part, 10, 30)
         assert part.start == 30 and part.pending_since is None
 
+    def test_records_that_arrive_during_a_job_wait_from_when_they_were_seen(
+        self, worker, monkeypatch
+    ):
+        # Not from the job's end: under a steady stream they are due as the job ends,
+        # so a partition waits for one job, not for a job and then the delay.
+        part = owned(worker, 0)
+        part.end, part.pending_since = 10, worker._clock.monotonic() - worker.max_batch_delay_s
+        with worker._lock:
+            ((_, cut),) = worker._next_batches(worker._clock.monotonic())
+        assert (cut.start_offset, cut.end_offset) == (0, 10)
+        worker._jobs = worker.parallel  # the job runs: the worker's steps only poll
+        ends = {TP: 10}
+        monkeypatch.setattr(worker, "_ends", lambda partitions: dict(ends))
+        worker._step()
+        assert part.pending_since is None  # nothing past the batch in flight
+        worker._clock.advance(0.2)
+        seen_at = worker._clock.monotonic()
+        ends[TP] = 25
+        worker._step()
+        assert part.pending_since == seen_at
+        worker._clock.advance(worker.max_batch_delay_s)  # the job takes a while
+        process(worker, part, 0, 10)
+        assert part.start == 10 and part.pending_since == seen_at
+        with worker._lock:
+            ((_, cut),) = worker._next_batches(worker._clock.monotonic())
+        assert (cut.start_offset, cut.end_offset) == (10, 25)
+
     def test_kafka_options_come_from_the_group_and_must_be_kafka_settings(self, tmp_path):
         from coordination.errors import ConfigurationError
 
