@@ -215,8 +215,14 @@ def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
         for w in workers:
             w.wait_for(WorkerStarted, timeout=600)
         # The workers' group is one of the consumer group protocol, not a classic group.
-        (listed,) = [g for g in list_groups(bootstrap_servers=kafka) if g.group_id == group]
-        assert listed.group_type == "consumer", listed
+        # A worker joins once started (after its warm-up): the group may not be listed yet.
+        deadline = time.monotonic() + 120
+        while not (
+            listed := [g for g in list_groups(bootstrap_servers=kafka) if g.group_id == group]
+        ):
+            assert time.monotonic() < deadline, f"group {group} not listed in 120 s"
+            time.sleep(0.5)
+        assert [g.group_type for g in listed] == ["consumer"], listed
         feed(3000, 0)
         # w2 leaves while data is processed (once the first batch landed, whichever worker's):
         # its partitions, and any batch of its in flight, are handed over to w1. Waiting for
