@@ -381,8 +381,10 @@ def test_frozen_leader_is_deposed_and_its_writes_are_fenced(kafka: str, processe
     frozen_at = time.time()
     wait_until(lambda: bool(new.of("elected") and new.of("wrote")), SESSION_S * 5, "a new leader")
     assert new.of("elected")[-1]["token"] > old.of("elected")[-1]["token"]
-    old.signal(signal.SIGCONT)
+    # Taken before the signal: the resumed process can log its first event before this
+    # process runs again (a loaded machine did), and nothing runs there while it is stopped.
     resumed_at = time.time()
+    old.signal(signal.SIGCONT)
     wait_until(lambda: bool(old.of("deposed") and old.of("write_rejected")), 20, "the old leader")
 
     # After resuming, it learned of its deposition before doing anything as leader.

@@ -365,8 +365,10 @@ def test_frozen_worker_stops_its_tasks_before_doing_more_work(kafka: str, proces
     wait_until(lambda: len(running_on(first)) == 6, SESSION_S * 4, "w0 to take w1's tasks")
     taken_at = max(e["t"] for e in first.of("started") if e["task"] in its_tasks)
     time.sleep(1.0)
-    frozen.signal(signal.SIGCONT)
+    # Taken before the signal: the resumed process can log its first event before this
+    # process runs again (a loaded machine did), and nothing runs there while it is stopped.
     resumed_at = time.time()
+    frozen.signal(signal.SIGCONT)
     # It stops them at once; with wake-ups the group may hand them straight back to it, too
     # soon for a poll of what it runs to see the gap: look for the stops.
     wait_until(
