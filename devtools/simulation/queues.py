@@ -563,18 +563,14 @@ class ShareWorkersDriver(ShareConsumersDriver):
             self._install(transport, clock, trace)
         model, cluster = self.model, self.cluster
         assert model is not None and cluster is not None
-        settings = self.settings.member_settings()
-        # The worker's retry_backoff_ms and retry_backoff_max_ms are its handlers' backoff;
-        # the member's are left to their defaults.
-        for name in ("retry_backoff_ms", "retry_backoff_max_ms"):
-            settings.pop(name, None)
+        settings = self.settings.member_settings()  # the member's retry backoff included
         return {
             "topics": [TOPIC],
             "concurrency": WORKER_CONCURRENCY,
             "retry_on": Retryable,
             "max_deliveries": MAX_DELIVERIES,
-            "retry_backoff_ms": 200,
-            "retry_backoff_max_ms": 800,
+            "redelivery_backoff_ms": 200,
+            "redelivery_backoff_max_ms": 800,
             "dead_letter_topic": DEAD_LETTER_TOPIC,
             "dead_letter_producer": SimDeadLetters(self, clock, me),
             "dead_letter_timeout_ms": 2000,

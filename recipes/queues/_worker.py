@@ -208,8 +208,8 @@ class ShareWorker:
         retry_on: _RetryOn = (Exception,),
         max_deliveries: int = 4,
         delivery_limit_refresh_ms: int = 30_000,
-        retry_backoff_ms: int = 1000,
-        retry_backoff_max_ms: int = 10_000,
+        redelivery_backoff_ms: int = 1000,
+        redelivery_backoff_max_ms: int = 10_000,
         dead_letter_topic: str | None = None,
         dead_letter_producer: Any = None,
         dead_letter_timeout_ms: int = 30_000,
@@ -237,9 +237,11 @@ class ShareWorker:
                 from the broker (default 30000), so that a change an operator makes is in
                 force at the worker within that time; one DescribeConfigs each time, from
                 the poll thread.
-            retry_backoff_ms: the wait before a retried record is released (default 1000),
-                doubled with each delivery, up to ``retry_backoff_max_ms`` (default 10000).
-                0 releases at once.
+            redelivery_backoff_ms: how long a record whose handler failed retryably is held
+                before its release for redelivery (default 1000), doubled with each
+                delivery, up to ``redelivery_backoff_max_ms`` (default 10000). 0 releases at
+                once. (``retry_backoff_ms`` is the member's wait between failed requests,
+                passed to the consumer like the other ``settings``.)
             dead_letter_topic: where poison records are copied before their REJECT
                 (default None: rejected without a copy). Must not be one of ``topics``.
             dead_letter_producer: a kafka-python ``KafkaProducer`` (or an object with its
@@ -252,7 +254,8 @@ class ShareWorker:
                 30000).
             clock: the clock (default the system's), as for :class:`ShareConsumer`.
             **settings: as for :class:`ShareConsumer` (``bootstrap_servers``, security
-                settings, ``session_timeout_ms``, ``rack_id``, ``transport``, ...), except
+                settings, ``session_timeout_ms``, ``retry_backoff_ms``, ``rack_id``,
+                ``transport``, ...), except
                 ``acknowledgement_mode``, ``on_acknowledged`` and ``max_poll_records``,
                 which the worker sets. ``acquire_mode`` is ``"record_limit"`` unless given:
                 a fetch acquires no more records than the worker has room for.
@@ -274,9 +277,13 @@ class ShareWorker:
             hint=": the group's share.delivery.count.limit at the broker (2 to 10) caps it",
         )
         _check_int("delivery_limit_refresh_ms", delivery_limit_refresh_ms, 1)
-        _check_int("retry_backoff_ms", retry_backoff_ms, 0)
+        _check_int("redelivery_backoff_ms", redelivery_backoff_ms, 0)
         _check_int(
-            "retry_backoff_max_ms", retry_backoff_max_ms, retry_backoff_ms, None, "retry_backoff_ms"
+            "redelivery_backoff_max_ms",
+            redelivery_backoff_max_ms,
+            redelivery_backoff_ms,
+            None,
+            "redelivery_backoff_ms",
         )
         _check_int("dead_letter_timeout_ms", dead_letter_timeout_ms, 1)
         _check_int("drain_timeout_ms", drain_timeout_ms, 0)
@@ -307,8 +314,8 @@ class ShareWorker:
         self._limit_refresh_s = delivery_limit_refresh_ms / 1000
         self._limit_lookup_due: float | None = 0.0  # None: given up (the broker refused)
         self._limit_warned = False  # a failed lookup warned since the last reading
-        self._backoff_s = retry_backoff_ms / 1000
-        self._backoff_max_s = retry_backoff_max_ms / 1000
+        self._redelivery_backoff_s = redelivery_backoff_ms / 1000
+        self._redelivery_backoff_max_s = redelivery_backoff_max_ms / 1000
         self._dead_letter_topic = dead_letter_topic
         self._producer = dead_letter_producer
         self._own_producer = dead_letter_producer is None
@@ -822,7 +829,7 @@ class ShareWorker:
         if retryable and record.delivery_count < final_delivery:
             with self._metrics_lock:
                 self._metrics.retries += 1
-            backoff = self._backoff_s * 2 ** (record.delivery_count - 1)
+            backoff = self._redelivery_backoff_s * 2 ** (record.delivery_count - 1)
             log.info(
                 "share group %r: %s failed (%r), delivery %d: retried",
                 self.group_id,
@@ -830,7 +837,7 @@ class ShareWorker:
                 exc,
                 record.delivery_count,
             )
-            backoff = min(backoff, self._backoff_max_s)
+            backoff = min(backoff, self._redelivery_backoff_max_s)
             return _Decision(AcknowledgeType.RELEASE, _Why.RETRY, backoff, exc)
         return self._poison(record, exc, "max_deliveries" if retryable else "not_retryable")
 

@@ -104,7 +104,7 @@ def retrying_worker(
         made,
         retry_on=Retryable,
         max_deliveries=4,
-        retry_backoff_ms=0,
+        redelivery_backoff_ms=0,
         dead_letter_topic=dead_letters,
         **kw,
     )
@@ -186,7 +186,13 @@ def test_a_retryable_failure_is_delivered_again_and_accepted(
             raise Retryable("the database is restarting")
 
     w = worker(
-        kafka, share_group(kafka), topic, handle, closing, retry_on=Retryable, retry_backoff_ms=200
+        kafka,
+        share_group(kafka),
+        topic,
+        handle,
+        closing,
+        retry_on=Retryable,
+        redelivery_backoff_ms=200,
     )
     wait_until(lambda: w.metrics().accepted == 1, "accepted at the second delivery")
     assert seen == [1, 2]

@@ -33,7 +33,7 @@ def fake_consumer(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def make(broker: FakeBroker, handler: Any, **kw: Any) -> AsyncShareWorker:
-    kw.setdefault("retry_backoff_ms", 0)
+    kw.setdefault("redelivery_backoff_ms", 0)
     return AsyncShareWorker("g", topics=[TOPIC], handler=handler, broker=broker, **kw)
 
 

@@ -113,8 +113,10 @@ class FakeConsumer:
         clock: Any,
         acquire_mode: str,
         broker: FakeBroker,
+        **settings: Any,
     ) -> None:
         assert acknowledgement_mode == "explicit" and topics == [TOPIC]
+        self.settings = settings  # the ones the worker passes through
         assert acquire_mode == "record_limit"
         self.group_id = group_id
         self.member_id = "member-1"
@@ -294,7 +296,7 @@ def make(
     handler: Callable[[ShareRecord], object],
     **kw: Any,
 ) -> ShareWorker:
-    kw.setdefault("retry_backoff_ms", 0)
+    kw.setdefault("redelivery_backoff_ms", 0)
     w = ShareWorker("g", topics=[TOPIC], handler=handler, broker=broker, **kw)
     workers.append(w)
     return w
@@ -567,7 +569,7 @@ def test_a_retry_whose_delivery_a_limit_lowered_during_its_backoff_makes_the_las
         broker,
         always_failing(attempts),
         max_deliveries=4,
-        retry_backoff_ms=1000,
+        redelivery_backoff_ms=1000,
         delivery_limit_refresh_ms=100,
     )
     w.start()
@@ -631,7 +633,7 @@ def test_a_retry_waits_its_backoff_before_the_release(workers: list[ShareWorker]
             failed_at.append(time.monotonic())
             raise Retryable("later")
 
-    w = make(workers, broker, handle, retry_backoff_ms=1200)
+    w = make(workers, broker, handle, redelivery_backoff_ms=1200)
     w.start()
     broker.wait_for(lambda: broker.state == {0: "accepted"})
     ((_, _, released_at),) = [e for e in broker.events if e[0] == "RELEASE"]
@@ -797,6 +799,34 @@ def test_close_without_start_closes_the_consumer(workers: list[ShareWorker]) -> 
         w.start()
 
 
+def test_the_members_retry_backoff_passes_through_and_the_redelivery_backoff_stays_the_workers(
+    workers: list[ShareWorker],
+) -> None:
+    broker = FakeBroker(records=1)
+    failed = threading.Event()
+
+    def handle(record: ShareRecord) -> None:
+        if record.delivery_count == 1:
+            failed.set()
+            raise ValueError("try again")
+
+    w = make(
+        workers,
+        broker,
+        handle,
+        redelivery_backoff_ms=1500,
+        retry_backoff_ms=250,
+        retry_backoff_max_ms=2000,
+    )
+    w.start()
+    assert failed.wait(5)
+    # The member's request backoff reaches the consumer; the worker keeps its own.
+    assert FakeConsumer.made[0].settings == {"retry_backoff_ms": 250, "retry_backoff_max_ms": 2000}
+    time.sleep(0.5)
+    assert broker.acks(A.RELEASE) == []  # still held: 1.5 s, not the member's 0.25 s
+    broker.wait_for(lambda: w.metrics().accepted == 1)
+
+
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
@@ -806,8 +836,11 @@ def test_close_without_start_closes_the_consumer(workers: list[ShareWorker]) -> 
         ({"max_deliveries": 0}, "max_deliveries"),
         ({"max_deliveries": 11}, "max_deliveries"),
         ({"delivery_limit_refresh_ms": 0}, "delivery_limit_refresh_ms"),
-        ({"retry_backoff_ms": -1}, "retry_backoff_ms"),
-        ({"retry_backoff_ms": 500, "retry_backoff_max_ms": 100}, "retry_backoff_max_ms"),
+        ({"redelivery_backoff_ms": -1}, "redelivery_backoff_ms"),
+        (
+            {"redelivery_backoff_ms": 500, "redelivery_backoff_max_ms": 100},
+            "redelivery_backoff_max_ms",
+        ),
         ({"retry_on": "ValueError"}, "retry_on"),
         ({"retry_on": (ValueError, int)}, "retry_on"),
         ({"dead_letter_topic": "jobs"}, "dead_letter_topic"),
