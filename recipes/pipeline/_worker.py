@@ -111,6 +111,40 @@ class _Partition:
     retry_at: float = 0.0
     failures: int = 0
 
+    # What waits, and since when, changes at four moments, each below (under the worker's
+    # lock): recovery, a poll seeing the end, a batch cut, a batch published.
+
+    def recovered(self, offset: int) -> None:
+        """Ready to process from ``offset`` (the committed offset), nothing in flight."""
+        self.start = offset
+        self.pending_since = None
+        self.cut_to = None
+        self.ready = True
+
+    def saw_end(self, end: int, now: float) -> None:
+        """A poll found the partition's end at ``end``; records past what the batches took
+        wait from ``now`` on, unless older ones wait already."""
+        self.end = end
+        taken = self.start if self.cut_to is None else self.cut_to
+        if end > taken and self.pending_since is None:
+            self.pending_since = now
+
+    def cut(self, end_offset: int) -> None:
+        """A batch up to ``end_offset`` is in flight."""
+        self.cut_to = end_offset
+        if self.end <= end_offset:
+            self.pending_since = None  # what arrives from now on waits anew
+
+    def published(self, end_offset: int, now: float) -> None:
+        """The batch in flight, up to ``end_offset``, is committed and published: the next
+        one starts there. Records it did not take (a capped batch) go on waiting since they
+        were seen."""
+        self.start, self.cut_to = end_offset, None
+        if self.end <= self.start:
+            self.pending_since = None
+        elif self.pending_since is None:
+            self.pending_since = now
+
 
 class _Handover(RebalanceListener):
     """The consumer's listener: hands each ownership change to the worker (on the
@@ -677,10 +711,7 @@ class PipelineWorker:
                 # Asked for an ownership that ended, or that began since the snapshot.
                 if current is None or current is not parts.get(tp) or not current.ready:
                     continue
-                current.end = end
-                waits_from = current.start if current.cut_to is None else current.cut_to
-                if end > waits_from and current.pending_since is None:
-                    current.pending_since = now
+                current.saw_end(end, now)
             batches = self._next_batches(now) if self._jobs < self.parallel else []
             if batches:
                 self._jobs += 1
@@ -758,9 +789,7 @@ class PipelineWorker:
                 start_offset=part.start,
                 end_offset=min(part.end, part.start + self.max_batch_records),
             )
-            part.cut_to = batch.end_offset
-            if part.end <= batch.end_offset:
-                part.pending_since = None  # what arrives from now on waits anew
+            part.cut(batch.end_offset)
             batches.append((part, batch))
         return batches
 
@@ -813,10 +842,7 @@ class PipelineWorker:
                     log.warning("%s: %s: no start position yet", self.name, tp)
                     return
             with self._lock:
-                part.start = offset
-                part.pending_since = None
-                part.cut_to = None
-                part.ready = True
+                part.recovered(offset)
             self._emit(
                 PartitionRecovered(
                     worker=self.name,
@@ -953,12 +979,7 @@ class PipelineWorker:
             self._output_failed(e, [part], f"{part.tp}: cleaning up after {staged.name}")
             return
         with self._lock:
-            part.start = batch.end_offset
-            part.cut_to = None
-            if part.end <= part.start:
-                part.pending_since = None
-            elif part.pending_since is None:
-                part.pending_since = self._clock.monotonic()
+            part.published(batch.end_offset, self._clock.monotonic())
             part.failures = 0
             self.records_processed += staged.records
             self.batches += 1
