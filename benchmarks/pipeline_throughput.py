@@ -45,10 +45,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -128,24 +128,40 @@ class Feed:
         return lambda event: self.acked[bisect.bisect_right(counts, event)][1]
 
 
-def visible_at(visible: list[tuple[float, int, int]]) -> Callable[[int], float | None]:
-    """When event ``i`` became visible in the output (None: not yet), as a function of ``i``.
+T = TypeVar("T")
 
-    ``visible``: ``(time, partition, end offset)`` per published batch. Event ``i`` is
-    offset ``i // PARTITIONS`` of partition ``i % PARTITIONS`` (a fresh topic, one producer).
+
+def first_showing(
+    batches: Iterable[tuple[float, int, int, T]],
+) -> Callable[[int], tuple[float, T] | None]:
+    """The first batch that made event ``i`` visible in the output, as ``(its time, its
+    payload)`` (None: none yet), as a function of ``i``.
+
+    ``batches``: ``(time, partition, end offset, payload)`` per published batch; a batch
+    that ends no further than an earlier one of its partition shows nothing new. Event
+    ``i`` is offset ``i // PARTITIONS`` of partition ``i % PARTITIONS`` (a fresh topic,
+    one producer).
     """
-    per_partition: dict[int, list[tuple[int, float]]] = {}
-    for t, p, end in sorted(visible):
-        seen = per_partition.setdefault(p, [])
-        if not seen or end > seen[-1][0]:
-            seen.append((end, t))
+    shown: dict[int, list[tuple[float, T]]] = {}
+    ends: dict[int, list[int]] = {}
+    for t, p, end, payload in sorted(batches, key=lambda b: b[:3]):
+        if not ends.get(p) or end > ends[p][-1]:
+            ends.setdefault(p, []).append(end)
+            shown.setdefault(p, []).append((t, payload))
 
-    def at(i: int) -> float | None:
-        ends = per_partition.get(i % PARTITIONS, [])
-        k = bisect.bisect_right(ends, (i // PARTITIONS, float("inf")))
-        return ends[k][1] if k < len(ends) else None
+    def at(i: int) -> tuple[float, T] | None:
+        p = i % PARTITIONS
+        k = bisect.bisect_right(ends.get(p, []), i // PARTITIONS)
+        return shown[p][k] if k < len(ends.get(p, [])) else None
 
     return at
+
+
+def visible_at(visible: list[tuple[float, int, int]]) -> Callable[[int], float | None]:
+    """When event ``i`` became visible in the output (None: not yet), as a function of
+    ``i``; ``visible``: ``(time, partition, end offset)`` per published batch."""
+    at = first_showing((t, p, end, None) for t, p, end in visible)
+    return lambda i: None if (hit := at(i)) is None else hit[0]
 
 
 # Latency counts the events acknowledged this many seconds or more after the first
@@ -275,19 +291,14 @@ def print_batches(workers: list[WorkerProcess]) -> None:
 def print_latency_parts(feed: Feed, events: int, workers: list[WorkerProcess]) -> None:
     """Where our latency goes: each event's wait from its acknowledgement until the start
     of the job that published it, and that job's time until the publication."""
-    jobs = sorted(
+    job_of = first_showing(
         (e.t, e.partition, e.end, e.ms / 1000) for w in workers for e in w.of(BatchPublished)
     )
     acked_at = feed.acked_at()
-    per_partition: dict[int, list[tuple[int, float, float]]] = {}
-    for t, p, end, job_s in jobs:
-        per_partition.setdefault(p, []).append((end, t, job_s))
     waited, in_job = [], []
     for i in timed_events(feed, events):
-        batches = per_partition.get(i % PARTITIONS, [])
-        k = bisect.bisect_right(batches, (i // PARTITIONS, float("inf"), 0.0))
-        if k < len(batches):
-            _, t, job_s = batches[k]
+        if (hit := job_of(i)) is not None:
+            t, job_s = hit
             waited.append(t - job_s - acked_at(i))
             in_job.append(job_s)
     if waited:
