@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -80,6 +79,25 @@ PRUNE_ATTEMPTS: Final = 5
 landing while it does (each attempt reads the log only, a fraction of a second)."""
 
 
+class _Every:
+    """A chore due at most every ``interval_ms`` (0: every time asked; None: never), the
+    first time one interval after it is made."""
+
+    def __init__(self, interval_ms: int | None, clock: Clock) -> None:
+        self._clock = clock
+        self._interval_s = None if interval_ms is None else interval_ms / 1000
+        self._next = None if self._interval_s is None else clock.monotonic() + self._interval_s
+
+    def due(self) -> bool:
+        return self._next is not None and self._clock.monotonic() >= self._next
+
+    def done(self) -> None:
+        """Done now: due again one interval later (a failed chore is not done, and stays
+        due)."""
+        if self._interval_s is not None:
+            self._next = self._clock.monotonic() + self._interval_s
+
+
 class DeltaCompactor:
     """Merges a :class:`~recipes.pipeline.DeltaSink`'s partials into its totals table.
 
@@ -109,9 +127,10 @@ class DeltaCompactor:
     ``still_leader`` before each commit, and records its identity and fencing token in
     the commit's ``userMetadata``).
 
-    After each cycle the partial rows the totals now include are deleted from the
-    partials table (:meth:`prune`), so that its snapshot holds only what is not merged
-    yet; every ``vacuum_interval_ms`` a cycle first runs Delta's VACUUM, which removes
+    At most every ``prune_interval_ms``, after a cycle, the partial rows the totals now
+    include are deleted from the partials table (:meth:`prune`), so that its snapshot
+    holds little more than what is not merged yet; every ``vacuum_interval_ms`` a cycle
+    first runs Delta's VACUUM, which removes
     the files of rows deleted longer ago than the table's
     ``delta.deletedFileRetentionDuration`` (7 days by default). Cycles and readers never
     read rows of versions the totals include, so neither depends on what a prune deleted.
@@ -129,7 +148,9 @@ class DeltaCompactor:
         *,
         identity: str = "",
         token: int = 0,
+        prune_interval_ms: int | None = 60_000,
         vacuum_interval_ms: int | None = 3_600_000,
+        clock: Clock | None = None,
     ) -> None:
         """Compact ``sink`` through ``spark``.
 
@@ -138,32 +159,42 @@ class DeltaCompactor:
             sink: A sink with ``key_columns`` and compaction on.
             identity: Who runs the cycles, recorded in each commit.
             token: The fencing token of its leadership, recorded in each commit.
+            prune_interval_ms: How often, at most, a cycle prunes the partials it merged
+                and those of the cycles since the last prune (the first this long after
+                the compactor is made; 0: after every cycle); None never prunes. A prune
+                costs about as much driver CPU as a small cycle (two Delta state
+                reconstructions), whatever it removes.
             vacuum_interval_ms: How often, at most, a cycle runs Delta's VACUUM on the
                 partials table before its prune (the first this long after the compactor
                 is made; 0: at every cycle); None never runs it.
+            clock: What the intervals are measured on (default the system's).
 
         Raises:
             ConfigurationError: The sink does not compact (no ``key_columns`` or no
-                interval), or ``vacuum_interval_ms`` is negative.
+                interval), or ``prune_interval_ms`` or ``vacuum_interval_ms`` is negative.
         """
         if not sink.compacts:
             raise ConfigurationError(
                 f"DeltaCompactor: {sink!r} has no compaction (key_columns and an interval)"
             )
-        if vacuum_interval_ms is not None and vacuum_interval_ms < 0:
-            raise ConfigurationError(
-                f"DeltaCompactor: vacuum_interval_ms must be >= 0 (or None never to vacuum), "
-                f"got {vacuum_interval_ms}"
-            )
+        for name, interval in (
+            ("prune_interval_ms", prune_interval_ms),
+            ("vacuum_interval_ms", vacuum_interval_ms),
+        ):
+            if interval is not None and interval < 0:
+                raise ConfigurationError(
+                    f"DeltaCompactor: {name} must be >= 0 (or None: never), got {interval}"
+                )
         self.spark = spark
         self.sink = sink
         self.identity = identity
         self.token = token
         self.cycles = 0
+        self.prune_interval_ms = prune_interval_ms
         self.vacuum_interval_ms = vacuum_interval_ms
-        self._next_vacuum = (
-            None if vacuum_interval_ms is None else time.monotonic() + vacuum_interval_ms / 1000
-        )
+        clock = SYSTEM_CLOCK if clock is None else clock
+        self._prunes = _Every(prune_interval_ms, clock)
+        self._vacuums = _Every(vacuum_interval_ms, clock)
         # The partials version of this compactor's last prune when it came right after the
         # totals' mark: it adds no rows, so the next cycle starts after it.
         self._prune_version: int | None = None
@@ -234,14 +265,18 @@ class DeltaCompactor:
             self.sink.table,
         )
         try:
-            self._vacuum_if_due()
-            self.prune()
+            if self._vacuums.due():
+                self._vacuum()
+                self._vacuums.done()
+            if self._prunes.due():
+                self.prune()
+                self._prunes.done()
         except Exception as e:  # the next cycle's prune deletes the same rows and more
             log.warning("pruning the merged partials of %s failed: %s", self.sink.partials, e)
         return cycle
 
-    def _vacuum_if_due(self) -> None:
-        """Delta's VACUUM on the partials table, at most every ``vacuum_interval_ms``.
+    def _vacuum(self) -> None:
+        """Delta's VACUUM on the partials table (at most every ``vacuum_interval_ms``).
 
         Run right after a cycle's commit, before its prune: the cycle merged through the
         partials' latest version when it was planned, so past every earlier prune, and the
@@ -250,11 +285,8 @@ class DeltaCompactor:
         older totals snapshot is covered by the retention (files go only once deleted
         longer ago than the table's ``delta.deletedFileRetentionDuration``).
         """
-        if self._next_vacuum is None or time.monotonic() < self._next_vacuum:
-            return
         from delta.tables import DeltaTable
 
-        assert self.vacuum_interval_ms is not None
         # VACUUM lists the table's files in as many Spark tasks as this says, 10,000 by
         # default: 30-40 s on two cores for a small table, 3-5 s with the session's cores.
         conf = self.spark.conf
@@ -267,12 +299,11 @@ class DeltaCompactor:
                 conf.unset(_LISTING_PARALLELISM)
             else:
                 conf.set(_LISTING_PARALLELISM, before)
-        self._next_vacuum = time.monotonic() + self.vacuum_interval_ms / 1000
         log.info("vacuumed %s", self.sink.partials)
 
     def prune(self) -> int | None:
         """Remove from the partials table the rows that the totals include (what
-        :meth:`compact` does after each cycle).
+        :meth:`compact` does after a cycle, at most every ``prune_interval_ms``).
 
         Those are the rows of the partials versions up to the totals' mark ``m``: the data
         files of the partials' snapshot at ``m`` (each append writes files of its own).
@@ -594,6 +625,7 @@ class CompactorRole:
         self._copy = copy
         # Its waits and its thread come from the worker's clock, as the worker's own do.
         clock = SYSTEM_CLOCK if clock is None else clock
+        self._clock = clock
         self._stop = clock.event()
         self.election = LeaderElection(
             f"{group_id}.compactor",
@@ -638,7 +670,11 @@ class CompactorRole:
         if isinstance(self.sink, DeltaSink):
             assert self.spark is not None
             compactor = DeltaCompactor(
-                self.spark, self.sink, identity=leadership.identity, token=leadership.token
+                self.spark,
+                self.sink,
+                identity=leadership.identity,
+                token=leadership.token,
+                clock=self._clock,
             )
         else:
             compactor = ParquetCompactor(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from coordination.errors import ConfigurationError
+from coordination.testing import ManualClock
 from recipes.pipeline import (
     Batch,
     DeltaCompactor,
@@ -410,7 +411,7 @@ class TestDeltaCompactor:
             except BaseException as e:
                 errors.append(e)
 
-        compactor = DeltaCompactor(spark.newSession(), sink)
+        compactor = DeltaCompactor(spark.newSession(), sink, prune_interval_ms=0)
 
         def compact() -> None:
             while not done.is_set():
@@ -425,8 +426,7 @@ class TestDeltaCompactor:
         done.set()
         cycles.join(300)
         assert errors == []
-        prunes = [c for c in commits(Path(sink.partials)) if c["operation"] == "Manual Update"]
-        assert prunes, "no prune ran while the workers appended"
+        assert prunes(Path(sink.partials)), "no prune ran while the workers appended"
         want = _add(_add(expected((0, 60)), expected((0, 60))), expected((0, 5)))
         assert totals(spark, sink) == want
         compactor.compact()
@@ -439,13 +439,13 @@ class TestDeltaCompactor:
         sink = delta_sink(tmp_path)
         output = sink.output(spark)
         output.publish(stage(spark, output, 0, 20))
-        compactor = DeltaCompactor(spark, sink, identity="c1", token=7)
+        compactor = DeltaCompactor(spark, sink, identity="c1", token=7, prune_interval_ms=0)
         first = compactor.compact()
         assert first is not None and first.first_version == 1
         output.publish(stage(spark, output, 20, 50))
         output.publish(stage(spark, output, 0, 30, partition=1))
         second = compactor.compact()
-        # The version after the first cycle's is its prune (a DELETE): nothing to merge.
+        # The version after the first cycle's is its prune (no rows): nothing to merge.
         assert second is not None and second.first_version == first.last_version + 2
         assert compactor.compact() is None  # nothing new, its own prune included
         assert table_totals(spark, sink) == _add(expected((0, 50)), expected((0, 30)))
@@ -481,7 +481,7 @@ class TestDeltaCompactor:
         output = sink.output(spark)
         output.publish(stage(spark, output, 0, 20))
         output.publish(stage(spark, output, 0, 10, partition=1))
-        compactor = DeltaCompactor(spark, sink)
+        compactor = DeltaCompactor(spark, sink, prune_interval_ms=0)
         cycle = compactor.compact()
         assert cycle is not None
         compactor._merge(compactor._new_totals(cycle), cycle)  # the same cycle again: skipped
@@ -544,16 +544,44 @@ class TestDeltaCompactor:
         assert table_totals(spark, sink) == _add(expected((0, 40)), expected((0, 10)))
         assert a.compact() is None
 
-    def test_a_negative_vacuum_interval_is_refused_by_name(self, spark, tmp_path):
-        with pytest.raises(ConfigurationError, match="vacuum_interval_ms must be >= 0"):
-            DeltaCompactor(spark, delta_sink(tmp_path), vacuum_interval_ms=-1)
+    @pytest.mark.parametrize("name", ["prune_interval_ms", "vacuum_interval_ms"])
+    def test_a_negative_interval_is_refused_by_name(self, spark, tmp_path, name):
+        intervals: dict[str, Any] = {name: -1}
+        with pytest.raises(ConfigurationError, match=f"{name} must be >= 0"):
+            DeltaCompactor(spark, delta_sink(tmp_path), **intervals)
+
+    def test_cycles_prune_at_most_every_prune_interval(self, spark, tmp_path):
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        clock = ManualClock()
+        compactor = DeltaCompactor(spark, sink, prune_interval_ms=60_000, clock=clock)
+        for start in (0, 10, 20):  # within the first interval: no prune
+            output.publish(stage(spark, output, start, start + 10))
+            assert compactor.compact() is not None
+            clock.advance(19.0)
+        assert not prunes(Path(sink.partials)) and len(partial_batches(spark, sink)) == 3
+        clock.advance(3.0)
+        output.publish(stage(spark, output, 30, 40))
+        assert compactor.compact() is not None  # due: it prunes what every cycle merged
+        assert len(prunes(Path(sink.partials))) == 1 and partial_batches(spark, sink) == set()
+        clock.advance(59.0)
+        output.publish(stage(spark, output, 0, 5, partition=1))
+        assert compactor.compact() is not None  # not due again yet
+        assert len(prunes(Path(sink.partials))) == 1
+        assert partial_batches(spark, sink) == {("t", 1, 5)}
+        assert totals(spark, sink) == _add(expected((0, 40)), expected((0, 5)))
+        never = DeltaCompactor(spark, sink, prune_interval_ms=None, clock=clock)
+        clock.advance(3600.0)
+        output.publish(stage(spark, output, 5, 10, partition=1))
+        assert never.compact() is not None
+        assert len(prunes(Path(sink.partials))) == 1
 
     def test_a_cycle_deletes_the_partials_it_merged_and_nothing_else(self, spark, tmp_path):
         sink = delta_sink(tmp_path)
         output = sink.output(spark)
         output.publish(stage(spark, output, 0, 20))
         output.publish(stage(spark, output, 0, 10, partition=1))
-        compactor = DeltaCompactor(spark, sink, identity="c1", token=3)
+        compactor = DeltaCompactor(spark, sink, identity="c1", token=3, prune_interval_ms=0)
         cycle = compactor.compact()
         assert cycle is not None
         assert partial_batches(spark, sink) == set()  # all merged: all deleted
@@ -588,7 +616,7 @@ class TestDeltaCompactor:
         for check in checks:
             spark.conf.set(check, "false")
         try:
-            compactor = DeltaCompactor(spark, sink, vacuum_interval_ms=0)
+            compactor = DeltaCompactor(spark, sink, prune_interval_ms=0, vacuum_interval_ms=0)
             want = expected((0, 10))
             for start in (10, 20):
                 output.publish(stage(spark, output, start, start + 10))
@@ -651,6 +679,11 @@ def commits(table: Path) -> list[dict[str, Any]]:
         for line in log.read_text().splitlines()
         if '"commitInfo"' in line
     ]
+
+
+def prunes(partials: Path) -> list[dict[str, Any]]:
+    """The commitInfo of each prune of a partials table, oldest first."""
+    return [c for c in commits(partials) if c["operation"] == "Manual Update"]
 
 
 def last_commit(table: Path) -> dict[str, Any]:
