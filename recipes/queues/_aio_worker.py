@@ -1,11 +1,11 @@
 """The share worker for asyncio services: ``async def`` handlers over a real
 :class:`ShareWorker`, which keeps every guarantee of its own (outcomes, retries, dead
-letters, lock renewals, the drain); only the handler call crosses to the event loop."""
+letters, lock renewals, the drain); only the handler runs on the event loop, as a task
+that one thread of the worker starts and whose end it decides."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import inspect
@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Final
 
+from coordination.clock import Thread
 from coordination.errors import ConfigurationError, CoordinatorStateError
 
 from .._aio import AsyncContext, LoopBridge
@@ -26,8 +27,8 @@ log = logging.getLogger("recipes.queues")
 AsyncHandler = Callable[[ShareRecord], Awaitable[object]]
 """``async def handler(record)``: returning accepts the record, raising fails it."""
 
-# How often a handler thread waiting for its coroutine looks whether the loop was closed
-# (a closed loop never finishes the coroutine, and nothing else would tell the thread).
+# How often the worker's handler thread, while coroutines run, looks whether the loop was
+# closed (a closed loop never finishes them, and nothing else would tell the thread).
 _LOOP_CHECK_S: Final = 0.5
 
 # True inside a handler coroutine: close() there would wait for the drain, which waits for
@@ -68,12 +69,14 @@ class AsyncShareWorker(AsyncContext):
         asyncio.run(main())
 
     How it works:
-        A real :class:`ShareWorker` runs underneath, with its poll thread and
-        ``concurrency`` handler threads. Each handler thread hands its record to the loop
-        (``asyncio.run_coroutine_threadsafe``) and waits for the coroutine's end; what the
-        coroutine returns or raises becomes the ShareWorker handler's own outcome, so the
-        acknowledgements, retries, dead-letter copies, lock renewals and the drain are the
-        ShareWorker's, unchanged. At most ``concurrency`` handler coroutines run at once.
+        A real :class:`ShareWorker` runs underneath, with its poll thread and one handler
+        thread, whatever ``concurrency`` is. That thread starts a task on the loop for
+        each record it takes (at most ``concurrency`` at once) and does not wait for it;
+        what the coroutine returns or raises is decided by the ShareWorker as a handler's
+        outcome, so the acknowledgements, retries, dead-letter copies, lock renewals and
+        the drain are the ShareWorker's, unchanged. A thousand concurrent handlers are a
+        thousand tasks, not a thousand threads. Dead-letter copies are made on the
+        handler thread, one at a time.
 
     Cancellation:
         Cancelling the task that awaits :meth:`run` drains as :meth:`stop` does (records not
@@ -113,8 +116,7 @@ class AsyncShareWorker(AsyncContext):
             topics: the topics to consume.
             handler: ``async def handler(record)``, run on the loop that called
                 :meth:`start` (or :meth:`run`).
-            concurrency: how many handler coroutines may run at once (default 1): the
-                ShareWorker's handler threads, each waiting for one coroutine.
+            concurrency: how many handler coroutines may run at once (default 1).
             **settings: as for :class:`ShareWorker` (``retry_on``, ``max_deliveries``,
                 ``dead_letter_topic``, ``drain_timeout_ms``, ``bootstrap_servers``, ...);
                 ``retry_on`` takes :class:`HandlerCancelledError` as retryable whatever
@@ -146,10 +148,11 @@ class AsyncShareWorker(AsyncContext):
         settings["retry_on"] = lambda exc: (
             isinstance(exc, HandlerCancelledError) or is_retryable(exc)
         )
-        self._worker = ShareWorker(
+        self._worker = _LoopShareWorker(
+            self,
             group_id,
             topics=topics,
-            handler=self._on_handler_thread,
+            handler=_never_called,
             concurrency=concurrency,
             **settings,
         )
@@ -300,53 +303,65 @@ class AsyncShareWorker(AsyncContext):
         with contextlib.suppress(BaseException):  # read as self._worker.error by close()
             self._worker.run()
 
-    def _on_handler_thread(self, record: ShareRecord) -> None:
-        """The ShareWorker's handler: run the coroutine on the loop and wait for its end;
-        its return or exception becomes this call's."""
+    def _begin(self, record: ShareRecord, done: Callable[[BaseException | None], None]) -> None:
+        """Start the handler coroutine of ``record`` on the loop (from the worker's handler
+        thread, without waiting); ``done`` gets its end: None if it returned, else what it
+        raised, a cancellation as :class:`HandlerCancelledError`."""
         loop = self._bridge.loop
         if loop is None or loop.is_closed():
-            raise _HandlerCancelled("the event loop is closed: the handler cannot run")
-        future: concurrent.futures.Future[object] = concurrent.futures.Future()
+            done(_HandlerCancelled("the event loop is closed: the handler cannot run"))
+            return
 
-        def begin() -> None:
-            # The coroutine is made here, on the loop: a loop closed before it came to
-            # this call leaves no coroutine that was never awaited (and warns so).
-            if future.cancelled():
-                return
+        def start() -> None:
+            # The coroutine is made here, on the loop: a loop closed before it came to this
+            # call leaves no coroutine that was never awaited (and warns so).
             task = loop.create_task(self._call_handler(record))
-            task.add_done_callback(functools.partial(_settle, future))
+            task.add_done_callback(lambda task: done(self._raised(task, record)))
 
         try:
-            loop.call_soon_threadsafe(begin)
+            loop.call_soon_threadsafe(start)
         except RuntimeError as e:  # closed meanwhile
-            raise _HandlerCancelled(f"the event loop is closed: {e}") from e
-        done = self._bridge.clock.event()
-        future.add_done_callback(lambda _: done.set())
-        while not done.wait(_LOOP_CHECK_S):
-            if loop.is_closed():
-                future.cancel()
-                raise _HandlerCancelled("the event loop was closed while the handler ran")
-        if future.cancelled():
+            done(_HandlerCancelled(f"the event loop is closed: {e}"))
+
+    def _raised(self, task: asyncio.Task[object], record: ShareRecord) -> BaseException | None:
+        """What the handler task of ``record`` ended with, as its outcome."""
+        if task.cancelled():
             if self._worker_closed:  # by close(), past the drain: the record was released
-                raise _HandlerCancelled("the handler coroutine was cancelled at the close")
-            raise HandlerCancelledError(
+                return _HandlerCancelled("the handler coroutine was cancelled at the close")
+            return HandlerCancelledError(
                 f"the handler coroutine for {record.topic}[{record.partition}] offset "
                 f"{record.offset} was cancelled"
             )
-        error = future.exception()
-        if error is not None:
-            # SystemExit or KeyboardInterrupt included: the ShareWorker stops on them.
-            raise error
+        # SystemExit or KeyboardInterrupt included: the ShareWorker stops on them.
+        return task.exception()
+
+    def _loop_gone(self) -> BaseException | None:
+        """Why no running handler coroutine can end any more, or None."""
+        loop = self._bridge.loop
+        if loop is not None and loop.is_closed():
+            return _HandlerCancelled("the event loop was closed while the handler ran")
+        return None
 
 
-def _settle(future: concurrent.futures.Future[object], task: asyncio.Task[object]) -> None:
-    """Hand the handler coroutine's end to the handler thread waiting on ``future``."""
-    if task.cancelled():
-        future.cancel()
-    elif task.exception() is not None:
-        future.set_exception(task.exception())
-    else:
-        future.set_result(task.result())
+class _LoopShareWorker(ShareWorker):
+    """The ShareWorker under an AsyncShareWorker: one handler thread, which starts the
+    handler coroutines on the face's loop (see ShareWorker._serve_started_handlers)."""
+
+    def __init__(self, face: AsyncShareWorker, group_id: str, **settings: Any) -> None:
+        super().__init__(group_id, **settings)
+        self._face = face
+
+    def _handler_threads(self, name: str) -> list[Thread]:
+        face = self._face
+
+        def serve() -> None:
+            self._serve_started_handlers(face._begin, face._loop_gone, _LOOP_CHECK_S)
+
+        return [self._clock.thread(serve, f"{name}-handlers")]
+
+
+def _never_called(record: ShareRecord) -> None:
+    raise AssertionError("the handlers of an AsyncShareWorker run on its loop")
 
 
 def _public(error: BaseException | None) -> BaseException | None:

@@ -404,9 +404,8 @@ class ShareWorker:
             if self._poll_thread is not None or self._closed:
                 raise CoordinatorStateError("the worker was started already, or closed")
             name = f"share-worker-{self.group_id}"
-            for n in range(self._concurrency):
-                thread = self._clock.thread(self._serve_handler, f"{name}-handler-{n}")
-                self._threads.append(thread)
+            self._threads.extend(self._handler_threads(name))
+            for thread in self._threads:
                 thread.start()
             self._poll_thread = self._clock.thread(self._serve_poll, f"{name}-poll")
             self._poll_thread.start()
@@ -788,37 +787,125 @@ class ShareWorker:
                     self._cond.wait(min(self._next_due(now), deadline - now))
 
     # ------------------------------------------------------------------ handler threads
+    #
+    # The records queued for the handlers are taken with _take() and their outcomes given
+    # back with _finish(); what an outcome means is _decide()'s. Here ``concurrency``
+    # threads each call the handler in turn; the asyncio face starts one thread instead,
+    # which runs the handlers as coroutines on its loop (``_handler_threads`` is the seam).
+
+    def _handler_threads(self, name: str) -> list[Thread]:
+        """The threads that run the handlers (not started)."""
+        return [
+            self._clock.thread(self._serve_handler, f"{name}-handler-{n}")
+            for n in range(self._concurrency)
+        ]
 
     def _serve_handler(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._handlers_exit:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                entry = self._queue.popleft()
-                entry.started = True
+        while (entry := self._take()) is not None:
             if entry.failure is not None:
-                decision = self._poison(entry.record, entry.failure, "max_deliveries")
+                decision = self._dead_letter_at_release(entry)
             else:
                 decision = self._handle(entry.record)
+            self._finish(entry, decision)
+
+    def _take(self) -> _Entry | None:
+        """The next record for a handler, marked started; None once the handlers are to
+        exit."""
+        with self._cond:
+            while not self._queue and not self._handlers_exit:
+                self._cond.wait()
+            if not self._queue:
+                return None
+            entry = self._queue.popleft()
+            entry.started = True
+            return entry
+
+    def _finish(self, entry: _Entry, decision: _Decision) -> None:
+        """Hand a record's decided acknowledgement to the poll thread."""
+        with self._cond:
+            self._finished.append((entry, decision))
+            self._cond.notify_all()
+
+    def _serve_started_handlers(
+        self,
+        begin: Callable[[ShareRecord, Callable[[BaseException | None], None]], None],
+        gone: Callable[[], BaseException | None],
+        check_every_s: float,
+    ) -> None:
+        """The one handler thread of handlers that run elsewhere (the asyncio face's
+        coroutines, on its loop): ``begin(record, done)`` starts one without waiting for
+        it, and ``done(raised)`` is called, from any thread, once it returned (``raised``
+        None) or raised. At most ``concurrency`` run at once. Their outcomes are decided
+        here, in turn (a dead-letter copy holds the next ones up, as it holds a handler
+        thread). While any runs, ``gone()`` is asked every ``check_every_s``: an error
+        says that none of them can end any more (the loop was closed), and each is
+        decided as having raised it."""
+        running: set[_Entry] = set()  # begun, not ended; under the condition
+        ended: list[tuple[_Entry, BaseException | None]] = []  # under the condition
+
+        def ending(entry: _Entry) -> Callable[[BaseException | None], None]:
+            def done(raised: BaseException | None) -> None:
+                with self._cond:
+                    if entry in running:  # else given up for gone already
+                        running.discard(entry)
+                        ended.append((entry, raised))
+                        self._cond.notify_all()
+
+            return done
+
+        while True:
+            lost = gone() if running else None
             with self._cond:
-                self._finished.append((entry, decision))
-                self._cond.notify_all()
+                if lost is not None:
+                    ended.extend((entry, lost) for entry in running)
+                    running.clear()
+                outcomes = ended[:]
+                ended.clear()
+                starting = []
+                while self._queue and len(running) < self._concurrency:
+                    entry = self._queue.popleft()
+                    entry.started = True
+                    starting.append(entry)
+                    if entry.failure is None:
+                        running.add(entry)
+                if not outcomes and not starting:
+                    if self._handlers_exit and not self._queue:
+                        return  # the worker closed; what still runs is not waited for
+                    self._cond.wait(check_every_s if running else None)
+                    continue
+            for entry in starting:
+                if entry.failure is not None:
+                    self._finish(entry, self._dead_letter_at_release(entry))
+                else:
+                    begin(entry.record, ending(entry))
+            for entry, raised in outcomes:
+                self._finish(entry, self._decide(entry.record, raised))
+
+    def _dead_letter_at_release(self, entry: _Entry) -> _Decision:
+        """A retry whose delivery became the last (see _release_retry): no handler runs."""
+        assert entry.failure is not None
+        return self._poison(entry.record, entry.failure, "max_deliveries")
 
     def _handle(self, record: ShareRecord) -> _Decision:
         """Run the handler and decide the record's acknowledgement."""
         try:
             self._handler(record)
-        except Exception as exc:
-            return self._failed(record, exc)
         except BaseException as exc:
-            # SystemExit, KeyboardInterrupt in a handler: stop, and let the record go.
-            log.error("share group %r: a handler raised %r; stopping", self.group_id, exc)
-            self._error = exc
-            self.stop()
-            return _Decision(AcknowledgeType.RELEASE, _Why.RETRY)
-        return _Decision(AcknowledgeType.ACCEPT, _Why.ACCEPTED)
+            return self._decide(record, exc)
+        return self._decide(record, None)
+
+    def _decide(self, record: ShareRecord, raised: BaseException | None) -> _Decision:
+        """The acknowledgement of ``record`` whose handler returned (``raised`` None) or
+        raised ``raised``. May block: a dead-letter copy waits for its confirmation."""
+        if raised is None:
+            return _Decision(AcknowledgeType.ACCEPT, _Why.ACCEPTED)
+        if isinstance(raised, Exception):
+            return self._failed(record, raised)
+        # SystemExit, KeyboardInterrupt in a handler: stop, and let the record go.
+        log.error("share group %r: a handler raised %r; stopping", self.group_id, raised)
+        self._error = raised
+        self.stop()
+        return _Decision(AcknowledgeType.RELEASE, _Why.RETRY)
 
     def _failed(self, record: ShareRecord, exc: Exception) -> _Decision:
         with self._metrics_lock:

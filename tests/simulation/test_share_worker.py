@@ -100,15 +100,13 @@ def _runs_a_handler_too_many(monkeypatch: pytest.MonkeyPatch) -> None:
 def _takes_a_cancelled_handler_for_a_success(monkeypatch: pytest.MonkeyPatch) -> None:
     from recipes.queues import AsyncShareWorker, HandlerCancelledError
 
-    real = AsyncShareWorker._on_handler_thread
+    real = AsyncShareWorker._raised
 
-    def cancelled_is_done(self: AsyncShareWorker, record: Any) -> None:
-        try:
-            real(self, record)
-        except HandlerCancelledError:
-            return
+    def cancelled_is_done(self: AsyncShareWorker, task: Any, record: Any) -> Any:
+        raised = real(self, task, record)
+        return None if isinstance(raised, HandlerCancelledError) else raised
 
-    monkeypatch.setattr(AsyncShareWorker, "_on_handler_thread", cancelled_is_done)
+    monkeypatch.setattr(AsyncShareWorker, "_raised", cancelled_is_done)
 
 
 @pytest.mark.parametrize(

@@ -167,6 +167,33 @@ def test_concurrency_is_how_many_handler_coroutines_run_at_once() -> None:
     assert most == 3
 
 
+def test_many_concurrent_handlers_are_tasks_not_threads() -> None:
+    broker = FakeBroker(records=300)
+    threads_seen = 0
+
+    async def scenario() -> None:
+        nonlocal threads_seen
+        all_running = asyncio.Event()
+        running = 0
+
+        async def handle(record: ShareRecord) -> None:
+            nonlocal running
+            running += 1
+            if running == 200:
+                all_running.set()
+            await all_running.wait()
+
+        before = threading.active_count()
+        async with make(broker, handle, concurrency=200, prefetch=0) as w:
+            await asyncio.wait_for(all_running.wait(), 10)
+            threads_seen = threading.active_count() - before
+            await until(lambda: w.metrics().accepted == 300)
+
+    on_a_loop(scenario)
+    # The worker's poll and handler threads, and asyncio's for the wait and the close.
+    assert threads_seen <= 4, threads_seen
+
+
 def test_cancelling_the_task_that_runs_the_worker_drains_it_as_stop_does() -> None:
     broker = FakeBroker(records=3)
     outcome: list[str] = []
