@@ -264,15 +264,20 @@ class DeltaCompactor:
             cycle.last_version,
             self.sink.table,
         )
-        try:
-            if self._vacuums.due():
+        # Housekeeping: a failure is logged and tried again at the next cycle (which finds
+        # it still due), and one of the two failing does not hold back the other.
+        if self._vacuums.due():
+            try:
                 self._vacuum()
                 self._vacuums.done()
-            if self._prunes.due():
+            except Exception as e:
+                log.warning("VACUUM of %s failed: %s", self.sink.partials, e)
+        if self._prunes.due():
+            try:
                 self.prune()
                 self._prunes.done()
-        except Exception as e:  # the next cycle's prune deletes the same rows and more
-            log.warning("pruning the merged partials of %s failed: %s", self.sink.partials, e)
+            except Exception as e:  # the next cycle's prune deletes the same rows and more
+                log.warning("pruning the merged partials of %s failed: %s", self.sink.partials, e)
         return cycle
 
     def _vacuum(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import threading
 import time
 from decimal import Decimal
@@ -575,6 +576,30 @@ class TestDeltaCompactor:
         output.publish(stage(spark, output, 5, 10, partition=1))
         assert never.compact() is not None
         assert len(prunes(Path(sink.partials))) == 1
+
+    def test_a_failed_vacuum_is_logged_as_such_prunes_anyway_and_is_retried(
+        self, spark, tmp_path, monkeypatch, caplog
+    ):
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        compactor = DeltaCompactor(spark, sink, prune_interval_ms=0, vacuum_interval_ms=0)
+        tried = []
+
+        def vacuum() -> None:
+            tried.append(len(tried))
+            if len(tried) == 1:
+                raise RuntimeError("listing failed")
+
+        monkeypatch.setattr(compactor, "_vacuum", vacuum)
+        output.publish(stage(spark, output, 0, 10))
+        with caplog.at_level(logging.WARNING, logger="recipes.pipeline"):
+            assert compactor.compact() is not None
+        assert "VACUUM of" in caplog.text and "listing failed" in caplog.text
+        assert "pruning" not in caplog.text
+        assert len(prunes(Path(sink.partials))) == 1  # the prune ran all the same
+        output.publish(stage(spark, output, 10, 20))
+        assert compactor.compact() is not None
+        assert tried == [0, 1]  # still due after the failure: tried at the next cycle
 
     def test_a_cycle_deletes_the_partials_it_merged_and_nothing_else(self, spark, tmp_path):
         sink = delta_sink(tmp_path)
