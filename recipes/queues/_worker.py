@@ -816,9 +816,14 @@ class ShareWorker:
                 self._cond.wait()
             if not self._queue:
                 return None
-            entry = self._queue.popleft()
-            entry.started = True
-            return entry
+            return self._start_next_locked()
+
+    def _start_next_locked(self) -> _Entry:
+        """The queue's next record, taken off it and marked started (under the condition:
+        the drain releases only the records no handler started)."""
+        entry = self._queue.popleft()
+        entry.started = True
+        return entry
 
     def _finish(self, entry: _Entry, decision: _Decision) -> None:
         """Hand a record's decided acknowledgement to the poll thread."""
@@ -863,8 +868,7 @@ class ShareWorker:
                 ended.clear()
                 starting = []
                 while self._queue and len(running) < self._concurrency:
-                    entry = self._queue.popleft()
-                    entry.started = True
+                    entry = self._start_next_locked()
                     starting.append(entry)
                     if entry.failure is None:
                         running.add(entry)
