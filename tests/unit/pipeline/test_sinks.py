@@ -583,7 +583,7 @@ class TestDeltaCompactor:
         sink = delta_sink(tmp_path)
         output = sink.output(spark)
         compactor = DeltaCompactor(spark, sink, prune_interval_ms=0, vacuum_interval_ms=0)
-        tried = []
+        tried: list[int] = []
 
         def vacuum() -> None:
             tried.append(len(tried))
