@@ -111,6 +111,9 @@ class BrokerAssignedPartitioning:
         self._lease_margin_ms = lease_margin_ms
         self._lease = None if lease_margin_ms is None else self._guard_lease()
         self._own_metadata: Any = None
+        # Topic ids resolved so far. A topic id names one topic for good (a topic made
+        # again under the same name gets a new id), so a name once found stays right.
+        self._names: dict[uuid.UUID, str] = {}
         if topic_metadata is None:
             self._topics: Any = _ClusterTopicIds(self._member.config.client_settings())
             self._own_metadata = self._topics
@@ -250,6 +253,19 @@ class BrokerAssignedPartitioning:
         finally:
             self._owned = self._owned - partitions
 
+    def _names_of(self, topic_ids: frozenset[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The names of those of ``topic_ids`` that are known or can be found now: only
+        the ids never resolved are looked up."""
+        unknown = topic_ids - self._names.keys()
+        if unknown:
+            if isinstance(self._topics, _ClusterTopicIds):
+                found = self._topics.names_of(unknown)
+            else:
+                known: Mapping[uuid.UUID, str] = self._topics.topic_ids()
+                found = {t: known[t] for t in unknown if t in known}
+            self._names.update(found)
+        return {t: self._names[t] for t in topic_ids if t in self._names}
+
     def _take(self, partitions: frozenset[TopicPartition]) -> None:
         self._owned = self._owned | partitions
         self._listener.on_partitions_assigned(partitions)
@@ -265,8 +281,7 @@ class _Callbacks:
         return self._owner._subscription
 
     def topic_names(self, topic_ids: frozenset[uuid.UUID]) -> Mapping[uuid.UUID, str]:
-        known: Mapping[uuid.UUID, str] = self._owner._topics.topic_ids()
-        return {t: known[t] for t in topic_ids if t in known}
+        return self._owner._names_of(topic_ids)
 
     def revoked(self, partitions: frozenset[tuple[str, int]]) -> None:
         self._owner._give_up(_tps(partitions), lost=False)
@@ -291,12 +306,21 @@ class _ClusterTopicIds:
         self._admin: Any = None
 
     def topic_ids(self) -> dict[uuid.UUID, str]:
+        """Every topic's id and name."""
+        return self._described(None)
+
+    def names_of(self, topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The names of these topic ids (Metadata by id, v12+: any broker with KIP-848
+        groups has it); an id of no topic (deleted) is left out."""
+        return self._described(list(topic_ids))
+
+    def _described(self, topics: list[uuid.UUID] | None) -> dict[uuid.UUID, str]:
         if self._admin is None:
             from kafka.admin import KafkaAdminClient
 
             self._admin = KafkaAdminClient(**self._config)
         ids: dict[uuid.UUID, str] = {}
-        for topic in self._admin.describe_topics():
+        for topic in self._admin.describe_topics(topics):
             if topic.get("error_code", 0) == 0 and topic.get("topic_id") and topic.get("name"):
                 ids[uuid.UUID(str(topic["topic_id"]))] = topic["name"]
         return ids
