@@ -52,6 +52,7 @@ from ._sinks import (
     _conflict,
     _DeltaJvm,
     _session_lock,
+    delta_commit_lock,
 )
 
 if TYPE_CHECKING:
@@ -298,7 +299,8 @@ class DeltaCompactor:
         before = conf.get(_LISTING_PARALLELISM, None)
         conf.set(_LISTING_PARALLELISM, str(self.spark.sparkContext.defaultParallelism))
         try:
-            DeltaTable.forPath(self.spark, self.sink.partials).vacuum()
+            with delta_commit_lock(self.sink.partials):  # VACUUM may log commits
+                DeltaTable.forPath(self.spark, self.sink.partials).vacuum()
         finally:
             if before is None:
                 conf.unset(_LISTING_PARALLELISM)
@@ -340,7 +342,8 @@ class DeltaCompactor:
                 # none): under the lock, so that no other commit of the session takes it.
                 self.spark.conf.set(_USER_METADATA, json.dumps(audit, sort_keys=True))
                 try:
-                    version = int(txn.commit(jvm.scala_list(removals), jvm.manual_update()))
+                    with delta_commit_lock(self.sink.partials):
+                        version = int(txn.commit(jvm.scala_list(removals), jvm.manual_update()))
                     break
                 except Exception as e:
                     if attempt == PRUNE_ATTEMPTS or not _conflict(e):
@@ -368,7 +371,8 @@ class DeltaCompactor:
             return
         schema = _partials(self.spark, self.sink).drop(*BATCH_ID_COLUMNS).limit(0)
         try:
-            schema.write.format("delta").mode("append").save(self.sink.table)
+            with delta_commit_lock(self.sink.table):
+                schema.write.format("delta").mode("append").save(self.sink.table)
         except Exception as e:
             if not _conflict(e):  # else another made it (its log may not show it yet)
                 raise
@@ -401,7 +405,7 @@ class DeltaCompactor:
             "totals_version": cycle.totals_version,
         }
         conf = self.spark.conf
-        with _session_lock(self.spark):
+        with _session_lock(self.spark), delta_commit_lock(sink.table):
             conf.set(_TXN_APP_ID, COMPACTOR_APP_ID)
             conf.set(_TXN_VERSION, str(cycle.last_version))
             conf.set(_USER_METADATA, json.dumps(audit, sort_keys=True))

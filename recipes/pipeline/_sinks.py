@@ -13,12 +13,14 @@ merged into the totals by itself.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -53,6 +55,44 @@ _SESSION_LOCKS_GUARD = threading.Lock()
 def _session_lock(spark: SparkSession) -> threading.Lock:
     with _SESSION_LOCKS_GUARD:
         return _SESSION_LOCKS.setdefault(id(spark), threading.Lock())
+
+
+@contextlib.contextmanager
+def delta_commit_lock(table: str) -> Iterator[None]:
+    """Held around every commit this library makes to the Delta table at ``table`` when it
+    is on a local or mounted POSIX file system: one process (or thread) at a time.
+
+    Delta writes a commit's log file there by checking that it does not exist, then
+    renaming onto it, and a POSIX rename replaces an existing file: two JVMs committing
+    the same version at once can both pass the check, and the second rename silently
+    replaces the first commit, whose writer believes it landed (Delta serializes this
+    within one JVM only). Pipeline workers are one JVM each, so their commits take this
+    lock, an exclusive ``flock`` on ``.<table name>.delta-commit.lock`` beside the table.
+    Other schemes (``s3a://``, ``gs://``, ``abfss://``, ``hdfs://``) are their LogStore's
+    to serialize and take no lock.
+    """
+    local = _local_path(table)
+    if local is None:
+        yield
+        return
+    local.parent.mkdir(parents=True, exist_ok=True)
+    # Opened per call: flock locks belong to the open file, so two threads of one process
+    # exclude each other as two processes do.
+    with (local.parent / f".{local.name}.delta-commit.lock").open("a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _local_path(table: str) -> Path | None:
+    """``table``'s path if it is on the local file system (no scheme, or ``file:``)."""
+    if table.startswith("file:"):
+        return Path("/" + table.removeprefix("file:").lstrip("/"))
+    if "://" in table:
+        return None
+    return Path(table).absolute()
 
 
 class Sink(Protocol):
@@ -322,7 +362,8 @@ class DeltaSink:
             actions.add(jvm.set_transaction(app_id, offsets.end_offset, now_ms))
         # The userMetadata is the operation's: a concurrent compactor cycle's, set in the
         # session, is not taken.
-        txn.commit(jvm.scala_list(actions), jvm.append_operation(names))
+        with delta_commit_lock(self.partials):
+            txn.commit(jvm.scala_list(actions), jvm.append_operation(names))
 
     def create_partials(self, spark: SparkSession, like: DataFrame) -> None:
         """Create the partials table with the columns of ``like`` (partial rows, with the
@@ -335,7 +376,11 @@ class DeltaSink:
         # The compactor reads what each version added: the change data feed must be on
         # from the table's first version. Under the lock: this write names no id, so it
         # would take one a merge of this session had set.
-        with _session_lock(spark):
+        with _session_lock(spark), delta_commit_lock(self.partials):
+            if _local_path(self.partials) is not None and DeltaTable.isDeltaTable(
+                spark, self.partials
+            ):
+                return  # made by another process while this one waited for the lock
             try:
                 (
                     like.limit(0)
@@ -369,7 +414,7 @@ class DeltaSink:
         # The idempotency settings of a merge are the session's: while one batch
         # thread merges with its batch's id set, no other Delta write of this session
         # may run, or it would commit under that id and Delta would then skip the batch.
-        with _session_lock(spark):
+        with _session_lock(spark), delta_commit_lock(self.table):
             if self.key_columns is None:
                 (
                     rows.write.format("delta")

@@ -7,12 +7,16 @@ protocol, then reads the table back.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +84,30 @@ def table_totals(
     rows = spark.read.format("delta").load(sink.table).collect()
     assert len(rows) == len({(r["key"], r["window_start_ms"]) for r in rows}), "a key twice"
     return {(r["key"], r["window_start_ms"]): (r["event_count"], r["value_sum"]) for r in rows}
+
+
+@contextlib.contextmanager
+def holding_commit_lock(table: str) -> Iterator[None]:
+    """``table``'s Delta commit lock, held by another process for the block."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from recipes.pipeline._sinks import delta_commit_lock\n"
+            f"with delta_commit_lock({table!r}):\n"
+            "    print('held', flush=True)\n"
+            "    sys.stdin.readline()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.communicate(timeout=30)  # the holder reads the end of its input, lets go
 
 
 def stage(
@@ -577,6 +605,33 @@ class TestDeltaCompactor:
         assert never.compact() is not None
         assert len(prunes(Path(sink.partials))) == 1
 
+    def test_no_append_commits_while_another_process_holds_the_tables_commit_lock(
+        self, spark, tmp_path
+    ):
+        # Two worker JVMs committing one version of a local table at once would both pass
+        # Delta's exists-check and the second rename would replace the first commit: the
+        # commits are serialized across processes by a lock beside the table.
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 10))  # creates the table
+        started = time.monotonic()
+        output.publish(stage(spark, output, 10, 20))
+        one_publish_s = time.monotonic() - started
+        log_dir = Path(sink.partials) / "_delta_log"
+        versions = len(list(log_dir.glob("*.json")))
+        with holding_commit_lock(sink.partials):
+            publishing = threading.Thread(
+                target=lambda: output.publish(stage(spark, output, 20, 30)), daemon=True
+            )
+            publishing.start()
+            publishing.join(max(5.0, 3 * one_publish_s))
+            assert publishing.is_alive(), "an append committed under another process's lock"
+            assert len(list(log_dir.glob("*.json"))) == versions
+        publishing.join(120)
+        assert not publishing.is_alive()
+        assert len(list(log_dir.glob("*.json"))) == versions + 1
+        assert txns(Path(sink.partials))[-1] == ("coordination-pipeline:t:0", 30)
+
     def test_a_failed_vacuum_is_logged_as_such_prunes_anyway_and_is_retried(
         self, spark, tmp_path, monkeypatch, caplog
     ):
@@ -755,3 +810,41 @@ def _add(
         c0, t0 = out.get(k, (0, Decimal(0)))
         out[k] = (c0 + count, t0 + total)
     return out
+
+
+def test_the_commit_lock_excludes_other_processes_and_threads(tmp_path: Path) -> None:
+    from recipes.pipeline._sinks import delta_commit_lock
+
+    table = str(tmp_path / "deep" / "table")  # its directory made if missing
+    got: list[float] = []
+
+    def take() -> None:
+        with delta_commit_lock(table):
+            got.append(time.monotonic())
+
+    with holding_commit_lock(table):
+        taker = threading.Thread(target=take)
+        taker.start()
+        taker.join(1.0)
+        assert taker.is_alive() and not got
+        released = time.monotonic()
+    taker.join(10)
+    assert got and got[0] >= released
+    # Two threads of one process exclude each other too.
+    with delta_commit_lock(f"file://{table}"):
+        taker = threading.Thread(target=take)
+        taker.start()
+        taker.join(0.5)
+        assert taker.is_alive()
+    taker.join(10)
+    assert len(got) == 2
+
+
+def test_tables_on_other_file_systems_take_no_lock(tmp_path: Path, monkeypatch) -> None:
+    from recipes.pipeline._sinks import delta_commit_lock
+
+    monkeypatch.chdir(tmp_path)
+    for table in ("s3a://bucket/table", "gs://bucket/table", "hdfs://nn/table"):
+        with delta_commit_lock(table), delta_commit_lock(table):  # nested: no lock to wait on
+            pass
+    assert list(tmp_path.iterdir()) == []
