@@ -9,4 +9,4 @@
 source "$(dirname "${BASH_SOURCE[0]}")/_setup.sh"
 .venv/bin/ruff check .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -n "${TEST_PROCESSES:-4}" --dist loadfile --no-loadscope-reorder --durations=25 "$@"
+exec .venv/bin/python -m pytest -n "${TEST_PROCESSES:-4}" --dist loadfile --no-loadscope-reorder --durations=50 "$@"
