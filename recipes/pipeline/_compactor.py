@@ -52,6 +52,7 @@ from ._sinks import (
     _conflict,
     _DeltaJvm,
     _session_lock,
+    create_delta_table_unless_exists,
     delta_commit_lock,
 )
 
@@ -363,19 +364,14 @@ class DeltaCompactor:
 
     def create_totals(self) -> None:
         """Create the totals table, with the partials' columns but the batch id, unless it
-        exists (workers create it at start, so that no cycle waits on it). Compactors or
-        workers creating it at once conflict; the losers find it made."""
-        from delta.tables import DeltaTable
-
-        if DeltaTable.isDeltaTable(self.spark, self.sink.table):
-            return
+        exists (workers create it at start, so that no cycle waits on it;
+        :func:`create_delta_table_unless_exists`)."""
         schema = _partials(self.spark, self.sink).drop(*BATCH_ID_COLUMNS).limit(0)
-        try:
-            with delta_commit_lock(self.sink.table):
-                schema.write.format("delta").mode("append").save(self.sink.table)
-        except Exception as e:
-            if not _conflict(e):  # else another made it (its log may not show it yet)
-                raise
+        create_delta_table_unless_exists(
+            self.spark,
+            self.sink.table,
+            lambda: schema.write.format("delta").mode("append").save(self.sink.table),
+        )
 
     def _new_totals(self, cycle: CompactionCycle) -> DataFrame:
         """Each touched key's totals as of ``cycle.last_version``, from the cycle's inputs only."""

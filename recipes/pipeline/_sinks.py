@@ -70,20 +70,57 @@ def delta_commit_lock(table: str) -> Iterator[None]:
     lock, an exclusive ``flock`` on ``.<table name>.delta-commit.lock`` beside the table.
     Other schemes (``s3a://``, ``gs://``, ``abfss://``, ``hdfs://``) are their LogStore's
     to serialize and take no lock.
+
+    Raises:
+        ConfigurationError: the lock file cannot be made beside the table (no write
+            access there, or a file where the table's directory should be).
     """
     local = _local_path(table)
     if local is None:
         yield
         return
-    local.parent.mkdir(parents=True, exist_ok=True)
-    # Opened per call: flock locks belong to the open file, so two threads of one process
-    # exclude each other as two processes do.
-    with (local.parent / f".{local.name}.delta-commit.lock").open("a") as lock_file:
+    path = local.parent / f".{local.name}.delta-commit.lock"
+    try:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        # Opened per call: flock locks belong to the open file, so two threads of one
+        # process exclude each other as two processes do.
+        opened = path.open("a")
+    except OSError as e:
+        raise ConfigurationError(
+            f"DeltaSink: the commit lock of the Delta table {table} cannot be opened at "
+            f"{path} ({e.strerror or e}): the pipeline writes it beside the table; give "
+            f"this process write access to {local.parent} or choose a table path it can "
+            "write to"
+        ) from e
+    with opened as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def create_delta_table_unless_exists(
+    spark: SparkSession, table: str, create: Callable[[], None]
+) -> None:
+    """Run ``create`` (a write that makes the Delta table at ``table``) unless the table
+    exists. Workers and compactors starting at once may all try: the check is made again
+    under the table's commit lock, so that a creator that waited for it finds the table
+    made and writes nothing (its write, an append, would add an empty version); where
+    there is no lock (object stores), Delta's conflict check ends the race and the loser's
+    conflict is not an error (the winner's log may not show it yet)."""
+    from delta.tables import DeltaTable
+
+    if DeltaTable.isDeltaTable(spark, table):
+        return
+    with delta_commit_lock(table):
+        if DeltaTable.isDeltaTable(spark, table):
+            return  # made by another process while this one waited for the lock
+        try:
+            create()
+        except Exception as e:
+            if not _conflict(e):
+                raise
 
 
 def _local_path(table: str) -> Path | None:
@@ -329,13 +366,11 @@ class DeltaSink:
         recorded is left out; all left out, nothing is committed. Two workers' appends
         never conflict (disjoint partitions); two publishers of one batch do, and the
         retry leaves it out."""
-        from delta.tables import DeltaTable
 
         partials = [
             self._partial_rows(spark, path, offsets, files) for path, offsets, files in batches
         ]
-        if not DeltaTable.isDeltaTable(spark, self.partials):
-            self.create_partials(spark, partials[0])
+        self.create_partials(spark, partials[0])
         jvm = _DeltaJvm(spark)
         txn = jvm.delta.DeltaLog.forTable(spark._jsparkSession, self.partials).startTransaction()
         fresh = [
@@ -367,32 +402,24 @@ class DeltaSink:
 
     def create_partials(self, spark: SparkSession, like: DataFrame) -> None:
         """Create the partials table with the columns of ``like`` (partial rows, with the
-        batch-id columns), unless it exists. Workers starting at once may all try: the
-        losers find it made (their conflict is not an error)."""
-        from delta.tables import DeltaTable
+        batch-id columns), unless it exists (:func:`create_delta_table_unless_exists`)."""
 
-        if DeltaTable.isDeltaTable(spark, self.partials):
-            return
-        # The compactor reads what each version added: the change data feed must be on
-        # from the table's first version. Under the lock: this write names no id, so it
-        # would take one a merge of this session had set.
-        with _session_lock(spark), delta_commit_lock(self.partials):
-            if _local_path(self.partials) is not None and DeltaTable.isDeltaTable(
-                spark, self.partials
-            ):
-                return  # made by another process while this one waited for the lock
-            try:
-                (
-                    like.limit(0)
-                    .write.format("delta")
-                    .mode("append")
-                    .option(_CHANGE_DATA_FEED, "true")
-                    .option(_INDEXED_COLUMNS, "0")
-                    .save(self.partials)
-                )
-            except Exception as e:
-                if not _conflict(e):  # else another made it (its log may not show it yet)
-                    raise
+        def create() -> None:
+            # The compactor reads what each version added: the change data feed must be on
+            # from the table's first version.
+            (
+                like.limit(0)
+                .write.format("delta")
+                .mode("append")
+                .option(_CHANGE_DATA_FEED, "true")
+                .option(_INDEXED_COLUMNS, "0")
+                .save(self.partials)
+            )
+
+        # Under the session lock: this write names no id, so it would take one a merge of
+        # this session had set.
+        with _session_lock(spark):
+            create_delta_table_unless_exists(spark, self.partials, create)
 
     @staticmethod
     def _partial_rows(

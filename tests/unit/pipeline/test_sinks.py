@@ -44,7 +44,14 @@ from recipes.pipeline._delta_totals import (
     _version,
     plan_cycle,
 )
-from recipes.pipeline._sinks import _TXN_APP_ID, _TXN_VERSION, _session_lock, delta_app_id
+from recipes.pipeline._sinks import (
+    _TXN_APP_ID,
+    _TXN_VERSION,
+    _session_lock,
+    create_delta_table_unless_exists,
+    delta_app_id,
+    delta_commit_lock,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -108,6 +115,26 @@ def holding_commit_lock(table: str) -> Iterator[None]:
         yield
     finally:
         holder.communicate(timeout=30)  # the holder reads the end of its input, lets go
+
+
+def commit_lock_file(table: str) -> Path:
+    path = Path(table)
+    return path.parent / f".{path.name}.delta-commit.lock"
+
+
+def wait_for_a_waiter(lock_file: Path, waiter: threading.Thread, timeout_s: float = 120) -> None:
+    """Return once a process waits for ``lock_file``'s flock (a blocked request shows in
+    /proc/locks with ``->`` and the file's inode), while ``waiter`` still runs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if lock_file.exists():
+            inode = f":{lock_file.stat().st_ino} "
+            locks = Path("/proc/locks").read_text().splitlines()
+            if any("->" in line and inode in line for line in locks):
+                return
+        assert waiter.is_alive(), f"the waiter ended without waiting for {lock_file}"
+        time.sleep(0.05)
+    raise AssertionError(f"nothing waited for {lock_file} within {timeout_s} s")
 
 
 def stage(
@@ -388,6 +415,46 @@ class TestDeltaCompactor:
         output = sink.output(spark)
         output.publish(stage(spark, output, 0, 10))
         assert totals(spark, sink) == expected((0, 10))
+
+    def test_a_creator_that_waited_for_the_commit_lock_finds_the_table_made_and_writes_nothing(
+        self, spark, tmp_path
+    ):
+        # Workers and compactors create the partials and totals tables at start. One that
+        # found no table and then waited for the commit lock while another made it must
+        # not write its own creation (an append: an empty version, or a conflict).
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 10))  # the partials, whose columns it takes
+        like = spark.read.format("delta").load(sink.partials).drop(*BATCH_ID_COLUMNS).limit(0)
+        written: list[str] = []
+        errors: list[BaseException] = []
+
+        def create() -> None:
+            written.append(sink.table)
+            like.write.format("delta").mode("append").save(sink.table)
+
+        def creator() -> None:
+            try:
+                create_delta_table_unless_exists(spark.newSession(), sink.table, create)
+            except BaseException as e:
+                errors.append(e)
+
+        with delta_commit_lock(sink.table):  # another creator, making the table
+            creating = threading.Thread(target=creator, daemon=True)
+            creating.start()
+            wait_for_a_waiter(commit_lock_file(sink.table), creating)
+            like.write.format("delta").save(sink.table)
+        creating.join(120)
+        assert not creating.is_alive() and errors == []
+        assert written == [], "the table was created again after waiting for the lock"
+        log_dir = Path(sink.table) / "_delta_log"
+        assert sorted(p.name for p in log_dir.glob("*.json")) == ["00000000000000000000.json"]
+        # Where the table does not exist, the creator makes it.
+        other = str(tmp_path / "other")
+        create_delta_table_unless_exists(
+            spark, other, lambda: like.write.format("delta").save(other)
+        )
+        assert (Path(other) / "_delta_log").is_dir()
 
     def test_rows_that_do_not_fit_the_partials_table_are_refused_by_name(self, spark, tmp_path):
         # Delta's transaction API writes whatever it is given; the sink checks the shape.
@@ -813,8 +880,6 @@ def _add(
 
 
 def test_the_commit_lock_excludes_other_processes_and_threads(tmp_path: Path) -> None:
-    from recipes.pipeline._sinks import delta_commit_lock
-
     table = str(tmp_path / "deep" / "table")  # its directory made if missing
     got: list[float] = []
 
@@ -840,9 +905,17 @@ def test_the_commit_lock_excludes_other_processes_and_threads(tmp_path: Path) ->
     assert len(got) == 2
 
 
-def test_tables_on_other_file_systems_take_no_lock(tmp_path: Path, monkeypatch) -> None:
-    from recipes.pipeline._sinks import delta_commit_lock
+def test_a_lock_that_cannot_be_made_beside_the_table_is_a_configuration_error(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    table = tmp_path / "a-file" / "table"  # its directory would be inside a file
+    lock = delta_commit_lock(str(table))
+    with pytest.raises(ConfigurationError, match=r"commit lock .*a-file.*write access"):
+        lock.__enter__()
 
+
+def test_tables_on_other_file_systems_take_no_lock(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     for table in ("s3a://bucket/table", "gs://bucket/table", "hdfs://nn/table"):
         with delta_commit_lock(table), delta_commit_lock(table):  # nested: no lock to wait on
