@@ -24,7 +24,7 @@ import logging
 import re
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from coordination import Generation, MemberMetrics, OffsetAndMetadata
 from coordination.clock import Clock
@@ -110,20 +110,21 @@ class BrokerAssignedPartitioning:
         )
         self._lease_margin_ms = lease_margin_ms
         self._lease = None if lease_margin_ms is None else self._guard_lease()
-        self._own_metadata: Any = None
+        self._own_metadata: _ClusterTopicIds | None = None
         # Topic ids resolved so far. A topic id names one topic for good (a topic made
         # again under the same name gets a new id), so a name once found stays right.
         self._names: dict[uuid.UUID, str] = {}
+        self._topics: _TopicNames
         if topic_metadata is None:
-            self._topics: Any = _ClusterTopicIds(self._member.config.client_settings())
-            self._own_metadata = self._topics
+            self._own_metadata = _ClusterTopicIds(self._member.config.client_settings())
+            self._topics = self._own_metadata
         else:
             if not callable(getattr(topic_metadata, "topic_ids", None)):
                 raise ConfigurationError(
                     "topic_metadata= must have topic_ids() for group_protocol='consumer' "
                     "(the broker names topics by id in assignments)"
                 )
-            self._topics = topic_metadata
+            self._topics = _AmongAllTopicIds(topic_metadata)
 
     # ------------------------------------------------------------------ the member's view
 
@@ -258,12 +259,7 @@ class BrokerAssignedPartitioning:
         the ids never resolved are looked up."""
         unknown = topic_ids - self._names.keys()
         if unknown:
-            if isinstance(self._topics, _ClusterTopicIds):
-                found = self._topics.names_of(unknown)
-            else:
-                known: Mapping[uuid.UUID, str] = self._topics.topic_ids()
-                found = {t: known[t] for t in unknown if t in known}
-            self._names.update(found)
+            self._names.update(self._topics.names_of(unknown))
         return {t: self._names[t] for t in topic_ids if t in self._names}
 
     def _take(self, partitions: frozenset[TopicPartition]) -> None:
@@ -296,6 +292,26 @@ class _Callbacks:
         owned = self._owner.owned()
         if owned:
             self._owner._give_up(owned, lost=False)
+
+
+class _TopicNames(Protocol):
+    """Where the names of the topic ids in assignments are found."""
+
+    def names_of(self, topic_ids: Iterable[uuid.UUID]) -> Mapping[uuid.UUID, str]:
+        """The names of those of ``topic_ids`` that name a topic (others left out)."""
+        ...
+
+
+class _AmongAllTopicIds:
+    """A ``topic_metadata=`` (with ``topic_ids()``, every topic's id and name) as
+    :class:`_TopicNames`."""
+
+    def __init__(self, metadata: Any) -> None:
+        self._metadata = metadata
+
+    def names_of(self, topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+        known: Mapping[uuid.UUID, str] = self._metadata.topic_ids()
+        return {t: known[t] for t in topic_ids if t in known}
 
 
 class _ClusterTopicIds:
