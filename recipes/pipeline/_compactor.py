@@ -371,12 +371,12 @@ class DeltaCompactor:
         """Create the totals table, with the partials' columns but the batch id, unless it
         exists (workers create it at start, so that no cycle waits on it;
         :func:`create_delta_table_unless_exists`)."""
-        schema = _partials(self.spark, self.sink).drop(*BATCH_ID_COLUMNS).limit(0)
-        create_delta_table_unless_exists(
-            self.spark,
-            self.sink.table,
-            lambda: schema.write.format("delta").mode("append").save(self.sink.table),
-        )
+
+        def create() -> None:
+            schema = _partials(self.spark, self.sink).drop(*BATCH_ID_COLUMNS).limit(0)
+            schema.write.format("delta").mode("append").save(self.sink.table)
+
+        create_delta_table_unless_exists(self.spark, self.sink.table, create)
 
     def _new_totals(self, cycle: CompactionCycle) -> DataFrame:
         """Each touched key's totals as of ``cycle.last_version``, from the cycle's inputs only."""
