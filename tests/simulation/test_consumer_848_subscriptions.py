@@ -73,7 +73,7 @@ def test_the_checker_finds_a_consumer_that_never_learns_a_new_topics_name(
 
     def snapshot(self: _Callbacks) -> object:
         if not hasattr(self, "known"):
-            self.known = dict(self._owner._topics.topic_ids())  # type: ignore[attr-defined]
+            self.known = dict(self._owner._topics._metadata.topic_ids())  # type: ignore[attr-defined]
         return real_subscription(self)
 
     def kept(self: _Callbacks, topic_ids: frozenset[object]) -> Mapping[object, str]:
