@@ -75,13 +75,13 @@ def delta_commit_lock(table: str) -> Iterator[None]:
         ConfigurationError: the lock file cannot be made beside the table (no write
             access there, or a file where the table's directory should be).
     """
-    local = _local_path(table)
-    if local is None:
+    path = delta_commit_lock_path(table)
+    if path is None:
         yield
         return
-    path = local.parent / f".{local.name}.delta-commit.lock"
+    local = path.parent
     try:
-        local.parent.mkdir(parents=True, exist_ok=True)
+        local.mkdir(parents=True, exist_ok=True)
         # Opened per call: flock locks belong to the open file, so two threads of one
         # process exclude each other as two processes do.
         opened = path.open("a")
@@ -89,7 +89,7 @@ def delta_commit_lock(table: str) -> Iterator[None]:
         raise ConfigurationError(
             f"DeltaSink: the commit lock of the Delta table {table} cannot be opened at "
             f"{path} ({e.strerror or e}): the pipeline writes it beside the table; give "
-            f"this process write access to {local.parent} or choose a table path it can "
+            f"this process write access to {local} or choose a table path it can "
             "write to"
         ) from e
     with opened as lock_file:
@@ -100,20 +100,32 @@ def delta_commit_lock(table: str) -> Iterator[None]:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
+def delta_commit_lock_path(table: str) -> Path | None:
+    """The file :func:`delta_commit_lock` locks for ``table`` (None: no lock, not local)."""
+    local = _local_path(table)
+    return None if local is None else local.parent / f".{local.name}.delta-commit.lock"
+
+
 def create_delta_table_unless_exists(
-    spark: SparkSession, table: str, create: Callable[[], None]
+    spark: SparkSession,
+    table: str,
+    create: Callable[[], None],
+    *,
+    holding: contextlib.AbstractContextManager[Any] | None = None,
 ) -> None:
     """Run ``create`` (a write that makes the Delta table at ``table``) unless the table
     exists. Workers and compactors starting at once may all try: the check is made again
     under the table's commit lock, so that a creator that waited for it finds the table
     made and writes nothing (its write, an append, would add an empty version); where
     there is no lock (object stores), Delta's conflict check ends the race and the loser's
-    conflict is not an error (the winner's log may not show it yet)."""
+    conflict is not an error (the winner's log may not show it yet). ``holding`` (a lock
+    taken before the commit lock) is held too, only when the table is to be made: a
+    table that exists is seen without waiting for it."""
     from delta.tables import DeltaTable
 
     if DeltaTable.isDeltaTable(spark, table):
         return
-    with delta_commit_lock(table):
+    with holding or contextlib.nullcontext(), delta_commit_lock(table):
         if DeltaTable.isDeltaTable(spark, table):
             return  # made by another process while this one waited for the lock
         try:
@@ -417,9 +429,9 @@ class DeltaSink:
             )
 
         # Under the session lock: this write names no id, so it would take one a merge of
-        # this session had set.
-        with _session_lock(spark):
-            create_delta_table_unless_exists(spark, self.partials, create)
+        # this session had set. Taken only to create: every append comes here first, and
+        # a compactor's MERGE holds this session's lock for its whole run.
+        create_delta_table_unless_exists(spark, self.partials, create, holding=_session_lock(spark))
 
     @staticmethod
     def _partial_rows(

@@ -51,6 +51,7 @@ from recipes.pipeline._sinks import (
     create_delta_table_unless_exists,
     delta_app_id,
     delta_commit_lock,
+    delta_commit_lock_path,
 )
 
 if TYPE_CHECKING:
@@ -115,11 +116,6 @@ def holding_commit_lock(table: str) -> Iterator[None]:
         yield
     finally:
         holder.communicate(timeout=30)  # the holder reads the end of its input, lets go
-
-
-def commit_lock_file(table: str) -> Path:
-    path = Path(table)
-    return path.parent / f".{path.name}.delta-commit.lock"
 
 
 def wait_for_a_waiter(lock_file: Path, waiter: threading.Thread, timeout_s: float = 120) -> None:
@@ -439,10 +435,12 @@ class TestDeltaCompactor:
             except BaseException as e:
                 errors.append(e)
 
+        lock_file = delta_commit_lock_path(sink.table)
+        assert lock_file is not None
         with delta_commit_lock(sink.table):  # another creator, making the table
             creating = threading.Thread(target=creator, daemon=True)
             creating.start()
-            wait_for_a_waiter(commit_lock_file(sink.table), creating)
+            wait_for_a_waiter(lock_file, creating)
             like.write.format("delta").save(sink.table)
         creating.join(120)
         assert not creating.is_alive() and errors == []
@@ -455,6 +453,22 @@ class TestDeltaCompactor:
             spark, other, lambda: like.write.format("delta").save(other)
         )
         assert (Path(other) / "_delta_log").is_dir()
+
+    def test_an_append_does_not_wait_for_its_sessions_lock_once_the_table_exists(
+        self, spark, tmp_path
+    ):
+        # A compactor's MERGE holds its worker's session lock for its whole run; the
+        # worker's appends to the partials table must not queue behind it.
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 10))  # creates the table
+        staged = stage(spark, output, 10, 20)
+        with _session_lock(spark):  # a compactor's MERGE under way
+            publishing = threading.Thread(target=lambda: output.publish(staged), daemon=True)
+            publishing.start()
+            publishing.join(60)
+            assert not publishing.is_alive(), "an append waited for its session's lock"
+        assert txns(Path(sink.partials))[-1] == ("coordination-pipeline:t:0", 20)
 
     def test_rows_that_do_not_fit_the_partials_table_are_refused_by_name(self, spark, tmp_path):
         # Delta's transaction API writes whatever it is given; the sink checks the shape.
