@@ -235,14 +235,23 @@ class KafkaCluster:
         log.info("Kafka %s up: %s", self.version, self.bootstrap_servers)
         return self
 
-    def stop(self) -> None:
-        """Stop every broker (SIGTERM, then SIGKILL) and delete their data."""
+    def stop(self, *, keep_logs_in: Path | None = None) -> None:
+        """Stop every broker (SIGTERM, then SIGKILL) and delete their data.
+
+        ``keep_logs_in``: a directory to copy each broker's log into first
+        (``broker-<id>.log``), for runs whose findings need the brokers' side.
+        """
         # Signal all first: a clean shutdown of one waits on the others' controllers.
         for node in self._nodes:
             if node.process is not None and node.process.poll() is None:
                 node.process.send_signal(signal.SIGTERM)
         for node in self._nodes:
             self._terminate(node, timeout=10.0)
+        if keep_logs_in is not None:
+            keep_logs_in.mkdir(parents=True, exist_ok=True)
+            for node in self._nodes:
+                if node.log_file.exists():
+                    shutil.copyfile(node.log_file, keep_logs_in / f"broker-{node.node_id}.log")
         if self._owns_directory:
             shutil.rmtree(self._root, ignore_errors=True)
 

@@ -179,7 +179,7 @@ class Campaign:
                 thread.join(timeout=150)
             self.members.kill_all()
             self.fleet.stop()
-            self.cluster.stop()
+            self.cluster.stop(keep_logs_in=self.run_dir / "brokers")
             self._log_file.close()
         return self.check()
 

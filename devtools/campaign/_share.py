@@ -7,8 +7,9 @@ frozen and killed consumers' records are redelivered often and some reach the li
 consumer accepts every record but releases some at their first delivery, some at every one
 (they are archived at the limit), rejects a few as poison (by offset), and now and then
 acknowledges a batch only after its lock ran out. After the faults, once every record is
-settled, the broker's view of the group (lag per partition) is recorded, and
-:func:`check_share` judges the lot.
+settled and one more in each partition too (see :meth:`ShareCampaign._wait_caught_up`),
+the broker's view of the group (lag per partition) is recorded, and :func:`check_share`
+judges the lot.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ._campaign import STREAM_TOPIC, Campaign, _command, _member
 from ._cluster import create_topic
 from ._load import SHARE_CONSUMERS, load_share
 from ._members import Member
+from ._record import Recorder
 from ._share_checker import ShareReport, check_share, deliveries, lost, unseen_chances
 
 # One record in RELEASE_EVERY comes back once; one in BOUNCE_EVERY until the delivery
@@ -136,7 +138,28 @@ class ShareCampaign(Campaign):
         return ", ".join(k for k in wanted if k not in recorded)
 
     def _wait_caught_up(self) -> None:
-        """Until every record is settled, then until the broker sees no lag: recorded."""
+        """Until every record is settled; then one last record per partition, settled too;
+        then until the broker sees no lag: recorded.
+
+        The last records are there for the broker's view. It is the share coordinator's
+        copy of each share-partition, which the partition's leader writes with every change
+        of its records' states, each write carrying the start offset the leader had when it
+        sent it, and the last write applied wins (Kafka 4.3). When a share coordinator
+        fails over, the writes waiting for it are retried and may be applied in any order,
+        and the leader's start offset, held back while they were pending, moves on without
+        a write of its own: the copy keeps an old start offset, and counts lag for records
+        long settled, until the partition's next change. One more record in each
+        partition, sent after everything settled, makes that change with nothing in flight,
+        so that lag left after it means records the broker has not settled.
+        """
+        self._wait_settled()
+        # Kept for the record: where an old start offset shows, this view has lag.
+        self._record_broker_view(deadline=time.monotonic() + 5, event="share_state_settled")
+        self._produce_last_records()
+        self._wait_settled()
+        self._record_broker_view(deadline=time.monotonic() + 30)
+
+    def _wait_settled(self) -> None:
         deadline = time.monotonic() + self.settings.catch_up_s
         unsettled = -1
         while time.monotonic() < deadline:
@@ -144,16 +167,41 @@ class ShareCampaign(Campaign):
             unsettled = len(lost(history, deliveries(history), unseen_chances(history)))
             if not unsettled:
                 self.log("caught_up")
-                break
+                return
             time.sleep(2.0)
-        else:
-            self.log("not_caught_up", unsettled=unsettled)
-        self._record_broker_view(deadline=time.monotonic() + 30)
+        self.log("not_caught_up", unsettled=unsettled)
 
-    def _record_broker_view(self, deadline: float) -> None:
-        """The group's share-partitions as the broker tells them (``share_state``), asked
-        until none has lag (the state is written behind the acknowledgements) or the
-        deadline."""
+    def _produce_last_records(self) -> None:
+        """One record in each partition, recorded as the campaign's producer records its
+        own (``producer/last.jsonl``), so the checks count them like the rest."""
+        from kafka import KafkaProducer
+
+        path = self.run_dir / "producer" / "last.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        producer = KafkaProducer(
+            bootstrap_servers=self.cluster.client_bootstrap, acks="all", request_timeout_ms=30000
+        )
+        try:
+            with path.open("a", encoding="utf-8") as out:
+                record = Recorder(out)
+                for partition in range(self.settings.partitions):
+                    value = f"last:{partition}"
+                    sent = producer.send(STREAM_TOPIC, value=value.encode(), partition=partition)
+                    metadata = sent.get(timeout=60)
+                    record(
+                        "acked",
+                        topic=metadata.topic,
+                        partition=metadata.partition,
+                        offset=metadata.offset,
+                        value=value,
+                    )
+        finally:
+            producer.close(timeout=10)
+
+    def _record_broker_view(self, deadline: float, event: str = "share_state") -> None:
+        """The group's share-partitions as the broker tells them (``event``, by default
+        ``share_state``, what the checks read), asked until none has lag (the state is
+        written behind the acknowledgements) or the deadline."""
         state: dict[str, Any] = {}
         with GroupInspector(bootstrap_servers=self.cluster.client_bootstrap) as inspector:
             while True:
@@ -168,7 +216,7 @@ class ShareCampaign(Campaign):
                 if done or time.monotonic() > deadline:
                     break
                 time.sleep(1.0)
-        self.log("share_state", partitions=state)
+        self.log(event, partitions=state)
 
     def _read_back(self) -> None:
         """Nothing to read back: the broker's view was recorded while the consumers ran."""
