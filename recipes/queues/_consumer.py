@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -337,7 +338,8 @@ class ShareConsumer:
             self._accept_all_held()
         sent, _ = self._take_pending()  # a refusal is reported; poll goes on
         while True:
-            remaining_ms = max(0, int((deadline - self._clock.monotonic()) * 1000))
+            # Rounded up: a wait of 1 ms, read back as 0.9999 ms, would not wait at all.
+            remaining_ms = max(0, math.ceil((deadline - self._clock.monotonic()) * 1000))
             outcome = self._member.fetch(sent, remaining_ms)
             self._settle(sent, outcome.acknowledged, outcome.records)
             sent = {}

@@ -25,9 +25,12 @@ What Kafka 4.3.1 answers, which the model must answer too:
   member in the group; an unknown member UNKNOWN_MEMBER_ID; a leave (epoch -1) moves the
   leaver's partitions to the others' next heartbeat.
 
-Timing: Kafka 4.3 computes a group's target assignment at most once a second (KAFKA-20291's
-batching). A scenario waits ``INTERVAL_S`` before a change whose new target it needs at once
-(the model's clock moves as much), and ``INIT_S`` for a new group's partitions.
+Timing: Kafka 4.3 computes a group's target assignment at most once a second
+(``group.share.assignment.interval.ms``), by the first heartbeat after it; until then a
+heartbeat gets the last target, a member that joined meanwhile no partitions
+(``within_the_interval``). Other scenarios wait ``INTERVAL_S`` before a change whose new
+target they need at once (the model's clock moves as much), and ``INIT_S`` for a new
+group's partitions.
 """
 
 from __future__ import annotations
@@ -295,6 +298,25 @@ def members_share(run: Run) -> None:
     run.check_simple_assignor()
 
 
+def within_the_interval(run: Run) -> None:
+    a, b = run.member("a"), run.member("b")
+    a.join("a: joins")
+    run.sleep(INIT_S)
+    a.beat("a: every partition: a target computed now")
+    b.join("b: joins within the interval: the last target's epoch, no partitions")
+    a.beat("a: heartbeat within the interval: nothing changed")
+    b.beat("b: heartbeat within the interval: nothing yet")
+    run.sleep(INTERVAL_S)
+    b.beat("b: heartbeat past the interval: the next epoch, its half")
+    a.beat("a: its half, the next epoch")
+    run.check_simple_assignor()
+    a.leave("a: leaves")
+    b.beat("b: heartbeat within the interval after the leave: nothing changed")
+    run.sleep(INTERVAL_S)
+    b.beat("b: past the interval: every partition")
+    run.check_simple_assignor()
+
+
 def lost_answer(run: Run) -> None:
     a, b = run.member("a"), run.member("b")
     a.join("a: joins")
@@ -352,7 +374,14 @@ def request_validation(run: Run) -> None:
     a.beat("a: still a member")
 
 
-SCENARIOS = [first_member, members_share, lost_answer, epoch_errors, request_validation]
+SCENARIOS = [
+    first_member,
+    members_share,
+    within_the_interval,
+    lost_answer,
+    epoch_errors,
+    request_validation,
+]
 
 
 # -- the comparison ----------------------------------------------------------------------------

@@ -6,13 +6,16 @@ in two parts, as in Kafka 4.3:
 
 - *The group coordinator's part* (``GroupMetadataManager``'s share groups): ShareGroupHeartbeat.
   A member joins with epoch 0 and its own member id; every change of the members bumps the
-  group epoch and the assignment is computed again (the ``simple`` assignor's contract:
-  balanced over the members; a partition goes to several members only when there are more
-  members than partitions). A group's first join starts the initialization of its
-  share-partitions, which are assigned once it ends (:attr:`ShareSettings.initialization_ms`).
-  A member takes its new assignment with its next heartbeat: there is
-  nothing to revoke. An answer carries the assignment to a join, to a full heartbeat (see
-  :attr:`ShareSettings.assignment_to_full_heartbeat`) and when it changed. A heartbeat with
+  group epoch, and the first heartbeat once :attr:`ShareSettings.assignment_interval_ms` has
+  passed since the last computation computes the target assignment of that epoch (the
+  ``simple`` assignor's contract: balanced over the members; a partition goes to several
+  members only when there are more members than partitions). Until then a heartbeat gets the
+  last target: a member that joined meanwhile has no partitions, at its epoch. A group's
+  first join starts the initialization of its share-partitions, which are assigned once it
+  ends (:attr:`ShareSettings.initialization_ms`). A member takes the target and its epoch
+  with its next heartbeat: there is nothing to revoke. An answer carries the assignment to
+  a join, to a full heartbeat (see :attr:`ShareSettings.assignment_to_full_heartbeat`) and
+  when it changed. A heartbeat with
   an epoch other than the member's (or its previous one) is FENCED_MEMBER_EPOCH; an unknown
   member's is UNKNOWN_MEMBER_ID; a join with the id of a member still in the group is
   answered with its state; a member id over 36 characters, an epoch below -1 or a join
@@ -85,6 +88,9 @@ class ShareSettings:
     # with epoch 2 and no partitions, and a heartbeat about a second later (the next target
     # assignment, at most one a second) with epoch 3 and the partitions.
     initialization_ms: int = 1000
+    # group.share.assignment.interval.ms (Kafka 4.3): the target assignment is computed at
+    # most once per interval, by the first heartbeat after it (0: at every change).
+    assignment_interval_ms: int = 1000
 
 
 class RecordState(enum.Enum):
@@ -167,6 +173,8 @@ class ShareGroupState:
     group_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
     target: dict[str, frozenset[int]] = field(default_factory=dict)
+    target_epoch: int = 0
+    target_computed_at: float | None = None  # the clock's time; None: never
     # Whether the share-partitions' state is initialized (assignable), or being initialized.
     initialized: bool = False
     initializing: bool = False
@@ -357,9 +365,10 @@ class ShareGroupsModel:
         elif not joining and req.member_epoch not in (member.epoch, member.previous_epoch):
             return fail(E.FENCED_MEMBER_EPOCH)
         self._restart_session(group, member)
+        self._maybe_compute_target(group)
         before = member.assignment
-        if member.epoch != group.group_epoch:
-            member.previous_epoch, member.epoch = member.epoch, group.group_epoch
+        if member.epoch != group.target_epoch:
+            member.previous_epoch, member.epoch = member.epoch, group.target_epoch
             member.assignment = group.target.get(member.member_id, frozenset())
         full = self.settings.assignment_to_full_heartbeat and req.subscribed_topic_names is not None
         changed = joining or full or member.assignment != before
@@ -376,9 +385,21 @@ class ShareGroupsModel:
         )
 
     def _bump(self, group: ShareGroupState) -> None:
+        """The members or the assignable partitions changed: a new group epoch, whose target
+        a heartbeat computes once the assignment interval has passed."""
         group.group_epoch += 1
+
+    def _maybe_compute_target(self, group: ShareGroupState) -> None:
+        if group.target_epoch >= group.group_epoch:
+            return
+        last, now = group.target_computed_at, self._clock.now()
+        interval = self.settings.assignment_interval_ms / 1000
+        if last is not None and now < last + interval:
+            return
         assignable = self.partitions if group.initialized else 0
         group.target = simple_assignment(sorted(group.members), assignable)
+        group.target_epoch = group.group_epoch
+        group.target_computed_at = now
 
     def _initialize(self, group: ShareGroupState) -> None:
         """The group's first subscription: its share-partitions are initialized, then
