@@ -125,6 +125,9 @@ class _Node:
     process: subprocess.Popen[bytes] | None = None
     ssl_port: int | None = None  # with security only
     sasl_ssl_port: int | None = None
+    # Where this start's lines begin in the log, which a restart appends to: an earlier
+    # start's "running" line must not count for this one.
+    log_offset: int = 0
 
     @property
     def log_file(self) -> Path:
@@ -248,10 +251,14 @@ class KafkaCluster:
         for node in self._nodes:
             self._terminate(node, timeout=10.0)
         if keep_logs_in is not None:
-            keep_logs_in.mkdir(parents=True, exist_ok=True)
-            for node in self._nodes:
-                if node.log_file.exists():
-                    shutil.copyfile(node.log_file, keep_logs_in / f"broker-{node.node_id}.log")
+            try:
+                keep_logs_in.mkdir(parents=True, exist_ok=True)
+                for node in self._nodes:
+                    if node.log_file.exists():
+                        target = keep_logs_in / f"broker-{node.node_id}.log"
+                        shutil.copyfile(node.log_file, target)
+            except OSError as e:  # the brokers still stop, their data still goes
+                log.warning("the brokers' logs could not be kept in %s: %s", keep_logs_in, e)
         if self._owns_directory:
             shutil.rmtree(self._root, ignore_errors=True)
 
@@ -388,6 +395,7 @@ class KafkaCluster:
             "kafka.Kafka",
             str(node.directory / "server.properties"),
         ]
+        self._note_log_start(node)
         stdout = open(node.directory / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it
         node.process = subprocess.Popen(
             command, stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
@@ -413,6 +421,10 @@ class KafkaCluster:
             f"within {self.start_timeout}s; log {node.log_file}:\n{self._tail(node)}"
         )
 
+    @staticmethod
+    def _note_log_start(node: _Node) -> None:
+        node.log_offset = node.log_file.stat().st_size if node.log_file.exists() else 0
+
     def _serving(self, node: _Node) -> bool:
         # The broker has registered with the controller and serves requests once its log
         # says so; an open port alone comes earlier.
@@ -420,7 +432,11 @@ class KafkaCluster:
             contextlib.suppress(OSError),
             socket.create_connection(("127.0.0.1", node.port), timeout=1),
         ):
-            text = node.log_file.read_text(errors="replace") if node.log_file.exists() else ""
+            text = ""
+            if node.log_file.exists():
+                with node.log_file.open("rb") as log_file:
+                    log_file.seek(node.log_offset)
+                    text = log_file.read().decode(errors="replace")
             return "Transitioning from RECOVERY to RUNNING" in text or (
                 "started (kafka.server.KafkaRaftServer)" in text
             )

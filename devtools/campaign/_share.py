@@ -19,7 +19,7 @@ from typing import Any
 
 from coordination import GroupInspector
 
-from ._campaign import STREAM_TOPIC, Campaign, _command, _member
+from ._campaign import STREAM_TOPIC, Campaign, CampaignError, _command, _member
 from ._cluster import create_topic
 from ._load import SHARE_CONSUMERS, load_share
 from ._members import Member
@@ -152,14 +152,24 @@ class ShareCampaign(Campaign):
         partition, sent after everything settled, makes that change with nothing in flight,
         so that lag left after it means records the broker has not settled.
         """
-        self._wait_settled()
+        settled = self._wait_settled()
         # Kept for the record: where an old start offset shows, this view has lag.
         self._record_broker_view(deadline=time.monotonic() + 5, event="share_state_settled")
-        self._produce_last_records()
-        self._wait_settled()
+        if settled:
+            try:
+                self._produce_last_records()
+            except Exception as e:
+                self._record_broker_view(deadline=time.monotonic() + 30)
+                raise CampaignError(
+                    f"one more record per partition could not be produced: {e!r}"
+                ) from e
+            self._wait_settled()
+        # (Not settled: the checks find those records; no last ones to wait for.)
         self._record_broker_view(deadline=time.monotonic() + 30)
 
-    def _wait_settled(self) -> None:
+    def _wait_settled(self) -> bool:
+        """Until the consumers' accounts settle every record produced (at most
+        ``catch_up_s``); whether they did."""
         deadline = time.monotonic() + self.settings.catch_up_s
         unsettled = -1
         while time.monotonic() < deadline:
@@ -167,9 +177,10 @@ class ShareCampaign(Campaign):
             unsettled = len(lost(history, deliveries(history), unseen_chances(history)))
             if not unsettled:
                 self.log("caught_up")
-                return
+                return True
             time.sleep(2.0)
         self.log("not_caught_up", unsettled=unsettled)
+        return False
 
     def _produce_last_records(self) -> None:
         """One record in each partition, recorded as the campaign's producer records its

@@ -312,8 +312,10 @@ def within_the_interval(run: Run) -> None:
     run.check_simple_assignor()
     a.leave("a: leaves")
     b.beat("b: heartbeat within the interval after the leave: nothing changed")
+    a.join("a: joins again with its id within the interval: no partitions")
     run.sleep(INTERVAL_S)
-    b.beat("b: past the interval: every partition")
+    b.beat("b: past the interval: its half")
+    a.beat("a: its half")
     run.check_simple_assignor()
 
 

@@ -438,6 +438,9 @@ class ShareGroupsModel:
         if handle is not None:
             handle.cancel()
         del group.members[member.member_id]
+        # Gone from the target too (Kafka writes its target's tombstone): a member that comes
+        # back with its id before the next computation gets nothing until then.
+        group.target = {k: v for k, v in group.target.items() if k != member.member_id}
         self._bump(group)
         # The leaders hear of it (Kafka's share group listener) and release what it holds.
         for node_id in self._leaders:
