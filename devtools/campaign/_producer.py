@@ -20,7 +20,7 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from ._record import Recorder
+from ._record import Recorder, record_acked
 
 record = Recorder()
 
@@ -51,13 +51,7 @@ def main() -> None:
     record("up", pid=os.getpid())
 
     def on_ack(value: str, metadata: Any) -> None:
-        record(
-            "acked",
-            topic=metadata.topic,
-            partition=metadata.partition,
-            offset=metadata.offset,
-            value=value,
-        )
+        record_acked(record, value, metadata)
 
     def on_error(value: str, error: BaseException) -> None:
         record("failed", value=value, error=repr(error)[:300])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import IO
+from typing import IO, Any
 
 from ..member import Output, boot_time
 
@@ -26,3 +26,15 @@ class Recorder(Output):
 
     def __init__(self, out: IO[str] | None = None) -> None:
         super().__init__(now, out)
+
+
+def record_acked(record: Output, value: str, metadata: Any) -> None:
+    """A record the cluster acknowledged (``metadata``: the producer's RecordMetadata), as
+    the checks read the produced stream: ``acked`` ``{topic, partition, offset, value}``."""
+    record(
+        "acked",
+        topic=metadata.topic,
+        partition=metadata.partition,
+        offset=metadata.offset,
+        value=value,
+    )

@@ -23,7 +23,7 @@ from ._campaign import STREAM_TOPIC, Campaign, CampaignError, _command, _member
 from ._cluster import create_topic
 from ._load import SHARE_CONSUMERS, load_share
 from ._members import Member
-from ._record import Recorder
+from ._record import Recorder, record_acked
 from ._share_checker import ShareReport, check_share, deliveries, lost, unseen_chances
 
 # One record in RELEASE_EVERY comes back once; one in BOUNCE_EVERY until the delivery
@@ -198,14 +198,7 @@ class ShareCampaign(Campaign):
                 for partition in range(self.settings.partitions):
                     value = f"last:{partition}"
                     sent = producer.send(STREAM_TOPIC, value=value.encode(), partition=partition)
-                    metadata = sent.get(timeout=60)
-                    record(
-                        "acked",
-                        topic=metadata.topic,
-                        partition=metadata.partition,
-                        offset=metadata.offset,
-                        value=value,
-                    )
+                    record_acked(record, value, sent.get(timeout=60))
         finally:
             producer.close(timeout=10)
 

@@ -440,7 +440,7 @@ class ShareGroupsModel:
         del group.members[member.member_id]
         # Gone from the target too (Kafka writes its target's tombstone): a member that comes
         # back with its id before the next computation gets nothing until then.
-        group.target = {k: v for k, v in group.target.items() if k != member.member_id}
+        group.target.pop(member.member_id, None)
         self._bump(group)
         # The leaders hear of it (Kafka's share group listener) and release what it holds.
         for node_id in self._leaders:
