@@ -10,6 +10,8 @@ had handled 10% and 90% of the backlog (start-up and the tail excluded); a run c
 the broker reports the group's lag at 0 on every partition (every record acknowledged).
 
 * ``ours-share``: ``recipes.queues.ShareConsumer``, a Python process per consumer;
+* ``ours-share-ahead``: the same with ``fetch_ahead=True`` (the next ShareFetch goes out
+  as poll returns, its answer coming while the records are handled);
 * ``java-share``: ``KafkaShareConsumer`` (kafka-clients 4.3.1), a JVM per consumer
   (``benchmarks/java/ShareBench.java``);
 * ``ours-group``: ``recipes.partitioning.Consumer`` (a consumer group, classic protocol),
@@ -77,8 +79,10 @@ log = logging.getLogger("share_throughput")
 
 JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "ShareBench.java"
 JAVA_ARTIFACTS = ("org.apache.kafka:kafka-clients:4.3.1", "org.slf4j:slf4j-nop:1.7.36")
-IMPLEMENTATIONS = ("ours-share", "java-share", "ours-group")
-SHARE_IMPLEMENTATIONS = ("ours-share", "java-share")
+IMPLEMENTATIONS = ("ours-share", "ours-share-ahead", "java-share", "ours-group")
+SHARE_IMPLEMENTATIONS = ("ours-share", "ours-share-ahead", "java-share")
+# The redelivery runs compare the share consumers as they come by default.
+REDELIVERY_IMPLEMENTATIONS = ("ours-share", "java-share")
 PARTITIONS = 8
 VALUE = b"v" * 100
 MAX_POLL_RECORDS = 500
@@ -117,6 +121,7 @@ def run_child(args: argparse.Namespace) -> int:
         topics=[args.topic],
         bootstrap_servers=args.bootstrap,
         max_poll_records=MAX_POLL_RECORDS,
+        fetch_ahead=args.ahead,
     )
     try:
         consumer.start(timeout=60)
@@ -260,6 +265,7 @@ class Launcher:
         else:
             kind = "group" if implementation == "ours-group" else mode
             command = [sys.executable, self.script, "--child", kind, self.bootstrap, group, topic]
+            command += ["ahead"] if implementation == "ours-share-ahead" else []
         return Child(command, name)
 
 
@@ -456,7 +462,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         kind, bootstrap, group, topic = argv[1:5]
         return run_child(
-            argparse.Namespace(child=kind, bootstrap=bootstrap, group=group, topic=topic)
+            argparse.Namespace(
+                child=kind, bootstrap=bootstrap, group=group, topic=topic, ahead="ahead" in argv[5:]
+            )
         )
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
@@ -481,7 +489,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"  repeat {repeat + 1} N={size} {implementation}: {rate:,.0f} records/s")
             if args.no_redelivery:
                 continue
-            for implementation in (i for i in args.implementations if i in SHARE_IMPLEMENTATIONS):
+            for implementation in (
+                i for i in args.implementations if i in REDELIVERY_IMPLEMENTATIONS
+            ):
                 for how in ENDINGS:
                     seconds = redelivery_run(launcher, implementation, how)
                     latency.setdefault((implementation, how), []).append(seconds)
@@ -494,11 +504,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for size in args.sizes:
         cells = [spread(rates[i, size]) for i in args.implementations]
         print(f"{size:>3}  " + "  ".join(f"{c:>28}" for c in cells))
-        ours = rates.get(("ours-share", size))
-        for peer in ("java-share", "ours-group"):
-            if ours and (peer, size) in rates:
-                ratio = statistics.median(ours) / statistics.median(rates[peer, size])
-                headline[f"share_vs_{peer.replace('-', '_')}_n{size}"] = f"{ratio:.2f}"
+        for mine, name in (("ours-share", "share"), ("ours-share-ahead", "share_ahead")):
+            ours = rates.get((mine, size))
+            for peer in ("java-share", "ours-group"):
+                if ours and (peer, size) in rates:
+                    ratio = statistics.median(ours) / statistics.median(rates[peer, size])
+                    headline[f"{name}_vs_{peer.replace('-', '_')}_n{size}"] = f"{ratio:.2f}"
     if latency:
         print(
             f"\nRedelivery, s after the holder's end (frozen: after its lock's end) "
@@ -515,8 +526,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if how != "frozen":  # both near 0 after the lock's end: no ratio
                     headline[f"redelivery_{how}_vs_java"] = f"{ours_s / java_s:.2f}"
     for (implementation, size), values in sorted(rates.items()):
-        if implementation == "ours-share":
-            headline[f"ours_share_n{size}"] = f"{statistics.median(values):.0f}"
+        if implementation in ("ours-share", "ours-share-ahead"):
+            name = implementation.replace("-", "_")
+            headline[f"{name}_n{size}"] = f"{statistics.median(values):.0f}"
     print("\n" + " ".join(f"{k}={v}" for k, v in headline.items()))
     return 0
 

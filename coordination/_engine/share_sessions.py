@@ -225,11 +225,33 @@ class ShareSessions:
             request, wanted = requests[leader], plan[leader]
             self._on_fetched(leader, request, wanted, answer, outcome)
         if held_back:
-            outcome.acknowledged.update(self.acknowledge(held_back))
+            self._acknowledge_held_back(held_back, outcome)
         if self._failed and not outcome.records:
             # A failed fetch answers at once: wait before the next, as Kafka's clients do.
             self._membership.pause(self._config.retry_backoff_ms / 1000)
         return outcome
+
+    def _acknowledge_held_back(
+        self, held_back: dict[TopicIdPartition, dict[int, Any]], outcome: FetchOutcome
+    ) -> None:
+        """Send the acknowledgements that waited for their session's opening fetch, but for
+        a partition where that fetch acquired one of their records again: a new session
+        releases what the old one held, so they were for a delivery that has ended, and the
+        broker would apply them to the new one (which the application has not seen). Those
+        are refused here (INVALID_RECORD_STATE, as the broker would have for the old
+        delivery), but for their GAPs."""
+        again = {(r.topic_id, r.partition, r.offset) for r in outcome.records}
+        ended = {
+            tp for tp, acks in held_back.items() if any((*tp, offset) in again for offset in acks)
+        }
+        sending = {tp: acks for tp, acks in held_back.items() if tp not in ended}
+        for tp in ended:
+            gaps = {o: k for o, k in held_back[tp].items() if k is sg.AcknowledgeType.GAP}
+            if gaps:
+                self._gaps.setdefault(tp, {}).update(gaps)  # with the partition's next
+        if sending:
+            outcome.acknowledged.update(self.acknowledge(sending))
+        outcome.acknowledged.update({tp: ErrorCode.INVALID_RECORD_STATE for tp in ended})
 
     def acknowledge(self, acks: Acknowledgements) -> dict[TopicIdPartition, int]:
         """Send ``acks`` now, in a ShareAcknowledge to each partition's leader; the outcome

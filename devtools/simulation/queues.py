@@ -130,6 +130,7 @@ class _Report:
     partition: int
     offset: int
     kind: Any  # the AcknowledgeType the application asked for
+    delivery: int  # of the record it was asked for; 0: not asked (released by close)
     ok: bool
 
 
@@ -174,11 +175,12 @@ class ShareConsumersDriver(DriverBase):
         self._rng: random.Random | None = None
         self._trace: Trace | None = None
         self._stopped_brokers: set[int] = set()
-        # What each process asked for each record it acknowledged and has not heard back of.
-        self._asked: dict[tuple[str, int, int], Any] = {}
-        self._closing: set[str] = set()
+        # What each process asked for each record it acknowledged and has not heard back of,
+        # in order, with the delivery it was for: fetching ahead, a record's RENEW may be out
+        # while its ACCEPT waits.
+        self._asked: dict[tuple[str, int, int], list[tuple[Any, int]]] = {}
         self._reports: list[_Report] = []
-        self._claimed: dict[tuple[str, int, int, Any], int] = {}
+        self._claimed: dict[tuple[str, int, int, Any, int], int] = {}
         self._accepted_reports: set[tuple[int, int]] = set()
         self._last_lag: dict[str, dict[tuple[str, int], int]] = {}
         self._violation: str | None = None
@@ -255,11 +257,17 @@ class ShareConsumersDriver(DriverBase):
             partition: tuple[str, int], offsets: tuple[int, ...], error: Any
         ) -> None:
             for offset in offsets:
-                kind = self._asked.pop((me, partition[1], offset), AcknowledgeType.RELEASE)
-                if me in self._closing and kind is AcknowledgeType.RENEW:
-                    kind = AcknowledgeType.RELEASE  # close releases what is still held
+                key = (me, partition[1], offset)
+                asked = self._asked.get(key)
+                # Not asked: released by close.
+                kind, delivery = asked.pop(0) if asked else (AcknowledgeType.RELEASE, 0)
+                if error is not None or not asked:
+                    # A failure ends the delivery: what was asked after it is reported with it.
+                    self._asked.pop(key, None)
                 self._reports.append(
-                    _Report(me, consumer.member_id, partition[1], offset, kind, error is None)
+                    _Report(
+                        me, consumer.member_id, partition[1], offset, kind, delivery, error is None
+                    )
                 )
                 outcome = "ok" if error is None else _code_name(error.code)
                 self.outcomes[f"{kind.name} {outcome}"] += 1
@@ -267,6 +275,7 @@ class ShareConsumersDriver(DriverBase):
         consumer = ShareConsumer(
             GROUP,
             topics=[TOPIC],
+            fetch_ahead=_fetches_ahead(self.salt, me),
             acknowledgement_mode="explicit",
             max_poll_records=MAX_POLL_RECORDS,
             on_acknowledged=on_acknowledged,
@@ -285,7 +294,7 @@ class ShareConsumersDriver(DriverBase):
         limit = SETTINGS.delivery_count_limit
         while True:
             if close_asked.is_set():
-                self._closing.add(me)
+                self._releasing_renews(me, consumer)
                 try:
                     consumer.close(10.0)
                 finally:
@@ -347,11 +356,32 @@ class ShareConsumersDriver(DriverBase):
     def _ask(self, me: str, consumer: Any, record: Any, kind: Any) -> None:
         from coordination.errors import CoordinatorStateError
 
+        # An acknowledgement not sent yet is replaced by this one (a poll that returned before
+        # the round fetched ahead came back sent nothing).
+        unsent = consumer._pending.get((record.topic_id, record.partition), {})
+        replaces = record.offset in unsent
         try:
             consumer.acknowledge(record, kind)
         except CoordinatorStateError:
             return  # no longer held (its acknowledgement failed meanwhile)
-        self._asked[(me, record.partition, record.offset)] = kind
+        asked = self._asked.setdefault((me, record.partition, record.offset), [])
+        if replaces and asked:
+            asked[-1] = (kind, record.delivery_count)
+        else:
+            asked.append((kind, record.delivery_count))
+
+    def _releasing_renews(self, me: str, consumer: Any) -> None:
+        """Before ``consumer`` closes: a RENEW it has not sent yet goes as a RELEASE (close
+        releases what is still held); one already sent is reported as itself."""
+        from recipes.queues import AcknowledgeType
+
+        for (_, partition), offsets in consumer._pending.items():
+            for offset, kind in offsets.items():
+                asked = self._asked.get((me, partition, offset))
+                if kind is not AcknowledgeType.RENEW or not asked:
+                    continue
+                if asked[-1][0] is AcknowledgeType.RENEW:
+                    asked[-1] = (AcknowledgeType.RELEASE, asked[-1][1])
 
     def close(self, host: Host) -> None:
         """Ask the member's polling thread to close its consumer, and wait for it."""
@@ -386,22 +416,27 @@ class ShareConsumersDriver(DriverBase):
 
         where = f"{report.partition}:{report.offset}"
         state = model.share_partitions[report.partition]
-        key = (report.member_id, report.partition, report.offset, report.kind)
+        key = (report.member_id, report.partition, report.offset, report.kind, report.delivery)
         done = [
             kind
-            for member_id, kind in state.applied.get(report.offset, ())
-            if member_id == report.member_id and kind is report.kind
+            for member_id, kind, delivery in state.applied.get(report.offset, ())
+            if member_id == report.member_id
+            and kind is report.kind
+            and report.delivery in (0, delivery)
         ]
         claimed = self._claimed.get(key, 0)
         if claimed >= len(done):
             raise Violation(
-                f"{report.process} reported its {report.kind.name} of {where} done, but the "
-                f"model applied no such acknowledgement of that member (it refused it)"
+                f"{report.process} reported its {report.kind.name} of {where} (delivery "
+                f"{report.delivery}) done, but the model applied no such acknowledgement of "
+                "that member to that delivery (it refused it, or applied it to another)"
             )
         self._claimed[key] = claimed + 1
         if report.kind is not AcknowledgeType.ACCEPT:
             return
-        accepts = [m for m, kind in state.applied[report.offset] if kind is AcknowledgeType.ACCEPT]
+        accepts = [
+            m for m, kind, _ in state.applied[report.offset] if kind is AcknowledgeType.ACCEPT
+        ]
         if len(accepts) > 1:
             raise Violation(f"record {where} accepted twice at the model: {accepts}")
         if (report.partition, report.offset) in self._accepted_reports:
@@ -694,6 +729,12 @@ class AsyncShareWorkersDriver(TurningLoops, ShareWorkersDriver):
 
     def settled(self, live: list[Host]) -> str | None:
         return self._stalled_loop() or super().settled(live)
+
+
+def _fetches_ahead(salt: str, me: str) -> bool:
+    """Whether the consumer of ``me`` fetches ahead (``fetch_ahead``): half of them, drawn from
+    the seed and the process."""
+    return random.Random(f"{salt}:ahead:{me}").random() < 0.5
 
 
 def _cancelled(salt: str, record: Any) -> bool:

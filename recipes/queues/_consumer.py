@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 from typing_extensions import Self
 
 from coordination import ErrorCode
-from coordination.clock import Clock
+from coordination.clock import Clock, Event
 from coordination.errors import ConfigurationError, CoordinationError, CoordinatorStateError
 from coordination.hooks import (
     AcknowledgementFailed,
@@ -27,6 +27,7 @@ from coordination.share_group import (
     NO_ANSWER,
     AcknowledgeType,
     AcquiredRecord,
+    FetchOutcome,
     Leaders,
     ShareGroupMember,
 )
@@ -99,6 +100,9 @@ class ShareMetrics:
     acquired ones included. Empty until read; a partition the broker cannot tell is left
     out (Kafka 4.3 tells none for a new group's partition before its first
     acknowledgement)."""
+    records_expired_unpolled: int = 0
+    """With ``fetch_ahead``: records fetched ahead whose lock ran out before a poll could
+    hand them out (never handed out; the broker delivers them again)."""
 
 
 @dataclass(slots=True)
@@ -119,6 +123,20 @@ class _Partition:
 
     held: dict[int, _Held] = field(default_factory=dict)
     pending: dict[int, AcknowledgeType] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Round:
+    """A round of ShareFetches sent ahead of the poll that takes its records
+    (``fetch_ahead``), on a thread of the member's clock: the acknowledgements it carries,
+    and once it is done (``done`` set) its outcome, or the error it raised, and when its
+    answers came (the records' locks count from then)."""
+
+    sent: dict[_Key, dict[int, AcknowledgeType]]
+    done: Any  # the clock's Event
+    outcome: FetchOutcome | None = None
+    error: BaseException | None = None
+    answered_at: float = 0.0
 
 
 class ShareConsumer:
@@ -163,8 +181,18 @@ class ShareConsumer:
     to the group's coordinator: :meth:`lag` asks it, and with ``lag_refresh_ms`` set
     :meth:`poll` does every so often; ``metrics().lag`` holds the last reading.
 
+    Fetching ahead (``fetch_ahead=True``): as :meth:`poll` returns records, it sends the
+    next round of ShareFetches (carrying the acknowledgements made before this poll), so
+    that the broker's answer comes while the application works on these; the next poll
+    hands its records out. The records of that round are acquired (a delivery counted,
+    the lock running from the answer) before the application asks for them; a poll that
+    comes after their lock ran out does not hand them out (``metrics()
+    .records_expired_unpolled``; the broker delivers them again). :meth:`commit` and
+    :meth:`close` wait for the round out first; :meth:`close` releases its records.
+
     Concurrency: not thread-safe, as Kafka's consumers: one thread calls poll, acknowledge,
-    commit, lag and close. The heartbeats run on the member's own thread.
+    commit, lag and close. The heartbeats run on the member's own thread (and, with
+    ``fetch_ahead``, the round sent ahead on one of its own).
     """
 
     def __init__(
@@ -176,6 +204,7 @@ class ShareConsumer:
         max_poll_records: int = 500,
         on_acknowledged: OnAcknowledged | None = None,
         lag_refresh_ms: int | None = None,
+        fetch_ahead: bool = False,
         rack_id: str | None = None,
         leaders: Leaders | None = None,
         transport: Transport | None = None,
@@ -198,6 +227,8 @@ class ShareConsumer:
                 share-partitions from the group's coordinator into ``metrics().lag`` (one
                 DescribeShareGroupOffsets, Kafka 4.2+; at least 100). Default None: never
                 (:meth:`lag` asks on demand).
+            fetch_ahead: send the next round of ShareFetches as :meth:`poll` returns
+                records, for throughput (see the class docstring). Default False.
             rack_id: the consumer's rack (Kafka ``client.rack``).
             leaders, transport, clock, **settings: as for
                 :class:`coordination.share_group.ShareGroupMember` (``bootstrap_servers``,
@@ -213,6 +244,11 @@ class ShareConsumer:
             )
         if lag_refresh_ms is not None:
             check_int("lag_refresh_ms", lag_refresh_ms, minimum=100)
+        if not isinstance(fetch_ahead, bool):
+            raise ConfigurationError(f"fetch_ahead must be True or False, got {fetch_ahead!r}")
+        self._fetch_ahead = fetch_ahead
+        self._ahead: _Round | None = None  # the round out, not taken yet
+        self._fetched: _Round | None = None  # a round done whose records no poll took yet
         self._implicit = acknowledgement_mode == "implicit"
         self._on_acknowledged = on_acknowledged
         self._lag_refresh_s = None if lag_refresh_ms is None else lag_refresh_ms / 1000
@@ -305,6 +341,7 @@ class ShareConsumer:
             m.lock_renewals,
             m.acknowledgements_failed,
             dict(m.lag),
+            m.records_expired_unpolled,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -334,9 +371,19 @@ class ShareConsumer:
         self._check_open()
         self._member.start()  # joins in the background; the fetches wait for the assignment
         deadline = self._clock.monotonic() + max(0, timeout_ms) / 1000
+        # The round sent ahead first: its acknowledgements settle before any are made again.
+        if not self._take_round(deadline - self._clock.monotonic()):
+            return []  # still out at the deadline; the next poll takes it
         if self._implicit:
             self._accept_all_held()
         sent, _ = self._take_pending()  # a refusal is reported; poll goes on
+        fetched, self._fetched = self._fetched, None
+        if fetched is not None:
+            assert fetched.outcome is not None
+            records = self._hold(fetched.outcome.records, fetched.answered_at)
+            if records:
+                self._send_round(sent)  # these acknowledgements go now, as below
+                return self._delivered(records)
         while True:
             # Rounded up: a wait of 1 ms, read back as 0.9999 ms, would not wait at all.
             remaining_ms = max(0, math.ceil((deadline - self._clock.monotonic()) * 1000))
@@ -344,18 +391,24 @@ class ShareConsumer:
             self._settle(sent, outcome.acknowledged, outcome.records)
             sent = {}
             if outcome.records or remaining_ms == 0:
-                self._refresh_lag()
-                records = self._hold(outcome.records)
-                if records and self._hooks:
-                    self._hooks.records_acquired(
-                        RecordsAcquired(
-                            group_id=self.group_id,
-                            member_id=self.member_id,
-                            count=len(records),
-                            redelivered=sum(r.delivery_count > 1 for r in records),
-                        )
-                    )
-                return records
+                records = self._hold(outcome.records, self._clock.monotonic())
+                if records:
+                    self._send_round({})
+                return self._delivered(records)
+
+    def _delivered(self, records: list[ShareRecord]) -> list[ShareRecord]:
+        """``records``, as poll returns them (told to the hooks; the lag read if due)."""
+        self._refresh_lag()
+        if records and self._hooks:
+            self._hooks.records_acquired(
+                RecordsAcquired(
+                    group_id=self.group_id,
+                    member_id=self.member_id,
+                    count=len(records),
+                    redelivered=sum(r.delivery_count > 1 for r in records),
+                )
+            )
+        return records
 
     def acknowledge(
         self, record: ShareRecord, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT
@@ -382,12 +435,22 @@ class ShareConsumer:
         key = (record.topic_id, record.partition)
         partition = self._partitions.get(key)
         held = partition.held.get(record.offset) if partition is not None else None
-        if partition is None or held is None or held.record is not record:
+        if partition is None or held is None or held.record is not record or self._out(key, record):
             raise CoordinatorStateError(
                 f"{record.topic}[{record.partition}] offset {record.offset} is not held by this "
                 "consumer: acknowledged already, delivered again since, or not its record"
             )
         self._pending_of(key, partition)[record.offset] = ack_type
+
+    def _out(self, key: _Key, record: ShareRecord) -> bool:
+        """Whether ``record``'s acknowledgement is out in the round sent ahead, and the record
+        no longer this consumer's once it lands (a RENEW keeps it: it may be acknowledged
+        again, sent once the RENEW's outcome is known)."""
+        ahead = self._ahead
+        if ahead is None:
+            return False
+        kind = ahead.sent.get(key, {}).get(record.offset)
+        return kind is not None and kind is not AcknowledgeType.RENEW
 
     def lock_deadline(self, record: ShareRecord) -> float | None:
         """When ``record``'s acquisition lock runs out by this consumer's clock
@@ -411,6 +474,7 @@ class ShareConsumer:
             CoordinatorStateError: the consumer is closed.
         """
         self._check_open()
+        self._take_round(None)  # one request per share session at a time
         if self._implicit:
             self._accept_all_held()
         sent, refused = self._take_pending()
@@ -430,6 +494,12 @@ class ShareConsumer:
         if self._closed:
             return {}
         self._closed = True
+        try:
+            self._take_round(timeout)
+        except Exception as e:  # the round's fetch failed: close all the same
+            log.debug("share group %r: the round fetched ahead failed: %r", self.group_id, e)
+        # Records fetched ahead and never handed out are released with their sessions.
+        self._fetched = None
         if self._implicit:
             self._accept_all_held()
         for key, partition in self._partitions.items():
@@ -487,8 +557,56 @@ class ShareConsumer:
         self._lag_due = now + self._lag_refresh_s
         self._lag_warned = False
 
-    def _hold(self, fetched: list[AcquiredRecord]) -> list[ShareRecord]:
-        """The records to deliver for ``fetched``, held from now on."""
+    def _send_round(self, sent: dict[_Key, dict[int, AcknowledgeType]]) -> None:
+        """With ``fetch_ahead``, send the next round of ShareFetches, carrying ``sent``, on a
+        thread of the member's clock."""
+        if not self._fetch_ahead:
+            return
+        round_ = _Round(sent, self._clock.event())
+
+        def fetch() -> None:
+            try:
+                # No wait at the broker: the round must not hold the next poll's (or a
+                # commit's) acknowledgements back longer than a request's round trip.
+                round_.outcome = self._member.fetch(sent, 0)
+            except BaseException as e:  # handed to the thread that takes the round
+                round_.error = e
+            finally:
+                round_.answered_at = self._clock.monotonic()
+                round_.done.set()
+
+        self._ahead = round_
+        self._clock.thread(fetch, f"share-fetch-ahead|{self.group_id}").start()
+
+    def _take_round(self, timeout_s: float | None) -> bool:
+        """Wait up to ``timeout_s`` (None: as long as it takes) for the round sent ahead,
+        and settle its acknowledgements; its records wait in ``_fetched`` for a poll. False
+        if it is still out.
+
+        Raises:
+            The error the round's fetch raised (FatalBrokerError, ...).
+        """
+        round_ = self._ahead
+        if round_ is None:
+            return True
+        done: Event = round_.done
+        if not done.wait(None if timeout_s is None else max(0.0, timeout_s)):
+            return False
+        self._ahead = None
+        if round_.error is not None:
+            raise round_.error
+        outcome = round_.outcome
+        assert outcome is not None
+        self._settle(round_.sent, outcome.acknowledged, outcome.records, round_.answered_at)
+        if outcome.records:
+            if self._pending:
+                self._end_deliveries(outcome.records)
+            self._fetched = round_
+        return True
+
+    def _hold(self, fetched: list[AcquiredRecord], since: float) -> list[ShareRecord]:
+        """The records to deliver for ``fetched``, held from ``since`` (when their fetch was
+        answered), but for those whose lock has run out since then."""
         now = self._clock.monotonic()
         records: list[ShareRecord] = []
         partition = _Partition()
@@ -514,11 +632,27 @@ class ShareConsumer:
                 topic_id,
             )
             lock_s = acquired.lock_timeout_ms / 1000
-            partition.held[acquired.offset] = _Held(record, now + lock_s, lock_s)
+            if since + lock_s <= now:
+                self._metrics.records_expired_unpolled += 1
+                continue
+            partition.held[acquired.offset] = _Held(record, since + lock_s, lock_s)
             records.append(record)
         self._metrics.records_acquired += len(records)
         self._metrics.records_redelivered += sum(r.delivery_count > 1 for r in records)
         return records
+
+    def _end_deliveries(self, fetched: list[AcquiredRecord]) -> None:
+        """Report the acknowledgements not sent yet of records ``fetched`` delivers again (made,
+        fetching ahead, while the round that brought them was out): they were for the
+        delivery that has ended, whose lock ran out, and must not apply to the new one."""
+        stale: dict[_Key, dict[int, AcknowledgeType]] = {}
+        for acquired in fetched:
+            key = (acquired.topic_id, acquired.partition)
+            kind = self._pending.get(key, {}).get(acquired.offset)
+            if kind is not None:
+                stale.setdefault(key, {})[acquired.offset] = kind
+        for key, offsets in stale.items():
+            self._apply(key, offsets, int(ErrorCode.INVALID_RECORD_STATE))
 
     def _pending_of(self, key: _Key, partition: _Partition) -> dict[int, AcknowledgeType]:
         """The acknowledgements not sent yet of ``partition`` (named ``key``)."""
@@ -564,6 +698,7 @@ class ShareConsumer:
         sent: dict[_Key, dict[int, AcknowledgeType]],
         codes: dict[_Key, int],
         fetched: Iterable[AcquiredRecord] = (),
+        answered_at: float | None = None,
     ) -> dict[TopicPartition, AcknowledgementError | None]:
         """Apply the outcome of ``sent`` (a code per partition) to the records held, and
         report it. A partition refused with INVALID_RECORD_STATE for several records is
@@ -578,7 +713,7 @@ class ShareConsumer:
             if code == ErrorCode.INVALID_RECORD_STATE and len(offsets) > 1 and not self._closed:
                 again = {r.offset for r in fetched if (r.topic_id, r.partition) == key}
                 outcome = self._one_by_one(key, offsets, again)
-            results[self._name(key)] = self._apply(key, offsets, outcome)
+            results[self._name(key)] = self._apply(key, offsets, outcome, answered_at)
         return results
 
     def _one_by_one(
@@ -600,11 +735,13 @@ class ShareConsumer:
         key: _Key,
         offsets: dict[int, AcknowledgeType],
         outcome: int | dict[int, int],
+        answered_at: float | None = None,
     ) -> AcknowledgementError | None:
         """Apply the outcome of ``offsets``' acknowledgements (one code for all of them, or
-        one per offset) to the records held, and report it."""
+        one per offset) to the records held, and report it; a RENEW's lock runs from
+        ``answered_at`` (default: now)."""
         topic, partition = self._name(key)
-        now = self._clock.monotonic()
+        now = self._clock.monotonic() if answered_at is None else answered_at
         entry = self._partitions.get(key)
         held = entry.held if entry is not None else {}
         done: list[int] = []
@@ -622,6 +759,10 @@ class ShareConsumer:
                     continue
             else:
                 failed.setdefault(code, []).append(offset)
+                if entry is not None and entry.pending:
+                    # Made while this one was out (after a RENEW, fetching ahead), for the
+                    # same delivery: it cannot take effect either; reported with it.
+                    entry.pending.pop(offset, None)
             held.pop(offset, None)
         if entry is not None and not held and entry.pending is None:
             del self._partitions[key]

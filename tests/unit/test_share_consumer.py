@@ -66,6 +66,7 @@ class Broker:
         self.answers: dict[type, list[Any]] = {}  # prepared answers, used first
         # (member id, leader) -> the next epoch expected
         self.sessions: dict[tuple[str, CoordinatorNode | None], int] = {}
+        self.session_partitions: dict[tuple[str, CoordinatorNode | None], set[int]] = {}
         # (partition, offset) -> [state, delivery count, holder]
         self.state: dict[tuple[int, int], list[Any]] = {
             (n % partitions, n // partitions): ["available", 0, None] for n in range(records)
@@ -200,16 +201,26 @@ class Broker:
         self, r: sg.ShareFetchRequest, leader: CoordinatorNode | None
     ) -> sg.ShareFetchResponse:
         assert r.member_id is not None
-        code = self._session((r.member_id, leader), r.share_session_epoch)
+        key = (r.member_id, leader)
+        code = self._session(key, r.share_session_epoch)
         if code:
             return sg.ShareFetchResponse(code)
-        answers = []
+        # The session's partitions: those named since it opened, less those forgotten.
+        fetched = self.session_partitions.setdefault(key, set())
+        if r.share_session_epoch == sg.OPEN_SESSION_EPOCH:
+            fetched.clear()
+        for forgotten in r.forgotten_topics_data:
+            fetched.difference_update(forgotten.partitions)
+        acked = {}
         for topic in r.topics:
             for part in topic.partitions:
-                acked = self._apply(r.member_id, part.partition_index, part.acknowledgement_batches)
-                answers.append(
-                    self._acquire(r.member_id, part.partition_index, r.max_records, acked)
+                fetched.add(part.partition_index)
+                acked[part.partition_index] = self._apply(
+                    r.member_id, part.partition_index, part.acknowledgement_batches
                 )
+        answers = [
+            self._acquire(r.member_id, p, r.max_records, acked.get(p, 0)) for p in sorted(fetched)
+        ]
         got = any(a.acquired_records for a in answers)
         if not got:
             time.sleep(min(r.max_wait_ms, 20) / 1000)
@@ -542,6 +553,29 @@ def test_records_delivered_again_by_the_fetch_that_refused_their_acks_are_not_re
     assert (partition, offsets) == (("jobs", 0), (0, 1))
     assert isinstance(error, AcquisitionLockExpiredError)
     assert [broker.state[(0, o)][0] for o in (0, 1)] == ["acquired", "acquired"]
+    c.close()
+
+
+def test_acknowledgements_behind_a_new_session_are_not_applied_to_the_next_delivery() -> None:
+    # The session was lost (a leader moved, say) and the record's lock with it: the new
+    # session's opening fetch (which may not carry acknowledgements) acquires the record
+    # again, and the ACCEPT that waited behind it, sent, would apply to that new delivery,
+    # which the application has not seen (the share simulation, seed 29).
+    broker = Broker(records=1)
+    heard: list[tuple[Any, ...]] = []
+    c = make(broker, on_acknowledged=lambda *outcome: heard.append(outcome))
+    (record,) = poll_n(c, 1)
+    broker.then(sg.ShareFetchResponse, int(E.SHARE_SESSION_NOT_FOUND))
+    assert c.poll(timeout_ms=0) == []  # the session is gone: the next fetch opens one
+    broker.expire(0, 0)
+    c.acknowledge(record)
+    (again,) = poll_n(c, 1)
+    assert (again.offset, again.delivery_count) == (0, 2)
+    ((partition, offsets, error),) = heard
+    assert (partition, offsets) == (("jobs", 0), (0,))
+    assert isinstance(error, AcquisitionLockExpiredError)
+    assert broker.state[(0, 0)][0] == "acquired"  # the new delivery is the application's
+    assert not broker.requests(sg.ShareAcknowledgeRequest)
     c.close()
 
 

@@ -45,7 +45,7 @@ before, and the leader's share sessions are gone. Timers do not survive a coordi
 the coordinator's load restarts every member's session, as Kafka's does.
 
 For the checkers, :attr:`SharePartitionState.applied` keeps every acknowledgement a leader
-applied (member, type), by offset; it is not Kafka state.
+applied (member, type, the delivery it applied to), by offset; it is not Kafka state.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class SharePartitionState:
     start: int = 0
     # Checker bookkeeping, not Kafka state: every acknowledgement applied, by offset, and
     # in the order applied (a checker reads the new ones from where it stopped).
-    applied: dict[int, list[tuple[str, A]]] = field(default_factory=dict)
+    applied: dict[int, list[tuple[str, A, int]]] = field(default_factory=dict)
     applied_in_order: list[tuple[int, str, A]] = field(default_factory=list)
 
     def state(self, offset: int) -> tuple[RecordState, int]:
@@ -685,7 +685,7 @@ class ShareGroupsModel:
         for offset, kind in kinds.items():
             if kind is A.GAP:
                 continue
-            state.applied.setdefault(offset, []).append((member_id, kind))
+            state.applied.setdefault(offset, []).append((member_id, kind, acquired[offset].count))
             state.applied_in_order.append((offset, member_id, kind))
             if kind is A.RENEW:
                 renewed.append(offset)

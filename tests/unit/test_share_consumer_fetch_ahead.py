@@ -1,0 +1,172 @@
+"""``ShareConsumer(fetch_ahead=True)``: the next round of ShareFetches goes out as poll
+returns, against the small broker model of test_share_consumer.py (whose share sessions
+refuse a request sent out of turn, so two requests at once on a session would show)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from coordination._protocol import share_group as sg
+from coordination.errors import ConfigurationError, CoordinatorStateError
+from recipes.queues import AcknowledgeType, AcquisitionLockExpiredError, ShareConsumer
+
+from .test_share_consumer import Broker, fetches, make, poll_n
+
+A = AcknowledgeType
+
+
+class GatedBroker(Broker):
+    """The broker model, calling ``on_fetch(request)`` (under its lock) before it answers a
+    ShareFetch."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.on_fetch: Any = None
+
+    def _fetch(self, r: sg.ShareFetchRequest, leader: Any) -> sg.ShareFetchResponse:
+        if self.on_fetch is not None:
+            self.on_fetch(r)
+        return super()._fetch(r, leader)
+
+
+def wait_for(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+def acks_of(request: sg.ShareFetchRequest) -> list[sg.AcknowledgementBatch]:
+    return [b for t in request.topics for p in t.partitions for b in p.acknowledgement_batches]
+
+
+def test_the_next_fetch_goes_out_as_poll_returns_and_the_next_poll_hands_its_records_out() -> None:
+    broker = Broker(records=4)
+    c = make(broker, fetch_ahead=True, max_poll_records=2)
+    first = poll_n(c, 2)
+    # Acquired for this consumer before it asks again: the round sent ahead, not waiting.
+    wait_for(lambda: broker.state[(0, 3)][0] == "acquired")
+    assert fetches(broker)[-1].max_wait_ms == 0
+    for record in first:
+        c.acknowledge(record)
+    second = c.poll(timeout_ms=1000)
+    assert [r.offset for r in second] == [2, 3]
+    # The acknowledgements went with the round this poll sent ahead.
+    wait_for(lambda: broker.state[(0, 1)][0] == "acknowledged")
+    assert acks_of(fetches(broker)[-1]) == [sg.AcknowledgementBatch(0, 1, (A.ACCEPT,))]
+    for record in second:
+        c.acknowledge(record)
+    assert c.commit() == {("jobs", 0): None}
+    assert [st[0] for st in broker.state.values()] == ["acknowledged"] * 4
+    # One request at a time on the session: every epoch in turn, none refused.
+    epochs = [r.share_session_epoch for r in fetches(broker)]
+    epochs += [r.share_session_epoch for r in broker.requests(sg.ShareAcknowledgeRequest)]
+    assert sorted(epochs) == list(range(len(epochs)))
+    c.close()
+
+
+def send_ahead(c: ShareConsumer, broker: Broker) -> list[Any]:
+    """Poll once more, taking the records fetched ahead: this poll's acknowledgements go
+    out in the next round sent ahead, which stays out (untaken) until the next call."""
+    wait_for(lambda: broker.state[(0, 3)][0] == "acquired")
+    records = c.poll(timeout_ms=1000)
+    assert [r.offset for r in records] == [2, 3]
+    return records
+
+
+def test_an_acknowledgement_out_in_the_round_is_final_but_a_renew_out_may_be_followed() -> None:
+    broker = Broker(records=4)
+    c = make(broker, fetch_ahead=True, max_poll_records=2)
+    done, renewed = poll_n(c, 2)
+    c.acknowledge(done, A.ACCEPT)
+    c.acknowledge(renewed, A.RENEW)
+    send_ahead(c, broker)
+    with pytest.raises(CoordinatorStateError, match="not held"):
+        c.acknowledge(done, A.RELEASE)  # out already: it cannot be taken back
+    c.acknowledge(renewed, A.ACCEPT)  # still this consumer's once the RENEW lands
+    assert c.commit() == {("jobs", 0): None}
+    assert c.metrics().lock_renewals == 1
+    assert [broker.state[(0, o)][0] for o in (0, 1)] == ["acknowledged"] * 2
+    c.close()
+
+
+def test_an_acknowledgement_made_after_a_renew_that_failed_is_reported_with_it() -> None:
+    broker = Broker(records=4)
+    heard: list[tuple[Any, ...]] = []
+    c = make(
+        broker,
+        fetch_ahead=True,
+        max_poll_records=2,
+        on_acknowledged=lambda *outcome: heard.append(outcome),
+    )
+    _, renewed = poll_n(c, 2)
+    c.acknowledge(renewed, A.RENEW)
+    broker.expire(0, 1)  # too late: the RENEW will be refused
+    send_ahead(c, broker)
+    c.acknowledge(renewed, A.ACCEPT)  # made while the RENEW is out
+    c.commit()
+    ((partition, offsets, error),) = heard
+    assert (partition, offsets) == (("jobs", 0), (1,))
+    assert isinstance(error, AcquisitionLockExpiredError)
+    # No ACCEPT was sent: it would have applied to the next delivery, taken by the round.
+    assert broker.state[(0, 1)][:2] == ["acquired", 2]
+    c.close()
+
+
+def test_an_acknowledgement_made_while_the_round_delivers_the_record_again_is_not_sent() -> None:
+    # The record's lock ran out at the broker while the application worked on it, and the
+    # round sent ahead acquired it again for this consumer: the ACCEPT the application made
+    # meanwhile was for the delivery that ended; sent, it would apply to the new one, which
+    # the application has not seen yet.
+    broker = GatedBroker(records=1)
+
+    def expire_the_first_delivery(_: sg.ShareFetchRequest) -> None:
+        st = broker.state[(0, 0)]
+        if st[0] == "acquired" and st[1] == 1:
+            st[0], st[2] = "available", None
+
+    broker.on_fetch = expire_the_first_delivery
+    heard: list[tuple[Any, ...]] = []
+    c = make(broker, fetch_ahead=True, on_acknowledged=lambda *outcome: heard.append(outcome))
+    (first,) = poll_n(c, 1)
+    wait_for(lambda: broker.state[(0, 0)][1] == 2)  # delivered again, in the round ahead
+    c.acknowledge(first, A.ACCEPT)
+    (again,) = c.poll(timeout_ms=1000)
+    assert (again.offset, again.delivery_count) == (0, 2)
+    ((partition, offsets, error),) = heard
+    assert (partition, offsets) == (("jobs", 0), (0,))
+    assert isinstance(error, AcquisitionLockExpiredError)
+    wait_for(lambda: len(fetches(broker)) >= 3)
+    assert broker.state[(0, 0)][0] == "acquired"
+    assert not any(acks_of(f) for f in fetches(broker))
+    c.close()
+
+
+def test_close_releases_the_records_fetched_ahead() -> None:
+    broker = Broker(records=4)
+    c = make(broker, fetch_ahead=True, max_poll_records=2)
+    poll_n(c, 2)
+    wait_for(lambda: broker.state[(0, 3)][0] == "acquired")
+    c.close()
+    assert [st[0] for st in broker.state.values()] == ["available"] * 4
+    assert [st[1] for st in broker.state.values()] == [1] * 4
+
+
+def test_records_whose_lock_ran_out_before_the_next_poll_are_not_handed_out() -> None:
+    broker = Broker(records=2, lock_ms=50)
+    c = make(broker, fetch_ahead=True, max_poll_records=1)
+    poll_n(c, 1)
+    wait_for(lambda: broker.state[(0, 1)][0] == "acquired")
+    time.sleep(0.1)  # the application takes longer than the lock of the record fetched ahead
+    later = c.poll(timeout_ms=20)
+    assert all(r.delivery_count > 1 or r.offset != 1 for r in later)
+    assert c.metrics().records_expired_unpolled == 1
+    c.close()
+
+
+def test_fetch_ahead_must_be_a_bool() -> None:
+    with pytest.raises(ConfigurationError, match="fetch_ahead"):
+        ShareConsumer("g", topics=["jobs"], fetch_ahead="yes", bootstrap_servers="x:1")  # type: ignore[arg-type]
