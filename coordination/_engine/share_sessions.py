@@ -93,6 +93,9 @@ class FetchOutcome:
 
     records: list[AcquiredRecord] = field(default_factory=list)
     acknowledged: dict[TopicIdPartition, int] = field(default_factory=dict)
+    answered_at: dict[TopicIdPartition, float] = field(default_factory=dict)
+    """When the answer that brought each partition's records came (the member's clock): their
+    locks run from about then (the broker took them a little earlier)."""
 
 
 @dataclass(slots=True)
@@ -153,6 +156,7 @@ class ShareSessions:
         self._names: dict[uuid.UUID, str] = {}
         self._stale = True  # look the leaders up before the next request
         self._refresh_after = 0.0  # not before (the membership's clock)
+        self._names_after = 0.0  # the same, for a lookup of the topics' names alone
         # Offsets of acquired ranges that held no record (transaction markers, compacted
         # away): acknowledged as GAP with the partition's next acknowledgements.
         self._gaps: dict[TopicIdPartition, dict[int, sg.AcknowledgeType]] = {}
@@ -169,9 +173,16 @@ class ShareSessions:
         be read by name before the first fetch; one still unknown is left out."""
         if any(t not in self._names for t, _ in partitions):
             now = self._membership.clock.monotonic()
-            if now >= self._refresh_after:
-                self._refresh_after = now + self._config.retry_backoff_ms / 1000
-                self._refresh()
+            if now >= self._names_after:
+                # Names only: the leaders are the fetching thread's to look up (a fetch may be
+                # out meanwhile, with ShareConsumer(fetch_ahead=True)).
+                self._names_after = now + self._config.retry_backoff_ms / 1000
+                try:
+                    found = self._leaders.locate(self._membership.topics)
+                except Exception as e:  # asked again later
+                    self._membership.note_problem(f"metadata lookup failed: {e!r}")
+                else:
+                    self._names.update({topic_id: t.name for topic_id, t in found.items()})
         return frozenset((self._names[t], p) for t, p in partitions if t in self._names)
 
     def fetch(self, acks: Acknowledgements, max_wait_ms: int) -> FetchOutcome:
@@ -221,9 +232,11 @@ class ShareSessions:
         }
         timeout_s = self._config.request_timeout_ms / 1000 + max_wait_ms / 1000
         self._failed = False
-        for leader, answer in self._send_all(requests, sg.ShareFetchResponse, timeout_s):
+        for leader, answer, answered_at in self._send_all(
+            requests, sg.ShareFetchResponse, timeout_s
+        ):
             request, wanted = requests[leader], plan[leader]
-            self._on_fetched(leader, request, wanted, answer, outcome)
+            self._on_fetched(leader, request, wanted, answer, outcome, answered_at)
         if held_back:
             self._acknowledge_held_back(held_back, outcome)
         if self._failed and not outcome.records:
@@ -239,16 +252,13 @@ class ShareSessions:
         releases what the old one held, so they were for a delivery that has ended, and the
         broker would apply them to the new one (which the application has not seen). Those
         are refused here (INVALID_RECORD_STATE, as the broker would have for the old
-        delivery), but for their GAPs."""
+        delivery)."""
         again = {(r.topic_id, r.partition, r.offset) for r in outcome.records}
         ended = {
             tp for tp, acks in held_back.items() if any((*tp, offset) in again for offset in acks)
         }
         sending = {tp: acks for tp, acks in held_back.items() if tp not in ended}
-        for tp in ended:
-            gaps = {o: k for o, k in held_back[tp].items() if k is sg.AcknowledgeType.GAP}
-            if gaps:
-                self._gaps.setdefault(tp, {}).update(gaps)  # with the partition's next
+        # (Their GAPs go too: those of the records acquired again were noted again.)
         if sending:
             outcome.acknowledged.update(self.acknowledge(sending))
         outcome.acknowledged.update({tp: ErrorCode.INVALID_RECORD_STATE for tp in ended})
@@ -341,8 +351,9 @@ class ShareSessions:
 
     def _send_all(
         self, requests: Mapping[CoordinatorNode, Any], response_type: type[R], timeout_s: float
-    ) -> list[tuple[CoordinatorNode, R | TransportError]]:
-        """Each request's answer (or the TransportError it got), sent to all leaders at once."""
+    ) -> list[tuple[CoordinatorNode, R | TransportError, float]]:
+        """Each request's answer (or the TransportError it got) and when it came, sent to all
+        leaders at once."""
 
         def one(leader: CoordinatorNode) -> R | TransportError:
             try:
@@ -351,17 +362,18 @@ class ShareSessions:
                 return e
 
         leaders = list(requests)
-        answers: dict[CoordinatorNode, R | TransportError] = {}
+        answers: dict[CoordinatorNode, tuple[R | TransportError, float]] = {}
+        clock = self._membership.clock
 
         def into_answers(leader: CoordinatorNode) -> Callable[[], None]:
             def send() -> None:
-                answers[leader] = one(leader)
+                answer = one(leader)
+                answers[leader] = (answer, clock.monotonic())
 
             return send
 
         # Threads from the member's clock, not a pool of its own: every wait must come from
         # the clock (a simulated member's included). This thread sends to the first leader.
-        clock = self._membership.clock
         others = [
             clock.thread(into_answers(leader), "coordination-share-fetch") for leader in leaders[1:]
         ]
@@ -370,7 +382,7 @@ class ShareSessions:
         into_answers(leaders[0])()
         for thread in others:
             thread.join()
-        return [(leader, answers[leader]) for leader in leaders]
+        return [(leader, answers[leader][0], answers[leader][1]) for leader in leaders]
 
     # ------------------------------------------------------------------ answers
 
@@ -381,6 +393,7 @@ class ShareSessions:
         wanted: frozenset[TopicIdPartition],
         answer: sg.ShareFetchResponse | TransportError,
         outcome: FetchOutcome,
+        answered_at: float,
     ) -> None:
         carried = [
             (t.topic_id, p.partition_index)
@@ -408,9 +421,10 @@ class ShareSessions:
                 if partition.error_code != ErrorCode.NONE:
                     self._react(Api.SHARE_FETCH, leader, partition.error_code, None)
                     continue
-                outcome.records.extend(
-                    self._acquired(tp, partition, answer.acquisition_lock_timeout_ms)
-                )
+                acquired = self._acquired(tp, partition, answer.acquisition_lock_timeout_ms)
+                if acquired:
+                    outcome.records.extend(acquired)
+                    outcome.answered_at[tp] = answered_at
 
     def _acquired(
         self, tp: TopicIdPartition, partition: sg.ShareFetchPartitionData, lock_ms: int
@@ -510,7 +524,9 @@ class ShareSessions:
         if closing:
             self._sessions.pop(leader, None)
         timeout_s = self._config.request_timeout_ms / 1000
-        ((_, answer),) = self._send_all({leader: request}, sg.ShareAcknowledgeResponse, timeout_s)
+        ((_, answer, _),) = self._send_all(
+            {leader: request}, sg.ShareAcknowledgeResponse, timeout_s
+        )
         if isinstance(answer, TransportError):
             self._lost_leader(leader, f"ShareAcknowledge to {leader}: {answer}")
             return {tp: NO_ANSWER for tp in acks}

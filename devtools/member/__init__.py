@@ -25,7 +25,8 @@ Recipes (``--recipe``):
   offset is -1 modulo ``--reject-every`` (0: none), and releasing at every delivery every
   record whose offset is 2 modulo ``--bounce-every`` (it ends archived at the delivery
   limit): deterministic for a checker; with ``--stall-chance`` P, a batch is acknowledged
-  only ``--stall-ms`` after it came, with probability P (a slow handler);
+  only ``--stall-ms`` after it came, with probability P (a slow handler); with
+  ``--fetch-ahead``, ``ShareConsumer(fetch_ahead=True)``;
 * ``shares``: a pool of members (``RangeShares``), each given a contiguous share of
   ``--topic``'s ``--partitions``, started and stopped by commands that name the group
   (no ``--group``): ``benchmarks/join_latency.py`` keeps the processes across groups.
@@ -62,9 +63,10 @@ processes on one host. The events:
   ``commit_failed {error}``;
 * kazoo-election: ``elected`` when it leads;
 * share: ``acquired {topic, partition, offset, delivery_count, value, polled_at}`` each
-  record a poll returned (``polled_at`` read before that poll, ``t`` after: the broker
-  acquired it in between), ``acknowledging {topic, partition, offset, delivery_count,
-  kind}`` read before each ``acknowledge()``, the broker's answers ``acknowledged {topic,
+  record a poll returned (``polled_at`` read before that poll, or with ``--fetch-ahead``
+  before the poll before it, ``t`` after: the broker acquired it in between),
+  ``acknowledging {topic, partition, offset, delivery_count, kind}`` read before each
+  ``acknowledge()``, the broker's answers ``acknowledged {topic,
   partition, acks: [[offset, kind]...]}`` (took effect) and ``ack_failed {..., error}``,
   ``failed {error, detail}`` a poll or commit that raised, ``stalling {seconds}``;
 * shares: ``assigned {member, generation}`` (``t`` read in ``on_join_complete``), and the

@@ -80,6 +80,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--reject-every", type=int, default=0, help="reject offset %% N == N-1")
     q.add_argument("--bounce-every", type=int, default=0, help="release offset %% N == 2 always")
     q.add_argument("--stall-chance", type=float, default=0.0, help="stall before acknowledging")
+    q.add_argument("--fetch-ahead", action="store_true", help="ShareConsumer(fetch_ahead=True)")
     q.add_argument("--stall-ms", type=int, default=0, help="how long a stall lasts")
     return p
 

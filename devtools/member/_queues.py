@@ -4,7 +4,8 @@ every ``--release-every``-th record is released at its first delivery (it comes 
 every ``--bounce-every``-th at every delivery (it reaches the delivery limit and is
 archived), every ``--reject-every``-th is rejected as poison (it never comes back). With
 ``--stall-chance`` a batch is acknowledged only after ``--stall-ms`` (a slow handler: past
-the lock, its acknowledgements fail and its records come back)."""
+the lock, its acknowledgements fail and its records come back). ``--fetch-ahead``: the
+consumer fetches ahead (``fetch_ahead=True``)."""
 
 from __future__ import annotations
 
@@ -69,13 +70,19 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
         bootstrap_servers=args.bootstrap,
         max_poll_records=args.max_poll_records,
         on_acknowledged=on_acknowledged,
+        fetch_ahead=args.fetch_ahead,
         **({"retry_backoff_ms": args.retry_backoff_ms} if args.retry_backoff_ms else {}),
         **({"client_id": args.client_id} if args.client_id else {}),
     )
     emit("started", topics=topic.split(","))
+    last_polled_at = emit.clock()
     try:
         while not stopping.is_set():
-            polled_at = emit.clock()
+            # Fetching ahead, a poll's records may come from the round the poll before it
+            # sent: acquired after that poll began.
+            polled_at, last_polled_at = (
+                (last_polled_at, emit.clock()) if args.fetch_ahead else (emit.clock(), 0.0)
+            )
             try:
                 records = consumer.poll(timeout_ms=args.poll_ms)
             except errors.CoordinationError as e:

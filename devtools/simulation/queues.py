@@ -259,7 +259,7 @@ class ShareConsumersDriver(DriverBase):
             for offset in offsets:
                 key = (me, partition[1], offset)
                 asked = self._asked.get(key)
-                # Not asked: released by close.
+                # Not asked (not foreseen by _before_close): a release by close, of any delivery.
                 kind, delivery = asked.pop(0) if asked else (AcknowledgeType.RELEASE, 0)
                 if error is not None or not asked:
                     # A failure ends the delivery: what was asked after it is reported with it.
@@ -294,7 +294,7 @@ class ShareConsumersDriver(DriverBase):
         limit = SETTINGS.delivery_count_limit
         while True:
             if close_asked.is_set():
-                self._releasing_renews(me, consumer)
+                self._before_close(me, consumer)
                 try:
                     consumer.close(10.0)
                 finally:
@@ -370,18 +370,26 @@ class ShareConsumersDriver(DriverBase):
         else:
             asked.append((kind, record.delivery_count))
 
-    def _releasing_renews(self, me: str, consumer: Any) -> None:
-        """Before ``consumer`` closes: a RENEW it has not sent yet goes as a RELEASE (close
-        releases what is still held); one already sent is reported as itself."""
+    def _before_close(self, me: str, consumer: Any) -> None:
+        """What ``consumer``'s close will acknowledge, as it will (so that each report names
+        the delivery it was for): a RENEW not sent yet goes as a RELEASE, and so does every
+        record held without an acknowledgement (but one out in the round fetched ahead, which
+        close waits for)."""
         from recipes.queues import AcknowledgeType
 
-        for (_, partition), offsets in consumer._pending.items():
-            for offset, kind in offsets.items():
-                asked = self._asked.get((me, partition, offset))
-                if kind is not AcknowledgeType.RENEW or not asked:
-                    continue
-                if asked[-1][0] is AcknowledgeType.RENEW:
+        ahead = consumer._ahead
+        for (topic_id, partition), entry in consumer._partitions.items():
+            pending = consumer._pending.get((topic_id, partition), {})
+            out = ahead.sent.get((topic_id, partition), {}) if ahead is not None else {}
+            for offset, held in entry.held.items():
+                asked = self._asked.setdefault((me, partition, offset), [])
+                kind = pending.get(offset)
+                if kind is AcknowledgeType.RENEW and asked:
                     asked[-1] = (AcknowledgeType.RELEASE, asked[-1][1])
+                elif (
+                    kind is None and out.get(offset, AcknowledgeType.RENEW) is AcknowledgeType.RENEW
+                ):
+                    asked.append((AcknowledgeType.RELEASE, held.record.delivery_count))
 
     def close(self, host: Host) -> None:
         """Ask the member's polling thread to close its consumer, and wait for it."""

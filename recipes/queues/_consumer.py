@@ -128,15 +128,15 @@ class _Partition:
 @dataclass(slots=True, eq=False)
 class _Round:
     """A round of ShareFetches sent ahead of the poll that takes its records
-    (``fetch_ahead``), on a thread of the member's clock: the acknowledgements it carries,
-    and once it is done (``done`` set) its outcome, or the error it raised, and when its
-    answers came (the records' locks count from then)."""
+    (``fetch_ahead``), on a thread of the member's clock: the acknowledgements it carries and
+    when it was sent (a RENEW's lock runs from then at the latest), and once it is done
+    (``done`` set) its outcome, or the error it raised."""
 
     sent: dict[_Key, dict[int, AcknowledgeType]]
+    sent_at: float
     done: Any  # the clock's Event
     outcome: FetchOutcome | None = None
     error: BaseException | None = None
-    answered_at: float = 0.0
 
 
 class ShareConsumer:
@@ -380,18 +380,20 @@ class ShareConsumer:
         fetched, self._fetched = self._fetched, None
         if fetched is not None:
             assert fetched.outcome is not None
-            records = self._hold(fetched.outcome.records, fetched.answered_at)
+            records = self._hold(fetched.outcome, fetched.sent_at)
             if records:
                 self._send_round(sent)  # these acknowledgements go now, as below
                 return self._delivered(records)
         while True:
             # Rounded up: a wait of 1 ms, read back as 0.9999 ms, would not wait at all.
             remaining_ms = max(0, math.ceil((deadline - self._clock.monotonic()) * 1000))
+            sent_at = self._clock.monotonic()
             outcome = self._member.fetch(sent, remaining_ms)
-            self._settle(sent, outcome.acknowledged, outcome.records)
+            answered_at = self._clock.monotonic()
+            self._settle(sent, outcome.acknowledged, outcome.records, sent_at)
             sent = {}
             if outcome.records or remaining_ms == 0:
-                records = self._hold(outcome.records, self._clock.monotonic())
+                records = self._hold(outcome, answered_at)
                 if records:
                     self._send_round({})
                 return self._delivered(records)
@@ -480,7 +482,8 @@ class ShareConsumer:
         sent, refused = self._take_pending()
         if not sent:
             return refused
-        return _merged(refused, self._settle(sent, self._member.acknowledge(sent)))
+        sent_at = self._clock.monotonic()
+        return _merged(refused, self._settle(sent, self._member.acknowledge(sent), (), sent_at))
 
     def close(self, timeout: float = 30.0) -> dict[TopicPartition, AcknowledgementError | None]:
         """Send the acknowledgements made so far (implicit mode: accept the last poll's
@@ -495,11 +498,10 @@ class ShareConsumer:
             return {}
         self._closed = True
         try:
-            self._take_round(timeout)
+            if not self._take_round(timeout):
+                self._abandon_round()
         except Exception as e:  # the round's fetch failed: close all the same
             log.debug("share group %r: the round fetched ahead failed: %r", self.group_id, e)
-        # Records fetched ahead and never handed out are released with their sessions.
-        self._fetched = None
         if self._implicit:
             self._accept_all_held()
         for key, partition in self._partitions.items():
@@ -509,6 +511,8 @@ class ShareConsumer:
                 if acks.get(offset, AcknowledgeType.RENEW) is AcknowledgeType.RENEW:
                     acks[offset] = AcknowledgeType.RELEASE
         sent, refused = self._take_pending()
+        # Records fetched ahead and never handed out are released with their sessions.
+        self._fetched = None
         try:
             answered = self._member.close(sent, timeout)
         except Exception:
@@ -562,7 +566,7 @@ class ShareConsumer:
         thread of the member's clock."""
         if not self._fetch_ahead:
             return
-        round_ = _Round(sent, self._clock.event())
+        round_ = _Round(sent, self._clock.monotonic(), self._clock.event())
 
         def fetch() -> None:
             try:
@@ -572,7 +576,6 @@ class ShareConsumer:
             except BaseException as e:  # handed to the thread that takes the round
                 round_.error = e
             finally:
-                round_.answered_at = self._clock.monotonic()
                 round_.done.set()
 
         self._ahead = round_
@@ -597,28 +600,42 @@ class ShareConsumer:
             raise round_.error
         outcome = round_.outcome
         assert outcome is not None
-        self._settle(round_.sent, outcome.acknowledged, outcome.records, round_.answered_at)
+        self._settle(round_.sent, outcome.acknowledged, outcome.records, round_.sent_at)
         if outcome.records:
-            if self._pending:
-                self._end_deliveries(outcome.records)
             self._fetched = round_
         return True
 
-    def _hold(self, fetched: list[AcquiredRecord], since: float) -> list[ShareRecord]:
-        """The records to deliver for ``fetched``, held from ``since`` (when their fetch was
-        answered), but for those whose lock has run out since then."""
+    def _abandon_round(self) -> None:
+        """Give up on the round still out (close's time is up): the outcome of its
+        acknowledgements is unknown, reported so (AcknowledgementUncertainError), and they
+        are not made again."""
+        round_, self._ahead = self._ahead, None
+        if round_ is not None:
+            log.warning(
+                "share group %r: closing with a fetch still out; its acknowledgements' outcome "
+                "is unknown",
+                self.group_id,
+            )
+            self._settle(round_.sent, {})
+
+    def _hold(self, fetched: FetchOutcome, otherwise: float) -> list[ShareRecord]:
+        """The records to deliver of ``fetched``, held from when their leader's answer came
+        (``otherwise`` if not known), but for those whose lock has run out since then."""
         now = self._clock.monotonic()
         records: list[ShareRecord] = []
         partition = _Partition()
         topic_id: uuid.UUID | None = None
         index = -1
-        for acquired in fetched:
+        since = otherwise
+        expired = 0
+        for acquired in fetched.records:
             # A poll's records come partition by partition: the partition's entry is looked
             # up at each change only.
             if acquired.topic_id is not topic_id or acquired.partition != index:
                 topic_id, index = acquired.topic_id, acquired.partition
                 self._topic_names[topic_id] = acquired.topic
                 partition = self._partitions.setdefault((topic_id, index), _Partition())
+                since = fetched.answered_at.get((topic_id, index), otherwise)
             # Positional: keywords cost a third more for a dataclass of nine fields.
             record = ShareRecord(
                 acquired.topic,
@@ -633,18 +650,23 @@ class ShareConsumer:
             )
             lock_s = acquired.lock_timeout_ms / 1000
             if since + lock_s <= now:
-                self._metrics.records_expired_unpolled += 1
+                expired += 1
                 continue
             partition.held[acquired.offset] = _Held(record, since + lock_s, lock_s)
             records.append(record)
+        if expired:
+            self._metrics.records_expired_unpolled += expired
+            for key in [k for k, p in self._partitions.items() if not p.held and p.pending is None]:
+                del self._partitions[key]
         self._metrics.records_acquired += len(records)
         self._metrics.records_redelivered += sum(r.delivery_count > 1 for r in records)
         return records
 
     def _end_deliveries(self, fetched: list[AcquiredRecord]) -> None:
         """Report the acknowledgements not sent yet of records ``fetched`` delivers again (made,
-        fetching ahead, while the round that brought them was out): they were for the
-        delivery that has ended, whose lock ran out, and must not apply to the new one."""
+        fetching ahead, before a poll handed the new delivery out): they were for the
+        delivery that has ended, whose lock ran out, and must not apply to the new one, which
+        this member holds now."""
         stale: dict[_Key, dict[int, AcknowledgeType]] = {}
         for acquired in fetched:
             key = (acquired.topic_id, acquired.partition)
@@ -677,7 +699,11 @@ class ShareConsumer:
     ]:
         """The acknowledgements to send now; those of records whose lock has run out by this
         consumer's clock are reported at once instead, not sent: Kafka applies a
-        partition's acknowledgements all or none, so one of them would fail the others."""
+        partition's acknowledgements all or none, so one of them would fail the others. So
+        are those of records fetched ahead again (see _end_deliveries)."""
+        if self._fetched is not None and self._pending:
+            assert self._fetched.outcome is not None
+            self._end_deliveries(self._fetched.outcome.records)
         pending, self._pending = self._pending, {}
         now = self._clock.monotonic()
         expired: dict[_Key, dict[int, AcknowledgeType]] = {}
@@ -698,7 +724,7 @@ class ShareConsumer:
         sent: dict[_Key, dict[int, AcknowledgeType]],
         codes: dict[_Key, int],
         fetched: Iterable[AcquiredRecord] = (),
-        answered_at: float | None = None,
+        sent_at: float | None = None,
     ) -> dict[TopicPartition, AcknowledgementError | None]:
         """Apply the outcome of ``sent`` (a code per partition) to the records held, and
         report it. A partition refused with INVALID_RECORD_STATE for several records is
@@ -713,7 +739,7 @@ class ShareConsumer:
             if code == ErrorCode.INVALID_RECORD_STATE and len(offsets) > 1 and not self._closed:
                 again = {r.offset for r in fetched if (r.topic_id, r.partition) == key}
                 outcome = self._one_by_one(key, offsets, again)
-            results[self._name(key)] = self._apply(key, offsets, outcome, answered_at)
+            results[self._name(key)] = self._apply(key, offsets, outcome, sent_at)
         return results
 
     def _one_by_one(
@@ -735,13 +761,13 @@ class ShareConsumer:
         key: _Key,
         offsets: dict[int, AcknowledgeType],
         outcome: int | dict[int, int],
-        answered_at: float | None = None,
+        sent_at: float | None = None,
     ) -> AcknowledgementError | None:
         """Apply the outcome of ``offsets``' acknowledgements (one code for all of them, or
         one per offset) to the records held, and report it; a RENEW's lock runs from
-        ``answered_at`` (default: now)."""
+        ``sent_at``, when the request went (default: now)."""
         topic, partition = self._name(key)
-        now = self._clock.monotonic() if answered_at is None else answered_at
+        now = self._clock.monotonic() if sent_at is None else sent_at
         entry = self._partitions.get(key)
         held = entry.held if entry is not None else {}
         done: list[int] = []

@@ -81,7 +81,8 @@ async def cancelled_after_the_fetch_began(c: AsyncShareConsumer, broker: GatedBr
     broker.gate.set()  # acquired after the cancellation
 
 
-def test_poll_acknowledge_commit_and_close_are_the_threaded_consumers() -> None:
+@pytest.mark.parametrize("fetch_ahead", [False, True])
+def test_poll_acknowledge_commit_and_close_are_the_threaded_consumers(fetch_ahead: bool) -> None:
     async def scenario() -> None:
         broker = GatedBroker(records=3)
         heard: list[tuple[Any, threading.Thread]] = []
@@ -89,7 +90,7 @@ def test_poll_acknowledge_commit_and_close_are_the_threaded_consumers() -> None:
         async def on_acknowledged(partition: Any, offsets: Any, error: Any) -> None:
             heard.append(((partition, offsets, error), threading.current_thread()))
 
-        async with make(broker, on_acknowledged=on_acknowledged) as c:
+        async with make(broker, on_acknowledged=on_acknowledged, fetch_ahead=fetch_ahead) as c:
             assert await c.assignment() == {("jobs", 0)}
             first, second, _ = await poll_n(c, 3)
             await c.acknowledge(first, A.ACCEPT)

@@ -716,6 +716,34 @@ def test_a_session_per_leader_each_with_its_own_epochs() -> None:
     ]
 
 
+class SlowLeaderBroker(Broker):
+    """The broker model, with the second leader answering ShareFetches ``delay_s`` late."""
+
+    delay_s = 0.3
+
+    def send(self, request: Any, response_type: type[Any], **kw: Any) -> Any:
+        if isinstance(request, sg.ShareFetchRequest) and kw.get("coordinator") == LEADERS[1]:
+            time.sleep(self.delay_s)
+        return super().send(request, response_type, **kw)
+
+
+def test_a_records_lock_runs_from_its_own_leaders_answer_not_the_slowest() -> None:
+    # The fetches to all leaders go at once and the poll waits for every answer: counted
+    # from the last, a fast leader's records would look held for longer than the broker
+    # holds them.
+    broker = SlowLeaderBroker(records=2, partitions=2)
+    broker.leaders_apart = True
+    c = make(broker)
+    c.start(timeout=5)
+    before = time.monotonic()
+    records = poll_n(c, 2)
+    lock_s = broker.lock_ms / 1000
+    (fast,) = [r for r in records if r.partition == 0]
+    deadline = c.lock_deadline(fast)
+    assert deadline is not None and deadline - before < lock_s + broker.delay_s / 2
+    c.close()
+
+
 def _batch_bytes(first_offset: int, count: int) -> bytes:
     builder = MemoryRecordsBuilder(2, 0, 1 << 16, offset=first_offset)
     for n in range(count):

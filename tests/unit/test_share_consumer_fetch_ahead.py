@@ -4,6 +4,7 @@ refuse a request sent out of turn, so two requests at once on a session would sh
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -11,7 +12,12 @@ import pytest
 
 from coordination._protocol import share_group as sg
 from coordination.errors import ConfigurationError, CoordinatorStateError
-from recipes.queues import AcknowledgeType, AcquisitionLockExpiredError, ShareConsumer
+from recipes.queues import (
+    AcknowledgementUncertainError,
+    AcknowledgeType,
+    AcquisitionLockExpiredError,
+    ShareConsumer,
+)
 
 from .test_share_consumer import Broker, fetches, make, poll_n
 
@@ -143,6 +149,93 @@ def test_an_acknowledgement_made_while_the_round_delivers_the_record_again_is_no
     assert broker.state[(0, 0)][0] == "acquired"
     assert not any(acks_of(f) for f in fetches(broker))
     c.close()
+
+
+def expiring_broker() -> GatedBroker:
+    """A broker whose first delivery of record 0 runs out at the next fetch after it (the
+    application took longer than the lock): that fetch acquires it again."""
+    broker = GatedBroker(records=1)
+
+    def expire_the_first_delivery(_: sg.ShareFetchRequest) -> None:
+        st = broker.state[(0, 0)]
+        if st[0] == "acquired" and st[1] == 1:
+            st[0], st[2] = "available", None
+
+    broker.on_fetch = expire_the_first_delivery
+    return broker
+
+
+def test_an_acknowledgement_made_after_a_commit_took_the_new_delivery_is_not_sent() -> None:
+    broker = expiring_broker()
+    heard: list[tuple[Any, ...]] = []
+    c = make(broker, fetch_ahead=True, on_acknowledged=lambda *outcome: heard.append(outcome))
+    (first,) = poll_n(c, 1)
+    wait_for(lambda: broker.state[(0, 0)][1] == 2)
+    c.commit()  # takes the round (and the new delivery, for the next poll)
+    c.acknowledge(first, A.ACCEPT)
+    (again,) = c.poll(timeout_ms=1000)
+    assert again.delivery_count == 2
+    ((_, offsets, error),) = heard
+    assert offsets == (0,) and isinstance(error, AcquisitionLockExpiredError)
+    wait_for(lambda: len(fetches(broker)) >= 3)
+    assert broker.state[(0, 0)][0] == "acquired"
+    c.close()
+
+
+def test_implicit_mode_does_not_accept_a_delivery_that_ended_for_the_new_one() -> None:
+    broker = expiring_broker()
+    c = make(broker, fetch_ahead=True, acknowledgement_mode="implicit")
+    poll_n(c, 1)
+    wait_for(lambda: broker.state[(0, 0)][1] == 2)
+    (again,) = c.poll(timeout_ms=1000)  # would accept the first delivery's record
+    assert again.delivery_count == 2
+    wait_for(lambda: len(fetches(broker)) >= 3)
+    assert broker.state[(0, 0)][0] == "acquired"  # not accepted: nobody worked on it yet
+    c.close()
+
+
+class StalledFetches(Broker):
+    """The broker model, whose ShareFetches wait (outside its lock) while ``stalled`` is set,
+    up to a second."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.stalled = threading.Event()
+
+    def send(self, request: Any, response_type: type[Any], **kw: Any) -> Any:
+        if isinstance(request, sg.ShareFetchRequest) and self.stalled.is_set():
+            time.sleep(1.0)
+        return super().send(request, response_type, **kw)
+
+
+def test_close_does_not_wait_past_its_timeout_for_the_round_nor_release_what_it_carries() -> None:
+    broker = StalledFetches(records=4)
+    heard: list[tuple[Any, ...]] = []
+    c = make(
+        broker,
+        fetch_ahead=True,
+        max_poll_records=2,
+        on_acknowledged=lambda *outcome: heard.append(outcome),
+    )
+    done, _ = poll_n(c, 2)
+    c.acknowledge(done, A.ACCEPT)
+    wait_for(lambda: broker.state[(0, 3)][0] == "acquired")
+    broker.stalled.set()  # the round the next poll sends (carrying the ACCEPT) stays out
+    assert len(c.poll(timeout_ms=1000)) == 2
+    began = time.monotonic()
+    c.close(timeout=0.2)
+    assert time.monotonic() - began < 0.9  # not waiting for the stalled round
+    uncertain = [o for _, o, e in heard if isinstance(e, AcknowledgementUncertainError)]
+    assert uncertain == [(0,)]
+    released = [
+        b
+        for r in broker.requests(sg.ShareAcknowledgeRequest)
+        for t in r.topics
+        for p in t.partitions
+        for b in p.acknowledgement_batches
+        if b.first_offset <= 0 <= b.last_offset
+    ]
+    assert not released  # the ACCEPT out was not turned into a RELEASE
 
 
 def test_close_releases_the_records_fetched_ahead() -> None:
