@@ -161,6 +161,9 @@ class ShareSessions:
         # away): acknowledged as GAP with the partition's next acknowledgements.
         self._gaps: dict[TopicIdPartition, dict[int, sg.AcknowledgeType]] = {}
         self._failed = False  # a request of this round failed (see fetch)
+        # Set by close: a fetch still on its way (ShareConsumer(fetch_ahead=True), its close's
+        # time run out) must not open new sessions and acquire records nobody would release.
+        self._closing = False
 
     # ------------------------------------------------------------------ the consumer's calls
 
@@ -232,6 +235,8 @@ class ShareSessions:
         }
         timeout_s = self._config.request_timeout_ms / 1000 + max_wait_ms / 1000
         self._failed = False
+        if self._closing:
+            return outcome
         for leader, answer, answered_at in self._send_all(
             requests, sg.ShareFetchResponse, timeout_s
         ):
@@ -271,6 +276,7 @@ class ShareSessions:
     def close(self, acks: Acknowledgements) -> dict[TopicIdPartition, int]:
         """Send ``acks`` and close every share session (a ShareAcknowledge of epoch -1 to
         each leader): what the member still holds there is released at once."""
+        self._closing = True
         try:
             return self._acknowledge(self._with_gaps(dict(acks)), closing=True)
         finally:

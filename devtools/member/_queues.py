@@ -75,20 +75,21 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
         **({"client_id": args.client_id} if args.client_id else {}),
     )
     emit("started", topics=topic.split(","))
-    last_polled_at = emit.clock()
+    # Fetching ahead, a poll's records may come from the round sent by the last poll that
+    # returned records: acquired after that poll began.
+    ahead_since = emit.clock()
     try:
         while not stopping.is_set():
-            # Fetching ahead, a poll's records may come from the round the poll before it
-            # sent: acquired after that poll began.
-            polled_at, last_polled_at = (
-                (last_polled_at, emit.clock()) if args.fetch_ahead else (emit.clock(), 0.0)
-            )
+            began = emit.clock()
+            polled_at = ahead_since if args.fetch_ahead else began
             try:
                 records = consumer.poll(timeout_ms=args.poll_ms)
             except errors.CoordinationError as e:
                 emit("failed", error=type(e).__name__, detail=str(e)[:300])
                 stopping.wait(0.5)
                 continue
+            if records:
+                ahead_since = began  # this poll sent the next round
             for r in records:
                 # ``polled_at`` and ``t`` bound when the broker acquired it.
                 emit(

@@ -597,6 +597,7 @@ class ShareConsumer:
             return False
         self._ahead = None
         if round_.error is not None:
+            self._settle(round_.sent, {})  # some leaders may have applied them: uncertain
             raise round_.error
         outcome = round_.outcome
         assert outcome is not None
@@ -668,11 +669,17 @@ class ShareConsumer:
         delivery that has ended, whose lock ran out, and must not apply to the new one, which
         this member holds now."""
         stale: dict[_Key, dict[int, AcknowledgeType]] = {}
+        pending: dict[int, AcknowledgeType] = {}
+        topic_id: uuid.UUID | None = None
+        index = -1
         for acquired in fetched:
-            key = (acquired.topic_id, acquired.partition)
-            kind = self._pending.get(key, {}).get(acquired.offset)
+            # Partition by partition, as they come: looked up at each change only.
+            if acquired.topic_id is not topic_id or acquired.partition != index:
+                topic_id, index = acquired.topic_id, acquired.partition
+                pending = self._pending.get((topic_id, index), {})
+            kind = pending.get(acquired.offset) if pending else None
             if kind is not None:
-                stale.setdefault(key, {})[acquired.offset] = kind
+                stale.setdefault((acquired.topic_id, index), {})[acquired.offset] = kind
         for key, offsets in stale.items():
             self._apply(key, offsets, int(ErrorCode.INVALID_RECORD_STATE))
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from coordination._protocol import share_group as sg
-from coordination.errors import ConfigurationError, CoordinatorStateError
+from coordination._protocol.error_codes import ErrorCode as E
+from coordination.errors import ConfigurationError, CoordinatorStateError, GroupAuthorizationError
 from recipes.queues import (
     AcknowledgementUncertainError,
     AcknowledgeType,
@@ -236,6 +237,28 @@ def test_close_does_not_wait_past_its_timeout_for_the_round_nor_release_what_it_
         if b.first_offset <= 0 <= b.last_offset
     ]
     assert not released  # the ACCEPT out was not turned into a RELEASE
+
+
+def test_a_round_that_failed_reports_its_acknowledgements_uncertain() -> None:
+    broker = Broker(records=4)
+    heard: list[tuple[Any, ...]] = []
+    c = make(
+        broker,
+        fetch_ahead=True,
+        max_poll_records=2,
+        on_acknowledged=lambda *outcome: heard.append(outcome),
+    )
+    done, _ = poll_n(c, 2)
+    c.acknowledge(done, A.ACCEPT)
+    wait_for(lambda: broker.state[(0, 3)][0] == "acquired")
+    broker.then(sg.ShareFetchResponse, int(E.GROUP_AUTHORIZATION_FAILED))
+    assert len(c.poll(timeout_ms=1000)) == 2  # the round it sends (with the ACCEPT) fails
+    with pytest.raises(GroupAuthorizationError):
+        c.commit()
+    c.close()  # (releases the rest: with the member stopped, uncertain too)
+    (_, offsets, error), *rest = heard
+    assert offsets == (0,) and isinstance(error, AcknowledgementUncertainError)
+    assert all(0 not in later for _, later, _ in rest)  # not released after its ACCEPT
 
 
 def test_close_releases_the_records_fetched_ahead() -> None:
