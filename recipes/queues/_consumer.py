@@ -465,7 +465,9 @@ class ShareConsumer:
 
     def commit(self) -> dict[TopicPartition, AcknowledgementError | None]:
         """Send the acknowledgements made so far now (in implicit mode: accept every record
-        the last poll returned), and wait for their outcome.
+        the last poll returned), and wait for their outcome. With ``fetch_ahead``, the round
+        sent ahead is waited for first; the outcome of the acknowledgements it carried is
+        reported to ``on_acknowledged`` and the hooks, as a poll's are, not returned here.
 
         Returns:
             Per partition acknowledged: None if every acknowledgement took effect, else the
