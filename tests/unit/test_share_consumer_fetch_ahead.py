@@ -197,7 +197,9 @@ def test_implicit_mode_does_not_accept_a_delivery_that_ended_for_the_new_one() -
 
 class StalledFetches(Broker):
     """The broker model, whose ShareFetches wait (outside its lock) while ``stalled`` is set,
-    up to a second."""
+    ``STALL_S`` each."""
+
+    STALL_S = 3.0
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -205,7 +207,7 @@ class StalledFetches(Broker):
 
     def send(self, request: Any, response_type: type[Any], **kw: Any) -> Any:
         if isinstance(request, sg.ShareFetchRequest) and self.stalled.is_set():
-            time.sleep(1.0)
+            time.sleep(self.STALL_S)
         return super().send(request, response_type, **kw)
 
 
@@ -225,7 +227,7 @@ def test_close_does_not_wait_past_its_timeout_for_the_round_nor_release_what_it_
     assert len(c.poll(timeout_ms=1000)) == 2
     began = time.monotonic()
     c.close(timeout=0.2)
-    assert time.monotonic() - began < 0.9  # not waiting for the stalled round
+    assert time.monotonic() - began < broker.STALL_S - 0.5  # not waiting for the round
     uncertain = [o for _, o, e in heard if isinstance(e, AcknowledgementUncertainError)]
     assert uncertain == [(0,)]
     released = [
@@ -272,11 +274,11 @@ def test_close_releases_the_records_fetched_ahead() -> None:
 
 
 def test_records_whose_lock_ran_out_before_the_next_poll_are_not_handed_out() -> None:
-    broker = Broker(records=2, lock_ms=50)
+    broker = Broker(records=2, lock_ms=300)
     c = make(broker, fetch_ahead=True, max_poll_records=1)
     poll_n(c, 1)
     wait_for(lambda: broker.state[(0, 1)][0] == "acquired")
-    time.sleep(0.1)  # the application takes longer than the lock of the record fetched ahead
+    time.sleep(0.5)  # the application takes longer than the lock of the record fetched ahead
     later = c.poll(timeout_ms=20)
     assert all(r.delivery_count > 1 or r.offset != 1 for r in later)
     assert c.metrics().records_expired_unpolled == 1
