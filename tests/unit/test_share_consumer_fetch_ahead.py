@@ -46,6 +46,13 @@ def wait_for(condition: Any, timeout_s: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def listening(broker: Broker, **kw: Any) -> tuple[ShareConsumer, list[tuple[Any, ...]]]:
+    """A consumer fetching ahead, and the outcomes its ``on_acknowledged`` hears."""
+    heard: list[tuple[Any, ...]] = []
+    c = make(broker, fetch_ahead=True, on_acknowledged=lambda *outcome: heard.append(outcome), **kw)
+    return c, heard
+
+
 def acks_of(request: sg.ShareFetchRequest) -> list[sg.AcknowledgementBatch]:
     return [b for t in request.topics for p in t.partitions for b in p.acknowledgement_batches]
 
@@ -102,13 +109,7 @@ def test_an_acknowledgement_out_in_the_round_is_final_but_a_renew_out_may_be_fol
 
 def test_an_acknowledgement_made_after_a_renew_that_failed_is_reported_with_it() -> None:
     broker = Broker(records=4)
-    heard: list[tuple[Any, ...]] = []
-    c = make(
-        broker,
-        fetch_ahead=True,
-        max_poll_records=2,
-        on_acknowledged=lambda *outcome: heard.append(outcome),
-    )
+    c, heard = listening(broker, max_poll_records=2)
     _, renewed = poll_n(c, 2)
     c.acknowledge(renewed, A.RENEW)
     broker.expire(0, 1)  # too late: the RENEW will be refused
@@ -136,8 +137,7 @@ def test_an_acknowledgement_made_while_the_round_delivers_the_record_again_is_no
             st[0], st[2] = "available", None
 
     broker.on_fetch = expire_the_first_delivery
-    heard: list[tuple[Any, ...]] = []
-    c = make(broker, fetch_ahead=True, on_acknowledged=lambda *outcome: heard.append(outcome))
+    c, heard = listening(broker)
     (first,) = poll_n(c, 1)
     wait_for(lambda: broker.state[(0, 0)][1] == 2)  # delivered again, in the round ahead
     c.acknowledge(first, A.ACCEPT)
@@ -168,8 +168,7 @@ def expiring_broker() -> GatedBroker:
 
 def test_an_acknowledgement_made_after_a_commit_took_the_new_delivery_is_not_sent() -> None:
     broker = expiring_broker()
-    heard: list[tuple[Any, ...]] = []
-    c = make(broker, fetch_ahead=True, on_acknowledged=lambda *outcome: heard.append(outcome))
+    c, heard = listening(broker)
     (first,) = poll_n(c, 1)
     wait_for(lambda: broker.state[(0, 0)][1] == 2)
     c.commit()  # takes the round (and the new delivery, for the next poll)
@@ -213,13 +212,7 @@ class StalledFetches(Broker):
 
 def test_close_does_not_wait_past_its_timeout_for_the_round_nor_release_what_it_carries() -> None:
     broker = StalledFetches(records=4)
-    heard: list[tuple[Any, ...]] = []
-    c = make(
-        broker,
-        fetch_ahead=True,
-        max_poll_records=2,
-        on_acknowledged=lambda *outcome: heard.append(outcome),
-    )
+    c, heard = listening(broker, max_poll_records=2)
     done, _ = poll_n(c, 2)
     c.acknowledge(done, A.ACCEPT)
     wait_for(lambda: broker.state[(0, 3)][0] == "acquired")
@@ -243,13 +236,7 @@ def test_close_does_not_wait_past_its_timeout_for_the_round_nor_release_what_it_
 
 def test_a_round_that_failed_reports_its_acknowledgements_uncertain() -> None:
     broker = Broker(records=4)
-    heard: list[tuple[Any, ...]] = []
-    c = make(
-        broker,
-        fetch_ahead=True,
-        max_poll_records=2,
-        on_acknowledged=lambda *outcome: heard.append(outcome),
-    )
+    c, heard = listening(broker, max_poll_records=2)
     done, _ = poll_n(c, 2)
     c.acknowledge(done, A.ACCEPT)
     wait_for(lambda: broker.state[(0, 3)][0] == "acquired")
