@@ -85,6 +85,9 @@ class Report:
     unowned: dict[str, float]
     counts_of_work: dict[str, int]
     reelected_same_token: int = 0
+    peers_partitions_twice: list[Violation] = field(default_factory=list)
+    """Partitions owned twice by two clients that are not this library's: listed, not
+    counted as violations (see :func:`partitions_twice`)."""
 
     @property
     def violations(self) -> list[Violation]:
@@ -109,6 +112,7 @@ class Report:
             "token_regressions": len(self.token_regressions),
             "tasks_twice": len(self.tasks_twice),
             "partitions_twice": len(self.partitions_twice),
+            "peers_partitions_twice": len(self.peers_partitions_twice),
             "lost": len(self.lost),
             "duplicates": len(self.duplicates),
             "commits_backwards": len(self.commits_backwards),
@@ -135,6 +139,11 @@ class Report:
             f"leaders re-elected with the token they had been deposed with: "
             f"{self.reelected_same_token} (no violation: same generation, nobody led between)"
         )
+        lines.append(
+            f"partitions owned twice by two other clients (theirs, not a violation): "
+            f"{len(self.peers_partitions_twice)}"
+        )
+        lines += [f"  {v.detail}" for v in self.peers_partitions_twice[:examples]]
         worst = sorted(self.unowned.items(), key=lambda kv: -kv[1])[:examples]
         lines.append(
             f"longest unowned after the last fault: {self.max_unowned_s:.2f} s "
@@ -454,6 +463,16 @@ def ownerships(history: History, group: str) -> list[Ownership]:
     return out
 
 
+PEERS_PARTITION_TWICE = "peers_partition_twice"
+"""The kind of a partition owned twice by two *other* clients: a finding about them."""
+
+
+def _this_library(process: str) -> bool:
+    """Whether ``process`` runs this library: the campaign names those ``ours…``
+    (``ours-1``, ``oursasync-1``, ``ours848-1``); the others are Java's and librdkafka's."""
+    return process.startswith("ours")
+
+
 def partitions_twice(history: History, group: str) -> list[Violation]:
     """A partition owned by two processes of ``group`` in overlapping generations and
     overlapping time.
@@ -470,6 +489,14 @@ def partitions_twice(history: History, group: str) -> list[Violation]:
     reported the partition revoked (a fenced member never reaches it); the broker hands the
     partition to another member only once it is released, at that member's epoch at the
     target epoch or later. So the epochs of two successive owners never meet.
+
+    An overlap between two processes neither of which runs this library is returned with
+    the kind :data:`PEERS_PARTITION_TWICE`: no member of ours can make two other clients
+    own one partition at once (each client's ownership follows its own reports to the
+    broker), so it is a finding about those clients, which the report lists apart and does
+    not count as a violation. One seen: librdkafka 2.16's KIP-848 member reports owning
+    nothing while the topic's metadata is missing, then takes the whole assignment of that
+    older epoch after the broker, believing it free, handed part of it on.
     """
     by_partition: dict[Partition, list[Ownership]] = defaultdict(list)
     for o in ownerships(history, group):
@@ -489,9 +516,10 @@ def partitions_twice(history: History, group: str) -> list[Violation]:
                     and b.first_generation <= a.last_generation
                 )
                 if generations_meet:
+                    ours = _this_library(a.process) or _this_library(b.process)
                     out.append(
                         Violation(
-                            "partition_twice",
+                            "partition_twice" if ours else PEERS_PARTITION_TWICE,
                             f"{group}: {tp[0]}-{tp[1]}: {a.process} owned it "
                             f"{a.start:.3f}..{a.end:.3f} "
                             f"(generations {a.first_generation}..{a.last_generation}, "
@@ -741,6 +769,7 @@ def _all_tasks(history: History) -> list[str]:
 def check(history: History) -> Report:
     """Run every check over ``history``; the consumer checks once per consumer group."""
     groups = sorted(history.consumer_groups)
+    twice = [v for g in groups for v in partitions_twice(history, g)]
     consumed = {group: consumptions(history, group) for group in groups}
     work: dict[str, int] = {
         "leaderships": len(acting_leaderships(history)),
@@ -757,7 +786,8 @@ def check(history: History) -> Report:
         overlaps=leadership_overlaps(history),
         token_regressions=token_regressions(history),
         tasks_twice=tasks_twice(history),
-        partitions_twice=[v for g in groups for v in partitions_twice(history, g)],
+        partitions_twice=[v for v in twice if v.kind != PEERS_PARTITION_TWICE],
+        peers_partitions_twice=[v for v in twice if v.kind == PEERS_PARTITION_TWICE],
         lost=lost_records(history, consumed),
         duplicates=[v for g in groups for v in duplicates(history, g, consumed[g])],
         commits_backwards=[v for g in groups for v in commits_backwards(history, g)],

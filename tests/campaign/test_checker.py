@@ -411,6 +411,26 @@ def test_a_double_ownership_in_the_kip848_group_is_reported_with_its_group() -> 
     assert detail.startswith(f"{KIP848}: ") and "rdkafka848-1#1" in detail
 
 
+def test_an_overlap_between_two_other_clients_is_listed_apart_not_a_violation() -> None:
+    h = two_groups()
+    # librdkafka held the partition while Java's member owned it, at one epoch: no member
+    # of this library took part, so it is a finding about them, listed apart.
+    h.consumer_groups[KIP848]["rdkafka848-1#1"] = [
+        assigned(3.5, 4, 0),
+        revoked(4.3, 5, 0),
+    ]
+    report = check(h)
+    assert report.violations == []
+    assert len(report.peers_partitions_twice) == 1
+    assert "rdkafka848-1#1" in report.peers_partitions_twice[0].detail
+    assert report.figures()["peers_partitions_twice"] == 1
+    assert "rdkafka848-1#1" in report.summary()
+    # The same overlap with a member of ours in Java's place is a violation.
+    h.consumer_groups[KIP848]["ours848-2#1"] = h.consumer_groups[KIP848].pop("java848-1#1")
+    report = check(h)
+    assert len(report.partitions_twice) == 1 and report.peers_partitions_twice == []
+
+
 def test_a_record_one_group_never_consumed_is_lost_for_that_group_only() -> None:
     h = two_groups()
     h.consumer_groups[KIP848]["java848-1#1"][1] = records(3.5, 0, 7, 8)
