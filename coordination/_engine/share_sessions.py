@@ -541,7 +541,9 @@ class ShareSessions:
             return {tp: answer.error_code for tp in acks}
         if not closing:
             session.advance(session.partitions)
-        results = {tp: int(ErrorCode.NONE) for tp in acks}
+        # A partition the answer does not name: whether its acknowledgements were applied,
+        # nobody knows (as for a ShareFetch's).
+        results: dict[TopicIdPartition, int] = {tp: NO_ANSWER for tp in acks}
         for topic in answer.responses:
             for partition in topic.partitions:
                 tp = (topic.topic_id, partition.partition_index)

@@ -15,6 +15,11 @@ delivery limit. The checks (each returns the evidence of every violation it foun
   took an acknowledgement from each: each held the lock until then);
 * :func:`delivered_after_done`: a record delivered again after a terminal acknowledgement
   of it was confirmed;
+
+  this one and ``acknowledged_twice`` spare a delivery the broker made having forgotten
+  the earlier one (:func:`forgotten`: its count no higher, a share coordinator's failover
+  between them; counted as ``done_again_after_state_reset``): Kafka 4.3.1's share-group
+  state can go back after such a failover, and a client cannot make a broker forget;
 * :func:`over_limit`: a delivery count above the group's limit (or below 1);
 * :func:`counts_not_increasing`: two deliveries of a record with the same count, or a
   higher count acquired surely before a lower one, unless a broker was killed in between:
@@ -137,24 +142,43 @@ def _describe(key: Key) -> str:
     return f"{key[0]}-{key[1]}@{key[2]}"
 
 
+def forgotten(
+    earlier: Delivery, later: Delivery, moved: Sequence[tuple[float, float]] = ()
+) -> bool:
+    """Whether the broker forgot ``earlier`` when it made ``later``: a count no higher, with
+    a share coordinator's failover (``moved``) between them. A client cannot make the broker
+    forget a delivery; Kafka 4.3.1's share-group state can go back after such a failover
+    (writes retried out of order; a leader that reads that state again delivers anew)."""
+    if later.delivery_count > earlier.delivery_count:
+        return False
+    begin, end = earlier.polled_at, later.t
+    return any(start < end and begin < stop for start, stop in moved)
+
+
 def acknowledged_twice(
-    by_record: dict[Key, list[Delivery]], lock_s: float = math.inf
-) -> tuple[list[Violation], int]:
-    """Records with two confirmed terminal acknowledgements; and how many of the later ones
-    a poll, or a wait for the answer, longer than ``lock_s`` excuses (see the module's
-    docstring)."""
+    by_record: dict[Key, list[Delivery]],
+    lock_s: float = math.inf,
+    moved: Sequence[tuple[float, float]] = (),
+) -> tuple[list[Violation], int, int]:
+    """Records with two confirmed terminal acknowledgements; how many of the later ones a
+    poll, or a wait for the answer, longer than ``lock_s`` excuses; and how many a delivery
+    the broker forgot (:func:`forgotten`) excuses (see the module's docstring)."""
     out = []
-    stale = 0
+    stale = reset = 0
     for key, ds in sorted(by_record.items()):
         done = sorted(
             (d for d in ds if d.outcome == "confirmed" and d.kind in TERMINAL),
             key=lambda d: d.answered_at,
         )
         later = done[1:]
-        unexcused = [
+        fresh = [
             d for d in later if d.t - d.polled_at <= lock_s and d.answered_at - d.asked_at <= lock_s
         ]
-        stale += len(later) - len(unexcused)
+        stale += len(later) - len(fresh)
+        unexcused = [
+            d for d in fresh if not any(forgotten(e, d, moved) for e in done if e is not d)
+        ]
+        reset += len(fresh) - len(unexcused)
         if unexcused:
             out.append(
                 Violation(
@@ -162,7 +186,7 @@ def acknowledged_twice(
                     f"{_describe(key)}: " + "; ".join(d.where() for d in [done[0], *unexcused]),
                 )
             )
-    return out, stale
+    return out, stale, reset
 
 
 def held_twice(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
@@ -182,24 +206,32 @@ def held_twice(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
     return out
 
 
-def delivered_after_done(by_record: dict[Key, list[Delivery]]) -> list[Violation]:
-    """Deliveries whose poll began after a terminal acknowledgement was confirmed."""
+def delivered_after_done(
+    by_record: dict[Key, list[Delivery]], moved: Sequence[tuple[float, float]] = ()
+) -> tuple[list[Violation], int]:
+    """Deliveries whose poll began after a terminal acknowledgement was confirmed; and how
+    many of them the broker made having forgotten that delivery (:func:`forgotten`)."""
     out = []
+    reset = 0
     for key, ds in sorted(by_record.items()):
         done = [d for d in ds if d.outcome == "confirmed" and d.kind in TERMINAL]
         if not done:
             continue
         first = min(done, key=lambda d: d.answered_at)
-        out += [
-            Violation(
-                "delivered_after_done",
-                f"{_describe(key)}: {d.where()} after {first.where()} was confirmed at "
-                f"{first.answered_at:.3f}",
+        for d in ds:
+            if d.polled_at <= first.answered_at:
+                continue
+            if forgotten(first, d, moved):
+                reset += 1
+                continue
+            out.append(
+                Violation(
+                    "delivered_after_done",
+                    f"{_describe(key)}: {d.where()} after {first.where()} was confirmed at "
+                    f"{first.answered_at:.3f}",
+                )
             )
-            for d in ds
-            if d.polled_at > first.answered_at
-        ]
-    return out
+    return out, reset
 
 
 def over_limit(by_record: dict[Key, list[Delivery]], limit: int) -> list[Violation]:
@@ -258,9 +290,14 @@ _ANSWER_CUTTING = frozenset({"broker_kill", "coordinator_kill", "network_cut", "
 
 def unseen_chances(history: ShareHistory) -> list[float]:
     """When a delivery may have happened that no consumer reported: each consumer killed,
-    each fault that may cut off an answer (sorted)."""
+    each fault that may cut off an answer, and each ``unseen`` a consumer fetching ahead
+    reported (records dropped with their lock run out before a poll, the round released at
+    its close; each a chance for a record to lose one delivery at most), sorted."""
     cuts = [float(f["start"]) for f in history.faults if f.get("kind") in _ANSWER_CUTTING]
-    return sorted([*history.kills, *cuts])
+    reported = [
+        float(e["t"]) for es in history.consumers.values() for e in es if e["event"] == "unseen"
+    ]
+    return sorted([*history.kills, *cuts, *reported])
 
 
 def lost(
@@ -379,14 +416,19 @@ def check_share(history: ShareHistory) -> ShareReport:
     }
     unseen = unseen_chances(history)
     work["settled_unseen"] = len(lost(history, by_record)) - len(lost(history, by_record, unseen))
-    not_increasing, reset_by_failover = counts_not_increasing(by_record, failovers(history))
+    moved = failovers(history)
+    not_increasing, reset_by_failover = counts_not_increasing(by_record, moved)
     work["counts_reset_by_failover"] = reset_by_failover
-    twice, work["stale_acks_confirmed"] = acknowledged_twice(by_record, history.lock_s)
+    twice, work["stale_acks_confirmed"], twice_reset = acknowledged_twice(
+        by_record, history.lock_s, moved
+    )
+    after_done, after_done_reset = delivered_after_done(by_record, moved)
+    work["done_again_after_state_reset"] = twice_reset + after_done_reset
     return ShareReport(
         faults=len(history.faults),
         accepted_twice=twice,
         held_twice=held_twice(by_record),
-        delivered_after_done=delivered_after_done(by_record),
+        delivered_after_done=after_done,
         over_limit=over_limit(by_record, history.delivery_limit),
         counts_not_increasing=not_increasing,
         lost=lost(history, by_record, unseen),

@@ -68,7 +68,9 @@ processes on one host. The events:
   ``acknowledging {topic, partition, offset, delivery_count, kind}`` read before each
   ``acknowledge()``, the broker's answers ``acknowledged {topic,
   partition, acks: [[offset, kind]...]}`` (took effect) and ``ack_failed {..., error}``,
-  ``failed {error, detail}`` a poll or commit that raised, ``stalling {seconds}``;
+  ``failed {error, detail}`` a poll or commit that raised, ``stalling {seconds}``; with
+  ``--fetch-ahead``, ``unseen {reason, records}`` when deliveries may have been spent
+  unseen (``expired``: a poll dropped records whose lock ran out; ``closed``: after close);
 * shares: ``assigned {member, generation}`` (``t`` read in ``on_join_complete``), and the
   answers to its commands: ``started``, ``t0``, ``stopped`` (``_shares.run_shares``).
 

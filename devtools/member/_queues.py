@@ -5,7 +5,11 @@ every ``--bounce-every``-th at every delivery (it reaches the delivery limit and
 archived), every ``--reject-every``-th is rejected as poison (it never comes back). With
 ``--stall-chance`` a batch is acknowledged only after ``--stall-ms`` (a slow handler: past
 the lock, its acknowledgements fail and its records come back). ``--fetch-ahead``: the
-consumer fetches ahead (``fetch_ahead=True``)."""
+consumer fetches ahead (``fetch_ahead=True``); then it reports the deliveries it may have
+spent unseen (``unseen``): when a poll dropped records whose lock ran out before it
+(``metrics().records_expired_unpolled`` grew), and after its close (it released the round
+fetched ahead, if any, with its sessions): a record may have reached the delivery limit
+through one of them, archived without anyone seeing its last delivery."""
 
 from __future__ import annotations
 
@@ -78,6 +82,7 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
     # Fetching ahead, a poll's records may come from the round sent by the last poll that
     # returned records: acquired after that poll began.
     ahead_since = emit.clock()
+    expired_unpolled = 0
     try:
         while not stopping.is_set():
             began = emit.clock()
@@ -90,6 +95,10 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
                 continue
             if records:
                 ahead_since = began  # this poll sent the next round
+            expired = consumer.metrics().records_expired_unpolled
+            if expired > expired_unpolled:
+                emit("unseen", reason="expired", records=expired - expired_unpolled)
+                expired_unpolled = expired
             for r in records:
                 # ``polled_at`` and ``t`` bound when the broker acquired it.
                 emit(
@@ -127,4 +136,6 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
         try:
             consumer.close(timeout=10)
         finally:
+            if args.fetch_ahead:
+                emit("unseen", reason="closed")
             emit("closed")

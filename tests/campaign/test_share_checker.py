@@ -213,6 +213,29 @@ def test_a_count_seen_again_after_a_broker_was_killed_is_excused() -> None:
     assert kinds(check_share(h)) == ["count_repeated"]
 
 
+def test_a_record_done_again_after_the_broker_forgot_it_across_a_failover_is_counted() -> None:
+    h = clean()
+    # Offset 0, accepted by share-1 at delivery 1 (confirmed at 1.2), delivered anew as
+    # delivery 1 at 30.0 and accepted again: the broker forgot the first delivery.
+    h.consumers["share-3#1"] += [
+        acquired(30.0, 0, count=1, polled_at=29.9),
+        asking(30.1, 0, "ACCEPT", count=1),
+        answered(30.2, 0, "ACCEPT"),
+    ]
+    assert kinds(check_share(h)) == ["accepted_twice", "delivered_after_done", "count_repeated"]
+    h.faults = [{"event": "fault", "kind": "coordinator_kill", "start": 10.0, "end": 12.0}]
+    report = check_share(h)
+    assert report.violations == []
+    assert report.counts_of_work["done_again_after_state_reset"] == 2
+    # A higher count: the broker remembered a delivery, so it is a violation all the same.
+    h.consumers["share-3#1"][-3:] = [
+        acquired(30.0, 0, count=2, polled_at=29.9),
+        asking(30.1, 0, "ACCEPT", count=2),
+        answered(30.2, 0, "ACCEPT"),
+    ]
+    assert kinds(check_share(h)) == ["accepted_twice", "delivered_after_done"]
+
+
 def test_a_delivery_count_that_went_down() -> None:
     h = clean()
     # share-2's delivery 3 of offset 4 surely came before its delivery 2 (polls don't meet).
@@ -250,6 +273,40 @@ def test_deliveries_nobody_reported_may_reach_the_limit() -> None:
     report = check_share(h)
     assert report.violations == [] and report.counts_of_work["settled_unseen"] == 1
     h.kills = [21.0]  # before the delivery on record: no chance left after it
+    assert kinds(check_share(h)) == ["lost"]
+
+
+def test_a_delivery_a_consumer_fetching_ahead_spent_unseen_may_reach_the_limit() -> None:
+    h = clean()
+    h.produced += produced(7)
+    # Released at deliveries 1 and 2 (limit 3), confirmed; then the consumer, fetching
+    # ahead, closed: the round it had sent may have acquired delivery 3, released unseen.
+    h.consumers["share-1#1"][-1:] = [
+        acquired(1.5, 4),
+        acquired(1.5, 7),
+        asking(1.6, 7, "RELEASE"),
+        answered(1.7, 7, "RELEASE"),
+    ]
+    before = list(h.consumers["share-3#1"])
+
+    def ending(*events: Event) -> None:
+        h.consumers["share-3#1"] = [
+            *before,
+            acquired(21.5, 7, count=2),
+            asking(21.6, 7, "RELEASE", count=2),
+            answered(21.7, 7, "RELEASE"),
+            *events,
+            ev("closed", 22.0),
+        ]
+
+    ending()
+    assert kinds(check_share(h)) == ["lost"]
+    for reason in ("closed", "expired"):
+        ending(ev("unseen", 22.0, reason=reason))
+        report = check_share(h)
+        assert report.violations == [] and report.counts_of_work["settled_unseen"] == 1
+    # Reported before the delivery on record: no chance left after it.
+    ending(ev("unseen", 21.0, reason="closed"))
     assert kinds(check_share(h)) == ["lost"]
 
 

@@ -620,6 +620,18 @@ def test_no_answer_makes_the_outcome_uncertain() -> None:
     c.close()
 
 
+def test_a_partition_the_answer_leaves_out_has_an_uncertain_outcome() -> None:
+    broker = Broker(records=1)
+    c = make(broker)
+    (record,) = poll_n(c, 1)
+    c.acknowledge(record)
+    # Answered, without a word about the partition acknowledged: not a success.
+    broker.then(sg.ShareAcknowledgeResponse, sg.ShareAcknowledgeResponse(0, responses=()))
+    (error,) = c.commit().values()
+    assert isinstance(error, AcknowledgementUncertainError)
+    c.close()
+
+
 def test_a_moved_leader_makes_the_consumer_look_it_up_again() -> None:
     broker = Broker(records=1)
     leaders = Leaders()
