@@ -31,88 +31,18 @@ import os
 import pstats
 import statistics
 import sys
-import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
-
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _share_backlog import prepare, read_backlog
 
 from coordination.testing import running_kafka
-from recipes.queues import AcknowledgeType, ShareConsumer
 
-PARTITIONS = 8
-VALUE = b"v" * 100
-MAX_POLL_RECORDS = 500
 POLL_MS = 100
-RUN_TIMEOUT_S = 300.0
-
-
-class BenchmarkError(Exception):
-    pass
-
-
-def prepare(bootstrap: str, records: int) -> str:
-    """A new topic holding ``records`` records."""
-    topic = f"share-cpu-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
-    try:
-        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-    finally:
-        admin.close()
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024
-    )
-    for i in range(records):
-        producer.send(topic, value=VALUE, partition=i % PARTITIONS)
-    producer.flush()
-    producer.close()
-    return topic
-
-
-def new_group(bootstrap: str) -> str:
-    """A fresh share group that starts at the beginning of its partitions."""
-    group = f"share-cpu-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
-    try:
-        settings = {"share.auto.offset.reset": "earliest"}
-        admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, settings)])
-    finally:
-        admin.close()
-    return group
-
-
-def consume(bootstrap: str, topic: str, records: int, profiler: cProfile.Profile | None) -> float:
-    """CPU seconds this process spent while one consumer read and accepted ``records``."""
-    consumer = ShareConsumer(
-        new_group(bootstrap),
-        topics=[topic],
-        bootstrap_servers=bootstrap,
-        max_poll_records=MAX_POLL_RECORDS,
-    )
-    try:
-        consumer.start(timeout=60)
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        handled = 0
-        started = time.process_time()
-        if profiler is not None:
-            profiler.enable()
-        while handled < records:
-            if time.monotonic() > deadline:
-                raise BenchmarkError(f"{handled} of {records} records in {RUN_TIMEOUT_S:.0f} s")
-            for record in consumer.poll(timeout_ms=POLL_MS):
-                consumer.acknowledge(record, AcknowledgeType.ACCEPT)
-                handled += 1
-        consumer.commit()  # the last poll's acknowledgements
-        if profiler is not None:
-            profiler.disable()
-        return time.process_time() - started
-    finally:
-        consumer.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,8 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         topic = prepare(bootstrap, args.records)
         per_100k = []
         for run in range(args.repeats):
-            cpu_s = consume(bootstrap, topic, args.records, profiler)
-            per_100k.append(cpu_s * 100_000 / args.records)
+            reading = read_backlog(
+                bootstrap, topic, args.records, poll_ms=POLL_MS, profiler=profiler
+            )
+            per_100k.append(reading.cpu_s * 100_000 / args.records)
             print(f"run {run + 1}: {per_100k[-1]:.3f} CPU-s per 100k records", flush=True)
     if profiler is not None:
         out = io.StringIO()

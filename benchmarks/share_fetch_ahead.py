@@ -30,7 +30,6 @@ import logging
 import os
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,48 +37,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from share_consumer_cpu import (
-    MAX_POLL_RECORDS,
-    RUN_TIMEOUT_S,
-    BenchmarkError,
-    new_group,
-    prepare,
-)
+from _share_backlog import prepare, read_backlog
 
 from coordination.testing import running_kafka
-from recipes.queues import AcknowledgeType, ShareConsumer
 
 POLL_MS = 500
-
-
-def consume(bootstrap: str, topic: str, records: int, work_s: float, ahead: bool) -> float:
-    """Records/s of one consumer reading and accepting ``records``, waiting ``work_s`` after
-    each poll that returned some."""
-    consumer = ShareConsumer(
-        new_group(bootstrap),
-        topics=[topic],
-        bootstrap_servers=bootstrap,
-        max_poll_records=MAX_POLL_RECORDS,
-        fetch_ahead=ahead,
-    )
-    try:
-        consumer.start(timeout=60)
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        handled = 0
-        started = time.monotonic()
-        while handled < records:
-            if time.monotonic() > deadline:
-                raise BenchmarkError(f"{handled} of {records} records in {RUN_TIMEOUT_S:.0f} s")
-            batch = consumer.poll(timeout_ms=POLL_MS)
-            if batch and work_s:
-                time.sleep(work_s)
-            for record in batch:
-                consumer.acknowledge(record, AcknowledgeType.ACCEPT)
-            handled += len(batch)
-        consumer.commit()  # the last poll's acknowledgements
-        return records / (time.monotonic() - started)
-    finally:
-        consumer.close()
 
 
 def spread(values: Sequence[float]) -> str:
@@ -104,7 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run in range(repeats):
             for work in works:
                 for ahead in (False, True):
-                    rate = consume(bootstrap, topic, args.records, work / 1000, ahead)
+                    rate = read_backlog(
+                        bootstrap,
+                        topic,
+                        args.records,
+                        poll_ms=POLL_MS,
+                        work_s=work / 1000,
+                        fetch_ahead=ahead,
+                    ).records_per_s
                     rates.setdefault((work, ahead), []).append(rate)
                     print(
                         f"  run {run + 1} work {work:g} ms fetch_ahead={ahead}: {rate:,.0f} "
