@@ -16,3 +16,8 @@ if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e ".[test]"
+# The project's own modules compiled once, here: with PYTHONDONTWRITEBYTECODE set (as on
+# CI's machines) Python never caches what it compiles, and every process the tests and the
+# demo start (members, peers, simulation chunks, Spark's Python workers) would compile
+# them again, about 0.2 s of CPU each. Cached files are read whatever that variable says.
+.venv/bin/python -m compileall -q -j 0 coordination recipes devtools tests benchmarks examples
