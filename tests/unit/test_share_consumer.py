@@ -46,6 +46,7 @@ from recipes.queues import (
     AcknowledgeType,
     AcquisitionLockExpiredError,
     ShareConsumer,
+    ShareRecord,
 )
 
 TOPIC = uuid.UUID(int=7)
@@ -882,3 +883,17 @@ def test_without_lag_refresh_ms_polls_ask_no_lag_and_lag_asks_now() -> None:
 def test_lag_refresh_ms_below_100_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="lag_refresh_ms"):
         make(Broker(), lag_refresh_ms=10)
+
+
+def test_the_fetch_paths_records_are_the_records_the_dataclass_makes() -> None:
+    import dataclasses
+
+    values = ("t", 3, 17, b"k", b"v", (("h", b"1"),), 1_700_000_000_000, 2, uuid.uuid4())
+    made = consumer_module._make_record(*values)
+    expected = ShareRecord(*values)
+    assert type(made) is ShareRecord
+    assert dataclasses.astuple(made) == dataclasses.astuple(expected)
+    assert repr(made) == repr(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.offset = 18  # type: ignore[misc]
+    assert made != expected  # compared by identity, as every ShareRecord
