@@ -444,15 +444,19 @@ class ShareSessions:
             return []
         topic_id, index = tp
         topic = self._names.get(topic_id, str(topic_id))
-        delivered = {fields[0] for fields, _ in got}
-        for r in partition.acquired_records:
-            # An offset in a batch read whole that holds no record is a GAP (a transaction
-            # marker, compacted away); one past the batches read (a batch cut short) is not
-            # known to be empty: left unacknowledged, it comes back when its lock runs out
-            # rather than being archived unread.
-            for offset in range(r.first_offset, min(r.last_offset, through) + 1):
-                if offset not in delivered:
-                    self._gaps.setdefault(tp, {})[offset] = sg.AcknowledgeType.GAP
+        # An offset in a batch read whole that holds no record is a GAP (a transaction
+        # marker, compacted away); one past the batches read (a batch cut short) is not known
+        # to be empty: left unacknowledged, it comes back when its lock runs out rather than
+        # being archived unread. Usually every offset holds a record: then none is looked for.
+        readable = [
+            (r.first_offset, min(r.last_offset, through)) for r in partition.acquired_records
+        ]
+        if len(got) != sum(max(0, last - first + 1) for first, last in readable):
+            delivered = {fields[0] for fields, _ in got}
+            for first, last in readable:
+                for offset in range(first, last + 1):
+                    if offset not in delivered:
+                        self._gaps.setdefault(tp, {})[offset] = sg.AcknowledgeType.GAP
         return [
             AcquiredRecord(
                 topic_id, topic, index, offset, key, value, headers, timestamp, count, lock_ms

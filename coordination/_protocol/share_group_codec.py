@@ -901,12 +901,20 @@ def _read_records(
     ``records``, as kafka-python's DefaultRecordBatch reads them; the highest offset read
     (-1 if none). Raises ValueError or IndexError on malformed bytes.
 
-    The hot loop of a share consumer: most varints are one byte, read inline here; longer
-    ones by :func:`_varint`."""
+    The hot loop of a share consumer: most varints are one byte (a small record's length and
+    value size, two), read inline here; longer ones by :func:`_varint`."""
     highest = -1
     append = records.append
     for _ in range(count):
-        length, pos = _varint(buffer, pos)
+        # The record's length: one or two bytes for a small record.
+        b = buffer[pos]
+        if b < 0x80:
+            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif buffer[pos + 1] < 0x80:
+            n = (b & 0x7F) | (buffer[pos + 1] << 7)
+            length, pos = (n >> 1) ^ -(n & 1), pos + 2
+        else:
+            length, pos = _varint(buffer, pos)
         begin = pos
         b = buffer[pos]  # attributes: unused
         if b < 0x80:
@@ -931,7 +939,15 @@ def _read_records(
         key = None
         if size >= 0:
             key, pos = buffer[pos : pos + size], pos + size
-        size, pos = _varint(buffer, pos)
+        # The value's size: one or two bytes up to 8 KiB.
+        b = buffer[pos]
+        if b < 0x80:
+            size, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif buffer[pos + 1] < 0x80:
+            n = (b & 0x7F) | (buffer[pos + 1] << 7)
+            size, pos = (n >> 1) ^ -(n & 1), pos + 2
+        else:
+            size, pos = _varint(buffer, pos)
         value = None
         if size >= 0:
             value, pos = buffer[pos : pos + size], pos + size

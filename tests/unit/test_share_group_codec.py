@@ -501,13 +501,22 @@ def test_reads_records_as_kafka_python_does(compression: int, log_append_time: b
     # Varints of one byte and of several (lengths, offset and timestamp deltas, negative
     # ones too), null and empty keys and values, headers with a null value.
     builder = MemoryRecordsBuilder(2, compression, 1 << 20, offset=0)
-    values: list[bytes | None] = [b"", None, b"v" * 63, b"w" * 64, b"x" * 20_000]
+    # Sizes whose varints take 1, 2 (64 .. 8,191) and 3 bytes, and their edges.
+    values: list[bytes | None] = [
+        b"",
+        None,
+        b"v" * 63,
+        b"w" * 64,
+        b"x" * 20_000,
+        b"y" * 8_191,
+        b"z" * 8_192,
+    ]
     for n in range(200):
         headers = [("h", b"x" * n), ("\u00fc", None)] if n % 7 == 0 else []
         key = None if n % 3 == 0 else str(n).encode()
         # Timestamps around the first one, a little before it or long after it.
         delta = (n % 11 - 5) * (1 if n % 2 else 1_000_003) if n else 0
-        builder.append(1_700_000_000_000 + delta, key, values[n % 5], headers)
+        builder.append(1_700_000_000_000 + delta, key, values[n % len(values)], headers)
     builder.close()
     data = bytearray(builder.buffer())
     if log_append_time:
