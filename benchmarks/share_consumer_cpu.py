@@ -5,8 +5,8 @@ then, ``--repeats`` times, a fresh share group of one consumer reads it from the
 explicit mode, acknowledging every record with ACCEPT (the next poll carries the
 acknowledgements), as ``share_throughput.py`` does at N=1. The figure is the CPU time of
 this process (``time.process_time()``: every thread, the heartbeats' included) from the
-first poll until the last record was handled, per 100,000 records. Unlike a throughput, it
-barely moves when other processes compete for the cores.
+first poll that returned records until the last record was handled, per 100,000 records.
+Unlike a throughput, it barely moves when other processes compete for the cores.
 
 Run (a Kafka 4.3 broker with share groups is started on loopback unless
 ``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS`` names one)::
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reading = read_backlog(
                 bootstrap, topic, args.records, poll_ms=POLL_MS, profiler=profiler
             )
-            per_100k.append(reading.cpu_s * 100_000 / args.records)
+            per_100k.append(reading.cpu_s * 100_000 / reading.records)
             print(f"run {run + 1}: {per_100k[-1]:.3f} CPU-s per 100k records", flush=True)
     if profiler is not None:
         out = io.StringIO()

@@ -6,7 +6,8 @@ Then, ``--repeats`` times and for each application work in ``--work-ms``, a fres
 group of one consumer reads it from the start in explicit mode, once without fetching ahead
 and once with, in turn: after each poll that returned records the application waits
 ``work`` ms (I/O per batch: a bulk write, a call to a service), then accepts every record.
-The figure is records/s from the first poll until the last record was handled.
+The figure is records/s from the first poll that returned records until the last record
+was handled (a new group's first fetch waits while the broker sets up its share-partitions).
 
 Fetching ahead overlaps the broker's answer to the next fetch with the application's work
 on this batch: it pays when there is work to overlap (``work`` > 0), and costs a thread's
