@@ -437,7 +437,7 @@ class ShareSessions:
         self, tp: TopicIdPartition, partition: sg.ShareFetchPartitionData, lock_ms: int
     ) -> list[AcquiredRecord]:
         try:
-            got, through = codec.acquired_fields(partition)
+            groups, through = codec.acquired_groups(partition)
         except ProtocolCodecError as e:
             # Unreadable: its records go back after their lock; say so, carry on.
             self._membership.note_problem(f"records of {tp} could not be decoded: {e}")
@@ -451,8 +451,9 @@ class ShareSessions:
         readable = [
             (r.first_offset, min(r.last_offset, through)) for r in partition.acquired_records
         ]
-        if len(got) != sum(max(0, last - first + 1) for first, last in readable):
-            delivered = {fields[0] for fields, _ in got}
+        got = sum(len(fields) for fields, _ in groups)
+        if got != sum(max(0, last - first + 1) for first, last in readable):
+            delivered = {f[0] for fields, _ in groups for f in fields}
             for first, last in readable:
                 for offset in range(first, last + 1):
                     if offset not in delivered:
@@ -461,7 +462,8 @@ class ShareSessions:
             AcquiredRecord(
                 topic_id, topic, index, offset, key, value, headers, timestamp, count, lock_ms
             )
-            for (offset, key, value, headers, timestamp), count in got
+            for fields, count in groups
+            for offset, key, value, headers, timestamp in fields
         ]
 
     def _lost_leader(self, leader: CoordinatorNode, problem: str) -> None:

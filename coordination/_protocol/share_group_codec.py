@@ -797,26 +797,32 @@ def acquired_and_extent(
     Raises:
         ProtocolCodecError: as :func:`decode_records`.
     """
-    got, through = acquired_fields(partition)
-    return tuple((sg.ShareRecord(*f), count) for f, count in got), through
+    groups, through = acquired_groups(partition)
+    return tuple((sg.ShareRecord(*f), count) for fields, count in groups for f in fields), through
 
 
-def acquired_fields(
+def acquired_groups(
     partition: sg.ShareFetchPartitionData,
-) -> tuple[list[tuple[RecordFields, int]], int]:
-    """As :func:`acquired_and_extent`, each record as its fields (:data:`RecordFields`):
-    the share sessions build their own records from them, without one more object each.
+) -> tuple[list[tuple[list[RecordFields], int]], int]:
+    """As :func:`acquired_and_extent`, the records as their fields (:data:`RecordFields`),
+    one group per acquired range with the range's delivery count, in offset order (the
+    ranges do not overlap): the share sessions build their own records from them, without
+    one more object each.
 
     Raises:
         ProtocolCodecError: as :func:`decode_records`.
     """
     fields, through = _decode(partition.records, False)
-    ranges = [(r.first_offset, r.last_offset, r.delivery_count) for r in partition.acquired_records]
-    if len(ranges) == 1:  # the usual answer: one range for the partition
-        ((first, last, count),) = ranges
-        return [(f, count) for f in fields if first <= f[0] <= last], through
-    got = [(f, count) for f in fields for first, last, count in ranges if first <= f[0] <= last]
-    return got, through
+    ranges = partition.acquired_records
+    if len(ranges) == 1 and fields:  # the usual answer: one range for the partition
+        (r,) = ranges
+        # The batches come in offset order: the ends tell whether all are in the range.
+        if r.first_offset <= fields[0][0] and fields[-1][0] <= r.last_offset:
+            return [(fields, r.delivery_count)], through
+    return [
+        ([f for f in fields if r.first_offset <= f[0] <= r.last_offset], r.delivery_count)
+        for r in sorted(ranges, key=lambda r: r.first_offset)
+    ], through
 
 
 def _decode(data: bytes, check_crcs: bool) -> tuple[list[RecordFields], int]:
