@@ -24,9 +24,9 @@ from typing import Any
 
 from coordination.errors import CoordinationError
 
-from ._checker import Event, History, Report, check
+from ._checker import CLASSIC_CONSUMERS, KIP848_CONSUMERS, Event, History, Report, check
 from ._cluster import ProxiedCluster, create_topic, find_coordinator
-from ._load import CLASSIC_CONSUMERS, CONSUMER_GROUPS, KIP848_CONSUMERS, load, read_events
+from ._load import CONSUMER_GROUPS, load, read_events
 from ._members import Member, Members
 from ._proxy import Mode, ProxyFleet
 from ._record import Recorder, epoch_offset, now

@@ -37,7 +37,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 Event = dict[str, Any]
 Partition = tuple[str, int]
@@ -463,6 +463,11 @@ def ownerships(history: History, group: str) -> list[Ownership]:
     return out
 
 
+CLASSIC_CONSUMERS: Final = "consumers"
+"""The consumer group of the classic protocol: its leader (ours or not) assigns."""
+KIP848_CONSUMERS: Final = "consumers848"
+"""The consumer group of Kafka's consumer protocol (KIP-848): the broker assigns."""
+
 PEERS_PARTITION_TWICE = "peers_partition_twice"
 """The kind of a partition owned twice by two *other* clients: a finding about them."""
 
@@ -490,13 +495,15 @@ def partitions_twice(history: History, group: str) -> list[Violation]:
     partition to another member only once it is released, at that member's epoch at the
     target epoch or later. So the epochs of two successive owners never meet.
 
-    An overlap between two processes neither of which runs this library is returned with
-    the kind :data:`PEERS_PARTITION_TWICE`: no member of ours can make two other clients
-    own one partition at once (each client's ownership follows its own reports to the
-    broker), so it is a finding about those clients, which the report lists apart and does
-    not count as a violation. One seen: librdkafka 2.16's KIP-848 member reports owning
-    nothing while the topic's metadata is missing, then takes the whole assignment of that
-    older epoch after the broker, believing it free, handed part of it on.
+    In the KIP-848 group, an overlap between two processes neither of which runs this
+    library is returned with the kind :data:`PEERS_PARTITION_TWICE`: the broker assigns
+    there, and each client's ownership follows its own reports to it, so no member of ours
+    can make two other clients own one partition at once; it is a finding about those
+    clients, which the report lists apart and does not count as a violation. Not in the
+    classic group, where a member of ours may be the leader that assigned it. One seen:
+    librdkafka 2.16's KIP-848 member reports owning nothing while the topic's metadata is
+    missing, then takes the whole assignment of that older epoch after the broker,
+    believing it free, handed part of it on.
     """
     by_partition: dict[Partition, list[Ownership]] = defaultdict(list)
     for o in ownerships(history, group):
@@ -516,7 +523,12 @@ def partitions_twice(history: History, group: str) -> list[Violation]:
                     and b.first_generation <= a.last_generation
                 )
                 if generations_meet:
-                    ours = _this_library(a.process) or _this_library(b.process)
+                    # In the classic group a member of ours may lead and assign to the others.
+                    ours = (
+                        group != KIP848_CONSUMERS
+                        or _this_library(a.process)
+                        or _this_library(b.process)
+                    )
                     out.append(
                         Violation(
                             "partition_twice" if ours else PEERS_PARTITION_TWICE,

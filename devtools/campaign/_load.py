@@ -14,11 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from ._checker import Event, History
+from ._checker import CLASSIC_CONSUMERS, KIP848_CONSUMERS, Event, History
 from ._share_checker import ShareHistory
 
-CLASSIC_CONSUMERS: Final = "consumers"
-KIP848_CONSUMERS: Final = "consumers848"
 CONSUMER_GROUPS: Final = (CLASSIC_CONSUMERS, KIP848_CONSUMERS)
 """The consumer groups' names (and directories): the classic protocol's and KIP-848's."""
 SHARE_CONSUMERS: Final = "share"

@@ -145,13 +145,16 @@ def _describe(key: Key) -> str:
 def forgotten(
     earlier: Delivery, later: Delivery, moved: Sequence[tuple[float, float]] = ()
 ) -> bool:
-    """Whether the broker forgot ``earlier`` when it made ``later``: a count no higher, with
-    a share coordinator's failover (``moved``) between them. A client cannot make the broker
-    forget a delivery; Kafka 4.3.1's share-group state can go back after such a failover
-    (writes retried out of order; a leader that reads that state again delivers anew)."""
+    """Whether the broker forgot ``earlier`` when it made ``later``: a count no higher, and
+    ``earlier``'s confirmed acknowledgement in flight (asked to answered) during a share
+    coordinator's failover (``moved``). That is how Kafka 4.3.1's share-group state goes
+    back: the state write of that acknowledgement waits for the new coordinator, is retried
+    out of order, and a leader that reads the state again delivers anew. A client that
+    reported an acknowledgement the broker never applied is not spared unless it happened
+    just then."""
     if later.delivery_count > earlier.delivery_count:
         return False
-    begin, end = earlier.polled_at, later.t
+    begin, end = earlier.asked_at, earlier.answered_at
     return any(start < end and begin < stop for start, stop in moved)
 
 
@@ -170,15 +173,14 @@ def acknowledged_twice(
             (d for d in ds if d.outcome == "confirmed" and d.kind in TERMINAL),
             key=lambda d: d.answered_at,
         )
-        later = done[1:]
-        fresh = [
-            d for d in later if d.t - d.polled_at <= lock_s and d.answered_at - d.asked_at <= lock_s
-        ]
-        stale += len(later) - len(fresh)
-        unexcused = [
-            d for d in fresh if not any(forgotten(e, d, moved) for e in done if e is not d)
-        ]
-        reset += len(fresh) - len(unexcused)
+        unexcused: list[Delivery] = []
+        for i, d in enumerate(done[1:], 1):
+            if d.t - d.polled_at > lock_s or d.answered_at - d.asked_at > lock_s:
+                stale += 1
+            elif any(forgotten(e, d, moved) for e in done[:i]):  # the earlier ones only
+                reset += 1
+            else:
+                unexcused.append(d)
         if unexcused:
             out.append(
                 Violation(

@@ -431,6 +431,16 @@ def test_an_overlap_between_two_other_clients_is_listed_apart_not_a_violation() 
     assert len(report.partitions_twice) == 1 and report.peers_partitions_twice == []
 
 
+def test_an_overlap_between_two_other_clients_of_the_classic_group_is_a_violation() -> None:
+    # There a member of ours may have led the generation and assigned it to both.
+    h = clean()
+    h.consumer_groups[CLASSIC]["ours-1#1"][-1] = revoked(3.0, 2, 0)
+    h.consumer_groups[CLASSIC]["rdkafka-1#1"] = [assigned(4.5, 3, 0), revoked(5.5, 3, 0)]
+    report = check(h)
+    assert len(report.partitions_twice) == 1 and report.peers_partitions_twice == []
+    assert "rdkafka-1#1" in report.partitions_twice[0].detail
+
+
 def test_a_record_one_group_never_consumed_is_lost_for_that_group_only() -> None:
     h = two_groups()
     h.consumer_groups[KIP848]["java848-1#1"][1] = records(3.5, 0, 7, 8)

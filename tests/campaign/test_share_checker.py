@@ -223,7 +223,12 @@ def test_a_record_done_again_after_the_broker_forgot_it_across_a_failover_is_cou
         answered(30.2, 0, "ACCEPT"),
     ]
     assert kinds(check_share(h)) == ["accepted_twice", "delivered_after_done", "count_repeated"]
+    # A failover after the first ACCEPT was confirmed: it was stored by then; not spared.
     h.faults = [{"event": "fault", "kind": "coordinator_kill", "start": 10.0, "end": 12.0}]
+    assert kinds(check_share(h)) == ["accepted_twice", "delivered_after_done"]
+    # The first ACCEPT in flight (asked 1.1, confirmed 1.2) while a broker was down: its state
+    # write waited for a new share coordinator, and may have landed out of order.
+    h.faults = [{"event": "fault", "kind": "coordinator_kill", "start": 1.15, "end": 3.0}]
     report = check_share(h)
     assert report.violations == []
     assert report.counts_of_work["done_again_after_state_reset"] == 2
@@ -234,6 +239,15 @@ def test_a_record_done_again_after_the_broker_forgot_it_across_a_failover_is_cou
         answered(30.2, 0, "ACCEPT"),
     ]
     assert kinds(check_share(h)) == ["accepted_twice", "delivered_after_done"]
+    # And it is not spared by a still later delivery the broker forgot in its turn.
+    h.consumers["share-2#1"] += [
+        acquired(40.0, 0, count=2, polled_at=39.9),
+        asking(40.1, 0, "ACCEPT", count=2),
+        answered(40.2, 0, "ACCEPT"),
+    ]
+    h.faults.append({"event": "fault", "kind": "coordinator_kill", "start": 30.15, "end": 31.0})
+    twice = [v for v in check_share(h).violations if v.kind == "accepted_twice"]
+    assert len(twice) == 1 and "share-3#1" in twice[0].detail
 
 
 def test_a_delivery_count_that_went_down() -> None:
