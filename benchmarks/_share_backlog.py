@@ -33,14 +33,19 @@ def prepare(bootstrap: str, records: int) -> str:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
     finally:
         admin.close()
+    produce(bootstrap, topic, records, PARTITIONS)
+    return topic
+
+
+def produce(bootstrap: str, topic: str, records: int, partitions: int) -> None:
+    """``records`` small records (``VALUE``) into ``topic``, round robin over its partitions."""
     producer = KafkaProducer(
         bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024
     )
     for i in range(records):
-        producer.send(topic, value=VALUE, partition=i % PARTITIONS)
+        producer.send(topic, value=VALUE, partition=i % partitions)
     producer.flush()
     producer.close()
-    return topic
 
 
 def new_group(bootstrap: str) -> str:

@@ -64,13 +64,14 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _java import compile_java
+from _share_backlog import produce
 
 from coordination import GroupInspector
 from coordination.testing import running_kafka
@@ -281,16 +282,6 @@ def create_topic(bootstrap: str, partitions: int) -> str:
     finally:
         client.close()
     return topic
-
-
-def produce(bootstrap: str, topic: str, records: int, partitions: int) -> None:
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024
-    )
-    for i in range(records):
-        producer.send(topic, value=VALUE, partition=i % partitions)
-    producer.flush()
-    producer.close()
 
 
 def new_group(bootstrap: str, implementation: str, **config: str) -> str:
