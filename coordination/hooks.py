@@ -44,6 +44,7 @@ __all__ = [
     "RebalanceStarted",
     "RecordsAcknowledged",
     "RecordsAcquired",
+    "RecordsUnpolled",
     "ShareLagRead",
     "TaskOverran",
     "TaskStarted",
@@ -191,6 +192,26 @@ class RecordsAcquired:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RecordsUnpolled:
+    """Records of one partition a share consumer acquired but no poll handed out (share
+    groups): each was a delivery (its delivery count spent) that the application never saw.
+    The broker delivers them again, or archives them once they reached the delivery limit.
+    Told once per partition and reason."""
+
+    group_id: str
+    member_id: str
+    topic: str
+    partition: int
+    offsets: tuple[int, ...]
+    delivery_counts: tuple[int, ...]
+    """The delivery count of each record of ``offsets``, in the same order."""
+    reason: str
+    """``"lock_expired"`` (the lock ran out before a poll could hand them out: fetched ahead
+    during long work between polls, or an answer read late) or ``"closed"`` (fetched ahead,
+    released by :meth:`close`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RecordsAcknowledged:
     """A share consumer's acknowledgements of one type took effect on one partition (share
     groups). A RENEW is a lock renewal: the records stay held."""
@@ -275,6 +296,9 @@ class CoordinationHooks:
     def on_records_acquired(self, event: RecordsAcquired) -> None:
         """A poll acquired records (share consumer)."""
 
+    def on_records_unpolled(self, event: RecordsUnpolled) -> None:
+        """Records were acquired that no poll handed out (share consumer)."""
+
     def on_records_acknowledged(self, event: RecordsAcknowledged) -> None:
         """Acknowledgements took effect (share consumer)."""
 
@@ -339,6 +363,9 @@ class HookCaller:
 
     def records_acquired(self, event: RecordsAcquired | Callable[[], RecordsAcquired]) -> None:
         self._dispatch(CoordinationHooks.on_records_acquired, event)
+
+    def records_unpolled(self, event: RecordsUnpolled | Callable[[], RecordsUnpolled]) -> None:
+        self._dispatch(CoordinationHooks.on_records_unpolled, event)
 
     def records_acknowledged(
         self, event: RecordsAcknowledged | Callable[[], RecordsAcknowledged]

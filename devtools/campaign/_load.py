@@ -99,6 +99,8 @@ def load_share(run_dir: Path) -> ShareHistory:
             history.lock_s = int(e["share.record.lock.duration.ms"]) / 1000
         elif e["event"] == "share_state":
             history.final_state = dict(e["partitions"])
+        elif e["event"] == "share_state_settled":
+            history.settled_state = dict(e["partitions"])
     for path in sorted((run_dir / SHARE_CONSUMERS).glob("*.jsonl")):
         history.consumers[process_name(path)] = list(read_events(path))
     for path in sorted((run_dir / "producer").glob("*.jsonl")):

@@ -87,6 +87,9 @@ class ShareCampaign(Campaign):
                             f"--stall-ms={s.share_lock_ms + 700}",
                             # Small polls: a frozen consumer holds few records.
                             "--max-poll-records=20",
+                            # Every other consumer fetches ahead (it names the records
+                            # it acquired and never handed out: ``unseen``).
+                            *(["--fetch-ahead"] if i % 2 == 0 else []),
                         ),
                         bootstrap=bootstrap,
                         group=self.groups[SHARE_CONSUMERS],

@@ -33,7 +33,10 @@ delivery limit. The checks (each returns the evidence of every violation it foun
   towards the limit: a consumer killed while its last ShareFetch was answered, or an answer
   cut off by a fault (a broker killed, a network cut or black hole), acquired records no
   process lived to report; a record short of the limit by no more than such chances after
-  its last delivery on record may have been archived (``settled_unseen``, counted).
+  its last delivery on record may have been archived (``settled_unseen``, counted). The
+  lag at the end is not held against a partition whose start offset the broker reported
+  higher, with no lag, when the records first settled (:func:`went_back`, counted as
+  ``state_went_back``).
 
 Times are the campaign's clock. A delivery is known only between the moment before its
 poll began (``polled_at``) and the moment after it returned (``t``): the broker acquired
@@ -67,7 +70,8 @@ class ShareHistory:
 
     ``final_state`` is the broker's view of the group's partitions at the end (the
     ``share_partitions`` of :meth:`coordination.GroupInspector.describe`'s summary), None
-    if it was not read.
+    if it was not read; ``settled_state`` the same view taken once the consumers' accounts
+    first settled every record, before the last records were produced.
     """
 
     consumers: dict[str, list[Event]] = field(default_factory=dict)
@@ -75,6 +79,7 @@ class ShareHistory:
     delivery_limit: int = 5
     lock_s: float = math.inf
     final_state: dict[str, dict[str, Any]] | None = None
+    settled_state: dict[str, dict[str, Any]] | None = None
     faults: list[Event] = field(default_factory=list)
     kills: list[float] = field(default_factory=list)
     """When a share consumer was killed (SIGKILL)."""
@@ -97,11 +102,17 @@ class Delivery:
     asked_at: float = math.inf
     outcome: str = ""
     answered_at: float = math.inf
+    unseen: str = ""
+    """Why the application never saw it, if so: ``"lock_expired"`` or ``"closed"`` (the
+    consumer reported it acquired and never handed out; ``polled_at`` to ``t`` bound it)."""
 
     def where(self) -> str:
+        what = (
+            f"unseen, {self.unseen}" if self.unseen else f"{self.kind or 'no ack'} {self.outcome}"
+        )
         return (
             f"{self.process} delivery {self.delivery_count} "
-            f"({self.polled_at:.3f}..{self.t:.3f}, {self.kind or 'no ack'} {self.outcome})"
+            f"({self.polled_at:.3f}..{self.t:.3f}, {what})"
         )
 
 
@@ -127,6 +138,14 @@ def deliveries(history: ShareHistory) -> dict[Key, list[Delivery]]:
                 elif key in latest:
                     d = latest[key]
                     d.kind, d.asked_at, d.outcome = str(e["kind"]), float(e["t"]), "unknown"
+            elif kind == "unseen" and "records" in e:
+                for offset, count in e["records"]:
+                    key = (str(e["topic"]), int(e["partition"]), int(offset))
+                    unseen = Delivery(
+                        process, key, int(count), float(e["polled_at"]), float(e["t"])
+                    )
+                    unseen.unseen = str(e["reason"])
+                    out[key].append(unseen)
             elif kind in ("acknowledged", "ack_failed"):
                 outcome = "confirmed" if kind == "acknowledged" else "failed"
                 if e.get("error") == UNCERTAIN:
@@ -291,15 +310,12 @@ _ANSWER_CUTTING = frozenset({"broker_kill", "coordinator_kill", "network_cut", "
 
 
 def unseen_chances(history: ShareHistory) -> list[float]:
-    """When a delivery may have happened that no consumer reported: each consumer killed,
-    each fault that may cut off an answer, and each ``unseen`` a consumer fetching ahead
-    reported (records dropped with their lock run out before a poll, the round released at
-    its close; each a chance for a record to lose one delivery at most), sorted."""
+    """When a delivery may have happened that no consumer reported: each consumer killed
+    and each fault that may cut off an answer (each a chance for a record to lose one
+    delivery at most), sorted. Deliveries a consumer acquired and never handed out are
+    reported by record (``unseen``), deliveries like the others."""
     cuts = [float(f["start"]) for f in history.faults if f.get("kind") in _ANSWER_CUTTING]
-    reported = [
-        float(e["t"]) for es in history.consumers.values() for e in es if e["event"] == "unseen"
-    ]
-    return sorted([*history.kills, *cuts, *reported])
+    return sorted([*history.kills, *cuts])
 
 
 def lost(
@@ -327,9 +343,23 @@ def lost(
             )
         )
     for partition, state in sorted((history.final_state or {}).items()):
-        if state.get("lag") != 0:
+        if state.get("lag") != 0 and not went_back(history, partition):
             out.append(Violation("undone", f"{partition}: the broker's view at the end: {state}"))
     return out
+
+
+def went_back(history: ShareHistory, partition: str) -> bool:
+    """Whether the broker's view of ``partition`` at the end went back from the one taken
+    when the records first settled, which had no lag: a start offset lower than it was.
+    Nothing a client sends moves a start offset back; the share coordinator's copy of the
+    state does when a write retried after its failover lands after later ones (Kafka
+    4.3.1; docs/campaign.md). The records it counts again were done by the broker's own
+    earlier word, and each is checked by the consumers' accounts all the same."""
+    final = (history.final_state or {}).get(partition, {})
+    settled = (history.settled_state or {}).get(partition, {})
+    if settled.get("lag") != 0 or "start_offset" not in final:
+        return False
+    return int(final["start_offset"]) < int(settled.get("start_offset", -1))
 
 
 def _maybe_archived_unseen(
@@ -426,6 +456,11 @@ def check_share(history: ShareHistory) -> ShareReport:
     )
     after_done, after_done_reset = delivered_after_done(by_record, moved)
     work["done_again_after_state_reset"] = twice_reset + after_done_reset
+    work["state_went_back"] = sum(
+        1
+        for partition, state in (history.final_state or {}).items()
+        if state.get("lag") != 0 and went_back(history, partition)
+    )
     return ShareReport(
         faults=len(history.faults),
         accepted_twice=twice,

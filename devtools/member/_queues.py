@@ -5,11 +5,10 @@ every ``--bounce-every``-th at every delivery (it reaches the delivery limit and
 archived), every ``--reject-every``-th is rejected as poison (it never comes back). With
 ``--stall-chance`` a batch is acknowledged only after ``--stall-ms`` (a slow handler: past
 the lock, its acknowledgements fail and its records come back). ``--fetch-ahead``: the
-consumer fetches ahead (``fetch_ahead=True``); then it reports the deliveries it may have
-spent unseen (``unseen``): when a poll dropped records whose lock ran out before it
-(``metrics().records_expired_unpolled`` grew), and after its close (it released the round
-fetched ahead, if any, with its sessions): a record may have reached the delivery limit
-through one of them, archived without anyone seeing its last delivery."""
+consumer fetches ahead (``fetch_ahead=True``). Records it acquired but never handed out
+(their lock ran out before a poll, or fetched ahead and released by its close: the hook
+``on_records_unpolled``) are reported as ``unseen``, each with its delivery count: a
+delivery nobody acknowledged, which may have been a record's last before the limit."""
 
 from __future__ import annotations
 
@@ -40,6 +39,7 @@ def chosen_ack(record: ShareRecord, args: argparse.Namespace) -> AcknowledgeType
 
 def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> None:
     from coordination import errors
+    from coordination.hooks import CoordinationHooks, RecordsUnpolled
     from recipes.queues import ShareConsumer
 
     topic = required(args, "topics")
@@ -68,6 +68,19 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
                 error=type(error).__name__,
             )
 
+    class Unpolled(CoordinationHooks):
+        def on_records_unpolled(self, event: RecordsUnpolled) -> None:
+            emit(
+                "unseen",
+                topic=event.topic,
+                partition=event.partition,
+                records=[list(r) for r in zip(event.offsets, event.delivery_counts, strict=True)],
+                reason=event.reason,
+                polled_at=acquired_since[0],
+            )
+
+    # Since when the records a poll (or close) names were acquired, at the earliest.
+    acquired_since = [emit.clock()]
     consumer = ShareConsumer(
         args.group,
         topics=topic.split(","),
@@ -75,6 +88,7 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
         max_poll_records=args.max_poll_records,
         on_acknowledged=on_acknowledged,
         fetch_ahead=args.fetch_ahead,
+        hooks=[Unpolled()],
         **({"retry_backoff_ms": args.retry_backoff_ms} if args.retry_backoff_ms else {}),
         **({"client_id": args.client_id} if args.client_id else {}),
     )
@@ -82,11 +96,11 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
     # Fetching ahead, a poll's records may come from the round sent by the last poll that
     # returned records: acquired after that poll began.
     ahead_since = emit.clock()
-    expired_unpolled = 0
     try:
         while not stopping.is_set():
             began = emit.clock()
             polled_at = ahead_since if args.fetch_ahead else began
+            acquired_since[0] = polled_at
             try:
                 records = consumer.poll(timeout_ms=args.poll_ms)
             except errors.CoordinationError as e:
@@ -95,10 +109,6 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
                 continue
             if records:
                 ahead_since = began  # this poll sent the next round
-            expired = consumer.metrics().records_expired_unpolled
-            if expired > expired_unpolled:
-                emit("unseen", reason="expired", records=expired - expired_unpolled)
-                expired_unpolled = expired
             for r in records:
                 # ``polled_at`` and ``t`` bound when the broker acquired it.
                 emit(
@@ -133,9 +143,8 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
                 except errors.CoordinationError as e:
                     emit("failed", error=type(e).__name__, detail=str(e)[:300])
     finally:
+        acquired_since[0] = ahead_since
         try:
             consumer.close(timeout=10)
         finally:
-            if args.fetch_ahead:
-                emit("unseen", reason="closed")
             emit("closed")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, Final, Literal
@@ -21,6 +22,7 @@ from coordination.hooks import (
     HookCaller,
     RecordsAcknowledged,
     RecordsAcquired,
+    RecordsUnpolled,
     ShareLagRead,
 )
 from coordination.parts import check_int
@@ -565,7 +567,10 @@ class ShareConsumer:
                     acks[offset] = AcknowledgeType.RELEASE
         sent, refused = self._take_pending()
         # Records fetched ahead and never handed out are released with their sessions.
-        self._fetched = None
+        if self._fetched is not None:
+            assert self._fetched.outcome is not None
+            self._unpolled(self._fetched.outcome.records, "closed")
+            self._fetched = None
         try:
             answered = self._member.close(sent, timeout)
         except Exception:
@@ -681,20 +686,10 @@ class ShareConsumer:
         topic_id: uuid.UUID | None = None
         index = -1
         since = otherwise
-        expired = 0
+        expired: list[AcquiredRecord] = []
         make = _make_record
-        for (
-            tid,
-            topic,
-            p,
-            offset,
-            key,
-            value,
-            headers,
-            timestamp,
-            count,
-            lock_ms,
-        ) in fetched.records:
+        for acquired in fetched.records:
+            tid, topic, p, offset, key, value, headers, timestamp, count, lock_ms = acquired
             # A poll's records come partition by partition: the partition's entry is looked
             # up at each change only.
             if tid is not topic_id or p != index:
@@ -704,20 +699,42 @@ class ShareConsumer:
                 since = fetched.answered_at.get((topic_id, index), otherwise)
             lock_s = lock_ms / 1000
             if since + lock_s <= now:
-                expired += 1
+                expired.append(acquired)
                 continue
             record = make(topic, p, offset, key, value, headers, timestamp, count, tid)
             partition.held[offset] = _Held(record, since + lock_s, lock_s)
             records.append(record)
         if expired:
-            self._metrics.records_expired_unpolled += expired
+            self._metrics.records_expired_unpolled += len(expired)
             for emptied in [
                 k for k, held in self._partitions.items() if not held.held and held.pending is None
             ]:
                 del self._partitions[emptied]
+            self._unpolled(expired, "lock_expired")
         self._metrics.records_acquired += len(records)
         self._metrics.records_redelivered += sum(r.delivery_count > 1 for r in records)
         return records
+
+    def _unpolled(self, records: Sequence[AcquiredRecord], reason: str) -> None:
+        """Tell the hooks of ``records``, acquired and never handed out, partition by
+        partition (they come sorted by partition)."""
+        if not self._hooks:
+            return
+        for (topic, partition), group in itertools.groupby(
+            records, key=lambda r: (r.topic, r.partition)
+        ):
+            spent = list(group)
+            self._hooks.records_unpolled(
+                RecordsUnpolled(
+                    group_id=self.group_id,
+                    member_id=self.member_id,
+                    topic=topic,
+                    partition=partition,
+                    offsets=tuple(r.offset for r in spent),
+                    delivery_counts=tuple(r.delivery_count for r in spent),
+                    reason=reason,
+                )
+            )
 
     def _end_deliveries(self, fetched: list[AcquiredRecord]) -> None:
         """Report the acknowledgements not sent yet of records ``fetched`` delivers again (made,

@@ -290,11 +290,19 @@ def test_deliveries_nobody_reported_may_reach_the_limit() -> None:
     assert kinds(check_share(h)) == ["lost"]
 
 
-def test_a_delivery_a_consumer_fetching_ahead_spent_unseen_may_reach_the_limit() -> None:
+def unseen(t: float, polled_at: float, *records: tuple[int, int], reason: str) -> Event:
+    """A consumer's report of records (offset, delivery count) it never handed out."""
+    records_ = [list(r) for r in records]
+    return ev(
+        "unseen", t, topic=TOPIC, partition=0, records=records_, reason=reason, polled_at=polled_at
+    )
+
+
+def test_a_delivery_a_consumer_spent_unseen_counts_for_its_record_alone() -> None:
     h = clean()
     h.produced += produced(7)
-    # Released at deliveries 1 and 2 (limit 3), confirmed; then the consumer, fetching
-    # ahead, closed: the round it had sent may have acquired delivery 3, released unseen.
+    # Released at deliveries 1 and 2 (limit 3), confirmed; then the consumer's last round,
+    # fetched ahead, acquired delivery 3 and its close released it unseen.
     h.consumers["share-1#1"][-1:] = [
         acquired(1.5, 4),
         acquired(1.5, 7),
@@ -315,13 +323,25 @@ def test_a_delivery_a_consumer_fetching_ahead_spent_unseen_may_reach_the_limit()
 
     ending()
     assert kinds(check_share(h)) == ["lost"]
-    for reason in ("closed", "expired"):
-        ending(ev("unseen", 22.0, reason=reason))
+    for reason in ("closed", "lock_expired"):
+        ending(unseen(21.9, 21.4, (7, 3), reason=reason))
         report = check_share(h)
-        assert report.violations == [] and report.counts_of_work["settled_unseen"] == 1
-    # Reported before the delivery on record: no chance left after it.
-    ending(ev("unseen", 21.0, reason="closed"))
+        assert report.violations == [], report.summary()
+        assert report.counts_of_work["archived"] == 2  # 4 and 7
+    # Another record's unseen delivery says nothing of this one's; nor one short of the limit.
+    ending(unseen(21.9, 21.4, (8, 3), reason="closed"))
     assert kinds(check_share(h)) == ["lost"]
+    ending(unseen(21.9, 21.4, (7, 2), reason="closed"))
+    assert kinds(check_share(h)) == ["count_repeated", "lost"]
+
+
+def test_a_delivery_spent_unseen_is_checked_like_the_others() -> None:
+    h = clean()
+    # Offset 0 was accepted (confirmed at 1.2 by share-1); delivered again later, unseen.
+    h.consumers["share-2#1"].append(unseen(30.0, 29.0, (0, 2), reason="lock_expired"))
+    report = check_share(h)
+    assert kinds(report) == ["delivered_after_done"]
+    assert "unseen, lock_expired" in report.delivered_after_done[0].detail
 
 
 def test_an_uncertain_answer_may_have_taken_effect() -> None:
@@ -338,6 +358,21 @@ def test_lag_left_at_the_end() -> None:
     assert kinds(check_share(h)) == ["undone"]
 
 
+def test_lag_at_the_end_from_a_start_offset_gone_back_is_the_brokers_copy() -> None:
+    h = clean()
+    h.final_state = {f"{TOPIC}-0": {"start_offset": 2, "lag": 6}}
+    # When the records first settled the broker said: start offset 7, nothing to do.
+    h.settled_state = {f"{TOPIC}-0": {"start_offset": 7, "lag": 0}}
+    report = check_share(h)
+    assert report.violations == [] and report.counts_of_work["state_went_back"] == 1
+    # Not gone back (no lower than then), or then with lag of its own: undone.
+    for settled in ({"start_offset": 2, "lag": 0}, {"start_offset": 7, "lag": 1}):
+        h.settled_state = {f"{TOPIC}-0": settled}
+        assert kinds(check_share(h)) == ["undone"]
+    h.settled_state = None
+    assert kinds(check_share(h)) == ["undone"]
+
+
 def test_the_loader_reads_a_run_directory(tmp_path: Path) -> None:
     h = clean()
     (tmp_path / "meta.json").write_text(json.dumps({"epoch_offset": 0.0, "workload": "share"}))
@@ -349,6 +384,7 @@ def test_the_loader_reads_a_run_directory(tmp_path: Path) -> None:
             "share.record.lock.duration.ms": "2000",
         },
         {"event": "fault", "t": 2.0, "kind": "member_kill", "start": 1.6, "end": 2.0},
+        {"event": "share_state_settled", "t": 25.0, "partitions": {"x-0": {"lag": 0}}},
         {"event": "share_state", "t": 30.0, "partitions": h.final_state},
     ]
     (tmp_path / "campaign.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
@@ -369,4 +405,5 @@ def test_the_loader_reads_a_run_directory(tmp_path: Path) -> None:
         h.final_state,
         1,
     )
+    assert loaded.settled_state == {"x-0": {"lag": 0}}
     assert check_share(loaded).violations == []

@@ -13,6 +13,7 @@ import pytest
 from coordination._protocol import share_group as sg
 from coordination._protocol.error_codes import ErrorCode as E
 from coordination.errors import ConfigurationError, CoordinatorStateError, GroupAuthorizationError
+from coordination.hooks import CoordinationHooks, RecordsUnpolled
 from recipes.queues import (
     AcknowledgementUncertainError,
     AcknowledgeType,
@@ -250,19 +251,33 @@ def test_a_round_that_failed_reports_its_acknowledgements_uncertain() -> None:
     assert all(0 not in later for _, later, _ in rest)  # not released after its ACCEPT
 
 
-def test_close_releases_the_records_fetched_ahead() -> None:
+class Unpolled(CoordinationHooks):
+    def __init__(self) -> None:
+        self.events: list[RecordsUnpolled] = []
+
+    def on_records_unpolled(self, event: RecordsUnpolled) -> None:
+        self.events.append(event)
+
+
+def test_close_releases_the_records_fetched_ahead_and_names_them() -> None:
     broker = Broker(records=4)
-    c = make(broker, fetch_ahead=True, max_poll_records=2)
+    hooks = Unpolled()
+    c = make(broker, fetch_ahead=True, max_poll_records=2, hooks=[hooks])
     poll_n(c, 2)
     wait_for(lambda: broker.state[(0, 3)][0] == "acquired")
     c.close()
     assert [st[0] for st in broker.state.values()] == ["available"] * 4
     assert [st[1] for st in broker.state.values()] == [1] * 4
+    # Each spent a delivery unseen: the hooks are told which (a checker counts on it).
+    [event] = hooks.events
+    assert (event.topic, event.partition, event.reason) == ("jobs", 0, "closed")
+    assert (event.offsets, event.delivery_counts) == ((2, 3), (1, 1))
 
 
 def test_records_whose_lock_ran_out_before_the_next_poll_are_not_handed_out() -> None:
     broker = Broker(records=2, lock_ms=300)
-    c = make(broker, fetch_ahead=True, max_poll_records=1)
+    hooks = Unpolled()
+    c = make(broker, fetch_ahead=True, max_poll_records=1, hooks=[hooks])
     poll_n(c, 1)
     wait_for(lambda: broker.state[(0, 1)][0] == "acquired")
     time.sleep(0.5)  # the application takes longer than the lock of the record fetched ahead
@@ -270,6 +285,8 @@ def test_records_whose_lock_ran_out_before_the_next_poll_are_not_handed_out() ->
     assert all(r.delivery_count > 1 or r.offset != 1 for r in later)
     assert c.metrics().records_expired_unpolled == 1
     c.close()
+    [event] = hooks.events
+    assert (event.offsets, event.delivery_counts, event.reason) == ((1,), (1,), "lock_expired")
 
 
 def test_fetch_ahead_must_be_a_bool() -> None:
