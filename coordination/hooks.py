@@ -189,6 +189,10 @@ class RecordsAcquired:
     count: int
     redelivered: int
     """Of those, records delivered before (delivery count above 1)."""
+    fetched_at: float
+    """When the ShareFetch that acquired them was sent, by the consumer's clock
+    (``member.clock.monotonic()``): the broker acquired them after it, and their locks
+    run from about then (earlier than the poll, when fetching ahead)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,7 +200,9 @@ class RecordsUnpolled:
     """Records of one partition a share consumer acquired but no poll handed out (share
     groups): each was a delivery (its delivery count spent) that the application never saw.
     The broker delivers them again, or archives them once they reached the delivery limit.
-    Told once per partition and reason."""
+    (Kafka 4.1 gave back the delivery of records released by a share session's close,
+    KAFKA-17541; Kafka 4.2 and later count it, KAFKA-19972.) Told once per partition and
+    reason."""
 
     group_id: str
     member_id: str
@@ -208,7 +214,9 @@ class RecordsUnpolled:
     reason: str
     """``"lock_expired"`` (the lock ran out before a poll could hand them out: fetched ahead
     during long work between polls, or an answer read late) or ``"closed"`` (fetched ahead,
-    released by :meth:`close`)."""
+    released by ``close()``)."""
+    fetched_at: float
+    """When the ShareFetch that acquired them was sent, as in :class:`RecordsAcquired`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

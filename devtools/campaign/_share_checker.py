@@ -21,6 +21,11 @@ delivery limit. The checks (each returns the evidence of every violation it foun
   between them; counted as ``done_again_after_state_reset``): Kafka 4.3.1's share-group
   state can go back after such a failover, and a client cannot make a broker forget;
 * :func:`over_limit`: a delivery count above the group's limit (or below 1);
+* :func:`expired_too_soon`: a record a consumer reported dropped because its lock had run
+  out (``unseen``, ``lock_expired``) before the lock could have: from the fetch's sending
+  (``polled_at``) to the report (``t``) less than the lock's duration. Such a report
+  counts as a delivery towards the limit, so a consumer dropping held records early must
+  not hide behind it;
 * :func:`counts_not_increasing`: two deliveries of a record with the same count, or a
   higher count acquired surely before a lower one, unless a broker was killed in between:
   a share-partition's leader writes an acquisition's count to the share-group state only
@@ -38,12 +43,13 @@ delivery limit. The checks (each returns the evidence of every violation it foun
   higher, with no lag, when the records first settled (:func:`went_back`, counted as
   ``state_went_back``).
 
-Times are the campaign's clock. A delivery is known only between the moment before its
-poll began (``polled_at``) and the moment after it returned (``t``): the broker acquired
-the record in between. A confirmed acknowledgement was taken while its delivery's lock was
-held, after it was asked (``acknowledging`` is read before ``acknowledge()``), so a
-confirmed delivery was surely held from ``t`` to its ``acknowledging``: the checks read
-times that way, never accusing what might not have happened.
+Times are the campaign's clock. A delivery is known only between the moment its
+ShareFetch was sent (``polled_at``: fetching ahead, during an earlier poll) and the moment
+its poll returned (``t``): the broker acquired the record in between. A confirmed
+acknowledgement was taken while its delivery's lock was held, after it was asked
+(``acknowledging`` is read before ``acknowledge()``), so a confirmed delivery was surely
+held from ``t`` to its ``acknowledging``: the checks read times that way, never accusing
+what might not have happened.
 """
 
 from __future__ import annotations
@@ -255,6 +261,15 @@ def delivered_after_done(
     return out, reset
 
 
+def expired_too_soon(by_record: dict[Key, list[Delivery]], lock_s: float) -> list[Violation]:
+    return [
+        Violation("expired_too_soon", f"{_describe(key)}: {d.where()} (lock {lock_s} s)")
+        for key, ds in sorted(by_record.items())
+        for d in ds
+        if d.unseen == "lock_expired" and d.t - d.polled_at < lock_s
+    ]
+
+
 def over_limit(by_record: dict[Key, list[Delivery]], limit: int) -> list[Violation]:
     return [
         Violation("over_limit", f"{_describe(key)}: {d.where()} (limit {limit})")
@@ -354,10 +369,11 @@ def went_back(history: ShareHistory, partition: str) -> bool:
     Nothing a client sends moves a start offset back; the share coordinator's copy of the
     state does when a write retried after its failover lands after later ones (Kafka
     4.3.1; docs/campaign.md). The records it counts again were done by the broker's own
-    earlier word, and each is checked by the consumers' accounts all the same."""
+    earlier word, and each is checked by the consumers' accounts all the same. Only in a
+    run with a broker killed (a share coordinator's failover may have happened)."""
     final = (history.final_state or {}).get(partition, {})
     settled = (history.settled_state or {}).get(partition, {})
-    if settled.get("lag") != 0 or "start_offset" not in final:
+    if settled.get("lag") != 0 or "start_offset" not in final or not failovers(history):
         return False
     return int(final["start_offset"]) < int(settled.get("start_offset", -1))
 
@@ -382,6 +398,7 @@ class ShareReport:
     held_twice: list[Violation]
     delivered_after_done: list[Violation]
     over_limit: list[Violation]
+    expired_too_soon: list[Violation]
     counts_not_increasing: list[Violation]
     lost: list[Violation]
     counts_of_work: dict[str, int]
@@ -398,6 +415,7 @@ class ShareReport:
             ("held_twice", self.held_twice),
             ("delivered_after_done", self.delivered_after_done),
             ("over_limit", self.over_limit),
+            ("expired_too_soon", self.expired_too_soon),
             ("counts_not_increasing", self.counts_not_increasing),
             ("lost", self.lost),
         ]
@@ -467,6 +485,7 @@ def check_share(history: ShareHistory) -> ShareReport:
         held_twice=held_twice(by_record),
         delivered_after_done=after_done,
         over_limit=over_limit(by_record, history.delivery_limit),
+        expired_too_soon=expired_too_soon(by_record, history.lock_s),
         counts_not_increasing=not_increasing,
         lost=lost(history, by_record, unseen),
         counts_of_work=work,

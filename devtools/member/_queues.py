@@ -39,7 +39,7 @@ def chosen_ack(record: ShareRecord, args: argparse.Namespace) -> AcknowledgeType
 
 def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> None:
     from coordination import errors
-    from coordination.hooks import CoordinationHooks, RecordsUnpolled
+    from coordination.hooks import CoordinationHooks, RecordsAcquired, RecordsUnpolled
     from recipes.queues import ShareConsumer
 
     topic = required(args, "topics")
@@ -68,7 +68,20 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
                 error=type(error).__name__,
             )
 
-    class Unpolled(CoordinationHooks):
+    # When the ShareFetch that acquired a poll's records was sent, on ``emit``'s clock: the
+    # broker acquired them after it.
+    fetched_at = [emit.clock()]
+
+    def on_emit_clock(consumer_time: float) -> float:
+        """``consumer_time`` (the consumer's clock) on ``emit``'s clock, no later: emit's
+        clock is read first."""
+        now = emit.clock()
+        return now - (consumer.member.clock.monotonic() - consumer_time)
+
+    class Reports(CoordinationHooks):
+        def on_records_acquired(self, event: RecordsAcquired) -> None:
+            fetched_at[0] = on_emit_clock(event.fetched_at)
+
         def on_records_unpolled(self, event: RecordsUnpolled) -> None:
             emit(
                 "unseen",
@@ -76,11 +89,9 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
                 partition=event.partition,
                 records=[list(r) for r in zip(event.offsets, event.delivery_counts, strict=True)],
                 reason=event.reason,
-                polled_at=acquired_since[0],
+                polled_at=on_emit_clock(event.fetched_at),
             )
 
-    # Since when the records a poll (or close) names were acquired, at the earliest.
-    acquired_since = [emit.clock()]
     consumer = ShareConsumer(
         args.group,
         topics=topic.split(","),
@@ -88,27 +99,20 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
         max_poll_records=args.max_poll_records,
         on_acknowledged=on_acknowledged,
         fetch_ahead=args.fetch_ahead,
-        hooks=[Unpolled()],
+        hooks=[Reports()],
         **({"retry_backoff_ms": args.retry_backoff_ms} if args.retry_backoff_ms else {}),
         **({"client_id": args.client_id} if args.client_id else {}),
     )
     emit("started", topics=topic.split(","))
-    # Fetching ahead, a poll's records may come from the round sent by the last poll that
-    # returned records: acquired after that poll began.
-    ahead_since = emit.clock()
     try:
         while not stopping.is_set():
-            began = emit.clock()
-            polled_at = ahead_since if args.fetch_ahead else began
-            acquired_since[0] = polled_at
             try:
                 records = consumer.poll(timeout_ms=args.poll_ms)
             except errors.CoordinationError as e:
                 emit("failed", error=type(e).__name__, detail=str(e)[:300])
                 stopping.wait(0.5)
                 continue
-            if records:
-                ahead_since = began  # this poll sent the next round
+            polled_at = fetched_at[0]  # (the hook told it before poll returned)
             for r in records:
                 # ``polled_at`` and ``t`` bound when the broker acquired it.
                 emit(
@@ -143,7 +147,6 @@ def run_share(args: argparse.Namespace, emit: Output, stopping: Stopping) -> Non
                 except errors.CoordinationError as e:
                     emit("failed", error=type(e).__name__, detail=str(e)[:300])
     finally:
-        acquired_since[0] = ahead_since
         try:
             consumer.close(timeout=10)
         finally:

@@ -427,9 +427,9 @@ class ShareConsumer:
                 # its answer comes meanwhile; it carries the acknowledgements made so far.
                 self._send_round(sent)
                 sent = {}
-                records = self._hold(fetched.outcome, fetched.sent_at)
+                records = self._hold(fetched.outcome, fetched.sent_at, fetched.sent_at)
                 if records:
-                    return self._delivered(records)
+                    return self._delivered(records, fetched.sent_at)
                 # Every lock ran out before this poll: the round just sent, in the time left.
                 if not self._take_round(deadline - self._clock.monotonic()):
                     return []
@@ -439,20 +439,26 @@ class ShareConsumer:
             sent_at = self._clock.monotonic()
             outcome = self._member.fetch(sent, remaining_ms)
             answered_at = self._clock.monotonic()
-            self._settle(sent, outcome.acknowledged, outcome.records, sent_at)
+            try:
+                self._settle(sent, outcome.acknowledged, outcome.records, sent_at)
+            except BaseException:
+                if outcome.records:  # acquired all the same: close names them
+                    self._fetched = _Round({}, sent_at, None, outcome)
+                raise
             sent = {}
             if outcome.records or remaining_ms == 0:
                 if outcome.records:
                     self._send_round({})  # as above: before the records are held
-                records = self._hold(outcome, answered_at)
+                records = self._hold(outcome, answered_at, sent_at)
                 if records or remaining_ms == 0 or self._ahead is None:
-                    return self._delivered(records)
+                    return self._delivered(records, sent_at)
                 # Every lock ran out before they were held: the round just sent, as above.
                 if not self._take_round(deadline - self._clock.monotonic()):
                     return []
 
-    def _delivered(self, records: list[ShareRecord]) -> list[ShareRecord]:
-        """``records``, as poll returns them (told to the hooks; the lag read if due)."""
+    def _delivered(self, records: list[ShareRecord], fetched_at: float) -> list[ShareRecord]:
+        """``records``, as poll returns them (told to the hooks; the lag read if due), of the
+        fetch sent at ``fetched_at``."""
         self._refresh_lag()
         if records and self._hooks:
             self._hooks.records_acquired(
@@ -461,6 +467,7 @@ class ShareConsumer:
                     member_id=self.member_id,
                     count=len(records),
                     redelivered=sum(r.delivery_count > 1 for r in records),
+                    fetched_at=fetched_at,
                 )
             )
         return records
@@ -569,7 +576,7 @@ class ShareConsumer:
         # Records fetched ahead and never handed out are released with their sessions.
         if self._fetched is not None:
             assert self._fetched.outcome is not None
-            self._unpolled(self._fetched.outcome.records, "closed")
+            self._unpolled(self._fetched.outcome.records, "closed", self._fetched.sent_at)
             self._fetched = None
         try:
             answered = self._member.close(sent, timeout)
@@ -659,9 +666,9 @@ class ShareConsumer:
             raise round_.error
         outcome = round_.outcome
         assert outcome is not None
-        self._settle(round_.sent, outcome.acknowledged, outcome.records, round_.sent_at)
-        if outcome.records:
+        if outcome.records:  # kept before settling, which may raise: close names them then
             self._fetched = round_
+        self._settle(round_.sent, outcome.acknowledged, outcome.records, round_.sent_at)
         return True
 
     def _abandon_round(self) -> None:
@@ -677,9 +684,12 @@ class ShareConsumer:
             )
             self._settle(round_.sent, {})
 
-    def _hold(self, fetched: FetchOutcome, otherwise: float) -> list[ShareRecord]:
-        """The records to deliver of ``fetched``, held from when their leader's answer came
-        (``otherwise`` if not known), but for those whose lock has run out since then."""
+    def _hold(
+        self, fetched: FetchOutcome, otherwise: float, fetched_at: float
+    ) -> list[ShareRecord]:
+        """The records to deliver of ``fetched`` (the fetch sent at ``fetched_at``), held
+        from when their leader's answer came (``otherwise`` if not known), but for those whose
+        lock has run out since then."""
         now = self._clock.monotonic()
         records: list[ShareRecord] = []
         partition = _Partition()
@@ -710,14 +720,14 @@ class ShareConsumer:
                 k for k, held in self._partitions.items() if not held.held and held.pending is None
             ]:
                 del self._partitions[emptied]
-            self._unpolled(expired, "lock_expired")
+            self._unpolled(expired, "lock_expired", fetched_at)
         self._metrics.records_acquired += len(records)
         self._metrics.records_redelivered += sum(r.delivery_count > 1 for r in records)
         return records
 
-    def _unpolled(self, records: Sequence[AcquiredRecord], reason: str) -> None:
-        """Tell the hooks of ``records``, acquired and never handed out, partition by
-        partition (they come sorted by partition)."""
+    def _unpolled(self, records: Sequence[AcquiredRecord], reason: str, fetched_at: float) -> None:
+        """Tell the hooks of ``records``, acquired by the fetch sent at ``fetched_at`` and
+        never handed out, partition by partition (they come sorted by partition)."""
         if not self._hooks:
             return
         for (topic, partition), group in itertools.groupby(
@@ -733,6 +743,7 @@ class ShareConsumer:
                     offsets=tuple(r.offset for r in spent),
                     delivery_counts=tuple(r.delivery_count for r in spent),
                     reason=reason,
+                    fetched_at=fetched_at,
                 )
             )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from devtools.campaign import ShareHistory, check_share, load_share
 from devtools.campaign._checker import Event
-from devtools.campaign._share_checker import ShareReport
+from devtools.campaign._share_checker import ShareReport, deliveries
 
 TOPIC = "stream"
 LIMIT = 3
@@ -321,6 +321,7 @@ def test_a_delivery_a_consumer_spent_unseen_counts_for_its_record_alone() -> Non
             ev("closed", 22.0),
         ]
 
+    h.lock_s = 0.4  # (a lock that ran out from 21.4 by 21.9)
     ending()
     assert kinds(check_share(h)) == ["lost"]
     for reason in ("closed", "lock_expired"):
@@ -337,11 +338,43 @@ def test_a_delivery_a_consumer_spent_unseen_counts_for_its_record_alone() -> Non
 
 def test_a_delivery_spent_unseen_is_checked_like_the_others() -> None:
     h = clean()
+    h.lock_s = 1.0
     # Offset 0 was accepted (confirmed at 1.2 by share-1); delivered again later, unseen.
     h.consumers["share-2#1"].append(unseen(30.0, 29.0, (0, 2), reason="lock_expired"))
     report = check_share(h)
     assert kinds(report) == ["delivered_after_done"]
     assert "unseen, lock_expired" in report.delivered_after_done[0].detail
+
+
+def test_a_record_reported_expired_before_its_lock_could_have_run_out() -> None:
+    h = clean()
+    h.lock_s = 2.0
+    h.produced += produced(7)
+    # Dropped 1.5 s after its fetch was sent, "its lock having run out", at the limit's
+    # count: it would settle the record, which no consumer ever saw.
+    h.consumers["share-3#1"].append(unseen(21.5, 20.0, (7, LIMIT), reason="lock_expired"))
+    assert kinds(check_share(h)) == ["expired_too_soon"]
+    h.lock_s = 1.5
+    assert check_share(h).violations == []
+
+
+def test_an_acknowledgement_belongs_to_the_delivery_handed_out_not_to_one_unseen() -> None:
+    h = clean()
+    h.lock_s = 1.0
+    h.produced += produced(7)
+    # share-1 holds delivery 1 of 7; its lock runs out, the round fetched ahead acquires
+    # delivery 2 and lets it run out unseen; then share-1 acknowledges its delivery 1.
+    h.consumers["share-1#1"] += [
+        acquired(2.0, 7),
+        unseen(4.5, 3.0, (7, 2), reason="lock_expired"),
+        asking(4.6, 7, "ACCEPT"),
+        answered(4.7, 7, "ACCEPT", error="AcquisitionLockExpiredError"),
+    ]
+    seven = deliveries(h)[(TOPIC, 0, 7)]
+    assert [(d.delivery_count, d.kind, d.outcome, d.unseen) for d in seven] == [
+        (1, "ACCEPT", "failed", ""),
+        (2, "", "", "lock_expired"),
+    ]
 
 
 def test_an_uncertain_answer_may_have_taken_effect() -> None:
@@ -363,6 +396,8 @@ def test_lag_at_the_end_from_a_start_offset_gone_back_is_the_brokers_copy() -> N
     h.final_state = {f"{TOPIC}-0": {"start_offset": 2, "lag": 6}}
     # When the records first settled the broker said: start offset 7, nothing to do.
     h.settled_state = {f"{TOPIC}-0": {"start_offset": 7, "lag": 0}}
+    assert kinds(check_share(h)) == ["undone"]  # no broker was killed: no failover
+    h.faults = [{"kind": "coordinator_kill", "start": 10.0, "end": 11.0}]
     report = check_share(h)
     assert report.violations == [] and report.counts_of_work["state_went_back"] == 1
     # Not gone back (no lower than then), or then with lag of its own: undone.

@@ -21,7 +21,7 @@ from recipes.queues import (
     ShareConsumer,
 )
 
-from .test_share_consumer import Broker, fetches, make, poll_n
+from .test_share_consumer import LEADERS, Broker, fetches, make, poll_n
 
 A = AcknowledgeType
 
@@ -287,6 +287,70 @@ def test_records_whose_lock_ran_out_before_the_next_poll_are_not_handed_out() ->
     c.close()
     [event] = hooks.events
     assert (event.offsets, event.delivery_counts, event.reason) == ((1,), (1,), "lock_expired")
+
+
+class SlowSecondLeader(Broker):
+    """The broker model whose second leader answers its ``slow_fetch``-th ShareFetch
+    ``slow_s`` late (the wait outside the model's lock: the first leader answers meanwhile)."""
+
+    def __init__(self, slow_fetch: int, slow_s: float, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.leaders_apart = True
+        self.slow_fetch, self.slow_s, self.fetches_to_second = slow_fetch, slow_s, 0
+
+    def send(self, request: Any, response_type: type[Any], **kw: Any) -> Any:
+        if isinstance(request, sg.ShareFetchRequest) and kw["coordinator"] == LEADERS[1]:
+            self.fetches_to_second += 1
+            if self.fetches_to_second == self.slow_fetch:
+                time.sleep(self.slow_s)
+        return super().send(request, response_type, **kw)
+
+
+def test_of_a_round_only_the_records_whose_lock_ran_out_are_dropped_and_named() -> None:
+    # Partition 0 (first leader) and 1 (second leader), offsets 0 and 1 in each. The round
+    # fetched ahead by the first poll is answered by the second leader 0.6 s after the
+    # first: 1.3 s later, partition 0's record has outlived its 1 s lock, partition 1's not.
+    broker = SlowSecondLeader(slow_fetch=2, slow_s=0.6, records=4, partitions=2, lock_ms=1000)
+    hooks = Unpolled()
+    c = make(broker, fetch_ahead=True, max_poll_records=1, hooks=[hooks])
+    first_began = c.member.clock.monotonic()
+    first = poll_n(c, 2)
+    assert sorted((r.partition, r.offset) for r in first) == [(0, 0), (1, 0)]
+    time.sleep(1.3)
+    second_began = c.member.clock.monotonic()
+    later = c.poll(timeout_ms=0)
+    assert [(r.partition, r.offset, r.delivery_count) for r in later] == [(1, 1, 1)]
+    [event] = hooks.events
+    assert (event.partition, event.offsets, event.delivery_counts, event.reason) == (
+        0,
+        (1,),
+        (1,),
+        "lock_expired",
+    )
+    # Fetched ahead: the round that acquired it went out during the first poll.
+    assert first_began <= event.fetched_at < second_began
+    c.close()
+
+
+def test_records_of_a_round_whose_settling_failed_are_named_at_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broker = Broker(records=4)
+    hooks = Unpolled()
+    c = make(broker, fetch_ahead=True, max_poll_records=2, hooks=[hooks])
+    poll_n(c, 2)
+    wait_for(lambda: broker.state[(0, 3)][0] == "acquired")
+
+    def failing(*args: object, **kw: object) -> None:
+        raise CoordinatorStateError("the member stopped")  # as a stopped member's would
+
+    monkeypatch.setattr(c, "_settle", failing)
+    with pytest.raises(CoordinatorStateError):
+        c.poll(timeout_ms=100)
+    monkeypatch.undo()
+    c.close()
+    [event] = hooks.events
+    assert (event.offsets, event.reason) == ((2, 3), "closed")
 
 
 def test_fetch_ahead_must_be_a_bool() -> None:

@@ -53,11 +53,15 @@ def of(kind: type, events: list[object]) -> list[Any]:
 def test_acquired_acknowledged_by_type_renewed_and_redelivered_are_reported() -> None:
     hooks = Recorded()
     c = make(Broker(records=4), hooks=[hooks])
+    before = c.member.clock.monotonic()
     records = poll_n(c, 4)
+    after = c.member.clock.monotonic()
     member = c.member_id
-    assert of(RecordsAcquired, hooks.events) == [
-        RecordsAcquired(group_id="g", member_id=member, count=4, redelivered=0)
-    ]
+    [acquired] = of(RecordsAcquired, hooks.events)
+    assert acquired == RecordsAcquired(
+        group_id="g", member_id=member, count=4, redelivered=0, fetched_at=acquired.fetched_at
+    )
+    assert before <= acquired.fetched_at <= after  # the fetch that acquired them was sent then
     c.acknowledge(records[0], A.ACCEPT)
     c.acknowledge(records[2], A.RELEASE)
     c.acknowledge(records[3], A.RENEW)  # a lock renewal: still held
