@@ -87,8 +87,8 @@ class ShareCampaign(Campaign):
                             f"--stall-ms={s.share_lock_ms + 700}",
                             # Small polls: a frozen consumer holds few records.
                             "--max-poll-records=20",
-                            # Every other consumer fetches ahead (it names the records
-                            # it acquired and never handed out: ``unseen``).
+                            # Every other consumer (of three: share-2) fetches ahead;
+                            # it names the records it never handed out (``unseen``).
                             *(["--fetch-ahead"] if i % 2 == 0 else []),
                         ),
                         bootstrap=bootstrap,
