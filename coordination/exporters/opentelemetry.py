@@ -30,6 +30,7 @@ from ..hooks import (
     RebalanceFinished,
     RecordsAcknowledged,
     RecordsAcquired,
+    RecordsUnpolled,
     ShareLagRead,
     TaskOverran,
     TaskStarted,
@@ -54,7 +55,8 @@ class OpenTelemetryHooks(CoordinationHooks):
     ``coordination.tasks.running`` (up-down), ``coordination.task.starts``,
     ``coordination.task.stops``, ``coordination.task.stop_overruns``,
     ``coordination.commit.failures``; a share consumer's: ``coordination.share.records.acquired``,
-    ``coordination.share.records.redelivered``, ``coordination.share.records.acknowledged``
+    ``coordination.share.records.redelivered``, ``coordination.share.records.unpolled``
+    (attribute ``reason``: acquired, never handed out), ``coordination.share.records.acknowledged``
     (attribute ``type``; ``RENEW``: lock renewals), ``coordination.share.acknowledgement.failures``
     (attribute ``reason``), ``coordination.share.partition.lag`` (gauge, attributes ``topic``
     and ``partition``: the last lag read of each share-partition).
@@ -120,6 +122,11 @@ class OpenTelemetryHooks(CoordinationHooks):
             "{record}",
             "Of the records acquired, those delivered before.",
         )
+        self.share_unpolled = meter.create_counter(
+            "coordination.share.records.unpolled",
+            "{record}",
+            "Records acquired that no poll handed out, by reason.",
+        )
         self.share_acknowledged = meter.create_counter(
             "coordination.share.records.acknowledged",
             "{record}",
@@ -184,6 +191,11 @@ class OpenTelemetryHooks(CoordinationHooks):
         self.share_acquired.add(event.count, at)
         if event.redelivered:
             self.share_redelivered.add(event.redelivered, at)
+
+    def on_records_unpolled(self, event: RecordsUnpolled) -> None:
+        self.share_unpolled.add(
+            len(event.offsets), {GROUP_ATTRIBUTE: event.group_id, "reason": event.reason}
+        )
 
     def on_records_acknowledged(self, event: RecordsAcknowledged) -> None:
         self.share_acknowledged.add(

@@ -31,6 +31,7 @@ from ..hooks import (
     RebalanceFinished,
     RecordsAcknowledged,
     RecordsAcquired,
+    RecordsUnpolled,
     ShareLagRead,
     TaskOverran,
     TaskStarted,
@@ -57,6 +58,7 @@ class PrometheusHooks(CoordinationHooks):
         ``_task_stop_overran_total``, ``_commit_failed_total``; a share consumer's:
         ``_share_records_acquired_total``, ``_share_records_redelivered_total``,
         ``_share_records_acknowledged_total{type}`` (``type="RENEW"``: lock renewals),
+        ``_share_records_unpolled_total{reason}`` (acquired, never handed out),
         ``_share_acknowledgement_failed_total{reason}``, ``_share_partition_lag{topic,
         partition}`` (gauge: the last lag read of each share-partition).
 
@@ -119,6 +121,11 @@ class PrometheusHooks(CoordinationHooks):
         self.share_redelivered = counter(
             "share_records_redelivered", "Of the records acquired, those delivered before."
         )
+        self.share_unpolled = counter(
+            "share_records_unpolled",
+            "Records acquired that no poll handed out, by reason (lock_expired, closed).",
+            ["group", "reason"],
+        )
         self.share_acknowledged = counter(
             "share_records_acknowledged",
             "Records whose acknowledgement took effect, by type (RENEW: lock renewals).",
@@ -176,6 +183,9 @@ class PrometheusHooks(CoordinationHooks):
     def on_records_acquired(self, event: RecordsAcquired) -> None:
         self.share_acquired.labels(event.group_id).inc(event.count)
         self.share_redelivered.labels(event.group_id).inc(event.redelivered)
+
+    def on_records_unpolled(self, event: RecordsUnpolled) -> None:
+        self.share_unpolled.labels(event.group_id, event.reason).inc(len(event.offsets))
 
     def on_records_acknowledged(self, event: RecordsAcknowledged) -> None:
         self.share_acknowledged.labels(event.group_id, event.ack_type).inc(event.count)

@@ -190,6 +190,43 @@ def test_prometheus_and_opentelemetry_export_the_share_consumers_counts() -> Non
     assert otel[lag] == 2
 
 
+def test_prometheus_and_opentelemetry_count_the_records_no_poll_handed_out() -> None:
+    registry = CollectorRegistry()
+    reader = InMemoryMetricReader()
+    exporters = [PrometheusHooks(registry), OpenTelemetryHooks(MeterProvider([reader]))]
+    broker = Broker(records=8, lock_ms=1000)
+    c = make(broker, hooks=exporters, fetch_ahead=True, max_poll_records=2)
+    poll_n(c, 2)
+    time.sleep(1.3)  # the records fetched ahead (2, 3) outlive their lock before the next poll
+    assert [r.offset for r in poll_n(c, 2)] == [4, 5]
+    # The round that poll sent ahead acquires 6 and 7, which close releases unseen.
+    deadline = time.monotonic() + 5
+    while broker.state[(0, 7)][0] != "acquired" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    c.close()
+    labels = {"group": "g"}
+    expired = registry.get_sample_value(
+        "coordination_share_records_unpolled_total", {**labels, "reason": "lock_expired"}
+    )
+    closed = registry.get_sample_value(
+        "coordination_share_records_unpolled_total", {**labels, "reason": "closed"}
+    )
+    assert (expired, closed) == (2, 2)
+    assert c.metrics().records_expired_unpolled == 2
+    data = reader.get_metrics_data()
+    assert data is not None
+    otel = {
+        point.attributes["reason"]: point.value
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "coordination.share.records.unpolled"
+        for point in metric.data.data_points
+        if isinstance(point, NumberDataPoint) and point.attributes
+    }
+    assert otel == {"lock_expired": 2, "closed": 2}
+
+
 def test_each_lag_reading_is_reported_by_poll_and_by_lag() -> None:
     hooks = Recorded()
     broker = Broker(records=4, partitions=2)
