@@ -305,6 +305,32 @@ def records_dataframe(
     return spark.createDataFrame(rows, _kafka_schema(), verifySchema=False)
 
 
+def warm_up_rows(spark: SparkSession, offsets: OffsetRange) -> DataFrame:
+    """Rows with Kafka's columns for ``offsets``, made in the JVM: every tenth value is not
+    JSON, the others are ``{"key": "warm-up", "ts_ms": <offset>, "value": "1.5"}``. For a
+    worker's warm-up, which then runs the job's code as a real batch does; rows from Python
+    (:func:`records_dataframe`) would start PySpark's Python workers, which real batches
+    (:func:`kafka_rows`) never use."""
+    from pyspark.sql import functions as F
+
+    offset = F.col("id")
+    json = F.concat(
+        F.lit('{"key": "warm-up", "ts_ms": '), offset.cast("string"), F.lit(', "value": "1.5"}')
+    )
+    # No otherwise(): a nullable column, as Kafka's values are (tombstones); never null here.
+    value = F.when(offset % 10 == 0, F.lit("not json")).when(offset >= 0, json).cast("binary")
+    ids = spark.range(offsets.start_offset, offsets.end_offset, 1, numPartitions=1)
+    return ids.select(
+        F.lit(None).cast("binary").alias("key"),
+        value.alias("value"),
+        F.lit(offsets.topic).alias("topic"),
+        F.lit(offsets.partition).cast("int").alias("partition"),
+        offset.alias("offset"),
+        F.lit(None).cast("timestamp").alias("timestamp"),
+        F.lit(None).cast("int").alias("timestampType"),
+    )
+
+
 def kafka_rows(
     spark: SparkSession,
     offsets: OffsetRange | Sequence[OffsetRange],

@@ -4,7 +4,7 @@ A :class:`PipelineWorker` is built on a :class:`~recipes.partitioning.Consumer`
 (the classic group protocol with cooperative-sticky assignment, or Kafka's consumer
 group protocol, KIP-848, where the broker assigns): it learns which partitions it
 owns, turns each partition's offsets into micro-batches processed by Spark
-(:func:`~recipes.pipeline._spark.stage_batch`), commits each batch's end offset
+(:func:`~recipes.pipeline._spark.stage_many`), commits each batch's end offset
 fenced by its generation (member epoch) and only then publishes the batch's
 results. See ``docs/pipeline.md`` for the protocol and its failure
 cases.
@@ -61,7 +61,7 @@ from ._events import (
 from ._kafka_options import spark_kafka_options
 from ._output import OffsetRange, PipelineOutput, PipelineOutputError, StagedBatch, StagedFilesError
 from ._sinks import DeltaSink, ParquetSink
-from ._spark import Batch, spark_session, stage_batch, stage_many
+from ._spark import spark_session, stage_many, stage_rows, warm_up_rows
 from ._windowed_sum import DEFAULT_WINDOW_MS, windowed_sum
 
 if TYPE_CHECKING:
@@ -561,7 +561,8 @@ class PipelineWorker:
         over 20 s on a busy 2-core machine (later ones: about 1 s). Paying that
         before joining keeps it out of the partitions' processing: a worker that
         takes over a killed worker's partitions is ready to process them at once.
-        The batches run the pipeline on records in memory, then on an empty
+        The batches run the pipeline on rows made in the JVM (rows from Python would
+        start PySpark's Python workers, which real batches never use), then on an empty
         range of an input partition read by Spark's Kafka source (loading its classes).
         With a Delta sink they are published through a copy of it on scratch tables,
         and compacted once: a JVM's first Delta transaction took 10 s under load.
@@ -584,23 +585,11 @@ class PipelineWorker:
                 else scratch_sink.output(self._spark)
             )
             for n in range(2):
-                records = [
-                    (
-                        i,
-                        b'{"key": "warm-up", "ts_ms": %d, "value": "1.5"}' % i
-                        if i % 10
-                        else b"not json",
-                    )
-                    for i in range(n * 100, n * 100 + 100)
-                ]
-                batch = Batch(
-                    topic="warm-up",
-                    partition=0,
-                    start_offset=n * 100,
-                    end_offset=n * 100 + 100,
-                    records=records,
+                offsets = OffsetRange(
+                    topic="warm-up", partition=0, start_offset=n * 100, end_offset=n * 100 + 100
                 )
-                output.publish(stage_batch(self._spark, output, batch, pipeline=self.pipeline))
+                rows = warm_up_rows(self._spark, offsets)
+                output.publish(stage_rows(self._spark, output, offsets, rows, self.pipeline))
             empty = OffsetRange(
                 topic=self.pipeline.topics[0], partition=0, start_offset=0, end_offset=0
             )

@@ -35,6 +35,7 @@ from recipes.pipeline._spark import (
     spark_session,
     stage_batch,
     stage_many,
+    warm_up_rows,
 )
 from recipes.pipeline._windowed_sum import (
     DEFAULT_WINDOW_MS,
@@ -185,6 +186,26 @@ class TestAggregation:
             ("k", 2_000): (3, Decimal(3)),  # 2000, 2400, 2800
             ("k", 3_000): (2, Decimal(2)),  # 3200, 3600
         }
+
+    def test_a_workers_warm_up_rows_are_kafkas_rows_made_without_python(self, spark: SparkSession):
+        # The rows a worker warms up on: as if these records had been read from Kafka
+        # (same columns, types and values), made by a plan with no Python in it.
+        offsets = OffsetRange(topic="warm-up", partition=0, start_offset=100, end_offset=200)
+        made = warm_up_rows(spark, offsets)
+        records: list[Record] = [
+            (
+                i,
+                b"not json"
+                if i % 10 == 0
+                else b'{"key": "warm-up", "ts_ms": %d, "value": "1.5"}' % i,
+            )
+            for i in range(100, 200)
+        ]
+        expected = records_dataframe(spark, records, topic="warm-up", partition=0)
+        assert made.schema == expected.schema
+        assert sorted(made.collect()) == sorted(expected.collect())
+        plan = made._jdf.queryExecution().executedPlan().toString()
+        assert "Python" not in plan and "Range" in plan, plan
 
     def test_window_size_must_be_positive(self, spark: SparkSession):
         events = parse_events(records_dataframe(spark, []))
