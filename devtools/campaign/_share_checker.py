@@ -147,11 +147,16 @@ def deliveries(history: ShareHistory) -> dict[Key, list[Delivery]]:
             elif kind == "unseen" and "records" in e:
                 for offset, count in e["records"]:
                     key = (str(e["topic"]), int(e["partition"]), int(offset))
-                    unseen = Delivery(
-                        process, key, int(count), float(e["polled_at"]), float(e["t"])
+                    out[key].append(
+                        Delivery(
+                            process,
+                            key,
+                            int(count),
+                            float(e["polled_at"]),
+                            float(e["t"]),
+                            unseen=str(e["reason"]),
+                        )
                     )
-                    unseen.unseen = str(e["reason"])
-                    out[key].append(unseen)
             elif kind in ("acknowledged", "ack_failed"):
                 outcome = "confirmed" if kind == "acknowledged" else "failed"
                 if e.get("error") == UNCERTAIN:
