@@ -18,7 +18,13 @@ believe:
   client never reports success for an acknowledgement the model refused);
 - no record accepted twice (by the model, or reported so by two consumers);
 - no record held (acquired, lock valid) by two members at once;
-- no delivery count above the limit, at the model or in a record handed to the application.
+- no delivery count above the limit, at the model or in a record handed to the application;
+- every record a poll hands out, and every record ``on_records_unpolled`` names, is a delivery
+  the model made to that member, with that delivery count, and each delivery is accounted
+  for once at most (handed out or named, not both, not twice); a record named for its lock
+  having run out is no longer held by that member at the model under a lock still running,
+  and was named no sooner than the lock's duration after the fetch that acquired it was
+  sent.
 
 After the faults, production stops and the consumers drain: within the bound, every record
 produced is acknowledged or archived at the model (none lost).
@@ -34,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from coordination.hooks import CoordinationHooks, RecordsUnpolled
 from coordination.testing.simulation import (
     GROUP,
     DriverBase,
@@ -134,6 +141,13 @@ class _Report:
     ok: bool
 
 
+def _accounting(model: ShareGroupsModel, delivery: tuple[str, int, int, int]) -> str:
+    made = model.deliveries[delivery]
+    if not made:
+        return "which the model never delivered to it"
+    return f"which the model delivered to it {made} time(s), all accounted for already"
+
+
 def _code_name(code: int) -> str:
     from coordination import ErrorCode
 
@@ -183,6 +197,11 @@ class ShareConsumersDriver(DriverBase):
         self._claimed: dict[tuple[str, int, int, Any, int], int] = {}
         self._accepted_reports: set[tuple[int, int]] = set()
         self._last_lag: dict[str, dict[tuple[str, int], int]] = {}
+        # Deliveries as (member id, partition, offset, delivery count), each as many times as
+        # polls handed it out or on_records_unpolled named it; and the namings not checked
+        # yet, with the time they were told.
+        self._accounted: Counter[tuple[str, int, int, int]] = Counter()
+        self._unpolled: list[tuple[str, float, RecordsUnpolled]] = []
         self._violation: str | None = None
         # How each acknowledgement ended ("ACCEPT ok", "RELEASE INVALID_RECORD_STATE"...): what
         # the histories reached.
@@ -272,9 +291,16 @@ class ShareConsumersDriver(DriverBase):
                 outcome = "ok" if error is None else _code_name(error.code)
                 self.outcomes[f"{kind.name} {outcome}"] += 1
 
+        driver = self
+
+        class Unpolled(CoordinationHooks):
+            def on_records_unpolled(self, event: RecordsUnpolled) -> None:
+                driver._unpolled.append((me, clock.monotonic(), event))
+
         consumer = ShareConsumer(
             GROUP,
             topics=[TOPIC],
+            hooks=[Unpolled()],
             fetch_ahead=_fetches_ahead(self.salt, me),
             acknowledgement_mode="explicit",
             max_poll_records=MAX_POLL_RECORDS,
@@ -313,6 +339,7 @@ class ShareConsumersDriver(DriverBase):
                 self._ask(me, consumer, record, AcknowledgeType.ACCEPT)
             renewing = []
             handling = 0.0
+            self._handed_out(me, consumer.member_id, records)
             for record in records:
                 if record.delivery_count > limit and self._violation is None:
                     self._violation = (
@@ -340,6 +367,46 @@ class ShareConsumersDriver(DriverBase):
                     return
                 except CoordinationError as e:
                     trace(f"{me}: commit failed: {type(e).__name__}: {e}")
+
+    def _account(self, model: ShareGroupsModel, delivery: tuple[str, int, int, int]) -> bool:
+        """Count ``delivery`` as handed out or named: False if the model made it fewer times
+        than that (to this member, with this count)."""
+        self._accounted[delivery] += 1
+        return self._accounted[delivery] <= model.deliveries[delivery]
+
+    def _handed_out(self, me: str, member_id: str, records: list[Any]) -> None:
+        """A poll handed ``records`` to the application: each must be a delivery the model
+        made to the member, not accounted for before."""
+        model = self.model
+        assert model is not None
+        for record in records:
+            delivery = (member_id, record.partition, record.offset, record.delivery_count)
+            if not self._account(model, delivery) and self._violation is None:
+                self._violation = (
+                    f"{me} was handed {record.partition}:{record.offset} (delivery "
+                    f"{record.delivery_count}), {_accounting(model, delivery)}"
+                )
+
+    def _check_unpolled(self, model: ShareGroupsModel) -> None:
+        """The records ``on_records_unpolled`` named since the last check."""
+        lock_s = SETTINGS.record_lock_duration_ms / 1000
+        unpolled, self._unpolled = self._unpolled, []
+        for me, at, event in unpolled:
+            self.outcomes[f"unpolled {event.reason}"] += len(event.offsets)
+            for offset, count in zip(event.offsets, event.delivery_counts, strict=True):
+                delivery = (event.member_id, event.partition, offset, count)
+                where = f"{event.partition}:{offset} (delivery {count}, {event.reason})"
+                if not self._account(model, delivery):
+                    raise Violation(f"{me} named {where} unpolled, {_accounting(model, delivery)}")
+                if event.reason != "lock_expired":
+                    continue
+                if at - event.fetched_at < lock_s:
+                    raise Violation(
+                        f"{me} named {where} unpolled {at - event.fetched_at:.3f}s after its "
+                        f"fetch was sent, before a lock of {lock_s}s could run out"
+                    )
+                if (event.member_id, count) in model.holding(event.partition, offset):
+                    raise Violation(f"{me} named {where} unpolled, but its lock still runs")
 
     def _check_lag(self, me: str, lag: dict[tuple[str, int], int], now: float) -> None:
         """A lag reading (the polls read it every LAG_REFRESH_MS) is a count of the
@@ -407,6 +474,8 @@ class ShareConsumersDriver(DriverBase):
         model = self.model
         if model is None:
             return
+        if self._unpolled:
+            self._check_unpolled(model)
         if self._reports:
             reports, self._reports = self._reports, []
             for report in reports:

@@ -9,6 +9,7 @@ SIMULATION_SHARE_HISTORIES of them (40 by default).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 from typing import Any
@@ -96,3 +97,74 @@ def test_the_checker_finds_a_lag_reading_that_is_not_a_count_of_the_partitions_r
     assert summary.failures, "a wrong lag reading went unnoticed"
     violation = summary.failures[0].violation
     assert violation is not None and "read a lag of" in violation, violation
+
+
+def _names_twice(consumer_class: Any) -> Any:
+    real = consumer_class._unpolled
+
+    def twice(self: Any, records: Any, reason: str, fetched_at: float) -> None:
+        real(self, records, reason, fetched_at)
+        real(self, records, reason, fetched_at)
+
+    return ("_unpolled", twice)
+
+
+def _counts_locks_short(consumer_class: Any) -> Any:
+    real = consumer_class._hold
+
+    def short(self: Any, fetched: Any, otherwise: float, fetched_at: float) -> Any:
+        records = [r._replace(lock_timeout_ms=r.lock_timeout_ms // 2) for r in fetched.records]
+        return real(self, dataclasses.replace(fetched, records=records), otherwise, fetched_at)
+
+    return ("_hold", short)
+
+
+def _miscounts_deliveries(consumer_class: Any) -> Any:
+    real = consumer_class._hold
+
+    def miscounted(self: Any, fetched: Any, otherwise: float, fetched_at: float) -> Any:
+        records = [r._replace(delivery_count=r.delivery_count + 1) for r in fetched.records]
+        return real(self, dataclasses.replace(fetched, records=records), otherwise, fetched_at)
+
+    return ("_hold", miscounted)
+
+
+@pytest.mark.parametrize(
+    ("breaks", "found"),
+    [
+        (_names_twice, "all accounted for already"),
+        (_counts_locks_short, "before a lock of 3.0s could run out"),
+        (_miscounts_deliveries, "which the model never delivered to it"),
+    ],
+)
+def test_the_checker_finds_a_consumer_that_misnames_what_it_acquired(
+    monkeypatch: pytest.MonkeyPatch, breaks: Any, found: str
+) -> None:
+    # Every record a poll hands out and every record on_records_unpolled names must be a
+    # delivery the model made to that member, accounted for once; a lock named run out must
+    # have run out. A consumer naming a record twice, counting locks from half their
+    # duration, or handing out records with a wrong delivery count, is caught.
+    from recipes.queues import ShareConsumer
+
+    monkeypatch.setattr(ShareConsumer, *breaks(ShareConsumer))
+    summary = run_seeds("share", range(10), HistorySettings(faults=40), stop_at_first=True)
+    assert summary.failures, f"{breaks.__name__} went unnoticed"
+    violation = summary.failures[0].violation
+    assert violation is not None and found in violation, violation
+
+
+def test_histories_reach_records_named_unpolled_for_both_reasons() -> None:
+    # The consumers fetching ahead leave records unpolled: their lock runs out during long
+    # handling (slow callbacks, pauses), and close() releases the round fetched ahead.
+    from devtools.simulation.queues import ShareConsumersDriver
+
+    drivers: list[ShareConsumersDriver] = []
+
+    def driver(settings: HistorySettings) -> ShareConsumersDriver:
+        drivers.append(ShareConsumersDriver(settings))
+        return drivers[-1]
+
+    summary = run_seeds_of(driver, range(6), HistorySettings(faults=40))
+    assert not summary.failures, summary.failures[0].violation
+    outcomes = sum((d.outcomes for d in drivers), Counter[str]())
+    assert outcomes["unpolled lock_expired"] > 0 and outcomes["unpolled closed"] > 0, outcomes

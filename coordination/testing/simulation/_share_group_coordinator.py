@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -218,6 +219,11 @@ class ShareGroupsModel:
         self._sessions: dict[tuple[str, str], Cancellable] = {}
         self._coordinator_loaded = False
         self._locks = 0
+        # Checker bookkeeping, not Kafka state: how many times a leader made each delivery,
+        # by (member id, partition, offset, delivery count). More than once: a leader that
+        # stops or loses the partition forgets the records it had acquired, whose next
+        # delivery then has the same count (only a release or an acknowledgement is written).
+        self.deliveries: Counter[tuple[str, int, int, int]] = Counter()
 
     # -- the coordinator's lifecycle --------------------------------------------------------------
 
@@ -571,7 +577,9 @@ class ShareGroupsModel:
         lock = self._locks
         deadline = self._clock.now() + self.settings.record_lock_duration_ms / 1000
         for o in offsets:
-            acquired[o] = Acquisition(member_id, state.state(o)[1] + 1, deadline, lock)
+            count = state.state(o)[1] + 1
+            acquired[o] = Acquisition(member_id, count, deadline, lock)
+            self.deliveries[member_id, p, o, count] += 1
         self._start_lock(node_id, lock, deadline)
         return offsets
 
@@ -735,6 +743,16 @@ class ShareGroupsModel:
                     if a.deadline > now:
                         held.setdefault((p, offset), []).append((node_id, a.member_id))
         return held
+
+    def holding(self, p: int, offset: int) -> list[tuple[str, int]]:
+        """Who holds record ``offset`` of partition ``p`` under a lock that has not run out,
+        as (member id, delivery count)."""
+        now = self._clock.now()
+        return [
+            (a.member_id, a.count)
+            for leader in self._leaders.values()
+            if (a := leader.acquired.get(p, {}).get(offset)) is not None and a.deadline > now
+        ]
 
     def delivery_counts(self) -> Iterable[int]:
         for leader in self._leaders.values():
