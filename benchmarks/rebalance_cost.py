@@ -31,7 +31,8 @@ For each event, from every consumer's own record of what it consumed and when:
   new owner (its ``on_partitions_assigned``): the protocol's share of ``settle_s``; the
   rest is the new owner's start of fetching (committed offset, reset, first fetch).
 
-Implementations, taking turns within each repeat against the same broker:
+Implementations, taking turns within each repeat against the same broker (the first turn
+moving round from one repeat to the next):
 
 * ``ours-consumer``: ``recipes.partitioning.Consumer(group_protocol="consumer",
   group_remote_assignor="uniform")``, each member in a process of its own (see below);
@@ -1095,9 +1096,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             create_topic(bootstrap, topic, partitions)
             with busy_producer(bootstrap, topic, partitions):
                 # Implementations take turns within each repetition, so a slow drift of the
-                # machine (or the broker) does not favour one of them.
+                # machine (or the broker) does not favour one of them, and the first turn
+                # moves round: the first group of a run meets a cold broker (at N = 200 the
+                # first run's events cost ours many times what the later ones did).
+                impls = args.implementations
                 for r in range(args.repeats):
-                    for impl in args.implementations:
+                    for impl in impls[r % len(impls) :] + impls[: r % len(impls)]:
                         group_id = f"rc-{run_id}-{name(impl)}-n{n}-{r}"
                         try:
                             # The same pauses for every implementation of a repeat.
