@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from coordination.testing.simulation import HistorySettings, run_seeds
 
 
 def assert_histories_pass(recipe: str, histories: int, *, timeout_s: float = 850) -> None:
@@ -40,3 +45,19 @@ def assert_histories_pass(recipe: str, histories: int, *, timeout_s: float = 850
     assert out.returncode == 0 and fields.get("violations") == "0", text[-20_000:]
     assert int(fields["histories"]) == histories, last
     assert float(fields["faults_per_history"]) >= 100, last
+
+
+def outcomes_of(
+    driver: Callable[[HistorySettings], Any], seeds: Iterable[int], settings: HistorySettings
+) -> Counter[str]:
+    """Run one history per seed in this process and assert that every one kept the recipe's
+    guarantees; the ``outcomes`` the drivers counted (what the histories reached), summed."""
+    drivers: list[Any] = []
+
+    def made(history_settings: HistorySettings) -> Any:
+        drivers.append(driver(history_settings))
+        return drivers[-1]
+
+    summary = run_seeds(made, seeds, settings)
+    assert not summary.failures, summary.failures[0].violation
+    return sum((d.outcomes for d in drivers), Counter[str]())

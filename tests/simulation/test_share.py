@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections import Counter
 from typing import Any
 
 import pytest
 
 from coordination.testing.simulation import HistorySettings
-from coordination.testing.simulation import run_seeds as run_seeds_of
 from devtools.simulation import replay, run_seeds
 
-from ._histories import assert_histories_pass
+from ._histories import assert_histories_pass, outcomes_of
 
 SHARE_HISTORIES = int(os.environ.get("SIMULATION_SHARE_HISTORIES", "40"))
 
@@ -66,15 +64,7 @@ def test_acknowledgements_never_ride_on_the_fetch_that_opens_a_session() -> None
     # these histories had such fetches before the acknowledgements were made to follow it.
     from devtools.simulation.queues import ShareConsumersDriver
 
-    drivers: list[ShareConsumersDriver] = []
-
-    def driver(settings: HistorySettings) -> ShareConsumersDriver:
-        drivers.append(ShareConsumersDriver(settings))
-        return drivers[-1]
-
-    summary = run_seeds_of(driver, (1, 2, 5), HistorySettings(faults=30))
-    assert not summary.failures, summary.failures[0].violation
-    outcomes = sum((d.outcomes for d in drivers), Counter[str]())
+    outcomes = outcomes_of(ShareConsumersDriver, (1, 2, 5), HistorySettings(faults=30))
     assert outcomes["ACCEPT ok"] > 0
     assert not [k for k in outcomes if k.endswith("INVALID_REQUEST")], outcomes
     assert outcomes["lag readings"] > 0, outcomes  # the polls' lookups, through the faults
@@ -158,13 +148,5 @@ def test_histories_reach_records_named_unpolled_for_both_reasons() -> None:
     # handling (slow callbacks, pauses), and close() releases the round fetched ahead.
     from devtools.simulation.queues import ShareConsumersDriver
 
-    drivers: list[ShareConsumersDriver] = []
-
-    def driver(settings: HistorySettings) -> ShareConsumersDriver:
-        drivers.append(ShareConsumersDriver(settings))
-        return drivers[-1]
-
-    summary = run_seeds_of(driver, range(6), HistorySettings(faults=40))
-    assert not summary.failures, summary.failures[0].violation
-    outcomes = sum((d.outcomes for d in drivers), Counter[str]())
+    outcomes = outcomes_of(ShareConsumersDriver, range(6), HistorySettings(faults=40))
     assert outcomes["unpolled lock_expired"] > 0 and outcomes["unpolled closed"] > 0, outcomes

@@ -12,17 +12,15 @@ A history of 100 faults costs about half a second of one core (the asyncio face'
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from coordination.testing.simulation import HistorySettings
-from coordination.testing.simulation import run_seeds as run_seeds_of
 from devtools.simulation import replay, run_seeds
 
-from ._histories import assert_histories_pass
+from ._histories import assert_histories_pass, outcomes_of
 
 _CI_HISTORIES = os.environ.get("SIMULATION_SHARE_WORKER_HISTORIES")
 WORKER_HISTORIES = int(_CI_HISTORIES or "40")
@@ -45,15 +43,7 @@ def test_the_histories_reach_every_outcome_of_a_handler(asynchronous: bool) -> N
     from devtools.simulation.queues import AsyncShareWorkersDriver, ShareWorkersDriver
 
     kind = AsyncShareWorkersDriver if asynchronous else ShareWorkersDriver
-    drivers: list[ShareWorkersDriver] = []
-
-    def driver(settings: HistorySettings) -> ShareWorkersDriver:
-        drivers.append(kind(settings))
-        return drivers[-1]
-
-    summary = run_seeds_of(driver, range(4), HistorySettings(faults=40))
-    assert not summary.failures, summary.failures[0].violation
-    outcomes = sum((d.outcomes for d in drivers), Counter[str]())
+    outcomes = outcomes_of(kind, range(4), HistorySettings(faults=40))
     assert (outcomes["handler cancelled"] > 0) is asynchronous, outcomes
     for reached in (
         "handler succeed",
