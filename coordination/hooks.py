@@ -213,8 +213,9 @@ class RecordsUnpolled:
     """The delivery count of each record of ``offsets``, in the same order."""
     reason: str
     """``"lock_expired"`` (the lock ran out before a poll could hand them out: fetched ahead
-    during long work between polls, or an answer read late) or ``"closed"`` (fetched ahead,
-    released by ``close()``)."""
+    during long work between polls, or an answer read late), ``"closed"`` (fetched ahead,
+    released by ``close()``) or ``"undecodable"`` (their batches could not be decoded: the
+    offsets and delivery counts are the answer's acquired ranges; released at once)."""
     fetched_at: float
     """When the ShareFetch that acquired them was sent, as in :class:`RecordsAcquired`."""
 

@@ -18,6 +18,14 @@ record whose lock ran out answers INVALID_RECORD_STATE, and is never counted as
 acknowledged. An acknowledgement whose request got no answer is reported with
 NETWORK_EXCEPTION: the broker may or may not have applied it.
 
+The sessions owe some acknowledgements of their own, for acquired records the application
+never gets: a GAP for an acquired offset that holds no record, a RELEASE for each record of a
+partition's answer whose batches could not be decoded (Kafka's share consumer rejects a
+corrupt batch and releases a record it cannot deserialize; here the failure is not pinned to
+one batch, and may be this process's alone, such as a compression library not installed, so
+the records go back to the group at once rather than be archived). They ride with the next
+request to the partition's leader, as the application's do.
+
 Not thread-safe: one thread (the consumer's) calls it, as Kafka's share consumer is used.
 A ShareFetch long-polls on a connection of its own per leader (the transport's
 ``dedicated_node``), so that it never holds up the member's heartbeats.
@@ -25,6 +33,7 @@ A ShareFetch long-polls on a connection of its own per leader (the transport's
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -97,6 +106,15 @@ class FetchOutcome:
     answered_at: dict[TopicIdPartition, float] = field(default_factory=dict)
     """When the answer that brought each partition's records came (the member's clock): their
     locks run from about then (the broker took them a little earlier)."""
+    undecodable: list[AcquiredRecord] = field(default_factory=list)
+    """Records acquired whose batches could not be decoded, one per acquired offset, in
+    partition and offset order: their offset and delivery count are known (from the
+    answer's acquired ranges), not their content (``key`` and ``value`` None, no headers,
+    ``timestamp`` -1). Each spent a delivery; the member releases them with its next request
+    to their leader (RELEASE): the broker delivers them again, or archives them at the
+    delivery limit."""
+    undecodable_why: dict[TopicIdPartition, str] = field(default_factory=dict)
+    """Why each partition of ``undecodable`` could not be decoded (the decoder's error)."""
 
 
 @dataclass(slots=True)
@@ -158,9 +176,15 @@ class ShareSessions:
         self._stale = True  # look the leaders up before the next request
         self._refresh_after = 0.0  # not before (the membership's clock)
         self._names_after = 0.0  # the same, for a lookup of the topics' names alone
-        # Offsets of acquired ranges that held no record (transaction markers, compacted
-        # away): acknowledged as GAP with the partition's next acknowledgements.
-        self._gaps: dict[TopicIdPartition, dict[int, sg.AcknowledgeType]] = {}
+        # The acknowledgements the sessions owe of their own (see the module docstring): GAP
+        # for an acquired offset that held no record (a transaction marker, compacted away),
+        # RELEASE for a record that could not be decoded; sent with the partition's next
+        # acknowledgements (a fetch carries them all), unless the lock of the answer that
+        # acquired them has run out by then (the earliest, per partition; the membership's
+        # clock): Kafka applies a partition's acknowledgements all or none, and one for a
+        # record no longer held would fail the application's sent with it.
+        self._owed: dict[TopicIdPartition, dict[int, sg.AcknowledgeType]] = {}
+        self._owed_until: dict[TopicIdPartition, float] = {}
         self._failed = False  # a request of this round failed (see fetch)
         # Set by close: a fetch still on its way (ShareConsumer(fetch_ahead=True), its close's
         # time run out) must not open new sessions and acquire records nobody would release.
@@ -201,8 +225,8 @@ class ShareSessions:
         renewing = {tp: a for tp, a in acks.items() if _has_renew(a)}
         if renewing:
             outcome.acknowledged.update(self.acknowledge(renewing))
-        acks = self._with_gaps(
-            {tp: a for tp, a in acks.items() if tp not in renewing}, every_gap=True
+        acks = self._with_owed(
+            {tp: a for tp, a in acks.items() if tp not in renewing}, every_owed=True
         )
         plan = self._plan()
         stray = {tp: a for tp, a in acks.items() if not any(tp in p for p in plan.values())}
@@ -264,7 +288,8 @@ class ShareSessions:
             tp for tp, acks in held_back.items() if any((*tp, offset) in again for offset in acks)
         }
         sending = {tp: acks for tp, acks in held_back.items() if tp not in ended}
-        # (Their GAPs go too: those of the records acquired again were noted again.)
+        # (What the sessions owed goes too: for the records acquired again, it was noted
+        # again.)
         if sending:
             outcome.acknowledged.update(self.acknowledge(sending))
         outcome.acknowledged.update({tp: ErrorCode.INVALID_RECORD_STATE for tp in ended})
@@ -272,14 +297,14 @@ class ShareSessions:
     def acknowledge(self, acks: Acknowledgements) -> dict[TopicIdPartition, int]:
         """Send ``acks`` now, in a ShareAcknowledge to each partition's leader; the outcome
         per partition (a code, NONE for success)."""
-        return self._acknowledge(self._with_gaps(dict(acks)), closing=False)
+        return self._acknowledge(self._with_owed(dict(acks)), closing=False)
 
     def close(self, acks: Acknowledgements) -> dict[TopicIdPartition, int]:
         """Send ``acks`` and close every share session (a ShareAcknowledge of epoch -1 to
         each leader): what the member still holds there is released at once."""
         self._closing = True
         try:
-            return self._acknowledge(self._with_gaps(dict(acks)), closing=True)
+            return self._acknowledge(self._with_owed(dict(acks)), closing=True)
         finally:
             self._sessions.clear()
 
@@ -428,20 +453,63 @@ class ShareSessions:
                 if partition.error_code != ErrorCode.NONE:
                     self._react(Api.SHARE_FETCH, leader, partition.error_code, None)
                     continue
-                acquired = self._acquired(tp, partition, answer.acquisition_lock_timeout_ms)
+                lock_ms = answer.acquisition_lock_timeout_ms
+                try:
+                    acquired = self._acquired(tp, partition, lock_ms)
+                except ProtocolCodecError as e:
+                    self._membership.note_problem(f"records of {tp} could not be decoded: {e}")
+                    acquired = []
+                    outcome.undecodable.extend(self._undecodable(tp, partition, lock_ms))
+                    outcome.undecodable_why[tp] = str(e)
+                if tp in self._owed:
+                    until = answered_at + lock_ms / 1000
+                    self._owed_until[tp] = min(self._owed_until.get(tp, until), until)
                 if acquired:
                     outcome.records.extend(acquired)
                     outcome.answered_at[tp] = answered_at
 
+    def _undecodable(
+        self, tp: TopicIdPartition, partition: sg.ShareFetchPartitionData, lock_ms: int
+    ) -> list[AcquiredRecord]:
+        """The records ``partition``'s answer acquired, whose batches could not be decoded:
+        each offset of its acquired ranges, with the range's delivery count; a RELEASE of
+        each is owed (see the module docstring), so that they go back to the group with the
+        next request rather than when their lock runs out."""
+        topic_id, index = tp
+        topic = self._names.get(topic_id, str(topic_id))
+        owed = self._owed.setdefault(tp, {})
+        out: list[AcquiredRecord] = []
+        for r in sorted(partition.acquired_records, key=lambda r: r.first_offset):
+            for offset in range(r.first_offset, r.last_offset + 1):
+                owed[offset] = sg.AcknowledgeType.RELEASE
+                out.append(
+                    AcquiredRecord(
+                        topic_id=topic_id,
+                        topic=topic,
+                        partition=index,
+                        offset=offset,
+                        key=None,
+                        value=None,
+                        headers=(),
+                        timestamp=-1,
+                        delivery_count=r.delivery_count,
+                        lock_timeout_ms=lock_ms,
+                    )
+                )
+        if not owed:
+            del self._owed[tp]
+        return out
+
     def _acquired(
         self, tp: TopicIdPartition, partition: sg.ShareFetchPartitionData, lock_ms: int
     ) -> list[AcquiredRecord]:
-        try:
-            groups, through = codec.acquired_groups(partition)
-        except ProtocolCodecError as e:
-            # Unreadable: its records go back after their lock; say so, carry on.
-            self._membership.note_problem(f"records of {tp} could not be decoded: {e}")
-            return []
+        """The records of ``partition``'s answer this member acquired; GAPs owed for the
+        acquired offsets found empty.
+
+        Raises:
+            ProtocolCodecError: its batches could not be decoded.
+        """
+        groups, through = codec.acquired_groups(partition)
         topic_id, index = tp
         topic = self._names.get(topic_id, str(topic_id))
         # An offset in a batch read whole that holds no record is a GAP (a transaction
@@ -457,7 +525,7 @@ class ShareSessions:
             for first, last in readable:
                 for offset in range(first, last + 1):
                     if offset not in delivered:
-                        self._gaps.setdefault(tp, {})[offset] = sg.AcknowledgeType.GAP
+                        self._owed.setdefault(tp, {})[offset] = sg.AcknowledgeType.GAP
         return [
             AcquiredRecord(
                 topic_id, topic, index, offset, key, value, headers, timestamp, count, lock_ms
@@ -559,14 +627,18 @@ class ShareSessions:
                     self._react(Api.SHARE_ACKNOWLEDGE, leader, partition.error_code, None)
         return results
 
-    def _with_gaps(
-        self, acks: Acknowledgements, *, every_gap: bool = False
+    def _with_owed(
+        self, acks: Acknowledgements, *, every_owed: bool = False
     ) -> dict[TopicIdPartition, dict[int, Any]]:
-        """``acks`` and the GAPs waiting for their partitions (``every_gap``: for any)."""
+        """``acks`` and the acknowledgements the sessions owe for their partitions (GAPs,
+        RELEASEs of records not decoded; ``every_owed``: for any partition)."""
         out: dict[TopicIdPartition, dict[int, Any]] = {tp: dict(a) for tp, a in acks.items()}
-        for tp in list(self._gaps):
-            if tp in out or every_gap:
-                out[tp] = {**self._gaps.pop(tp), **out.get(tp, {})}
+        now = self._membership.clock.monotonic()
+        for tp in list(self._owed):
+            if tp in out or every_owed:
+                owed = self._owed.pop(tp)
+                if now < self._owed_until.pop(tp, math.inf):  # else: their lock ran out
+                    out[tp] = {**owed, **out.get(tp, {})}
         return out
 
 

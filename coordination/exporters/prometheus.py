@@ -123,7 +123,8 @@ class PrometheusHooks(CoordinationHooks):
         )
         self.share_unpolled = counter(
             "share_records_unpolled",
-            "Records acquired that no poll handed out, by reason (lock_expired, closed).",
+            "Records acquired that no poll handed out, by reason (lock_expired, closed, "
+            "undecodable).",
             ["group", "reason"],
         )
         self.share_acknowledged = counter(

@@ -24,7 +24,9 @@ believe:
   for once at most (handed out or named, not both, not twice); a record named for its lock
   having run out is no longer held by that member at the model under a lock still running,
   and was named no sooner than the lock's duration after the fetch that acquired it was
-  sent.
+  sent; a naming has one of the consumer's reasons (``lock_expired``, ``closed``,
+  ``undecodable``: the model's batches always decode, so the last is never reached, but a
+  naming for it is held to the same accounting).
 
 After the faults, production stops and the consumers drain: within the bound, every record
 produced is acknowledged or archived at the model (none lost).
@@ -65,6 +67,8 @@ from ._loops import TurningLoops
 TOPIC = "jobs"
 TOPIC_ID = uuid.UUID(int=0x5EA4E)
 PARTITIONS = 3
+# The reasons on_records_unpolled may give (hooks.RecordsUnpolled.reason).
+UNPOLLED_REASONS = frozenset({"lock_expired", "closed", "undecodable"})
 RECORDS_PER_S = 4.0  # per partition
 MAX_POLL_RECORDS = 10
 SETTINGS = ShareSettings()
@@ -396,6 +400,8 @@ class ShareConsumersDriver(DriverBase):
             for offset, count in zip(event.offsets, event.delivery_counts, strict=True):
                 delivery = (event.member_id, event.partition, offset, count)
                 where = f"{event.partition}:{offset} (delivery {count}, {event.reason})"
+                if event.reason not in UNPOLLED_REASONS:
+                    raise Violation(f"{me} named {where} unpolled, for no known reason")
                 if not self._account(model, delivery):
                     raise Violation(f"{me} named {where} unpolled, {_accounting(model, delivery)}")
                 if event.reason != "lock_expired":

@@ -145,6 +145,9 @@ class ShareMetrics:
     records_expired_unpolled: int = 0
     """With ``fetch_ahead``: records fetched ahead whose lock ran out before a poll could
     hand them out (never handed out; the broker delivers them again)."""
+    records_undecodable: int = 0
+    """Records acquired whose batches could not be decoded (never handed out; released at
+    once, so the broker delivers them again, or archives them at the delivery limit)."""
 
 
 @dataclass(slots=True)
@@ -214,10 +217,17 @@ class ShareConsumer:
     failure nobody listens to is logged at WARNING.
 
     Hooks (``hooks=[...]``, :mod:`coordination.hooks`): ``on_records_acquired`` after each
-    poll that acquired records, ``on_records_acknowledged`` (per partition and type; RENEW is
-    a lock renewal) and ``on_acknowledgement_failed`` for every outcome, on the thread that
-    polls, commits or closes; the member's ``on_rebalance_finished`` at each new assignment,
+    poll that acquired records, ``on_records_unpolled`` for records acquired that no poll
+    handed out, ``on_records_acknowledged`` (per partition and type; RENEW is a lock
+    renewal) and ``on_acknowledgement_failed`` for every outcome, on the thread that polls,
+    commits or closes; the member's ``on_rebalance_finished`` at each new assignment,
     ``on_heartbeat_failed``, on the heartbeat thread.
+
+    Records that cannot be decoded (a corrupt batch, a compression whose library is not
+    installed): their acquired offsets are named to ``on_records_unpolled`` (reason
+    ``"undecodable"``, each with its delivery count), counted in ``metrics()
+    .records_undecodable``, logged at WARNING, and released with the next request to their
+    leader: the broker delivers them again, and archives them at the delivery limit.
 
     Lag: Kafka tells a share-partition's lag only to DescribeShareGroupOffsets, a request
     to the group's coordinator: :meth:`lag` asks it, and with ``lag_refresh_ms`` set
@@ -384,6 +394,7 @@ class ShareConsumer:
             m.acknowledgements_failed,
             dict(m.lag),
             m.records_expired_unpolled,
+            m.records_undecodable,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -439,6 +450,7 @@ class ShareConsumer:
             sent_at = self._clock.monotonic()
             outcome = self._member.fetch(sent, remaining_ms)
             answered_at = self._clock.monotonic()
+            self._name_undecodable(outcome, sent_at)
             try:
                 self._settle(sent, outcome.acknowledged, outcome.records, sent_at)
             except BaseException:
@@ -666,6 +678,7 @@ class ShareConsumer:
             raise round_.error
         outcome = round_.outcome
         assert outcome is not None
+        self._name_undecodable(outcome, round_.sent_at)
         if outcome.records:  # kept before settling, which may raise: close names them then
             self._fetched = round_
         self._settle(round_.sent, outcome.acknowledged, outcome.records, round_.sent_at)
@@ -724,6 +737,30 @@ class ShareConsumer:
         self._metrics.records_acquired += len(records)
         self._metrics.records_redelivered += sum(r.delivery_count > 1 for r in records)
         return records
+
+    def _name_undecodable(self, fetched: FetchOutcome, fetched_at: float) -> None:
+        """Count and name the records ``fetched`` (the fetch sent at ``fetched_at``) acquired
+        and could not decode: the member releases them with its next request."""
+        undecodable = fetched.undecodable
+        if not undecodable:
+            return
+        self._metrics.records_undecodable += len(undecodable)
+        for (topic_id, topic, partition), group in itertools.groupby(
+            undecodable, key=lambda r: (r.topic_id, r.topic, r.partition)
+        ):
+            offsets = [r.offset for r in group]
+            log.warning(
+                "share group %r: %d records of %s[%d] (offsets %d..%d) could not be decoded "
+                "(%s); released to be delivered again (archived at the delivery limit)",
+                self.group_id,
+                len(offsets),
+                topic,
+                partition,
+                offsets[0],
+                offsets[-1],
+                fetched.undecodable_why.get((topic_id, partition), "unknown"),
+            )
+        self._unpolled(undecodable, "undecodable", fetched_at)
 
     def _unpolled(self, records: Sequence[AcquiredRecord], reason: str, fetched_at: float) -> None:
         """Tell the hooks of ``records``, acquired by the fetch sent at ``fetched_at`` and

@@ -150,3 +150,45 @@ def test_histories_reach_records_named_unpolled_for_both_reasons() -> None:
 
     outcomes = outcomes_of(ShareConsumersDriver, range(6), HistorySettings(faults=40))
     assert outcomes["unpolled lock_expired"] > 0 and outcomes["unpolled closed"] > 0, outcomes
+
+
+def test_the_checker_holds_records_named_undecodable_to_the_models_deliveries() -> None:
+    # The model's batches always decode, so no history names a record "undecodable"; the
+    # checker accepts such a naming for a delivery the model made to that member at that
+    # count, once, and nothing else (nor a reason the consumer does not give).
+    from collections import Counter
+
+    from coordination.hooks import RecordsUnpolled
+    from coordination.testing.simulation import Violation
+    from devtools.simulation.queues import ShareConsumersDriver
+
+    model: Any = dataclasses.make_dataclass("Model", [("deliveries", Counter)])(
+        Counter({("m1", 0, 5, 2): 1})
+    )
+
+    def named(offset: int, count: int, reason: str = "undecodable") -> RecordsUnpolled:
+        return RecordsUnpolled(
+            group_id="g",
+            member_id="m1",
+            topic="jobs",
+            partition=0,
+            offsets=(offset,),
+            delivery_counts=(count,),
+            reason=reason,
+            fetched_at=1.0,
+        )
+
+    def check(driver: ShareConsumersDriver, event: RecordsUnpolled) -> None:
+        driver._unpolled.append(("consumer-1", 1.0, event))
+        driver._check_unpolled(model)
+
+    driver = ShareConsumersDriver(HistorySettings(faults=1))
+    check(driver, named(5, 2))
+    assert driver.outcomes["unpolled undecodable"] == 1
+    with pytest.raises(Violation, match="all accounted for already"):
+        check(driver, named(5, 2))  # the same delivery named twice
+    for wrong in (named(5, 3), named(6, 2)):  # a count, an offset the model did not deliver
+        with pytest.raises(Violation, match="never delivered to it"):
+            check(ShareConsumersDriver(HistorySettings(faults=1)), wrong)
+    with pytest.raises(Violation, match="for no known reason"):
+        check(ShareConsumersDriver(HistorySettings(faults=1)), named(5, 2, reason="corrupt"))
