@@ -149,6 +149,7 @@ MEMBER_PROGRAM = Path(__file__).resolve().parent / "_rebalance_member.py"
 # Interpreters starting at once: each spends about a second of CPU on its imports.
 STARTING_AT_ONCE = 2 * (os.cpu_count() or 2)
 PROCESS_START_TIMEOUT_S = 120.0
+INDEX_INTERVAL_BYTES = 4096  # the broker's index.interval.bytes (Kafka's default)
 BACKLOG_RECORDS = 200_000
 BACKLOG_PARTITIONS = 20
 BACKLOG_VALUE = b"v" * 100
@@ -771,6 +772,30 @@ def create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
         admin.close()
 
 
+def warm_topic(bootstrap_servers: str, topic: str, partitions: int) -> float:
+    """Make the broker write every partition's first index entries now; the seconds it took.
+
+    The broker adds an index entry to a partition once ``index.interval.bytes`` (4 KB) of
+    records followed the last one: the first write into the partition's memory-mapped
+    offset and time index files. On these machines' disks each such first write took 35-90
+    ms, and the busy producer's requests carry every partition: about 22 s after it started,
+    one request took 14-36 s in the broker (its request log: local time; thread dumps: the
+    handler writing into the index files), and every partition of the topic stalled at once,
+    in the middle of whichever group was being measured. Taken here, before any group.
+    """
+    started = time.monotonic()
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=5)
+    try:
+        # The entry is written by the append that follows the 4 KB: two batches each.
+        for value in (b"w" * (INDEX_INTERVAL_BYTES + 1024), b"w"):
+            for p in range(partitions):
+                producer.send(topic, value=value, partition=p)
+            producer.flush()
+    finally:
+        producer.close()
+    return time.monotonic() - started
+
+
 def write_backlog(bootstrap_servers: str, topic: str) -> None:
     create_topic(bootstrap_servers, topic, BACKLOG_PARTITIONS)
     producer = KafkaProducer(
@@ -1094,6 +1119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             partitions = max(MIN_PARTITIONS, 2 * n)
             topic = f"rebalance-cost-{run_id}-n{n}"
             create_topic(bootstrap, topic, partitions)
+            warmed_s = warm_topic(bootstrap, topic, partitions)
+            print(
+                f"N={n}: {partitions} partitions' first index entries written in {warmed_s:.1f} s",
+                flush=True,
+            )
             with busy_producer(bootstrap, topic, partitions):
                 # Implementations take turns within each repetition, so a slow drift of the
                 # machine (or the broker) does not favour one of them, and the first turn
