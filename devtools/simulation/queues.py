@@ -29,12 +29,16 @@ believe:
   naming for it is held to the same accounting).
 
 After the faults, production stops and the consumers drain: within the bound, every record
-produced is acknowledged or archived at the model (none lost).
+produced is acknowledged or archived at the model (none lost), and every delivery whose
+ShareFetch answer reached a consumer was handed out or named to ``on_records_unpolled`` by
+the time the consumer closed or returned from a poll begun after the answer (none ended
+unseen and unnamed; a consumer killed meanwhile is excused: its hooks died with it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import uuid
 from collections import Counter
@@ -177,6 +181,9 @@ def _rule(salt: str, partition: int, offset: int, delivery: int) -> str:
 
 class ShareConsumersDriver(DriverBase):
     name = "share"
+    # Whether every delivery that reached a consumer must be accounted for at the end (the
+    # workers' driver does not count what its polls hand out).
+    checks_unseen = True
 
     def __init__(self, settings: HistorySettings) -> None:
         super().__init__(settings)
@@ -206,6 +213,15 @@ class ShareConsumersDriver(DriverBase):
         # yet, with the time they were told.
         self._accounted: Counter[tuple[str, int, int, int]] = Counter()
         self._unpolled: list[tuple[str, float, RecordsUnpolled]] = []
+        # The deliveries whose ShareFetch answer reached a consumer's waiting thread, each as
+        # many times as it did, with the processes it reached and when; and when each
+        # process's last poll that returned began.
+        self._reached: Counter[tuple[str, int, int, int]] = Counter()
+        self._reached_by: dict[tuple[str, int, int, int], list[tuple[Process, float]]] = {}
+        self._polled: dict[str, float] = {}
+        # Processes whose close() gave up on a round fetched ahead: what it acquired is not
+        # named (documented), so a delivery it left unseen is excused, and counted.
+        self._abandoned: set[str] = set()
         self._violation: str | None = None
         # How each acknowledgement ended ("ACCEPT ok", "RELEASE INVALID_RECORD_STATE"...): what
         # the histories reached.
@@ -232,6 +248,7 @@ class ShareConsumersDriver(DriverBase):
         )
         for broker in cluster.brokers.values():
             broker.model.share_groups = self.model
+        cluster.answered = self._answered
         if cluster.coordinator is not None:
             self.model.coordinator_loaded()
         clock.call_later(FAILOVER_TICK_S, self._tick)
@@ -328,8 +345,11 @@ class ShareConsumersDriver(DriverBase):
                 try:
                     consumer.close(10.0)
                 finally:
+                    if consumer.metrics().rounds_abandoned:
+                        self._abandoned.add(me)
                     self._closed[me].set()
                 return
+            began = clock.monotonic()
             try:
                 records = consumer.poll(timeout_ms=500)  # sends the RENEWs first
             except CoordinatorStateError:
@@ -338,6 +358,7 @@ class ShareConsumersDriver(DriverBase):
                 trace(f"{me}: poll failed: {type(e).__name__}: {e}")
                 clock.sleep(0.1, idle)
                 continue
+            self._polled[me] = began
             self._check_lag(me, consumer.metrics().lag, clock.monotonic())
             for record in renewing:
                 self._ask(me, consumer, record, AcknowledgeType.ACCEPT)
@@ -371,6 +392,69 @@ class ShareConsumersDriver(DriverBase):
                     return
                 except CoordinationError as e:
                     trace(f"{me}: commit failed: {type(e).__name__}: {e}")
+
+    def _answered(self, process: Process, request: Any, answer: Any) -> None:
+        """A ShareFetch answer reached ``process``: the deliveries it made."""
+        # Only ShareFetch answers acquire (their classes are private to the library).
+        if not hasattr(answer, "acquisition_lock_timeout_ms") or answer.error_code:
+            return
+        assert self.cluster is not None
+        now = self.cluster.scheduler.now
+        for topic in answer.responses:
+            for partition in topic.partitions:
+                if partition.error_code:
+                    continue
+                for acquired in getattr(partition, "acquired_records", ()):
+                    for offset in range(acquired.first_offset, acquired.last_offset + 1):
+                        delivery = (
+                            request.member_id,
+                            partition.partition_index,
+                            offset,
+                            acquired.delivery_count,
+                        )
+                        self._reached[delivery] += 1
+                        self._reached_by.setdefault(delivery, []).append((process, now))
+
+    def _unseen(self) -> str | None:
+        """A delivery that reached a consumer which owes it (see :meth:`_excuse`), neither
+        handed out nor named (None if there is none); the excused ones are counted."""
+        for delivery, times in self._reached.items():
+            missing = times - self._accounted[delivery]
+            if missing <= 0:
+                continue
+            reached = self._reached_by[delivery]
+            excuses = [self._excuse(process, at) for process, at in reached]
+            owing = [
+                process for (process, _), why in zip(reached, excuses, strict=True) if why is None
+            ]
+            if len(owing) >= missing:
+                _, partition, offset, count = delivery
+                return (
+                    f"{owing[0].name} was delivered {partition}:{offset} (delivery {count}) by a "
+                    "ShareFetch answer it read, and neither handed it out nor named it to "
+                    "on_records_unpolled"
+                )
+            for why in [w for w in excuses if w is not None][: missing - len(owing)]:
+                self.outcomes[f"unseen, {why}"] += 1
+        return None
+
+    def _excuse(self, process: Process, at: float) -> str | None:
+        """Why ``process``'s consumer, reached at ``at`` by a delivery, need not have handed
+        it out or named it by now; None if it must have: it closed (``close()`` names what it
+        holds), or it is alive and a poll that began after ``at`` returned (a poll takes what
+        was fetched ahead first). Excused: a consumer killed meanwhile (its hooks died with
+        it); one whose close gave up on a round fetched ahead (a leader answered, another did
+        not in time: the round never came back to the consumer; ``metrics()
+        .rounds_abandoned``); one alive that has not polled since (a slow handler at the
+        end of the history: it names them at its next poll)."""
+        closed = self._closed.get(process.name)
+        if closed is not None and closed.is_set():
+            return "round abandoned by close" if process.name in self._abandoned else None
+        if process.dead:
+            return "consumer killed"
+        if self._polled.get(process.name, -math.inf) <= at:
+            return "not polled since"
+        return None
 
     def _account(self, model: ShareGroupsModel, delivery: tuple[str, int, int, int]) -> bool:
         """Count ``delivery`` as handed out or named: False if the model made it fewer times
@@ -544,7 +628,16 @@ class ShareConsumersDriver(DriverBase):
             end = topic.end(p, now)
             if state.start < end:
                 left.append(f"{p}: {end - state.start} from offset {state.start}")
-        return f"records neither acknowledged nor archived: {', '.join(left)}" if left else None
+        if left:
+            return f"records neither acknowledged nor archived: {', '.join(left)}"
+        if self.checks_unseen:
+            self.outcomes["deliveries reached"] = sum(self._reached.values())
+            if self._unpolled:
+                self._check_unpolled(model)
+            unseen = self._unseen()
+            if unseen is not None:
+                raise Violation(unseen)
+        return None
 
 
 # ---------------------------------------------------------------------------- the worker
@@ -637,6 +730,7 @@ class ShareWorkersDriver(ShareConsumersDriver):
     """
 
     name = "share-worker"
+    checks_unseen = False
 
     def __init__(self, settings: HistorySettings) -> None:
         super().__init__(settings)

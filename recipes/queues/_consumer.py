@@ -148,6 +148,10 @@ class ShareMetrics:
     records_undecodable: int = 0
     """Records acquired whose batches could not be decoded (never handed out; released at
     once, so the broker delivers them again, or archives them at the delivery limit)."""
+    rounds_abandoned: int = 0
+    """With ``fetch_ahead``: rounds ``close()`` gave up waiting for (its time ran out before
+    every leader answered). What they acquired is not named to ``on_records_unpolled``
+    (the consumer never got it); it goes back to the group when its lock runs out."""
 
 
 @dataclass(slots=True)
@@ -395,6 +399,7 @@ class ShareConsumer:
             dict(m.lag),
             m.records_expired_unpolled,
             m.records_undecodable,
+            m.rounds_abandoned,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -690,6 +695,7 @@ class ShareConsumer:
         are not made again."""
         round_, self._ahead = self._ahead, None
         if round_ is not None:
+            self._metrics.rounds_abandoned += 1
             log.warning(
                 "share group %r: closing with a fetch still out; its acknowledgements' outcome "
                 "is unknown",

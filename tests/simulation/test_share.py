@@ -119,9 +119,30 @@ def _miscounts_deliveries(consumer_class: Any) -> Any:
     return ("_hold", miscounted)
 
 
+def _forgets(reason: str) -> Any:
+    def forgets(consumer_class: Any) -> Any:
+        real = consumer_class._unpolled
+
+        def silent(self: Any, records: Any, named: str, fetched_at: float) -> None:
+            if named != reason:
+                real(self, records, named, fetched_at)
+
+        return ("_unpolled", silent)
+
+    forgets.__name__ = f"forgets_{reason}"
+    return forgets
+
+
+UNSEEN = "neither handed it out nor named it to on_records_unpolled"
+
+
 @pytest.mark.parametrize(
     ("breaks", "found"),
     [
+        # Completeness, checked at the end of a history: a delivery whose answer reached
+        # the consumer ends handed out or named.
+        (_forgets("lock_expired"), UNSEEN),
+        (_forgets("closed"), UNSEEN),
         (_names_twice, "all accounted for already"),
         (_counts_locks_short, "before a lock of 3.0s could run out"),
         (_miscounts_deliveries, "which the model never delivered to it"),
@@ -132,8 +153,10 @@ def test_the_checker_finds_a_consumer_that_misnames_what_it_acquired(
 ) -> None:
     # Every record a poll hands out and every record on_records_unpolled names must be a
     # delivery the model made to that member, accounted for once; a lock named run out must
-    # have run out. A consumer naming a record twice, counting locks from half their
-    # duration, or handing out records with a wrong delivery count, is caught.
+    # have run out; every delivery that reached the consumer is handed out or named. A
+    # consumer naming a record twice, counting locks from half their duration, handing out
+    # records with a wrong delivery count, or not naming records for one of the reasons, is
+    # caught.
     from recipes.queues import ShareConsumer
 
     monkeypatch.setattr(ShareConsumer, *breaks(ShareConsumer))

@@ -233,6 +233,8 @@ def test_close_does_not_wait_past_its_timeout_for_the_round_nor_release_what_it_
         if b.first_offset <= 0 <= b.last_offset
     ]
     assert not released  # the ACCEPT out was not turned into a RELEASE
+    # What the round acquires is never named: the metric says a round was given up.
+    assert c.metrics().rounds_abandoned == 1
 
 
 def test_a_round_that_failed_reports_its_acknowledgements_uncertain() -> None:
@@ -246,6 +248,7 @@ def test_a_round_that_failed_reports_its_acknowledgements_uncertain() -> None:
     with pytest.raises(GroupAuthorizationError):
         c.commit()
     c.close()  # (releases the rest: with the member stopped, uncertain too)
+    assert c.metrics().rounds_abandoned == 0  # it came back (failed): not given up
     (_, offsets, error), *rest = heard
     assert offsets == (0,) and isinstance(error, AcknowledgementUncertainError)
     assert all(0 not in later for _, later, _ in rest)  # not released after its ACCEPT

@@ -100,6 +100,10 @@ class SimCluster:
         self.moves = 0
         # Scripted scenarios: requests for which this returns True vanish on the way.
         self.lose: Callable[[m.Request], bool] | None = None
+        # A driver's view of what reached its members: called with the process, the request
+        # and its answer as the answer is handed to the thread waiting for it (never for one
+        # lost on the way, one that came after its wait ended, or one of a dead process).
+        self.answered: Callable[[Process, Any, Any], None] | None = None
 
     # ------------------------------------------------------------------ faults
 
@@ -370,6 +374,8 @@ class SimTransport:
             # Applied, answer lost: the member waits out its timeout.
             self._pump(node_id, connection)
             return
+        if self._cluster.answered is not None and not call.done and not self._process.dead:
+            self._cluster.answered(self._process, call.request, response)
         self._finish(call, response)
         self._pump(node_id, connection)
 
