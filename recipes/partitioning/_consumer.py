@@ -509,8 +509,14 @@ class Consumer:
                 continue
             held = self._held.get(tp)
             after = held[-1].offset + 1 if held else self._next(tp)
-            if records[0].offset < after:  # returned or held already: never twice
-                records = [r for r in records if r.offset >= after]
+            if records[0].offset < after:
+                if not held and tp not in self._reserved and self._past_the_end(tp, after):
+                    # The position was past the partition's end (OFFSET_OUT_OF_RANGE), so
+                    # the fetcher reset it per auto_offset_reset: go on from there, as
+                    # Kafka's consumer does. These records were never returned.
+                    self._reset_by_fetcher(tp, records[0].offset)
+                else:  # returned or held already: never twice
+                    records = [r for r in records if r.offset >= after]
             if records:
                 if held is None:
                     self._held[tp] = records  # a list of this call's own, copied from the batch
@@ -1024,6 +1030,28 @@ class Consumer:
             if tp in self._positions:
                 self._held.pop(tp, None)
                 self._fetcher.seek(tp, self._next(tp))
+
+    def _past_the_end(self, tp: TopicPartition, offset: int) -> bool:
+        """(Under self._lock) Whether ``offset`` lies past ``tp``'s end as the fetcher last
+        saw it (a fetcher that does not tell its high watermark: never)."""
+        highwater = getattr(self._fetcher, "highwater", None)
+        end = highwater(tp) if callable(highwater) else None
+        return isinstance(end, int) and end < offset
+
+    def _reset_by_fetcher(self, tp: TopicPartition, offset: int) -> None:
+        """(Under self._lock) The fetcher reset ``tp`` to ``offset``: the position follows."""
+        log.warning(
+            "group %s: %s-%d: position %d is past the partition's end; reset to %d "
+            "(auto_offset_reset %r)",
+            self._group.group_id,
+            tp.topic,
+            tp.partition,
+            self._positions[tp],
+            offset,
+            self._fetch_config.get("auto_offset_reset"),
+        )
+        self._positions[tp] = offset
+        self._moved(tp)
 
     def _moved(self, tp: TopicPartition) -> None:
         """``tp``'s position was set (or dropped) other than by returning records: what

@@ -239,3 +239,31 @@ def test_partition_racks_come_from_the_brokers_and_reach_a_rack_aware_consumer()
         finally:
             for c in created:
                 c.close()
+
+
+def test_a_committed_offset_past_the_log_end_is_reset_and_the_records_from_there_come(
+    kafka: str, consumers: list[Consumer]
+) -> None:
+    # A committed offset beyond the partition's end (the topic recreated, or an offset set
+    # by hand): the fetcher resets the position per auto_offset_reset, as Kafka's consumer
+    # does, and every record from the reset position on is returned, none skipped.
+    topic = f"past-end-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, 1)
+    produce(kafka, topic, 1, 5)
+    tp = TopicPartition(topic, 0)
+    group = f"g-{topic}"
+    first = consumer(consumers, kafka, group, topics=[topic])
+    wait_until(lambda: settled([first], 1), 30, "the first consumer to own the partition")
+    first.commit({tp: 50})
+    first.close()
+    c = consumer(consumers, kafka, group, topics=[topic], auto_offset_reset="earliest")
+    got: list[int] = []  # (not settled(): its polls would drop what they return)
+
+    def read() -> bool:
+        got.extend(r.offset for records in c.poll(200).values() for r in records)
+        return len(got) >= 5
+
+    wait_until(read, 30, f"records 0-4 after the reset (got {got})")
+    assert got == [0, 1, 2, 3, 4]
+    c.commit()
+    assert c.committed([tp])[tp] == 5
