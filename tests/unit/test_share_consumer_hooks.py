@@ -19,6 +19,7 @@ from coordination.hooks import (
     CoordinationHooks,
     RecordsAcknowledged,
     RecordsAcquired,
+    RecordsUnpolled,
     ShareLagRead,
 )
 from coordination.testing import TransportError
@@ -43,6 +44,9 @@ class Recorded(CoordinationHooks):
         self.events.append(event)
 
     def on_share_lag_read(self, event: ShareLagRead) -> None:
+        self.events.append(event)
+
+    def on_records_unpolled(self, event: RecordsUnpolled) -> None:
         self.events.append(event)
 
 

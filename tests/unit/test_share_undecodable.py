@@ -27,13 +27,13 @@ from coordination.exporters.opentelemetry import OpenTelemetryHooks
 from coordination.exporters.prometheus import PrometheusHooks
 from coordination.hooks import (
     AcknowledgementFailed,
-    CoordinationHooks,
     RecordsAcknowledged,
     RecordsUnpolled,
 )
 from recipes.queues import AcknowledgeType
 
 from .test_share_consumer import Broker, make, poll_n
+from .test_share_consumer_hooks import Recorded, of
 
 A = AcknowledgeType
 _BATCH_HEADER = 61  # a v2 record batch's header: its records follow
@@ -67,22 +67,6 @@ class SpoilingBroker(Broker):
         return data
 
 
-class Recorded(CoordinationHooks):
-    def __init__(self) -> None:
-        self.unpolled: list[RecordsUnpolled] = []
-        self.acknowledged: list[RecordsAcknowledged] = []
-        self.failed: list[AcknowledgementFailed] = []
-
-    def on_records_unpolled(self, event: RecordsUnpolled) -> None:
-        self.unpolled.append(event)
-
-    def on_records_acknowledged(self, event: RecordsAcknowledged) -> None:
-        self.acknowledged.append(event)
-
-    def on_acknowledgement_failed(self, event: AcknowledgementFailed) -> None:
-        self.failed.append(event)
-
-
 def acknowledgements_sent(broker: Broker) -> list[tuple[str, int, sg.AcknowledgementBatch]]:
     """Every acknowledgement batch sent, in order: (request kind, partition, batch)."""
     with broker.lock:
@@ -109,7 +93,7 @@ def test_a_corrupt_batchs_records_are_named_counted_and_released_with_the_next_f
     records = poll_n(c, 3)
     after = c.member.clock.monotonic()
     # Named once, with the offsets and delivery counts of the acquired ranges.
-    [event] = hooks.unpolled
+    [event] = of(RecordsUnpolled, hooks.events)
     assert event == RecordsUnpolled(
         group_id="g",
         member_id=c.member_id,
@@ -137,7 +121,11 @@ def test_a_corrupt_batchs_records_are_named_counted_and_released_with_the_next_f
     # So they came back at once (not after their 30 s lock), one delivery more.
     assert [(r.offset, r.delivery_count) for r in records] == [(0, 2), (1, 4), (2, 2)]
     # The consumer's release, not the application's: not in its acknowledgement counts.
-    assert m.acknowledged == {} and not hooks.acknowledged and not hooks.failed
+    assert (
+        m.acknowledged == {}
+        and not of(RecordsAcknowledged, hooks.events)
+        and not of(AcknowledgementFailed, hooks.events)
+    )
     # A WARNING names the partition, the offsets and the decoder's error.
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "3 records of jobs[0] (offsets 0..2) could not be decoded" in warning
@@ -150,9 +138,10 @@ def test_only_the_corrupt_partitions_records_are_named_and_released() -> None:
     broker = SpoilingBroker({1: {1}}, records=4, partitions=2)
     c = make(broker, hooks=[hooks])
     records = poll_n(c, 4)
-    assert [(e.partition, e.offsets, e.delivery_counts, e.reason) for e in hooks.unpolled] == [
-        (1, (0, 1), (1, 1), "undecodable")
-    ]
+    assert [
+        (e.partition, e.offsets, e.delivery_counts, e.reason)
+        for e in of(RecordsUnpolled, hooks.events)
+    ] == [(1, (0, 1), (1, 1), "undecodable")]
     assert sorted((r.partition, r.offset, r.delivery_count) for r in records) == [
         (0, 0, 1),
         (0, 1, 1),
@@ -171,10 +160,10 @@ def test_a_release_whose_lock_ran_out_is_not_sent_and_fails_nothing() -> None:
     broker = SpoilingBroker({0: {1}}, records=2, lock_ms=200)
     c = make(broker, hooks=[hooks])
     deadline = time.monotonic() + 5
-    while not hooks.unpolled:  # a poll of timeout 0 fetches once, and returns
+    while not of(RecordsUnpolled, hooks.events):  # a poll of timeout 0 fetches once, and returns
         assert time.monotonic() < deadline
         c.poll(timeout_ms=0)
-    assert hooks.unpolled[0].offsets == (0, 1)
+    assert of(RecordsUnpolled, hooks.events)[0].offsets == (0, 1)
     # No poll for longer than the lock: the broker takes the records back.
     time.sleep(0.3)
     broker.expire(0, 0)
@@ -187,7 +176,7 @@ def test_a_release_whose_lock_ran_out_is_not_sent_and_fails_nothing() -> None:
     for r in records:
         c.acknowledge(r, A.ACCEPT)
     assert c.commit() == {("jobs", 0): None}
-    assert not hooks.failed
+    assert not of(AcknowledgementFailed, hooks.events)
     c.close()
 
 
@@ -199,11 +188,11 @@ def test_fetched_ahead_they_are_named_when_a_poll_takes_the_round_and_ride_with_
     before = c.member.clock.monotonic()
     first = poll_n(c, 2)
     sent_ahead_by = c.member.clock.monotonic()  # that poll sent the round before returning
-    assert [r.offset for r in first] == [0, 1] and not hooks.unpolled
+    assert [r.offset for r in first] == [0, 1] and not of(RecordsUnpolled, hooks.events)
     for r in first:
         c.acknowledge(r, A.ACCEPT)
     later = poll_n(c, 2)
-    [event] = hooks.unpolled
+    [event] = of(RecordsUnpolled, hooks.events)
     assert (event.offsets, event.delivery_counts, event.reason) == ((2, 3), (1, 1), "undecodable")
     assert before <= event.fetched_at <= sent_ahead_by  # the round's fetch, not this poll's
     # The release went with the application's acknowledgements, in the next fetch.
