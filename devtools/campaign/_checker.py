@@ -86,8 +86,9 @@ class Report:
     counts_of_work: dict[str, int]
     reelected_same_token: int = 0
     peers_partitions_twice: list[Violation] = field(default_factory=list)
-    """Partitions owned twice by two clients that are not this library's: listed, not
-    counted as violations (see :func:`partitions_twice`)."""
+    """Partitions owned twice in the KIP-848 group by two clients that are not this
+    library's, or by one of ours and another client that had told the broker it did not own
+    the partition: listed, not counted as violations (see :func:`partitions_twice`)."""
 
     @property
     def violations(self) -> list[Violation]:
@@ -140,7 +141,7 @@ class Report:
             f"{self.reelected_same_token} (no violation: same generation, nobody led between)"
         )
         lines.append(
-            f"partitions owned twice by two other clients (theirs, not a violation): "
+            f"partitions owned twice by another client's doing (theirs, not a violation): "
             f"{len(self.peers_partitions_twice)}"
         )
         lines += [f"  {v.detail}" for v in self.peers_partitions_twice[:examples]]
@@ -469,7 +470,7 @@ KIP848_CONSUMERS: Final = "consumers848"
 """The consumer group of Kafka's consumer protocol (KIP-848): the broker assigns."""
 
 PEERS_PARTITION_TWICE = "peers_partition_twice"
-"""The kind of a partition owned twice by two *other* clients: a finding about them."""
+"""The kind of a partition owned twice by another client's doing: a finding about it."""
 
 
 def _this_library(process: str) -> bool:
@@ -503,7 +504,9 @@ def partitions_twice(history: History, group: str) -> list[Violation]:
     classic group, where a member of ours may be the leader that assigned it. One seen:
     librdkafka 2.16's KIP-848 member reports owning nothing while the topic's metadata is
     missing, then takes the whole assignment of that older epoch after the broker,
-    believing it free, handed part of it on.
+    believing it free, handed part of it on. When a member of ours is the one it was
+    handed on to, the overlap is the other client's too, and listed apart the same way, if
+    that client's own reports show it (:func:`_told_the_broker_it_was_free`).
     """
     by_partition: dict[Partition, list[Ownership]] = defaultdict(list)
     for o in ownerships(history, group):
@@ -529,6 +532,17 @@ def partitions_twice(history: History, group: str) -> list[Violation]:
                         or _this_library(a.process)
                         or _this_library(b.process)
                     )
+                    why = ""
+                    if ours and group == KIP848_CONSUMERS:
+                        for peer, other in ((a, b), (b, a)):
+                            if not _this_library(peer.process) and _told_the_broker_it_was_free(
+                                history, group, peer, before=other.start
+                            ):
+                                ours = False
+                                why = (
+                                    f"; {peer.process} had told the broker at epoch "
+                                    f"{peer.first_generation} that it did not own it"
+                                )
                     out.append(
                         Violation(
                             "partition_twice" if ours else PEERS_PARTITION_TWICE,
@@ -537,10 +551,33 @@ def partitions_twice(history: History, group: str) -> list[Violation]:
                             f"(generations {a.first_generation}..{a.last_generation}, "
                             f"{a.ended_by or 'open'}) and {b.process} {b.start:.3f}..{b.end:.3f} "
                             f"(generations {b.first_generation}..{b.last_generation}, "
-                            f"{b.ended_by or 'open'})",
+                            f"{b.ended_by or 'open'}){why}",
                         )
                     )
     return out
+
+
+def _told_the_broker_it_was_free(
+    history: History, group: str, owned: Ownership, *, before: float
+) -> bool:
+    """Whether ``owned``'s process told the broker, before ``before``, that it did not own
+    the partition at the epoch it owned it in, and never that it did.
+
+    A KIP-848 member's heartbeat lists what it owns (the peers report each list as a
+    "reported" event, timed when they saw it, after it was sent); the broker frees a
+    partition it is taking from a member once a list at the member's epoch leaves it out,
+    and hands it on. A member that then acts on that epoch's assignment owns a partition it
+    told the broker it did not: the broker's handing on, and the next owner's taking it,
+    followed the protocol.
+    """
+    reports = [
+        e
+        for e in history.consumer_groups[group].get(owned.process, [])
+        if e.get("event") == "reported" and int(e.get("generation", -1)) == owned.first_generation
+    ]
+    if any(owned.partition in _partitions_of(e) for e in reports):
+        return False
+    return any(float(e.get("t", 0.0)) < before for e in reports)
 
 
 @dataclass(frozen=True)

@@ -431,6 +431,44 @@ def test_an_overlap_between_two_other_clients_is_listed_apart_not_a_violation() 
     assert len(report.partitions_twice) == 1 and report.peers_partitions_twice == []
 
 
+def reported(t: float, generation: int, *partitions: int) -> Event:
+    """A KIP-848 peer's heartbeat telling the broker which partitions it owns."""
+    return ev("reported", t, partitions=[[TOPIC, p] for p in partitions], generation=generation)
+
+
+def test_an_overlap_a_peer_caused_by_reporting_it_owned_nothing_is_listed_apart() -> None:
+    # Seen in CI (seed 1631886290): librdkafka's first heartbeat at epoch 2 said it owned
+    # nothing (the topic's metadata had not come), then it took epoch 2's whole assignment;
+    # the broker, told the partition was free, had handed it on to ours848-1 at epoch 3.
+    def history(*reports: Event) -> History:
+        h = two_groups()
+        h.consumer_groups[KIP848]["rdkafka848-1#1"] = [
+            *reports,
+            assigned(1.1, 2, 0),
+            records(1.15, 0, 0, 2),
+            revoked(1.9, 3, 0),
+        ]
+        return h
+
+    report = check(history(reported(1.05, 2), reported(2.0, 3, 0)))
+    assert report.violations == []
+    assert len(report.peers_partitions_twice) == 1
+    assert (
+        "rdkafka848-1#1 had told the broker at epoch 2" in report.peers_partitions_twice[0].detail
+    )
+    # Without that report, or with one naming the partition at that epoch, or one seen only
+    # after ours848-1 took it, the overlap is ours to answer for.
+    for reports in (
+        (),
+        (reported(1.05, 2), reported(1.12, 2, 0)),
+        (reported(1.25, 2),),
+        (reported(1.05, 1),),
+    ):
+        report = check(history(*reports))
+        assert len(report.partitions_twice) == 1, reports
+        assert report.peers_partitions_twice == []
+
+
 def test_an_overlap_between_two_other_clients_of_the_classic_group_is_a_violation() -> None:
     # There a member of ours may have led the generation and assigned it to both.
     h = clean()

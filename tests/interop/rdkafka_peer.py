@@ -50,6 +50,13 @@ _MEMBER_EPOCH = re.compile(
     r'ConsumerGroupHeartbeat response received for member id "[^"]*" with epoch '
     r"(?P<generation>\d+)"
 )
+# KIP-848: what the member tells the broker it owns ("NULL": unchanged since the last one).
+# The broker frees a partition it is taking from the member once a heartbeat leaves it out.
+_REPORTED = re.compile(
+    r'ConsumerGroupHeartbeat of member id "[^"]*", group id "[^"]*", '
+    r'generation id (?P<generation>-?\d+), .*current assignment "(?P<owned>[^"]*)"'
+)
+_OWNED_PARTITION = re.compile(r"(?P<topic>[^,\s(]+)\([^)]*\)\[(?P<partition>\d+)\]")
 _COOPERATIVE = frozenset({"cooperative-sticky"})
 
 
@@ -63,8 +70,19 @@ def partition_list(partitions: Sequence[TopicPartition]) -> list[list[Any]]:
     return sorted([tp.topic, tp.partition] for tp in partitions)
 
 
+def reported_owned(message: str) -> tuple[int, list[list[Any]]] | None:
+    """The member epoch and the partitions a KIP-848 heartbeat in ``message`` tells the
+    broker the member owns, or None if it is no such line or leaves them unchanged."""
+    found = _REPORTED.search(message)
+    if found is None or found["owned"] == "NULL":
+        return None
+    owned = [[m["topic"], int(m["partition"])] for m in _OWNED_PARTITION.finditer(found["owned"])]
+    return int(found["generation"]), sorted(owned)
+
+
 class _LeaderWatch(logging.Handler):
-    """Reads librdkafka's log: reports leadership and remembers the generation.
+    """Reads librdkafka's log: reports leadership and each owned set a KIP-848 heartbeat
+    reports ("reported", which the campaign's checker weighs), and remembers the generation.
 
     confluent-kafka hands each log line to this handler from inside ``consume()``, on the
     thread that polls, so no locking is needed. Every line also goes to stderr, which the
@@ -78,6 +96,11 @@ class _LeaderWatch(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         print(message, file=sys.stderr, flush=True)
+        reported = reported_owned(message)
+        if reported is not None:
+            # Timed when the line is handed here, in consume(): after it was sent.
+            emit("reported", generation=reported[0], partitions=reported[1])
+            return
         found = _GENERATION.search(message) or _MEMBER_EPOCH.search(message)
         if found is not None:
             self.generation = int(found["generation"])

@@ -31,6 +31,7 @@ from .peers import (
     wait_settled,
     wait_until,
 )
+from .rdkafka_peer import reported_owned
 
 PARTITIONS = 6
 SETTLE_S = 60.0
@@ -69,6 +70,27 @@ def start_fast(
 
 def ev(kind: str, t: float, *partitions: int, topic: str = "t") -> dict[str, object]:
     return {"event": kind, "t": t, "partitions": [[topic, p] for p in partitions]}
+
+
+def test_the_rdkafka_peer_reads_what_each_kip848_heartbeat_says_the_member_owns() -> None:
+    # librdkafka 2.x's cgrp lines, as a campaign's peer logged them.
+    def heartbeat(generation: int, owned: str) -> str:
+        return (
+            "HEARTBEAT [r-1#consumer-1] [thrd:main]: GroupCoordinator/3: ConsumerGroupHeartbeat"
+            ' of member id "NEkdOSVqSoesmpvllNDdYw", group id "g-1", generation id '
+            f'{generation}, group instance id "NULL", current assignment "{owned}", subscribed'
+            ' topics "NULL", subscribed topic regex "NULL", remote assignor "NULL"'
+        )
+
+    owned = "s(aDQ53VMIQe6oys7Iede9zQ)[3], s(aDQ53VMIQe6oys7Iede9zQ)[0]"
+    assert reported_owned(heartbeat(3, owned)) == (3, [["s", 0], ["s", 3]])
+    assert reported_owned(heartbeat(2, "")) == (2, [])
+    assert reported_owned(heartbeat(3, "NULL")) is None  # unchanged since the last one
+    response = (
+        "HEARTBEAT [r-1#consumer-1] [thrd:main]: ConsumerGroupHeartbeat response received for"
+        ' member id "NEkdOSVqSoesmpvllNDdYw" with epoch 3'
+    )
+    assert reported_owned(response) is None
 
 
 def test_eager_callbacks_revoke_everything_then_assign_the_whole_set() -> None:
