@@ -34,7 +34,7 @@ from coordination.lease import LeaseGuard
 from coordination.transport import Transport
 
 from ._listener import RebalanceListener
-from ._metadata import TopicMetadata
+from ._metadata import TopicMetadata, open_admin_client
 from .protocol import TopicPartition
 
 log = logging.getLogger("recipes.partitioning")
@@ -315,11 +315,13 @@ class _AmongAllTopicIds:
 
 
 class _ClusterTopicIds:
-    """Topic ids from the cluster (Metadata v10+), through one kafka-python admin client."""
+    """Topic ids from the cluster (Metadata v10+), through a kafka-python admin client made
+    for each lookup and closed after it: lookups are rare (a topic id the member has not
+    seen), and an admin client kept open runs an I/O thread and a metadata refresh of its
+    own for as long as the member lives, in each of a process's members."""
 
     def __init__(self, client_settings: Mapping[str, Any]) -> None:
         self._config = dict(client_settings)
-        self._admin: Any = None
 
     def topic_ids(self) -> dict[uuid.UUID, str]:
         """Every topic's id and name."""
@@ -327,24 +329,36 @@ class _ClusterTopicIds:
 
     def names_of(self, topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
         """The names of these topic ids (Metadata by id, v12+: any broker with KIP-848
-        groups has it); an id of no topic (deleted) is left out."""
+        groups has it); an id of no topic (deleted) is left out.
+
+        Raises:
+            CoordinationError: the cluster could not be asked (the member asks again after
+                its retry backoff).
+        """
         return self._described(list(topic_ids))
 
     def _described(self, topics: list[uuid.UUID] | None) -> dict[uuid.UUID, str]:
-        if self._admin is None:
-            from kafka.admin import KafkaAdminClient
+        from kafka.errors import KafkaError
 
-            self._admin = KafkaAdminClient(**self._config)
+        what = "every topic" if topics is None else f"topic ids {sorted(map(str, topics))}"
+        try:
+            admin = open_admin_client(self._config)
+        except (KafkaError, OSError) as e:
+            raise CoordinationError(f"looking up the names of {what}: {e}") from e
+        try:
+            described = admin.describe_topics(topics)
+        except (KafkaError, OSError) as e:
+            raise CoordinationError(f"looking up the names of {what}: {e}") from e
+        finally:
+            admin.close()
         ids: dict[uuid.UUID, str] = {}
-        for topic in self._admin.describe_topics(topics):
+        for topic in described:
             if topic.get("error_code", 0) == 0 and topic.get("topic_id") and topic.get("name"):
                 ids[uuid.UUID(str(topic["topic_id"]))] = topic["name"]
         return ids
 
     def close(self) -> None:
-        if self._admin is not None:
-            self._admin.close()
-            self._admin = None
+        """Nothing is kept open between lookups."""
 
 
 def _tps(partitions: Iterable[tuple[str, int]]) -> frozenset[TopicPartition]:
