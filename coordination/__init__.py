@@ -9,6 +9,7 @@ and ``coordination.parts`` (docs/extending.md).
 
 from __future__ import annotations
 
+from . import _kafka_python  # noqa: F401  (first: kafka-python made thread-safe)
 from . import errors as errors
 from ._config import CoordinatorConfig as CoordinatorConfig
 from ._coordinator import Coordinator as Coordinator

@@ -1,0 +1,61 @@
+"""kafka-python's message classes, made ahead so that threads cannot race to make them
+(coordination/_kafka_python.py). Each check runs in a fresh interpreter: in this one, other
+tests have long made whatever versions they used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def run(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_after_import_coordination_no_version_of_an_answer_is_left_to_make() -> None:
+    out = run(
+        """
+        import coordination
+        from kafka.protocol.api_header import ResponseClassRegistry
+        missing = []
+        for key, message in ResponseClassRegistry._response_class_registry.items():
+            primary = message[None]  # raises ReferenceError if the registered one is gone
+            wanted = set(range(primary.min_version, primary.max_version + 1))
+            missing += [(key, v) for v in sorted(wanted - set(primary._VERSIONS))]
+        print(len(ResponseClassRegistry._response_class_registry), missing)
+        """
+    )
+    count, missing = out.split(" ", 1)
+    assert int(count) >= 50 and missing == "[]", out
+
+
+def test_a_version_class_made_twice_leaves_kafka_python_unable_to_decode_that_api() -> None:
+    # Why the above matters: what a second thread making the same version at the same moment
+    # does (kafka-python keeps one class and registers the other, weakly); once collected,
+    # every ApiVersions answer of the process fails to decode. A kafka-python that registers
+    # only the primary class makes this check fail: the making ahead can then go.
+    out = run(
+        """
+        import gc
+        from kafka.protocol.api_header import RequestHeader, ResponseClassRegistry
+        from kafka.protocol.metadata import ApiVersionsResponse
+        kept = ApiVersionsResponse[3]
+        lost = type(kept.__name__, tuple(ApiVersionsResponse.mro()), {"_class_version": 3},
+                    init=False)
+        del lost
+        gc.collect()
+        header = RequestHeader(request_api_key=18, request_api_version=3, correlation_id=1,
+                               client_id="c")
+        try:
+            header.get_response_class()
+            print("decodes")
+        except ReferenceError:
+            print("poisoned")
+        """
+    )
+    assert out == "poisoned"
