@@ -1,13 +1,21 @@
 """kafka-python, made safe to share between threads before any thread of ours uses it.
 
-kafka-python (3.0) makes the class of a message's version the first time that version is
-used, and registers it, by weak reference, as the class that decodes that API's answers.
-Two threads using a version for the first time at once each make a class; the registered
-one may be the one not kept, and once it is collected every answer of that API fails to
-decode in the process ("weakly-referenced object no longer exists") for the rest of its
-life: its members cannot bootstrap, heartbeat or fetch. Seen in processes of four members
-starting together on a loaded machine (benchmarks/rebalance_cost.py at N = 200). Every
-version of every answer is made here, once, on the thread importing ``coordination``, so
+kafka-python (3.0) makes two things for a message the first time one of its versions is
+used, and neither is safe when two threads do it at once:
+
+- the class of that version, which it registers, by weak reference, as the class that
+  decodes the API's answers: two threads each make one, the registered one may be the one
+  not kept, and once it is collected no answer of that API decodes in the process again
+  ("weakly-referenced object no longer exists");
+- the compiled decoder of that version, made with the message's class swapped into a
+  shared field and back: a thread compiling meanwhile may compile against the weak proxy
+  instead, and its cached decoder then fails on every answer ("object.__new__(X): X is not
+  a type object").
+
+Either leaves a process's members unable to bootstrap, heartbeat or fetch for the rest of
+its life. Both were seen in processes of four members starting together on a loaded
+machine (benchmarks/rebalance_cost.py at N = 200). Every version of every answer and its
+decoder are made here, once, on the thread importing ``coordination`` (about 0.2 s), so
 that none is left to make later.
 """
 
@@ -21,17 +29,23 @@ from kafka.protocol.api_header import ResponseClassRegistry
 log = logging.getLogger("coordination")
 
 
-def make_every_version() -> int:
-    """Make the class of every version of every answer kafka-python decodes; the count."""
+def make_every_decoder() -> int:
+    """Make the class and the compiled decoder of every version of every answer
+    kafka-python decodes, as its first decode would; the number of versions."""
     made = 0
-    for message in list(ResponseClassRegistry._response_class_registry.values()):
+    for registered in list(ResponseClassRegistry._response_class_registry.values()):
+        message = registered[None]  # the message's own class, not a version's
         for version in range(message.min_version, message.max_version + 1):
-            message[version]  # made and kept by kafka-python, if not made yet
+            message[version]
+            flexible = message.flexible_version_q(version)
+            message._struct.compiled_decode_from(
+                version, compact=flexible, tagged=flexible, data_class=message
+            )
             made += 1
     return made
 
 
 try:
-    make_every_version()
+    make_every_decoder()
 except Exception:  # another kafka-python's internals: nothing to make ahead, nothing lost
     log.debug("kafka-python's message versions could not be made ahead", exc_info=True)
