@@ -35,6 +35,7 @@ from coordination._inspection import decode_timeline_record
 from coordination._metrics import RebalanceRecord
 from coordination._protocol import consumer_group as cg
 from coordination._protocol import consumer_group_codec as cg_codec
+from coordination._protocol import fetch_codec, record_batches
 from coordination._protocol import share_group as sg
 from coordination._protocol import share_group_codec as sg_codec
 from coordination.errors import CoordinationError, ProtocolCodecError
@@ -497,9 +498,7 @@ def _timeline_samples() -> list[bytes]:
             client_id="tasks",
         ),
     ]
-    return [
-        json.dumps({**dataclasses.asdict(r), "sender": "0f8fad5b"}).encode() for r in records
-    ]
+    return [json.dumps({**dataclasses.asdict(r), "sender": "0f8fad5b"}).encode() for r in records]
 
 
 def _timeline_shown(data: bytes) -> object:
@@ -511,6 +510,56 @@ def _timeline_shown(data: bytes) -> object:
 def _pipeline_commit_metadata(data: bytes) -> object:
     # The group's committed metadata arrives as a string (the transport decodes it).
     return _parse(data.decode("utf-8", "replace"))
+
+
+def _fetch_response_samples(version: int) -> list[bytes]:
+    """FetchResponses as kafka-python's generated class writes them (header v1 first): one
+    with records, aborted transactions, a new leader and node endpoints; one failed."""
+    from kafka.protocol.consumer.fetch import FetchResponse
+
+    data = FetchResponse.FetchableTopicResponse.PartitionData
+    partitions = [
+        data(
+            partition_index=0,
+            error_code=0,
+            high_watermark=20,
+            last_stable_offset=20,
+            log_start_offset=0,
+            aborted_transactions=[data.AbortedTransaction(producer_id=4, first_offset=9)],
+            preferred_read_replica=-1,
+            records=_share_records(),
+            current_leader=data.LeaderIdAndEpoch(leader_id=1, leader_epoch=2),
+        ),
+        data(
+            partition_index=1,
+            error_code=6,
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=None,
+        ),
+    ]
+    topic = FetchResponse.FetchableTopicResponse(
+        topic="orders", topic_id=_CG_TOPICS[0].topic_id, partitions=partitions
+    )
+    extra = {}
+    if version >= 16:
+        extra["node_endpoints"] = [FetchResponse.NodeEndpoint(node_id=1, host="h", port=9)]
+    header = struct.pack(">i", 7) + b"\x00"
+    return [
+        header + bytes(FetchResponse(0, 0, 5, [topic], **extra).encode(version=version)),
+        header + bytes(FetchResponse(0, 70, 0, []).encode(version=version)),
+    ]
+
+
+def _fetch_decoder(version: int) -> Decoder:
+    def decode(data: bytes) -> object:
+        return fetch_codec.decode_response(data, version)
+
+    decode.__name__ = f"decode FetchResponse v{version}"
+    return decode
 
 
 @dataclass(frozen=True)
@@ -610,6 +659,22 @@ CASES: list[Case] = [
         "AlterShareGroupOffsets response v0",
         _share_decoder(sg.AlterShareGroupOffsetsResponse, 0),
         lambda: _share_alter_samples(),
+        False,
+    ),
+    # Fetch (the lean record fetcher): the broker's responses and their record batches.
+    *(
+        Case(
+            f"Fetch response v{version}",
+            _fetch_decoder(version),
+            functools.partial(_fetch_response_samples, version),
+            False,
+        )
+        for version in (12, 13, 16, 18)
+    ),
+    Case(
+        "Fetch records with batch headers",
+        record_batches.decode_with_batches,
+        lambda: [_share_records()],
         False,
     ),
 ]

@@ -45,6 +45,10 @@ class Writer:
     def bytes(self) -> bytes:
         return bytes(self._out)
 
+    def raw(self, data: builtins.bytes) -> None:
+        """Bytes as they are (fixed-width fields packed together by the caller)."""
+        self._out += data
+
     def int8(self, value: int) -> None:
         self._out += _INT8.pack(value)
 
@@ -143,6 +147,10 @@ class Reader:
         chunk = bytes(self._data[self._pos : end])
         self._pos = end
         return chunk
+
+    def raw(self, size: int) -> bytes:
+        """The next ``size`` bytes as they are (a tagged field's value, read on its own)."""
+        return self._take(size)
 
     def _fixed(self, codec: struct.Struct) -> int:
         if self._pos + codec.size > len(self._data):
