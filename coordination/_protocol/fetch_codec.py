@@ -30,7 +30,8 @@ READ_COMMITTED: Final = 1
 # A consumer's FetchRequest partition: partition, current leader epoch, fetch offset, last
 # fetched epoch, log start offset (-1: a follower's field), partition max bytes.
 _PARTITION: Final = struct.Struct(">iiqiqi")
-_ZERO_ID: Final = uuid.UUID(int=0)
+# The topic id of a topic whose id is unknown (v12 requests name topics instead).
+NO_TOPIC_ID: Final = uuid.UUID(int=0)
 
 
 @dataclass(frozen=True, slots=True)

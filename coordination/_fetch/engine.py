@@ -1,0 +1,591 @@
+"""The lean fetcher's engine: fetch sessions, positions and the error table, on the caller's
+thread.
+
+How a poll runs:
+    1. Maintain: look leaders up again if they are stale (or ``metadata_max_age_ms`` old),
+       reset the positions that need it (ListOffsets), then send a Fetch to each leader
+       that has none in flight, for its partitions with nothing buffered.
+    2. Hand out buffered records (at most ``max_poll_records``, partitions in turn).
+    3. Else wait (``poll(2)`` on the leaders' sockets) for an answer, up to the timeout or
+       the next backoff's end; read the answers that came, and go to 1.
+
+A Fetch stays in flight across polls (it long-polls ``fetch_max_wait_ms``): the next poll
+reads its answer. One per leader, as Kafka's consumer sends them.
+
+Staleness: each partition has a ``version``, bumped whenever its position is set from
+outside (seek, reset, assignment). A Fetch remembers each partition's version and fetch
+offset; its answer changes a partition only if both are unchanged, so an answer that
+arrives after a seek can never move the position, backward or forward.
+
+Note on locking: none here. Every call comes from the consumer's threads under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from .._protocol import fetch_codec as codec
+from ..errors import (
+    CoordinationError,
+    CoordinationTimeoutError,
+    CoordinatorStateError,
+    ProtocolCodecError,
+    broker_error,
+)
+from ..transport import TransportError
+from . import classify
+from .classify import Outcome, SessionOutcome
+from .cluster import EARLIEST, LATEST, Cluster, Partition
+from .records import Raw, consumer_records, decode_partition
+from .settings import FetchSettings
+
+log = logging.getLogger("coordination.fetching")
+
+P = TypeVar("P", bound=tuple[str, int])
+_MAX_EPOCH = 0x7FFFFFFF
+# A session-state entry that matches no request: the partition is sent (or forgotten) again.
+_RESEND = (-1, -1)
+
+
+class Link(Protocol):
+    """A leader's fetch connection (:class:`~coordination._fetch.link.FetchLink`)."""
+
+    @property
+    def in_flight(self) -> bool: ...
+
+    sent_at: float | None
+
+    def begin(self, request: codec.FetchRequest, timeout_s: float) -> None: ...
+
+    def fileno(self) -> int | None: ...
+
+    def answer_buffered(self) -> bool: ...
+
+    def finish(self, timeout_s: float) -> codec.FetchResponse: ...
+
+    def abandon(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+LinkFactory = Callable[[int, str, int], Link]
+
+
+@dataclass(slots=True)
+class _Part:
+    position: int | None = None  # the next offset poll() returns; None: to be reset
+    fetch_offset: int | None = None  # the next offset to fetch (past what is buffered)
+    version: int = 0
+    buffered: list[Raw] = field(default_factory=list)
+    taken: int = 0  # records of ``buffered`` handed out
+    highwater: int | None = None
+    retry_at: float = 0.0  # no fetch (nor reset) before (a backoff after an error)
+
+
+@dataclass(slots=True)
+class _Session:
+    """A leader's fetch session (KIP-227) as this side knows it."""
+
+    id: int = 0
+    epoch: int = 0  # 0: the next request opens one (full); -1: none (full each time)
+    # What the broker's session holds after the last request: partition -> (fetch offset,
+    # leader epoch).
+    sent: dict[Any, tuple[int, int]] = field(default_factory=dict)
+
+
+class FetchEngine(Generic[P]):
+    """The fetcher (see the module's docstring). Keys its answers by the partition objects
+    :meth:`assign` was given."""
+
+    def __init__(
+        self,
+        settings: FetchSettings,
+        cluster: Cluster,
+        links: LinkFactory,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._s = settings
+        self._cluster = cluster
+        self._make_link = links
+        self._now = clock
+        self._sleep = sleep
+        self._parts: dict[P, _Part] = {}
+        self._keys: dict[Partition, P] = {}  # (topic, partition) -> the assigned object
+        self._links: dict[int, Link] = {}
+        self._sessions: dict[int, _Session] = {}
+        # Per leader: the Fetch in flight's partitions, each with its version and offset.
+        self._inflight: dict[int, dict[P, tuple[int, int]]] = {}
+        self._node_ready_at: dict[int, float] = {}  # throttled, or reconnecting
+        self._node_failures: dict[int, int] = {}  # consecutive, for the reconnect backoff
+        self._stale = True
+        self._metadata_at = float("-inf")  # when the leaders were last looked up
+        self._metadata_retry_at = 0.0
+        self._pending: CoordinationError | None = None  # raised by the next poll
+        self._turn = 0  # which partition hands out records first (fairness)
+        self._timeout_s = settings.request_timeout_ms / 1000
+        self._backoff_s = settings.retry_backoff_ms / 1000
+
+    # -- RecordFetcher ---------------------------------------------------------------------
+
+    def assign(self, partitions: Sequence[P]) -> None:
+        parts: dict[P, _Part] = {}
+        for p in partitions:
+            key = (p[0], p[1])
+            old = self._keys.get(key)
+            parts[p] = self._parts[old] if old is not None and old in self._parts else _Part()
+        self._parts = parts
+        self._keys = {(p[0], p[1]): p for p in parts}
+        if any(key not in self._cluster.metadata.leaders for key in self._keys):
+            self._stale = True
+
+    def seek(self, partition: P, offset: int) -> None:
+        part = self._parts[partition]
+        if part.position == offset and (
+            part.taken < len(part.buffered) or part.fetch_offset == offset
+        ):
+            return  # already there: what is buffered or in flight is still good
+        self._set_position(part, offset)
+
+    def position(self, partition: P, timeout_ms: int) -> int | None:
+        part = self._parts[partition]
+        if part.position is None and self._s.auto_offset_reset == "none":
+            raise CoordinatorStateError(
+                f"{partition[0]}-{partition[1]} has no position and auto_offset_reset is "
+                "'none': seek it first"
+            )
+        deadline = self._now() + timeout_ms / 1000
+        while part.position is None:
+            self._maintain_positions()
+            self._raise_pending()
+            left = deadline - self._now()
+            if part.position is not None or left <= 0:
+                break
+            self._sleep(min(left, max(self._backoff_s, 0.01)))
+        return part.position
+
+    def poll(self, timeout_ms: int) -> Mapping[P, Sequence[Any]]:
+        deadline = self._now() + timeout_ms / 1000
+        while True:
+            self._maintain_positions()
+            self._send_fetches()
+            out = self._drain()
+            if out:
+                return out
+            self._raise_pending()
+            left = deadline - self._now()
+            if left <= 0:
+                return {}
+            self._wait(left)
+
+    def close(self) -> None:
+        for link in self._links.values():
+            link.close()
+        self._links.clear()
+        self._inflight.clear()
+        self._cluster.close()
+
+    def end_offsets(self, partitions: Sequence[P], timeout_ms: int) -> dict[P, int]:
+        """The offset after each partition's last record, asked of the leaders.
+
+        Raises:
+            CoordinationTimeoutError: not all were found within ``timeout_ms``.
+            BrokerError: a leader refused (e.g. TopicAuthorizationError).
+        """
+        deadline = self._now() + timeout_ms / 1000
+        found: dict[P, int] = {}
+        wanted = list(partitions)
+        while True:
+            self._refresh_leaders({p[0] for p in wanted}, force=False)
+            missing = [p for p in wanted if p not in found]
+            found.update(self._list_offsets(missing, LATEST))
+            if len(found) == len(wanted):
+                return found
+            left = deadline - self._now()
+            if left <= 0:
+                raise CoordinationTimeoutError(
+                    f"end offsets of {sorted(p for p in wanted if p not in found)} not found "
+                    f"within {timeout_ms} ms"
+                )
+            self._sleep(min(left, max(self._backoff_s, 0.01)))
+
+    def highwater(self, partition: P) -> int | None:
+        part = self._parts.get(partition)
+        return None if part is None else part.highwater
+
+    # -- positions and leaders -------------------------------------------------------------
+
+    def _set_position(self, part: _Part, offset: int | None) -> None:
+        part.position = part.fetch_offset = offset
+        part.version += 1
+        part.buffered = []
+        part.taken = 0
+
+    def _raise_pending(self) -> None:
+        if self._pending is not None:
+            error, self._pending = self._pending, None
+            raise error
+
+    def _refresh_leaders(self, topics: set[str], *, force: bool) -> None:
+        """Look the leaders up if they are stale (or old, or ``force``), unless a failed
+        lookup's backoff runs."""
+        now = self._now()
+        old = now - self._metadata_at > self._s.metadata_max_age_ms / 1000
+        if not topics or not (self._stale or old or force) or now < self._metadata_retry_at:
+            return
+        try:
+            self._cluster.refresh(topics, self._timeout_s)
+        except TransportError as e:
+            log.warning("fetcher: looking up the leaders of %s failed: %s", sorted(topics), e)
+            self._metadata_retry_at = now + self._backoff_s
+            return
+        self._metadata_at = self._now()
+        meta = self._cluster.metadata
+        self._stale = any(key not in meta.leaders for key in self._keys)
+        if self._stale:
+            self._metadata_retry_at = now + self._backoff_s
+        for topic, code in meta.topic_errors.items():
+            if topic in topics and classify.partition_outcome(code) is Outcome.FATAL:
+                self._pending = broker_error(
+                    code, group_id=self._s.group_id, api=f"Metadata of topic {topic!r}"
+                )
+
+    def _maintain_positions(self) -> None:
+        """Reset the partitions without a position (ListOffsets, per auto_offset_reset)."""
+        self._refresh_leaders({p[0] for p in self._parts}, force=False)
+        now = self._now()
+        todo = [p for p, part in self._parts.items() if part.position is None]
+        todo = [p for p in todo if self._parts[p].retry_at <= now]
+        if not todo:
+            return
+        if self._s.auto_offset_reset == "none":
+            return  # a position comes only from seek()
+        timestamp = EARLIEST if self._s.auto_offset_reset == "earliest" else LATEST
+        for p, offset in self._list_offsets(todo, timestamp).items():
+            part = self._parts[p]
+            if part.position is None:
+                self._set_position(part, offset)
+
+    def _list_offsets(self, partitions: Sequence[P], timestamp: int) -> dict[P, int]:
+        """The offsets found; a partition whose leader is unknown or refused is left out
+        (and backs off), one that may not be read raises."""
+        meta = self._cluster.metadata
+        by_node: dict[int, dict[Partition, tuple[int, int]]] = {}
+        for p in partitions:
+            leader = meta.leaders.get((p[0], p[1]))
+            if leader is None:
+                self._stale = True
+                continue
+            by_node.setdefault(leader[0], {})[(p[0], p[1])] = (timestamp, leader[1])
+        found: dict[P, int] = {}
+        asked = {(p[0], p[1]): p for p in partitions}
+        isolation = codec.READ_UNCOMMITTED
+        for node, wanted in by_node.items():
+            try:
+                answers = self._cluster.list_offsets(node, wanted, isolation, self._timeout_s)
+            except TransportError as e:
+                log.warning("fetcher: ListOffsets from broker %d failed: %s", node, e)
+                self._stale = True
+                continue
+            for key, (code, offset) in answers.items():
+                q = asked.get(key)
+                if q is None:
+                    continue
+                outcome = classify.partition_outcome(code)
+                if outcome is Outcome.NONE and offset >= 0:
+                    found[q] = offset
+                elif outcome is Outcome.FATAL:
+                    raise broker_error(
+                        code, group_id=self._s.group_id, api=f"ListOffsets of {q[0]}-{q[1]}"
+                    )
+                else:
+                    self._stale = self._stale or outcome is Outcome.REFRESH
+                    if q in self._parts:
+                        self._parts[q].retry_at = self._now() + self._backoff_s
+        return found
+
+    # -- fetching --------------------------------------------------------------------------
+
+    def _send_fetches(self) -> None:
+        now = self._now()
+        meta = self._cluster.metadata
+        by_node: dict[int, dict[P, tuple[int, int]]] = {}
+        for p, part in self._parts.items():
+            if part.fetch_offset is None or part.taken < len(part.buffered):
+                continue
+            if part.retry_at > now:
+                continue
+            leader = meta.leaders.get((p[0], p[1]))
+            if leader is None:
+                self._stale = True
+                continue
+            by_node.setdefault(leader[0], {})[p] = (part.fetch_offset, leader[1])
+        for node, wanted in by_node.items():
+            if node in self._inflight or self._node_ready_at.get(node, 0.0) > now:
+                continue
+            self._send(node, wanted)
+
+    def _send(self, node: int, wanted: dict[P, tuple[int, int]]) -> None:
+        session = self._sessions.setdefault(node, self._new_session())
+        if session.epoch > 0:  # incremental: only what the broker's session lacks
+            send = {p: v for p, v in wanted.items() if session.sent.get(p) != v}
+            forgotten = [p for p in session.sent if p not in wanted]
+        else:
+            send, forgotten = wanted, []
+        request = codec.FetchRequest(
+            max_wait_ms=self._s.fetch_max_wait_ms,
+            min_bytes=self._s.fetch_min_bytes,
+            max_bytes=self._s.fetch_max_bytes,
+            isolation_level=codec.READ_UNCOMMITTED,
+            session_id=session.id,
+            session_epoch=session.epoch,
+            topics=self._fetch_topics(send),
+            forgotten=self._forgotten_topics(forgotten),
+        )
+        try:
+            link = self._link(node)
+            link.begin(request, self._timeout_s)
+        except TransportError as e:
+            self._link_failed(node, e)
+            return
+        self._inflight[node] = {p: (self._parts[p].version, v[0]) for p, v in wanted.items()}
+        session.sent = dict(wanted)
+
+    def _fetch_topics(self, send: Mapping[P, tuple[int, int]]) -> tuple[codec.FetchTopic, ...]:
+        ids = self._cluster.metadata.topic_ids
+        topics: dict[str, list[codec.FetchPartition]] = {}
+        for p, (offset, epoch) in sorted(send.items()):
+            topics.setdefault(p[0], []).append(
+                codec.FetchPartition(
+                    p[1], offset, self._s.max_partition_fetch_bytes, current_leader_epoch=epoch
+                )
+            )
+        return tuple(
+            codec.FetchTopic(t, ids.get(t, codec.NO_TOPIC_ID), tuple(ps))
+            for t, ps in topics.items()
+        )
+
+    def _forgotten_topics(self, forgotten: Sequence[P]) -> tuple[codec.ForgottenTopic, ...]:
+        ids = self._cluster.metadata.topic_ids
+        topics: dict[str, list[int]] = {}
+        for p in sorted(forgotten):
+            topics.setdefault(p[0], []).append(p[1])
+        return tuple(
+            codec.ForgottenTopic(t, ids.get(t, codec.NO_TOPIC_ID), tuple(ps))
+            for t, ps in topics.items()
+        )
+
+    def _new_session(self) -> _Session:
+        return _Session(epoch=0 if self._s.sessions else -1)
+
+    def _link(self, node: int) -> Link:
+        link = self._links.get(node)
+        if link is None:
+            address = self._cluster.metadata.brokers.get(node)
+            if address is None:
+                raise TransportError(f"broker {node} is not in the cluster's metadata")
+            link = self._links[node] = self._make_link(node, *address)
+        return link
+
+    def _link_failed(self, node: int, error: Exception) -> None:
+        """A leader's connection failed: a new session on a new connection, after a backoff
+        that doubles with each failure in a row (``reconnect_backoff_ms`` up to
+        ``reconnect_backoff_max_ms``); and the leaders are looked up again (it may be gone)."""
+        failures = self._node_failures[node] = self._node_failures.get(node, 0) + 1
+        log.warning("fetcher: broker %d: %s (%d failures in a row)", node, error, failures)
+        link = self._links.pop(node, None)
+        if link is not None:
+            link.close()
+        self._inflight.pop(node, None)
+        self._sessions[node] = self._new_session()
+        backoff_ms = min(
+            self._s.reconnect_backoff_ms * 2 ** min(failures - 1, 16),
+            self._s.reconnect_backoff_max_ms,
+        )
+        self._node_ready_at[node] = self._now() + backoff_ms / 1000
+        self._stale = True
+
+    def _wait(self, left_s: float) -> None:
+        """Wait up to ``left_s`` for an answer (or the next backoff's end); read those in."""
+        now = self._now()
+        for node in [n for n, link in self._links.items() if n in self._inflight]:
+            sent_at = self._links[node].sent_at
+            limit = self._timeout_s + self._s.fetch_max_wait_ms / 1000
+            if sent_at is not None and now - sent_at > limit:
+                self._links[node].abandon()
+                self._link_failed(node, TransportError(f"no Fetch answer in {limit:.1f}s"))
+        waiting = {n: self._links[n] for n in self._inflight if n in self._links}
+        ready = [n for n, link in waiting.items() if link.answer_buffered()]
+        if not ready:
+            wake = [t for t in self._wake_times() if t > now]
+            left_s = min([left_s] + [t - now for t in wake])
+            fds = {link.fileno(): n for n, link in waiting.items()}
+            fds.pop(None, None)
+            if fds:
+                poller = select.poll()
+                for fd in fds:
+                    assert fd is not None
+                    poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+                ready = [fds[fd] for fd, _ in poller.poll(max(left_s, 0.0) * 1000) if fd in fds]
+            else:
+                self._sleep(max(left_s, 0.0))
+        for node in ready:
+            self._read(node)
+
+    def _wake_times(self) -> list[float]:
+        times = [part.retry_at for part in self._parts.values()]
+        times += self._node_ready_at.values()
+        if self._stale:
+            times.append(self._metadata_retry_at)
+        return times
+
+    def _read(self, node: int) -> None:
+        sent = self._inflight.pop(node)
+        try:
+            response = self._links[node].finish(self._timeout_s)
+        except TransportError as e:
+            self._link_failed(node, e)
+            return
+        self._node_failures.pop(node, None)
+        self._handle(node, response, sent)
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def _handle(
+        self, node: int, response: codec.FetchResponse, sent: dict[P, tuple[int, int]]
+    ) -> None:
+        now = self._now()
+        if response.throttle_time_ms > 0:  # the broker mutes this connection meanwhile
+            self._node_ready_at[node] = now + response.throttle_time_ms / 1000
+        session = self._sessions[node]
+        outcome = classify.session_outcome(response.error_code)
+        if outcome is not SessionOutcome.KEEP:
+            log.info("fetcher: broker %d: Fetch error %d", node, response.error_code)
+            self._sessions[node] = self._new_session()
+            if outcome is SessionOutcome.FATAL:
+                self._pending = broker_error(
+                    response.error_code, group_id=self._s.group_id, api="Fetch"
+                )
+            if outcome is SessionOutcome.NEW_SESSION_AND_REFRESH:
+                self._stale = True
+            ready_at = self._node_ready_at.get(node, 0.0)
+            self._node_ready_at[node] = max(ready_at, now + self._backoff_s)
+            return
+        if session.epoch == 0:
+            session.id = response.session_id
+            session.epoch = 1 if response.session_id else 0
+        elif session.epoch > 0:
+            session.epoch = session.epoch + 1 if session.epoch < _MAX_EPOCH else 1
+        names = self._cluster.metadata.topic_names
+        for topic in response.responses:
+            name = topic.topic if topic.topic is not None else names.get(topic.topic_id)  # type: ignore[arg-type]
+            if name is None:
+                self._stale = True
+                continue
+            for data in topic.partitions:
+                p = self._keys.get((name, data.partition))
+                if p is None or p not in sent:
+                    continue  # no longer assigned, or not asked for
+                part = self._parts[p]
+                if sent[p] != (part.version, part.fetch_offset):
+                    continue  # sought (or reset) since it was sent: the answer is moot
+                self._partition_answer(node, session, p, part, data)
+
+    def _partition_answer(
+        self, node: int, session: _Session, p: P, part: _Part, data: codec.FetchPartitionData
+    ) -> None:
+        outcome = classify.partition_outcome(data.error_code)
+        if outcome is Outcome.NONE:
+            self._take(p, part, data)
+            return
+        what = f"{p[0]}-{p[1]}"
+        if outcome is Outcome.OUT_OF_RANGE:
+            if self._s.auto_offset_reset == "none":
+                self._pending = broker_error(
+                    data.error_code,
+                    group_id=self._s.group_id,
+                    api=f"Fetch of {what} at offset {part.fetch_offset} (auto_offset_reset "
+                    "is 'none')",
+                )
+                part.retry_at = self._now() + self._backoff_s
+                return
+            log.info(
+                "fetcher: offset %s of %s is out of range; resetting to the %s",
+                part.fetch_offset,
+                what,
+                self._s.auto_offset_reset,
+            )
+            self._set_position(part, None)
+            return
+        session.sent[p] = _RESEND  # sent again (or forgotten) with the next request
+        part.retry_at = self._now() + self._backoff_s
+        if outcome is Outcome.REFRESH:
+            leader = data.current_leader
+            meta = self._cluster.metadata
+            if leader is not None and leader.leader_id in meta.brokers:  # KIP-951
+                meta.leaders[(p[0], p[1])] = (leader.leader_id, leader.leader_epoch)
+            else:
+                self._stale = True
+            log.debug("fetcher: %s on broker %d: error %d", what, node, data.error_code)
+        elif outcome is Outcome.FATAL:
+            self._pending = broker_error(
+                data.error_code, group_id=self._s.group_id, api=f"Fetch of {what}"
+            )
+
+    def _take(self, p: P, part: _Part, data: codec.FetchPartitionData) -> None:
+        part.highwater = data.high_watermark
+        if not data.records:
+            return
+        start = part.fetch_offset
+        assert start is not None
+        try:
+            raws, through = decode_partition(data.records, start, self._s.check_crcs)
+        except ProtocolCodecError as e:
+            self._pending = ProtocolCodecError(f"Fetch of {p[0]}-{p[1]} at offset {start}: {e}")
+            part.retry_at = self._now() + self._backoff_s
+            return
+        if through < start:
+            # No whole batch at the position: one larger than the size limits (brokers since
+            # KIP-74 always send the first one whole, so only a broken one does this).
+            self._pending = CoordinationError(
+                f"Fetch of {p[0]}-{p[1]} at offset {start}: no whole record batch in "
+                f"{len(data.records)} bytes; raise max_partition_fetch_bytes"
+            )
+            part.retry_at = self._now() + self._backoff_s
+            return
+        part.buffered = part.buffered[part.taken :] + raws
+        part.taken = 0
+        part.fetch_offset = through + 1
+        if not part.buffered:
+            part.position = part.fetch_offset  # only control records (or compacted away)
+
+    def _drain(self) -> dict[P, list[Any]]:
+        out: dict[P, list[Any]] = {}
+        left = self._s.max_poll_records
+        order = list(self._parts.items())
+        if not order:
+            return out
+        self._turn = (self._turn + 1) % len(order)
+        for p, part in order[self._turn :] + order[: self._turn]:
+            if left <= 0:
+                break
+            if part.taken >= len(part.buffered):
+                continue
+            raws = part.buffered[part.taken : part.taken + left]
+            records = consumer_records(
+                p[0], p[1], raws, self._s.key_deserializer, self._s.value_deserializer
+            )
+            part.taken += len(raws)
+            left -= len(raws)
+            out[p] = records
+            part.position = raws[-1][0] + 1
+            if part.taken >= len(part.buffered):
+                part.buffered, part.taken = [], 0
+                assert part.fetch_offset is not None
+                part.position = max(part.position, part.fetch_offset)
+        return out
