@@ -89,6 +89,16 @@ class LeanRecordFetcher(Generic[P]):
             ) from e
         self._engine: FetchEngine[P] = FetchEngine(settings, cluster, link)
 
+    @staticmethod
+    def validate(**config: Any) -> None:
+        """Check settings as the constructor does, without connecting (for code that builds
+        the fetcher later, e.g. a consumer's ``start()``).
+
+        Raises:
+            ConfigurationError: as the constructor.
+        """
+        fetch_settings(config, connect=False)
+
     def assign(self, partitions: Sequence[P]) -> None:
         """Fetch exactly these partitions from now on; kept ones keep their positions (and
         what was fetched for them).

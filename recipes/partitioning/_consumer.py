@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import kafka.errors as kafka_errors
 from typing_extensions import Self
@@ -28,6 +28,7 @@ from coordination.errors import (
     TlsError,
     broker_error,
 )
+from coordination.fetching import LeanRecordFetcher
 from coordination.lease import LeaseGuard
 from coordination.parts import check_int, check_part
 from coordination.transport import Transport
@@ -150,7 +151,7 @@ class Consumer:
         topic_metadata: TopicMetadata | None = None,
         transport: Transport | None = None,
         clock: Clock | None = None,
-        fetcher: RecordFetcher | None = None,
+        fetcher: RecordFetcher | Literal["lean"] | None = None,
         group_protocol: str = "classic",
         group_remote_assignor: str | None = None,
         stop_at_lease_end: bool = True,
@@ -184,7 +185,11 @@ class Consumer:
                 consumer's lock and times :meth:`poll`'s ``timeout_ms``.
             fetcher: where the records come from (a :class:`RecordFetcher`); default:
                 kafka-python's ``KafkaConsumer``, made by :meth:`start` from the fetch
-                settings.
+                settings. ``"lean"``: :class:`coordination.fetching.LeanRecordFetcher`,
+                made from the same settings, which fetches on the polling thread (no
+                I/O thread; a fraction of the CPU of an idle consumer) and refuses at
+                construction the settings it does not support (``isolation_level=
+                "read_committed"``, ``client_rack``, SASL); see docs/partitioning.md.
             **settings: group settings (see :class:`coordination.Coordinator`; also
                 ``lease_margin_ms``, and with the classic protocol ``rack_id`` and
                 ``metadata_max_age_ms``, as for :class:`ConsumerPartitioning`) and kafka-python
@@ -192,7 +197,7 @@ class Consumer:
                 (``max_poll_records``, ``fetch_max_wait_ms``, ``isolation_level``,
                 ``value_deserializer``, ``bootstrap_timeout_ms``: how
                 long :meth:`start` waits for the cluster (default 30000), ...), for the
-                default fetcher only.
+                default fetcher (or ``fetcher="lean"``) only.
 
         Raises:
             ConfigurationError: a bad setting, or fetch settings given with a ``fetcher``
@@ -202,9 +207,12 @@ class Consumer:
             raise ConfigurationError(
                 f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}"
             )
-        check_part("fetcher", fetcher, RecordFetcher)
+        # fetcher="lean": the lean fetcher, built by start() from the fetch settings.
+        self._lean = fetcher == "lean"
+        check_part("fetcher", None if self._lean else fetcher, RecordFetcher)
+        own_fetcher = None if isinstance(fetcher, str) else fetcher
         fetch = {k: settings.pop(k) for k in list(settings) if k in FETCH_SETTINGS}
-        if fetcher is not None and fetch:
+        if own_fetcher is not None and fetch:
             raise ConfigurationError(
                 f"fetch settings {sorted(fetch)} apply to the default fetcher only; with "
                 "fetcher= given, configure that fetcher instead"
@@ -272,6 +280,8 @@ class Consumer:
             "enable_auto_commit": False,
             "client_id": self._group.config.client_id,
         }
+        if self._lean:
+            LeanRecordFetcher.validate(**self._fetch_config)
         self._lock = self._clock.rlock()
         # The polling thread takes self._lock again right after each fetch slice, and locks
         # are not fair: a rebalance callback waiting for it could wait several slices (0.9 s
@@ -282,7 +292,7 @@ class Consumer:
         # Set by a rebalance callback and by a change of what the fetcher reads: a poll with
         # nothing to fetch waits on it rather than in a fetch slice under self._lock.
         self._knock = self._clock.event()
-        self._fetcher: RecordFetcher | None = fetcher  # made by start() if not given
+        self._fetcher: RecordFetcher | None = own_fetcher  # made by start() if not given
         # Invariants, under self._lock: self._positions holds the owned partitions whose
         # start is established; the fetcher is assigned (self._fetching) those that are not
         # paused, and reads each from its position. kafka-python's own pause is not used:
@@ -370,7 +380,11 @@ class Consumer:
                 raise CoordinatorStateError(f"consumer of group {self._group.group_id!r} is closed")
             if self._fetcher is None:
                 try:
-                    self._fetcher = KafkaRecordFetcher(**self._fetch_config)
+                    self._fetcher = (
+                        LeanRecordFetcher(**self._fetch_config)
+                        if self._lean
+                        else KafkaRecordFetcher(**self._fetch_config)
+                    )
                 except (Exception, AssertionError) as e:
                     raise self._diagnosed(self._fetcher_error(e, "connecting the fetcher")) from e
         self._group.start()
