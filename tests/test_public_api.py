@@ -21,6 +21,7 @@ MODULES = [
     "coordination",
     "coordination.clock",
     "coordination.errors",
+    "coordination.fetching",
     "coordination.lease",
     "coordination.parts",
     "coordination.share_group",
@@ -38,6 +39,7 @@ MODULES = [
 # Packages whose __init__ re-exports a curated surface (a plain module also shows its imports).
 PLAIN_MODULES = {
     "coordination.clock",
+    "coordination.fetching",
     "coordination.lease",
     "coordination.parts",
     "coordination.share_group",

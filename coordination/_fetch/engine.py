@@ -3,9 +3,10 @@ thread.
 
 How a poll runs:
     1. Maintain: look leaders up again if they are stale (or ``metadata_max_age_ms`` old),
-       reset the positions that need it (ListOffsets), then send a Fetch to each leader
-       that has none in flight, for its partitions with nothing buffered.
-    2. Hand out buffered records (at most ``max_poll_records``, partitions in turn).
+       and reset the positions that need it (ListOffsets).
+    2. Take buffered records (at most ``max_poll_records``, partitions in turn), then send
+       a Fetch to each leader that has none in flight, for its partitions with nothing
+       buffered; return the records taken, if any.
     3. Else wait (``poll(2)`` on the leaders' sockets) for an answer, up to the timeout or
        the next backoff's end; read the answers that came, and go to 1.
 
@@ -171,17 +172,21 @@ class FetchEngine(Generic[P]):
 
     def poll(self, timeout_ms: int) -> Mapping[P, Sequence[Any]]:
         deadline = self._now() + timeout_ms / 1000
+        looked = False  # whether answers that came already were read (poll(0) reads them)
         while True:
             self._maintain_positions()
-            self._send_fetches()
             out = self._drain()
+            # After the drain: a partition handed out whole is fetched again at once (its
+            # records come while the application works on these), and stays in its session.
+            self._send_fetches()
             if out:
                 return out
             self._raise_pending()
             left = deadline - self._now()
-            if left <= 0:
+            if left <= 0 and looked:
                 return {}
-            self._wait(left)
+            self._wait(max(left, 0.0))
+            looked = True
 
     def close(self) -> None:
         for link in self._links.values():

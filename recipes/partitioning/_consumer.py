@@ -381,7 +381,7 @@ class Consumer:
             if self._fetcher is None:
                 try:
                     self._fetcher = (
-                        LeanRecordFetcher(**self._fetch_config)
+                        LeanRecordFetcher[TopicPartition](**self._fetch_config)
                         if self._lean
                         else KafkaRecordFetcher(**self._fetch_config)
                     )

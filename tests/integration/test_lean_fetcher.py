@@ -36,7 +36,7 @@ def consumers() -> Iterator[list[Consumer]]:
 
 
 def start(created: list[Consumer], kafka: str, group: str, fetcher: str, **kw: Any) -> Consumer:
-    lean = {"fetcher": "lean"} if fetcher == "lean" else {}
+    lean: dict[str, Any] = {"fetcher": "lean"} if fetcher == "lean" else {}
     c = Consumer(group, bootstrap_servers=kafka, fetch_max_wait_ms=100, **lean, **{**FAST, **kw})
     created.append(c)
     c.start()
@@ -141,7 +141,9 @@ def test_a_reassignment_keeps_kept_partitions_and_hands_over_at_the_commit(
 
 def fetcher_of(kind: str, kafka: str, **kw: Any) -> Any:
     config = {"bootstrap_servers": kafka, "fetch_max_wait_ms": 100, **kw}
-    return LeanRecordFetcher(**config) if kind == "lean" else KafkaRecordFetcher(**config)
+    if kind == "lean":
+        return LeanRecordFetcher[TopicPartition](**config)
+    return KafkaRecordFetcher(**config)
 
 
 def fetched(fetcher: Any, want: int, timeout: float = 30) -> list[tuple[int, int]]:
@@ -221,7 +223,7 @@ def test_an_out_of_range_position_with_reset_none_raises_until_sought(kafka: str
     create(kafka, topic, 1)
     produce(kafka, topic, 1, 10)
     tp = TopicPartition(topic, 0)
-    f = LeanRecordFetcher(bootstrap_servers=kafka, auto_offset_reset="none")
+    f = LeanRecordFetcher[TopicPartition](bootstrap_servers=kafka, auto_offset_reset="none")
     try:
         f.assign([tp])
         f.seek(tp, 50)
@@ -261,10 +263,11 @@ def test_the_lean_fetchers_records_equal_the_default_fetchers(kafka: str) -> Non
     tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
     records: dict[str, dict[Any, list[Any]]] = {}
     config = {"bootstrap_servers": kafka, "auto_offset_reset": "earliest"}
-    for name, fetcher in (
+    fetchers: list[tuple[str, Any]] = [
         ("default", KafkaRecordFetcher(**config, value_deserializer=_Text())),
-        ("lean", LeanRecordFetcher(**config, value_deserializer=_Text())),
-    ):
+        ("lean", LeanRecordFetcher[TopicPartition](**config, value_deserializer=_Text())),
+    ]
+    for name, fetcher in fetchers:
         fetcher.assign(tps)
         got: dict[Any, list[Any]] = {(tp.topic, tp.partition): [] for tp in tps}
         deadline = time.monotonic() + 30
@@ -272,7 +275,7 @@ def test_the_lean_fetchers_records_equal_the_default_fetchers(kafka: str) -> Non
             for tp, batch in fetcher.poll(200).items():
                 got[(tp.topic, tp.partition)].extend(batch)
         assert fetcher.end_offsets(tps, 10_000) == {tps[0]: 80, tps[1]: 80}
-        assert [fetcher.highwater(tp) for tp in tps] == [80, 80]  # type: ignore[attr-defined]
+        assert [fetcher.highwater(tp) for tp in tps] == [80, 80]
         fetcher.close()
         records[name] = got
     assert records["lean"] == records["default"]

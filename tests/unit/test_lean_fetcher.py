@@ -1,0 +1,512 @@
+"""The lean fetcher's engine (coordination/_fetch) on a fake cluster and fake leader
+connections, with a manual clock: fetch sessions (KIP-227), the error table row by row,
+stale answers, throttling, a dropped connection, and the settings it refuses."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from kafka.record import MemoryRecordsBuilder
+
+from coordination._fetch import classify
+from coordination._fetch.cluster import EARLIEST, LATEST, Metadata, Partition
+from coordination._fetch.engine import FetchEngine
+from coordination._fetch.settings import fetch_settings
+from coordination._protocol import fetch_codec as codec
+from coordination._protocol import record_batches
+from coordination.errors import (
+    BrokerError,
+    ConfigurationError,
+    CoordinatorStateError,
+    ProtocolCodecError,
+    TopicAuthorizationError,
+)
+from coordination.transport import TransportError
+from recipes.partitioning import Consumer, TopicPartition
+
+T = "orders"
+TID = uuid.UUID("0f8fad5b-d9cb-469f-a161-4f4c1b5d0e11")
+P0, P1 = TopicPartition(T, 0), TopicPartition(T, 1)
+
+
+def records(first: int, count: int) -> bytes:
+    builder = MemoryRecordsBuilder(2, 0, 1 << 16, offset=first)
+    for i in range(count):
+        builder.append(1_700_000_000_000 + i, None, f"v{first + i}".encode(), [])
+    builder.close()
+    return bytes(builder.buffer())
+
+
+class FakeCluster:
+    def __init__(self) -> None:
+        self.metadata = Metadata()
+        self.leaders: dict[Partition, tuple[int, int]] = {(T, 0): (1, 5), (T, 1): (1, 5)}
+        self.refreshes = 0
+        self.offsets: dict[tuple[Partition, int], tuple[int, int]] = {}
+        self.asked: list[tuple[int, dict[Partition, tuple[int, int]]]] = []
+        self.topic_errors: dict[str, int] = {}
+
+    def refresh(self, topics: Any, timeout_s: float) -> None:
+        self.refreshes += 1
+        m = self.metadata
+        m.brokers = {1: ("b1", 9092), 2: ("b2", 9092)}
+        m.topic_ids, m.topic_names = {T: TID}, {TID: T}
+        m.leaders = dict(self.leaders)
+        m.topic_errors = dict(self.topic_errors)
+
+    def list_offsets(
+        self, node: int, wanted: Mapping[Partition, tuple[int, int]], isolation: int, t: float
+    ) -> dict[Partition, tuple[int, int]]:
+        self.asked.append((node, dict(wanted)))
+        return {tp: self.offsets.get((tp, ts), (0, 0)) for tp, (ts, _) in wanted.items()}
+
+    def close(self) -> None:
+        pass
+
+
+class FakeLink:
+    def __init__(self, node: int) -> None:
+        self.node = node
+        self.sent: list[codec.FetchRequest] = []
+        self.answers: list[codec.FetchResponse | TransportError] = []
+        self.sent_at: float | None = None
+        self.closed = False
+        self._in_flight = False
+
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight
+
+    def begin(self, request: codec.FetchRequest, timeout_s: float) -> None:
+        assert not self._in_flight and not self.closed
+        self.sent.append(request)
+        self._in_flight = True
+        self.sent_at = 0.0
+
+    def fileno(self) -> int | None:
+        return None
+
+    def answer_buffered(self) -> bool:
+        return bool(self.answers)
+
+    def finish(self, timeout_s: float) -> codec.FetchResponse:
+        self._in_flight = False
+        answer = self.answers.pop(0)
+        if isinstance(answer, TransportError):
+            raise answer
+        return answer
+
+    def abandon(self) -> None:
+        self._in_flight = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Harness:
+    def __init__(self, **config: Any) -> None:
+        self.now = 0.0
+        self.cluster = FakeCluster()
+        self.links: list[FakeLink] = []
+        settings = fetch_settings(
+            {"bootstrap_servers": "b1:9092", "retry_backoff_ms": 100, **config}, connect=False
+        )
+        self.fetcher: FetchEngine[TopicPartition] = FetchEngine(
+            settings, self.cluster, self._link, clock=lambda: self.now, sleep=self._sleep
+        )
+
+    def _link(self, node: int, host: str, port: int) -> FakeLink:
+        link = FakeLink(node)
+        self.links.append(link)
+        return link
+
+    def _sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def link(self, node: int = 1) -> FakeLink:
+        return [link for link in self.links if link.node == node][-1]
+
+    def answer(self, node: int = 1, *, error: int = 0, session_id: int = 0, throttle: int = 0,
+               parts: tuple[codec.FetchPartitionData, ...] = ()) -> None:  # fmt: skip
+        topics = (codec.FetchTopicResponse(None, TID, parts),) if parts else ()
+        response = codec.FetchResponse(throttle, error, session_id, topics)
+        self.link(node).answers.append(response)
+
+    def poll(self, timeout_ms: int = 0) -> dict[int, list[int]]:
+        got = self.fetcher.poll(timeout_ms)
+        for tp in got:
+            assert type(tp) is TopicPartition  # keyed by the objects assign() was given
+        return {tp.partition: [r.offset for r in batch] for tp, batch in got.items()}
+
+
+def data(partition: int, first: int = 0, count: int = 0, *, error: int = 0, hw: int = 100,
+         leader: codec.LeaderIdAndEpoch | None = None) -> codec.FetchPartitionData:  # fmt: skip
+    return codec.FetchPartitionData(
+        partition, error, hw, records=records(first, count) if count else None,
+        current_leader=leader,
+    )  # fmt: skip
+
+
+def sent_partitions(request: codec.FetchRequest) -> dict[int, int]:
+    return {p.partition: p.fetch_offset for t in request.topics for p in t.partitions}
+
+
+def forgotten(request: codec.FetchRequest) -> list[int]:
+    return [i for t in request.forgotten for i in t.partitions]
+
+
+def started(**config: Any) -> Harness:
+    """A harness with P0 at 10 and P1 at 20, their first Fetch sent."""
+    h = Harness(**config)
+    h.fetcher.assign([P0, P1])
+    h.fetcher.seek(P0, 10)
+    h.fetcher.seek(P1, 20)
+    assert h.poll() == {}
+    return h
+
+
+# -- fetch sessions ------------------------------------------------------------------------
+
+
+def test_a_session_opens_with_a_full_fetch_then_sends_only_what_changed() -> None:
+    h = started()
+    first = h.link().sent[0]
+    assert (first.session_id, first.session_epoch) == (0, 0)
+    assert sent_partitions(first) == {0: 10, 1: 20}
+    assert [t.topic_id for t in first.topics] == [TID]
+    assert [p.current_leader_epoch for t in first.topics for p in t.partitions] == [5, 5]
+    h.answer(session_id=9, parts=(data(0, 10, 3), data(1, hw=20)))
+    assert h.poll() == {0: [10, 11, 12]}
+    h.poll()  # the next Fetch: P0 moved, P1 did not
+    second = h.link().sent[1]
+    assert (second.session_id, second.session_epoch) == (9, 1)
+    assert sent_partitions(second) == {0: 13}
+    h.answer(session_id=9, parts=(data(1, 20, 1),))
+    h.fetcher.assign([P1])  # P0 leaves: forgotten by the session
+    assert h.poll() == {1: [20]}
+    third = h.link().sent[2]
+    assert (third.session_id, third.session_epoch) == (9, 2)
+    assert sent_partitions(third) == {1: 21} and forgotten(third) == [0]
+
+
+def test_without_sessions_every_fetch_is_full_and_sessionless() -> None:
+    h = started(enable_incremental_fetch_sessions=False)
+    h.answer(session_id=0, parts=(data(0, 10, 1),))
+    h.poll()
+    for request in h.link().sent:
+        assert (request.session_id, request.session_epoch) == (0, -1)
+        assert set(sent_partitions(request)) == {0, 1}
+
+
+@pytest.mark.parametrize(
+    "code", [classify.FETCH_SESSION_ID_NOT_FOUND, classify.INVALID_FETCH_SESSION_EPOCH]
+)
+def test_a_lost_session_is_opened_again_with_a_full_fetch(code: int) -> None:
+    h = started()
+    h.answer(session_id=9, parts=(data(0, 10, 1),))
+    h.poll()
+    h.answer(error=code, session_id=0)
+    assert h.poll() == {}
+    assert len(h.link().sent) == 2  # the backoff runs
+    h.now += 0.2
+    h.poll()
+    again = h.link().sent[2]
+    assert (again.session_id, again.session_epoch) == (0, 0)
+    assert sent_partitions(again) == {0: 11, 1: 20}
+
+
+def test_a_dropped_connection_reconnects_with_a_new_session_after_a_backoff() -> None:
+    h = started()
+    h.answer(session_id=9, parts=(data(0, 10, 1),))
+    h.poll()
+    refreshes = h.cluster.refreshes
+    h.link().answers.append(TransportError("closed by the broker"))
+    assert h.poll() == {}  # not an error for the caller
+    assert h.links[0].closed and len(h.links) == 1
+    h.now += 0.04  # reconnect_backoff_ms: 50
+    h.poll()
+    assert len(h.links) == 1
+    h.now += 0.02
+    h.poll()
+    assert len(h.links) == 2 and h.cluster.refreshes == refreshes + 1
+    again = h.link().sent[0]
+    assert (again.session_id, again.session_epoch) == (0, 0)
+    assert sent_partitions(again) == {0: 11, 1: 20}
+
+
+def test_a_throttled_answer_holds_the_next_fetch_back() -> None:
+    h = started()
+    h.answer(session_id=9, throttle=1000, parts=(data(0, 10, 1),))
+    assert h.poll() == {0: [10]}
+    h.now += 0.9
+    h.poll()
+    assert len(h.link().sent) == 1
+    h.now += 0.2
+    h.poll()
+    assert len(h.link().sent) == 2
+
+
+# -- partition errors, row by row ----------------------------------------------------------
+
+REFRESH_CODES = [
+    classify.NOT_LEADER_OR_FOLLOWER,
+    classify.LEADER_NOT_AVAILABLE,
+    classify.UNKNOWN_TOPIC_OR_PARTITION,
+    classify.FENCED_LEADER_EPOCH,
+    classify.UNKNOWN_TOPIC_ID,
+    classify.KAFKA_STORAGE_ERROR,
+    classify.REPLICA_NOT_AVAILABLE,
+    classify.OFFSET_NOT_AVAILABLE,
+    classify.INCONSISTENT_TOPIC_ID,
+]
+
+
+@pytest.mark.parametrize("code", REFRESH_CODES)
+def test_a_moved_or_unknown_partition_is_looked_up_again_and_fetched_from_its_leader(
+    code: int,
+) -> None:
+    h = started()
+    refreshes = h.cluster.refreshes
+    h.cluster.leaders[(T, 0)] = (2, 6)  # the new leader, as the next lookup says
+    h.answer(session_id=9, parts=(data(0, error=code), data(1, 20, 2)))
+    assert h.poll() == {1: [20, 21]}  # the others go on
+    assert h.poll() == {}
+    assert [sent_partitions(r) for r in h.link(1).sent[1:]] == [{1: 22}]
+    assert forgotten(h.link(1).sent[1]) == [0]  # dropped from the old leader's session
+    h.now += 0.2
+    h.poll()
+    assert h.cluster.refreshes == refreshes + 1
+    (moved,) = h.link(2).sent
+    assert sent_partitions(moved) == {0: 10}
+    assert [p.current_leader_epoch for t in moved.topics for p in t.partitions] == [6]
+
+
+def test_a_new_leader_named_in_the_answer_is_used_without_a_lookup() -> None:
+    h = started()
+    refreshes = h.cluster.refreshes
+    leader = codec.LeaderIdAndEpoch(2, 7)
+    h.answer(session_id=9, parts=(data(0, error=classify.NOT_LEADER_OR_FOLLOWER, leader=leader),))
+    h.poll()
+    h.now += 0.2
+    h.poll()
+    assert h.cluster.refreshes == refreshes
+    assert sent_partitions(h.link(2).sent[0]) == {0: 10}
+
+
+@pytest.mark.parametrize(
+    "code",
+    [classify.UNKNOWN_LEADER_EPOCH, classify.UNKNOWN_SERVER_ERROR, classify.REQUEST_TIMED_OUT],
+)
+def test_a_transient_error_retries_the_same_fetch_after_a_backoff(code: int) -> None:
+    h = started()
+    h.answer(session_id=9, parts=(data(0, error=code),))
+    assert h.poll() == {}
+    h.answer(session_id=9)  # the long poll for the others (one Fetch per leader at a time)
+    h.poll()
+    assert 0 not in sent_partitions(h.link().sent[-1])  # the backoff runs
+    h.answer(session_id=9)
+    h.now += 0.2
+    h.poll()
+    assert sent_partitions(h.link().sent[-1]) == {0: 10}
+
+
+def test_topic_authorization_failed_is_raised_as_the_librarys_typed_error() -> None:
+    h = started(group_id="g")
+    h.answer(session_id=9, parts=(data(0, error=classify.TOPIC_AUTHORIZATION_FAILED),))
+    with pytest.raises(TopicAuthorizationError) as caught:
+        h.poll()
+    assert caught.value.code == 29 and "orders-0" in str(caught.value)
+    assert h.poll() == {}  # raised once; retried after the backoff
+
+
+@pytest.mark.parametrize("code", [classify.CORRUPT_MESSAGE, 12345])
+def test_a_code_retrying_cannot_fix_is_raised(code: int) -> None:
+    h = started()
+    h.answer(session_id=9, parts=(data(0, error=code),))
+    with pytest.raises(BrokerError):
+        h.poll()
+
+
+def test_an_unlisted_code_is_fatal_as_in_kafkas_consumer() -> None:
+    assert classify.partition_outcome(12345) is classify.Outcome.FATAL
+    assert classify.session_outcome(12345) is classify.SessionOutcome.NEW_SESSION
+
+
+# -- offsets: out of range, resets, stale answers --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reset", "timestamp", "start"), [("earliest", EARLIEST, 3), ("latest", LATEST, 50)]
+)
+def test_an_out_of_range_position_is_reset_per_auto_offset_reset(
+    reset: str, timestamp: int, start: int
+) -> None:
+    h = started(auto_offset_reset=reset)
+    h.cluster.offsets[((T, 0), timestamp)] = (0, start)
+    h.answer(session_id=9, parts=(data(0, error=classify.OFFSET_OUT_OF_RANGE),))
+    h.poll()
+    assert h.cluster.asked[-1] == (1, {(T, 0): (timestamp, 5)})
+    assert h.fetcher.position(P0, 0) == start
+    assert sent_partitions(h.link().sent[-1]) == {0: start}
+
+
+def test_an_out_of_range_answer_for_a_position_sought_meanwhile_resets_nothing() -> None:
+    h = started(auto_offset_reset="earliest")
+    h.fetcher.seek(P0, 40)  # while the Fetch from 10 is in flight
+    h.answer(session_id=9, parts=(data(0, error=classify.OFFSET_OUT_OF_RANGE),))
+    h.poll()
+    assert h.cluster.asked == [] and h.fetcher.position(P0, 0) == 40
+    assert sent_partitions(h.link().sent[-1])[0] == 40
+
+
+def test_with_reset_none_an_out_of_range_position_raises_and_stays() -> None:
+    h = started(auto_offset_reset="none")
+    h.answer(session_id=9, parts=(data(0, error=classify.OFFSET_OUT_OF_RANGE),))
+    with pytest.raises(BrokerError) as caught:
+        h.poll()
+    assert caught.value.code == 1 and "offset 10" in str(caught.value)
+    assert h.fetcher.position(P0, 0) == 10 and h.cluster.asked == []
+
+
+def test_with_reset_none_a_partition_never_sought_has_no_position() -> None:
+    h = Harness(auto_offset_reset="none")
+    h.fetcher.assign([P0])
+    with pytest.raises(CoordinatorStateError, match="seek it first"):
+        h.fetcher.position(P0, 0)
+
+
+def test_a_stale_answer_after_a_seek_never_moves_the_position() -> None:
+    h = started()
+    h.fetcher.seek(P0, 5)  # backward, while the Fetch from 10 is in flight
+    h.answer(session_id=9, parts=(data(0, 10, 5),))
+    assert h.poll() == {}
+    assert h.fetcher.position(P0, 0) == 5
+    h.answer(session_id=9, parts=(data(0, 5, 2),))
+    assert h.poll() == {0: [5, 6]}
+
+
+def test_a_seek_to_the_position_keeps_what_is_buffered_and_in_flight() -> None:
+    h = started(max_poll_records=2)
+    h.answer(session_id=9, parts=(data(0, 10, 5),))
+    assert h.poll() == {0: [10, 11]}
+    h.fetcher.seek(P0, 12)  # where it is: kept
+    assert h.poll() == {0: [12, 13]}
+    h.fetcher.seek(P0, 10)  # elsewhere: dropped
+    assert h.poll() == {}
+
+
+def test_assign_keeps_the_positions_and_records_of_kept_partitions() -> None:
+    h = started()
+    h.answer(session_id=9, parts=(data(0, 10, 3), data(1, 20, 1)))
+    h.fetcher.assign([P0, P1])
+    assert h.poll() == {0: [10, 11, 12], 1: [20]}
+    h.fetcher.assign([TopicPartition(T, 1)])  # an equal object
+    assert h.fetcher.position(P1, 0) == 21
+
+
+def test_the_start_position_comes_from_list_offsets() -> None:
+    h = Harness(auto_offset_reset="earliest")
+    h.cluster.offsets[((T, 1), EARLIEST)] = (0, 7)
+    h.fetcher.assign([P1])
+    assert h.fetcher.position(P1, 1000) == 7
+
+
+def test_max_poll_records_spans_partitions_and_takes_turns() -> None:
+    h = started(max_poll_records=4)
+    h.answer(session_id=9, parts=(data(0, 10, 3), data(1, 20, 3)))
+    first = h.poll()
+    second = h.poll()
+    assert sum(map(len, first.values())) == 4 and sum(map(len, second.values())) == 2
+    assert sorted(first.get(0, []) + second.get(0, [])) == [10, 11, 12]
+    assert sorted(first.get(1, []) + second.get(1, [])) == [20, 21, 22]
+
+
+def test_highwater_is_the_last_answers() -> None:
+    h = started()
+    assert h.fetcher.highwater(P0) is None
+    h.answer(session_id=9, parts=(data(0, 10, 1, hw=77),))
+    h.poll()
+    assert h.fetcher.highwater(P0) == 77
+
+
+def test_a_deserializer_error_leaves_the_position_at_its_record() -> None:
+    def value(data: bytes | None) -> str:
+        if data == b"v11":
+            raise ValueError("bad record")
+        return (data or b"").decode()
+
+    h = started(value_deserializer=value, max_poll_records=1)
+    h.answer(session_id=9, parts=(data(0, 10, 2),))
+    assert h.poll() == {0: [10]}
+    with pytest.raises(ValueError, match="bad record"):
+        h.poll()
+    assert h.fetcher.position(P0, 0) == 11
+
+
+def test_a_batch_compressed_with_a_missing_codec_names_the_package(monkeypatch) -> None:
+    monkeypatch.setitem(record_batches._CODECS, 1, ("gzip", lambda: False, lambda b: b))
+    h = started()
+    builder = MemoryRecordsBuilder(2, 1, 1 << 16, offset=10)
+    for _ in range(50):  # kafka-python sends a batch that gzip does not shrink uncompressed
+        builder.append(1_700_000_000_000, None, b"x" * 100, [])
+    builder.close()
+    batch = bytes(builder.buffer())
+    assert int.from_bytes(batch[21:23], "big") & 0x07 == 1  # gzip
+    gz = codec.FetchPartitionData(0, 0, 100, records=batch)
+    h.answer(session_id=9, parts=(gz,))
+    with pytest.raises(ProtocolCodecError, match=r"gzip.*install"):
+        h.poll()
+
+
+# -- settings --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("isolation_level", "read_committed"),
+        ("client_rack", "rack-a"),
+        ("security_protocol", "SASL_SSL"),
+        ("api_version", (3, 0)),
+        ("proxy_url", "socks5://p:1080"),
+    ],
+)
+def test_what_it_cannot_do_is_refused_by_name(setting: str, value: Any) -> None:
+    with pytest.raises(ConfigurationError, match=rf"{setting}.*default fetcher"):
+        fetch_settings({"bootstrap_servers": "b:9092", setting: value}, connect=False)
+
+
+@pytest.mark.parametrize(
+    ("setting", "settings"),
+    [
+        ("isolation_level", {"isolation_level": "read_committed"}),
+        ("client_rack", {"client_rack": "rack-a"}),
+        ("security_protocol", {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+                               "sasl_plain_username": "u", "sasl_plain_password": "p"}),
+    ],
+)  # fmt: skip
+def test_a_lean_consumer_refuses_them_at_construction(setting: str, settings: Any) -> None:
+    with pytest.raises(ConfigurationError, match=rf"{setting}.*default fetcher"):
+        Consumer("g", topics=[T], bootstrap_servers="b:9092", fetcher="lean", **settings)
+
+
+def test_unknown_and_bad_settings_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"does not know.*fetch_max_wait"):
+        fetch_settings({"fetch_max_wait": 1}, connect=False)
+    with pytest.raises(ConfigurationError, match="max_poll_records"):
+        fetch_settings({"max_poll_records": 0}, connect=False)
+    with pytest.raises(ConfigurationError, match="auto_offset_reset"):
+        fetch_settings({"auto_offset_reset": "smallest"}, connect=False)
+
+
+def test_the_consumer_takes_fetch_settings_with_the_lean_fetcher() -> None:
+    c = Consumer(
+        "g", topics=[T], bootstrap_servers="b:9092", fetcher="lean", max_poll_records=7,
+        fetch_max_wait_ms=50, check_crcs=False,
+    )  # fmt: skip
+    assert c._lean and c._fetcher is None  # made by start()
+    with pytest.raises(ConfigurationError, match=r"^fetcher= must be"):
+        Consumer("g", topics=[T], bootstrap_servers="b:9092", fetcher="leaner")  # type: ignore[arg-type]
