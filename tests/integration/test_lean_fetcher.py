@@ -282,3 +282,32 @@ def test_the_lean_fetchers_records_equal_the_default_fetchers(kafka: str) -> Non
     assert sum(map(len, records["lean"].values())) == 160
     sample = records["lean"][(topic, 0)][1]
     assert sample.headers == [("n", b"1")] and sample.value == "lean:1:0-1" and sample.key == b"k1"
+
+
+def test_a_dropped_fetch_connection_is_reconnected_without_losing_a_record(kafka: str) -> None:
+    import socket
+
+    topic = f"lean-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, 2)
+    produce(kafka, topic, 2, 20)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    f = LeanRecordFetcher[TopicPartition](
+        bootstrap_servers=kafka, auto_offset_reset="earliest", fetch_max_wait_ms=2000
+    )
+    try:
+        f.assign(tps)
+        got = fetched(f, 40)
+        f.poll(0)  # a long-polling Fetch is in flight
+        links = list(f._engine._links.values())
+        assert links and all(link.in_flight for link in links)
+        for link in links:  # as a broker restart or an idle timeout would
+            link._sock.shutdown(socket.SHUT_RDWR)  # type: ignore[attr-defined]
+        produce(kafka, topic, 2, 10)
+        got += fetched(f, 20)
+        for p in (0, 1):
+            assert [o for q, o in got if q == p] == list(range(30))
+        assert f._engine._links and all(  # a new connection each
+            link not in links for link in f._engine._links.values()
+        )
+    finally:
+        f.close()
