@@ -17,7 +17,7 @@ import kafka.errors as kafka_errors
 from typing_extensions import Self
 
 from coordination import Generation, MemberMetrics, OffsetAndMetadata, describe_group
-from coordination.clock import Clock
+from coordination.clock import SYSTEM_CLOCK, Clock
 from coordination.errors import (
     AuthenticationFailedError,
     ConfigurationError,
@@ -281,6 +281,12 @@ class Consumer:
             "client_id": self._group.config.client_id,
         }
         if self._lean:
+            if self._clock is not SYSTEM_CLOCK:
+                # Its waits are on real sockets (poll(2)): a simulated clock cannot time them.
+                raise ConfigurationError(
+                    "fetcher='lean' waits on the brokers' sockets in real time: it needs the "
+                    "system clock (a clock= of your own goes with a fetcher of your own)"
+                )
             LeanRecordFetcher.validate(**self._fetch_config)
         self._lock = self._clock.rlock()
         # The polling thread takes self._lock again right after each fetch slice, and locks

@@ -510,3 +510,10 @@ def test_the_consumer_takes_fetch_settings_with_the_lean_fetcher() -> None:
     assert c._lean and c._fetcher is None  # made by start()
     with pytest.raises(ConfigurationError, match=r"^fetcher= must be"):
         Consumer("g", topics=[T], bootstrap_servers="b:9092", fetcher="leaner")  # type: ignore[arg-type]
+
+
+def test_a_lean_consumer_needs_the_system_clock() -> None:
+    from coordination.testing import ManualClock
+
+    with pytest.raises(ConfigurationError, match="system clock"):
+        Consumer("g", topics=[T], bootstrap_servers="b:9092", fetcher="lean", clock=ManualClock())
