@@ -127,6 +127,7 @@ class FetchEngine(Generic[P]):
         self._stale = True
         self._metadata_at = float("-inf")  # when the leaders were last looked up
         self._metadata_retry_at = 0.0
+        self._metadata_misses = 0  # lookups in a row that failed or left a leader unknown
         self._pending: CoordinationError | None = None  # raised by the next poll
         self._turn = 0  # which partition hands out records first (fairness)
         self._timeout_s = settings.request_timeout_ms / 1000
@@ -247,18 +248,27 @@ class FetchEngine(Generic[P]):
             self._cluster.refresh(topics, self._timeout_s)
         except TransportError as e:
             log.warning("fetcher: looking up the leaders of %s failed: %s", sorted(topics), e)
-            self._metadata_retry_at = now + self._backoff_s
+            self._metadata_retry_at = now + self._metadata_backoff()
             return
         self._metadata_at = self._now()
         meta = self._cluster.metadata
         self._stale = any(key not in meta.leaders for key in self._keys)
-        if self._stale:
-            self._metadata_retry_at = now + self._backoff_s
+        if self._stale:  # a topic not created yet, a partition without a leader
+            self._metadata_retry_at = now + self._metadata_backoff()
+        else:
+            self._metadata_misses = 0
         for topic, code in meta.topic_errors.items():
             if topic in topics and classify.partition_outcome(code) is Outcome.FATAL:
                 self._pending = broker_error(
                     code, group_id=self._s.group_id, api=f"Metadata of topic {topic!r}"
                 )
+
+    def _metadata_backoff(self) -> float:
+        """``retry_backoff_ms``, doubled with each lookup in a row that failed or left a
+        leader unknown, up to 1 s (Kafka's ``retry.backoff.max.ms``): a consumer of a topic
+        that does not exist yet asks once a second, not ten times."""
+        self._metadata_misses += 1
+        return float(min(self._backoff_s * 2 ** min(self._metadata_misses - 1, 16), 1.0))
 
     def _maintain_positions(self) -> None:
         """Reset the partitions without a position (ListOffsets, per auto_offset_reset)."""

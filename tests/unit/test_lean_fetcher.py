@@ -4,6 +4,7 @@ stale answers, throttling, a dropped connection, and the settings it refuses."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -517,3 +518,33 @@ def test_a_lean_consumer_needs_the_system_clock() -> None:
 
     with pytest.raises(ConfigurationError, match="system clock"):
         Consumer("g", topics=[T], bootstrap_servers="b:9092", fetcher="lean", clock=ManualClock())
+
+
+def test_a_partition_without_a_leader_is_looked_up_with_a_growing_backoff() -> None:
+    h = Harness()
+    del h.cluster.leaders[(T, 1)]  # e.g. a topic being created
+    h.fetcher.assign([P1])
+    h.fetcher.seek(P1, 0)
+    times = []
+    for _ in range(40):
+        before = h.cluster.refreshes
+        h.poll(100)
+        if h.cluster.refreshes > before:
+            times.append(round(h.now, 2))
+    assert h.now == pytest.approx(4.0)
+    assert 5 <= len(times) <= 8  # 40 with a flat 100 ms backoff
+    assert max(b - a for a, b in itertools.pairwise(times)) <= 1.11  # whole 100 ms polls
+    h.cluster.leaders[(T, 1)] = (1, 5)
+    h.now += 1.0
+    h.poll()
+    assert sent_partitions(h.link().sent[0]) == {1: 0}
+
+
+def test_a_topic_that_may_not_be_read_raises_from_the_lookup() -> None:
+    h = Harness(group_id="g")
+    h.cluster.topic_errors[T] = classify.TOPIC_AUTHORIZATION_FAILED
+    del h.cluster.leaders[(T, 0)]
+    h.fetcher.assign([P0])
+    h.fetcher.seek(P0, 0)
+    with pytest.raises(TopicAuthorizationError):
+        h.poll()
