@@ -556,3 +556,32 @@ def test_a_pipeline_with_a_wrong_password_stops_at_start_with_an_authentication_
             worker.start()
     finally:
         worker.close()
+
+
+def test_a_lean_consumer_reads_over_ssl(secured: Secured) -> None:
+    producer = KafkaProducer(bootstrap_servers=secured.cluster.bootstrap_servers)
+    marker = uuid.uuid4().hex.encode()
+    for p in range(3):
+        for i in range(5):
+            producer.send("sec-in", key=marker, value=f"{p}-{i}".encode(), partition=p)
+    producer.flush()
+    producer.close()
+    settings: dict[str, Any] = {
+        "bootstrap_servers": secured.cluster.ssl_bootstrap_servers,
+        "security_protocol": "SSL",
+        "ssl_cafile": str(secured.security.ca_file),
+    }
+    seen: set[bytes] = set()
+    with Consumer(
+        group(), topics=["sec-in"], auto_offset_reset="earliest", fetcher="lean",
+        **{**FAST, **settings},
+    ) as consumer:  # fmt: skip
+
+        def read() -> bool:
+            for records in consumer.poll(timeout_ms=200).values():
+                seen.update(r.value for r in records if r.key == marker)
+            return len(seen) == 15
+
+        wait_until(read, WAIT_S, "all 15 records read over SSL by the lean fetcher")
+        links = consumer._fetcher._engine._links.values()  # type: ignore[union-attr]
+        assert links and all(isinstance(link._sock, ssl.SSLSocket) for link in links)

@@ -548,3 +548,22 @@ def test_a_topic_that_may_not_be_read_raises_from_the_lookup() -> None:
     h.fetcher.seek(P0, 0)
     with pytest.raises(TopicAuthorizationError):
         h.poll()
+
+
+def test_a_lean_consumer_that_reaches_no_broker_fails_to_start_saying_so() -> None:
+    import socket
+
+    from coordination.errors import ConnectionFailedError
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    c = Consumer(
+        "g", topics=[T], bootstrap_servers=f"127.0.0.1:{port}", fetcher="lean",
+        bootstrap_timeout_ms=500,
+    )  # fmt: skip
+    try:
+        with pytest.raises(ConnectionFailedError, match="bootstrap"):
+            c.start()
+    finally:
+        c.close(1)
