@@ -567,3 +567,26 @@ def test_a_lean_consumer_that_reaches_no_broker_fails_to_start_saying_so() -> No
             c.start()
     finally:
         c.close(1)
+
+
+def test_the_fetch_settings_are_what_the_requests_carry() -> None:
+    h = started(fetch_max_wait_ms=250, fetch_min_bytes=64, fetch_max_bytes=1 << 22,
+                max_partition_fetch_bytes=4096)  # fmt: skip
+    request = h.link().sent[0]
+    assert (request.max_wait_ms, request.min_bytes, request.max_bytes) == (250, 64, 1 << 22)
+    assert request.isolation_level == codec.READ_UNCOMMITTED
+    assert {p.partition_max_bytes for t in request.topics for p in t.partitions} == {4096}
+
+
+@pytest.mark.parametrize("check_crcs", [True, False])
+def test_check_crcs_refuses_a_batch_whose_crc_fails(check_crcs: bool) -> None:
+    h = started(check_crcs=check_crcs)
+    batch = bytearray(records(10, 2))
+    at = batch.index(b"v11")
+    batch[at : at + 3] = b"v1X"  # a value changed: the CRC no longer matches
+    h.answer(session_id=9, parts=(codec.FetchPartitionData(0, 0, 100, records=bytes(batch)),))
+    if check_crcs:
+        with pytest.raises(ProtocolCodecError, match="CRC"):
+            h.poll()
+    else:
+        assert h.poll() == {0: [10, 11]}
