@@ -12,11 +12,11 @@ thread: each poll sends and reads on the leaders' connections itself, one long-p
 Fetch in flight per leader, kept across polls, in incremental fetch sessions (KIP-227).
 
 Not supported (refused at construction with a :class:`~coordination.errors.ConfigurationError`
-naming the setting; use the default fetcher for them): ``isolation_level="read_committed"``,
-``client_rack`` (fetching from the closest replica, KIP-392), SASL, ``proxy_url`` and
-``api_version``. Leader epochs are sent (a stale leader answers FENCED_LEADER_EPOCH and is
-looked up again), but a log truncated under the position after an unclean leader election
-is not detected (no OffsetForLeaderEpoch validation; Kafka's consumer does it).
+naming the setting; use the default fetcher for them): ``client_rack`` (fetching from the
+closest replica, KIP-392), SASL, ``proxy_url`` and ``api_version``. Leader epochs are sent
+(a stale leader answers FENCED_LEADER_EPOCH and is looked up again), but a log truncated
+under the position after an unclean leader election is not detected (no OffsetForLeaderEpoch
+validation; Kafka's consumer and kafka-python's do it).
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ class LeanRecordFetcher(Generic[P]):
     ``"none"``: a partition is read only once sought, and an out-of-range position raises),
     ``fetch_min_bytes`` (1), ``fetch_max_wait_ms`` (500), ``fetch_max_bytes`` (52428800),
     ``max_partition_fetch_bytes`` (1048576), ``max_poll_records`` (500), ``check_crcs``
-    (True), ``key_deserializer`` and ``value_deserializer``,
+    (True), ``isolation_level`` (``"read_uncommitted"``; ``"read_committed"`` leaves
+    aborted transactions out), ``key_deserializer`` and ``value_deserializer``,
     ``enable_incremental_fetch_sessions`` (True), ``request_timeout_ms`` (30000),
     ``retry_backoff_ms`` (100), ``reconnect_backoff_ms`` (50), ``reconnect_backoff_max_ms``
     (30000), ``metadata_max_age_ms`` (300000), ``bootstrap_timeout_ms`` (30000), socket

@@ -132,6 +132,9 @@ class FetchEngine(Generic[P]):
         self._turn = 0  # which partition hands out records first (fairness)
         self._timeout_s = settings.request_timeout_ms / 1000
         self._backoff_s = settings.retry_backoff_ms / 1000
+        self._isolation = (
+            codec.READ_COMMITTED if settings.read_committed else codec.READ_UNCOMMITTED
+        )
 
     # -- RecordFetcher ---------------------------------------------------------------------
 
@@ -299,10 +302,9 @@ class FetchEngine(Generic[P]):
             by_node.setdefault(leader[0], {})[(p[0], p[1])] = (timestamp, leader[1])
         found: dict[P, int] = {}
         asked = {(p[0], p[1]): p for p in partitions}
-        isolation = codec.READ_UNCOMMITTED
         for node, wanted in by_node.items():
             try:
-                answers = self._cluster.list_offsets(node, wanted, isolation, self._timeout_s)
+                answers = self._cluster.list_offsets(node, wanted, self._isolation, self._timeout_s)
             except TransportError as e:
                 log.warning("fetcher: ListOffsets from broker %d failed: %s", node, e)
                 self._stale = True
@@ -356,7 +358,7 @@ class FetchEngine(Generic[P]):
             max_wait_ms=self._s.fetch_max_wait_ms,
             min_bytes=self._s.fetch_min_bytes,
             max_bytes=self._s.fetch_max_bytes,
-            isolation_level=codec.READ_UNCOMMITTED,
+            isolation_level=self._isolation,
             session_id=session.id,
             session_epoch=session.epoch,
             topics=self._fetch_topics(send),
@@ -559,7 +561,13 @@ class FetchEngine(Generic[P]):
         start = part.fetch_offset
         assert start is not None
         try:
-            raws, through = decode_partition(data.records, start, self._s.check_crcs)
+            raws, through = decode_partition(
+                data.records,
+                start,
+                self._s.check_crcs,
+                data.aborted_transactions,
+                self._s.read_committed,
+            )
         except ProtocolCodecError as e:
             self._pending = ProtocolCodecError(f"Fetch of {p[0]}-{p[1]} at offset {start}: {e}")
             part.retry_at = self._now() + self._backoff_s

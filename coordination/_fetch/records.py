@@ -12,6 +12,7 @@ from typing import Any
 
 from kafka.consumer.fetcher import ConsumerRecord
 
+from .._protocol.fetch_codec import AbortedTransaction
 from .._protocol.record_batches import decode_with_batches
 
 Deserialize = Callable[[str, list[tuple[str, bytes | None]], bytes | None], Any]
@@ -37,10 +38,17 @@ def deserializer(given: Any, setting: str) -> Deserialize | None:
     raise TypeError(f"{setting} must be a function of the bytes or a Deserializer, got {given!r}")
 
 
-def decode_partition(data: bytes, start: int, check_crcs: bool) -> tuple[list[Raw], int]:
+def decode_partition(
+    data: bytes,
+    start: int,
+    check_crcs: bool,
+    aborted: Sequence[AbortedTransaction] | None = None,
+    read_committed: bool = False,
+) -> tuple[list[Raw], int]:
     """The records of ``data`` at or after offset ``start`` (a batch comes whole: its records
     before the position are left out), and the last offset the whole batches cover (-1 if
-    none), past which the next fetch starts.
+    none), past which the next fetch starts. ``read_committed``: the batches of the
+    ``aborted`` transactions (the answer's list for this partition) are left out too.
 
     Raises:
         ProtocolCodecError: a batch is malformed, fails its CRC (``check_crcs``), or is
@@ -48,7 +56,22 @@ def decode_partition(data: bytes, start: int, check_crcs: bool) -> tuple[list[Ra
     """
     fields, batches, through = decode_with_batches(data, check_crcs)
     out: list[Raw] = []
+    # As Kafka's consumer does (CompletedFetch): walking the batches in offset order, a
+    # producer is in an aborted transaction from the transaction's first offset until its
+    # next control batch (the ABORT marker); its transactional batches meanwhile are skipped.
+    pending = sorted(aborted or (), key=lambda a: a.first_offset) if read_committed else []
+    aborting: set[int] = set()
     for batch in batches:
+        if read_committed and batch.producer_id >= 0:
+            while pending and pending[0].first_offset <= batch.last_offset:
+                aborting.add(pending.pop(0).producer_id)
+            if batch.is_control:
+                # The marker that ends this producer's transaction: an aborted one ends
+                # with ABORT (a committed one was never in ``aborting``).
+                aborting.discard(batch.producer_id)
+                continue
+            if batch.is_transactional and batch.producer_id in aborting:
+                continue
         epoch, kind = batch.leader_epoch, batch.timestamp_type
         out.extend(
             (offset, key, value, headers, timestamp, epoch, kind)

@@ -1,7 +1,7 @@
 """The lean fetcher's settings: kafka-python's consumer settings it honours, validated once.
 
-What it cannot do yet is refused here, by name, rather than done wrongly: transactions read
-committed (aborted transactions are not filtered), fetching from the closest replica
+What it cannot do yet is refused here, by name, rather than done wrongly: fetching from the
+closest replica
 (KIP-392, ``client_rack``), SASL, proxies and a pinned ``api_version`` (the direct
 connections speak PLAINTEXT and TLS only), and settings it does not know.
 """
@@ -88,6 +88,7 @@ class FetchSettings:
     key_deserializer: Deserialize | None
     value_deserializer: Deserialize | None
     sessions: bool
+    read_committed: bool
     request_timeout_ms: int
     retry_backoff_ms: int
     reconnect_backoff_ms: int
@@ -134,6 +135,7 @@ def fetch_settings(config: dict[str, Any], *, connect: bool = True) -> FetchSett
         key_deserializer=_deserializer(given, "key_deserializer"),
         value_deserializer=_deserializer(given, "value_deserializer"),
         sessions=bool(given["enable_incremental_fetch_sessions"]),
+        read_committed=given["isolation_level"] == "read_committed",
         request_timeout_ms=given["request_timeout_ms"],
         retry_backoff_ms=given["retry_backoff_ms"],
         reconnect_backoff_ms=given["reconnect_backoff_ms"],
@@ -149,11 +151,6 @@ def _refuse_unsupported(given: dict[str, Any]) -> None:
     if level not in ("read_uncommitted", "read_committed"):
         raise ConfigurationError(
             f"isolation_level must be 'read_uncommitted' or 'read_committed', got {level!r}"
-        )
-    if level == "read_committed":
-        raise ConfigurationError(
-            "isolation_level='read_committed': the lean fetcher does not filter aborted "
-            "transactions yet" + _USE_DEFAULT
         )
     if given["client_rack"]:
         raise ConfigurationError(

@@ -188,8 +188,8 @@ class Consumer:
                 settings. ``"lean"``: :class:`coordination.fetching.LeanRecordFetcher`,
                 made from the same settings, which fetches on the polling thread (no
                 I/O thread; a fraction of the CPU of an idle consumer) and refuses at
-                construction the settings it does not support (``isolation_level=
-                "read_committed"``, ``client_rack``, SASL); see docs/partitioning.md.
+                construction the settings it does not support (``client_rack``, SASL);
+                see docs/partitioning.md.
             **settings: group settings (see :class:`coordination.Coordinator`; also
                 ``lease_margin_ms``, and with the classic protocol ``rack_id`` and
                 ``metadata_max_age_ms``, as for :class:`ConsumerPartitioning`) and kafka-python

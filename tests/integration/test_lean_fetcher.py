@@ -311,3 +311,48 @@ def test_a_dropped_fetch_connection_is_reconnected_without_losing_a_record(kafka
         )
     finally:
         f.close()
+
+
+def test_read_committed_leaves_aborted_transactions_out_as_the_default_fetcher(
+    kafka: str,
+) -> None:
+    topic = f"lean-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, 1)
+    tp = TopicPartition(topic, 0)
+    producer = KafkaProducer(bootstrap_servers=kafka, transactional_id=f"tx-{topic}")
+    producer.init_transactions()
+    plain = KafkaProducer(bootstrap_servers=kafka)
+    for round_ in range(3):
+        for outcome in ("commit", "abort"):
+            producer.begin_transaction()
+            for i in range(4):
+                producer.send(topic, value=f"{outcome}-{round_}-{i}".encode(), partition=0)
+            producer.flush()
+            plain.send(topic, value=f"plain-{round_}".encode(), partition=0).get(10)
+            if outcome == "commit":
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+    producer.close()
+    plain.close()
+    read: dict[str, list[tuple[int, bytes]]] = {}
+    for kind in FETCHERS:
+        f = fetcher_of(kind, kafka, auto_offset_reset="earliest", isolation_level="read_committed")
+        try:
+            f.assign([tp])
+            got: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 18 and time.monotonic() < deadline:
+                for _, batch in f.poll(100).items():
+                    got.extend((r.offset, r.value) for r in batch)
+            read[kind] = got
+        finally:
+            f.close()
+    values = [v.decode() for _, v in read["lean"]]
+    # Each round: a committed transaction, a plain record, an aborted transaction (left
+    # out), a plain record.
+    assert values == [
+        v for r in range(3) for v in [*(f"commit-{r}-{i}" for i in range(4)), *[f"plain-{r}"] * 2]
+    ]
+    assert not any(v.startswith("abort") for v in values)
+    assert read["lean"] == read["default"]

@@ -49,6 +49,7 @@ class FakeCluster:
         self.offsets: dict[tuple[Partition, int], tuple[int, int]] = {}
         self.asked: list[tuple[int, dict[Partition, tuple[int, int]]]] = []
         self.topic_errors: dict[str, int] = {}
+        self.isolation = -1
 
     def refresh(self, topics: Any, timeout_s: float) -> None:
         self.refreshes += 1
@@ -62,6 +63,7 @@ class FakeCluster:
         self, node: int, wanted: Mapping[Partition, tuple[int, int]], isolation: int, t: float
     ) -> dict[Partition, tuple[int, int]]:
         self.asked.append((node, dict(wanted)))
+        self.isolation = isolation
         return {tp: self.offsets.get((tp, ts), (0, 0)) for tp, (ts, _) in wanted.items()}
 
     def close(self) -> None:
@@ -468,7 +470,6 @@ def test_a_batch_compressed_with_a_missing_codec_names_the_package(monkeypatch) 
 @pytest.mark.parametrize(
     ("setting", "value"),
     [
-        ("isolation_level", "read_committed"),
         ("client_rack", "rack-a"),
         ("security_protocol", "SASL_SSL"),
         ("api_version", (3, 0)),
@@ -483,7 +484,6 @@ def test_what_it_cannot_do_is_refused_by_name(setting: str, value: Any) -> None:
 @pytest.mark.parametrize(
     ("setting", "settings"),
     [
-        ("isolation_level", {"isolation_level": "read_committed"}),
         ("client_rack", {"client_rack": "rack-a"}),
         ("security_protocol", {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
                                "sasl_plain_username": "u", "sasl_plain_password": "p"}),
@@ -501,6 +501,8 @@ def test_unknown_and_bad_settings_are_refused() -> None:
         fetch_settings({"max_poll_records": 0}, connect=False)
     with pytest.raises(ConfigurationError, match="auto_offset_reset"):
         fetch_settings({"auto_offset_reset": "smallest"}, connect=False)
+    with pytest.raises(ConfigurationError, match="isolation_level"):
+        fetch_settings({"isolation_level": "committed"}, connect=False)
 
 
 def test_the_consumer_takes_fetch_settings_with_the_lean_fetcher() -> None:
@@ -590,3 +592,41 @@ def test_check_crcs_refuses_a_batch_whose_crc_fails(check_crcs: bool) -> None:
             h.poll()
     else:
         assert h.poll() == {0: [10, 11]}
+
+
+def test_read_committed_asks_for_committed_records_and_offsets() -> None:
+    h = started(isolation_level="read_committed", auto_offset_reset="earliest")
+    assert h.link().sent[0].isolation_level == codec.READ_COMMITTED
+    h.fetcher.assign([P0, P1, TopicPartition(T, 2)])
+    h.cluster.leaders[(T, 2)] = (1, 5)
+    h.cluster.refresh((), 0)
+    h.fetcher.position(TopicPartition(T, 2), 0)
+    assert h.cluster.asked and h.cluster.isolation == codec.READ_COMMITTED
+
+
+def _transactional(batch: bytes, producer_id: int, control: bool = False) -> bytes:
+    """``batch`` with a producer id and the transactional (and control) attribute, as a
+    transactional producer's batch and its marker look (the CRC is not checked here)."""
+    out = bytearray(batch)
+    out[43:51] = producer_id.to_bytes(8, "big")
+    attributes = int.from_bytes(out[21:23], "big") | 0x10 | (0x20 if control else 0)
+    out[21:23] = attributes.to_bytes(2, "big")
+    return bytes(out)
+
+
+def test_read_committed_leaves_out_the_batches_of_aborted_transactions() -> None:
+    from coordination._fetch.records import decode_partition
+
+    data = (
+        _transactional(records(0, 2), 7)  # aborted: 0-1
+        + _transactional(records(2, 2), 8)  # committed: 2-3
+        + records(4, 1)  # no transaction: 4
+        + _transactional(records(5, 1), 7, control=True)  # 7's ABORT marker
+        + _transactional(records(6, 1), 8, control=True)  # 8's COMMIT marker
+        + _transactional(records(7, 2), 7)  # 7 again, committed later: 7-8
+    )
+    aborted = (codec.AbortedTransaction(7, 0),)
+    raws, through = decode_partition(data, 0, False, aborted, read_committed=True)
+    assert [r[0] for r in raws] == [2, 3, 4, 7, 8] and through == 8
+    raws, _ = decode_partition(data, 0, False, aborted, read_committed=False)
+    assert [r[0] for r in raws] == [0, 1, 2, 3, 4, 7, 8]
