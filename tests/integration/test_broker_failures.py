@@ -96,3 +96,50 @@ def test_the_group_follows_its_coordinator_to_another_broker(members: list[Listi
             60,
             "the group on its new coordinator",
         )
+
+
+def test_the_lean_fetcher_follows_a_partitions_leader_to_another_broker() -> None:
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from coordination.fetching import LeanRecordFetcher
+    from recipes.partitioning import TopicPartition
+
+    with KafkaCluster(3, config=FAST_FAILOVER) as kafka:
+        servers = kafka.bootstrap_servers
+        admin = KafkaAdminClient(bootstrap_servers=servers)
+        admin.create_topics([NewTopic("moving", 2, 3)])
+        admin.close()
+        producer = KafkaProducer(bootstrap_servers=servers, acks="all")
+
+        def produce(first: int, count: int) -> None:
+            for i in range(first, first + count):
+                for p in (0, 1):
+                    producer.send("moving", value=f"{p}-{i}".encode(), partition=p)
+            producer.flush()
+
+        tps = [TopicPartition("moving", 0), TopicPartition("moving", 1)]
+        fetcher = LeanRecordFetcher[TopicPartition](
+            bootstrap_servers=servers, auto_offset_reset="earliest", fetch_max_wait_ms=200
+        )
+        got: list[tuple[int, bytes]] = []
+
+        def read(total: int) -> bool:
+            for tp, records in fetcher.poll(100).items():
+                got.extend((tp.partition, r.value) for r in records)
+            return len(got) >= total
+
+        try:
+            fetcher.assign(tps)
+            produce(0, 20)
+            wait_until(lambda: read(40), 30, "the first 40 records")
+            leader = fetcher._engine._cluster.metadata.leaders[("moving", 0)][0]
+            kafka.kill_broker(leader)
+            produce(20, 20)  # to the new leaders, once elected
+            wait_until(lambda: read(80), 60, "the records written after the leader died")
+            assert fetcher._engine._cluster.metadata.leaders[("moving", 0)][0] != leader
+            for p in (0, 1):
+                assert [v for q, v in got if q == p] == [f"{p}-{i}".encode() for i in range(40)]
+        finally:
+            fetcher.close()
+            producer.close()
