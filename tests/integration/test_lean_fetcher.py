@@ -356,3 +356,35 @@ def test_read_committed_leaves_aborted_transactions_out_as_the_default_fetcher(
     ]
     assert not any(v.startswith("abort") for v in values)
     assert read["lean"] == read["default"]
+
+
+def test_a_topic_deleted_and_created_again_is_read_under_its_new_id(kafka: str) -> None:
+    from kafka.admin import KafkaAdminClient
+
+    topic = f"lean-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, 1)
+    produce(kafka, topic, 1, 10)
+    tp = TopicPartition(topic, 0)
+    f = LeanRecordFetcher[TopicPartition](
+        bootstrap_servers=kafka, auto_offset_reset="earliest", fetch_max_wait_ms=100
+    )
+    try:
+        f.assign([tp])
+        assert [o for _, o in fetched(f, 10)] == list(range(10))
+        old_id = f._engine._cluster.metadata.topic_ids[topic]
+        admin = KafkaAdminClient(bootstrap_servers=kafka)
+        admin.delete_topics([topic])
+        admin.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                create(kafka, topic, 1)
+                break
+            except Exception:  # the deletion is still going on
+                time.sleep(0.5)
+        produce(kafka, topic, 1, 5)
+        got = fetched(f, 5)  # position 10 is out of range there: reset to the earliest
+        assert [o for _, o in got] == list(range(5))
+        assert f._engine._cluster.metadata.topic_ids[topic] != old_id
+    finally:
+        f.close()
