@@ -630,3 +630,17 @@ def test_read_committed_leaves_out_the_batches_of_aborted_transactions() -> None
     assert [r[0] for r in raws] == [2, 3, 4, 7, 8] and through == 8
     raws, _ = decode_partition(data, 0, False, aborted, read_committed=False)
     assert [r[0] for r in raws] == [0, 1, 2, 3, 4, 7, 8]
+
+
+def test_end_offsets_ask_the_leaders_and_time_out_on_an_unknown_one() -> None:
+    from coordination.errors import CoordinationTimeoutError
+
+    h = Harness()
+    h.cluster.offsets[((T, 0), LATEST)] = (0, 42)
+    h.cluster.offsets[((T, 1), LATEST)] = (0, 43)
+    assert h.fetcher.end_offsets([P0, P1], 1000) == {P0: 42, P1: 43}
+    assert h.cluster.asked[-1] == (1, {(T, 0): (LATEST, 5), (T, 1): (LATEST, 5)})
+    del h.cluster.leaders[(T, 1)]
+    h.cluster.refresh((), 0)
+    with pytest.raises(CoordinationTimeoutError, match="orders"):
+        h.fetcher.end_offsets([P1], 500)
