@@ -241,8 +241,9 @@ def test_partition_racks_come_from_the_brokers_and_reach_a_rack_aware_consumer()
                 c.close()
 
 
+@pytest.mark.parametrize("fetcher", [None, "lean"])
 def test_a_committed_offset_past_the_log_end_is_reset_and_the_records_from_there_come(
-    kafka: str, consumers: list[Consumer]
+    kafka: str, consumers: list[Consumer], fetcher: str | None
 ) -> None:
     # A committed offset beyond the partition's end (the topic recreated, or an offset set
     # by hand): the fetcher resets the position per auto_offset_reset, as Kafka's consumer
@@ -256,7 +257,9 @@ def test_a_committed_offset_past_the_log_end_is_reset_and_the_records_from_there
     wait_until(lambda: settled([first], 1), 30, "the first consumer to own the partition")
     first.commit({tp: 50})
     first.close()
-    c = consumer(consumers, kafka, group, topics=[topic], auto_offset_reset="earliest")
+    c = consumer(
+        consumers, kafka, group, topics=[topic], auto_offset_reset="earliest", fetcher=fetcher
+    )
     got: list[int] = []  # (not settled(): its polls would drop what they return)
 
     def read() -> bool:

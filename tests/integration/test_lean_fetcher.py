@@ -159,8 +159,8 @@ def from_on(got: list[tuple[int, int]], offset: int) -> bool:
     return bool(got) and got == [(0, o) for o in range(offset, offset + len(got))]
 
 
-# Through the fetcher itself: the Consumer never returns a record below its own position,
-# so a reset below it is the fetcher's to show (with either fetcher).
+# Through the fetcher itself (the Consumer's part, following the fetcher's reset, is in
+# test_consumer.py's past-the-end test, with either fetcher).
 @pytest.mark.parametrize("fetcher", FETCHERS)
 @pytest.mark.parametrize("reset", ["earliest", "latest"])
 def test_an_out_of_range_position_is_reset_per_auto_offset_reset(
