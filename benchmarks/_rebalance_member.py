@@ -56,7 +56,8 @@ def now_ms() -> float:
 
 
 def protocol_settings(protocol: str) -> dict[str, Any]:
-    """Our Consumer's group settings for ``protocol`` ("consumer" or "classic")."""
+    """Our Consumer's group settings for ``protocol``: "consumer" or "classic", or "lean"
+    (the consumer protocol with ``fetcher="lean"``)."""
     # With the consumer protocol the broker's interval rules; ours is set alike anyway,
     # so that the session check of the settings sees the same numbers.
     common = {
@@ -64,8 +65,14 @@ def protocol_settings(protocol: str) -> dict[str, Any]:
         "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
         "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS,
     }
-    if protocol == "consumer":
-        return {**common, "group_protocol": "consumer", "group_remote_assignor": "uniform"}
+    if protocol in ("consumer", "lean"):
+        lean = {"fetcher": "lean"} if protocol == "lean" else {}
+        return {
+            **common,
+            "group_protocol": "consumer",
+            "group_remote_assignor": "uniform",
+            **lean,
+        }
     return {**common, "assignors": [CooperativeStickyAssignor()]}
 
 

@@ -36,6 +36,8 @@ moving round from one repeat to the next):
 
 * ``ours-consumer``: ``recipes.partitioning.Consumer(group_protocol="consumer",
   group_remote_assignor="uniform")``, each member in a process of its own (see below);
+* ``ours-lean``: ``ours-consumer`` with ``fetcher="lean"`` (records fetched on the
+  polling thread, no fetcher thread of kafka-python's);
 * ``ours-classic``: the same ``Consumer`` on the classic protocol with
   ``CooperativeStickyAssignor`` (the best classic case);
 * ``java-consumer``: Kafka's Java ``KafkaConsumer`` (kafka-clients 4.3.1,
@@ -156,10 +158,14 @@ BACKLOG_VALUE = b"v" * 100
 JAVA_ARTIFACTS = ("org.apache.kafka:kafka-clients:4.3.1", "org.slf4j:slf4j-nop:1.7.36")
 JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "RebalanceCost.java"
 
-IMPLEMENTATIONS = ("ours-consumer", "ours-classic", "java-consumer", "java-classic")
+IMPLEMENTATIONS = ("ours-consumer", "ours-lean", "ours-classic", "java-consumer", "java-classic")
 EVENTS = ("join", "leave")
-# Ratios of ours-consumer against these; below 1, ours-consumer is faster.
-RATIO_BASES = {"java-consumer": "java", "ours-classic": "classic"}
+# (ours, against, name): ratios printed when both ran; below 1, ours is faster.
+RATIOS = (
+    ("ours-consumer", "java-consumer", "java"),
+    ("ours-consumer", "ours-classic", "classic"),
+    ("ours-lean", "java-consumer", "lean_java"),
+)
 
 
 class BenchmarkError(Exception):
@@ -944,6 +950,12 @@ def ratio(ours: Sequence[float], base: Sequence[float]) -> float | None:
     return statistics.median(ours) / statistics.median(base)
 
 
+def _ratio_title(ours: str, base: str) -> str:
+    """A ratio's column title: ``ours/java``, ``lean/java``, ``ours/classic``."""
+    short = {"ours-consumer": "ours", "ours-lean": "lean", "java-consumer": "java"}
+    return f"{short.get(ours, ours)}/{short.get(base, base.split('-')[-1])}"
+
+
 def name(impl: str) -> str:
     return impl.replace("-", "_")
 
@@ -976,7 +988,7 @@ def report(
         ("assigned_s", "assigned", "s"),
         ("stalled_partition_s", "stalled", "ps"),
     )
-    bases = [b for b in RATIO_BASES if b in implementations and "ours-consumer" in implementations]
+    ratios = [(a, b, r) for a, b, r in RATIOS if a in implementations and b in implementations]
     width = 30
     for n in sizes:
         partitions = max(MIN_PARTITIONS, 2 * n)
@@ -986,7 +998,7 @@ def report(
             "count as stalled; settle in s, stalled in partition-s; median [min..max] over runs"
         )
         header = f"{'event/metric':<16} | " + " | ".join(f"{i:^{width}}" for i in implementations)
-        header += "".join(f" | {'ours/' + RATIO_BASES[b]:>13}" for b in bases)
+        header += "".join(f" | {_ratio_title(a, b):>13}" for a, b, _ in ratios)
         print(header)
         print("-" * len(header))
         for event in EVENTS:
@@ -1003,11 +1015,11 @@ def report(
                             f"n{n}_{event}_{short}_{name(impl)}_{unit}="
                             f"{statistics.median(values[impl]):.3f}"
                         )
-                for base in bases:
-                    r = ratio(values["ours-consumer"], values[base])
+                for ours, base, ratio_name in ratios:
+                    r = ratio(values[ours], values[base])
                     line += f" | {'-' if r is None else f'{r:.2f}':>13}"
                     if r is not None:
-                        headline.append(f"n{n}_{event}_{short}_ratio_{RATIO_BASES[base]}={r:.3f}")
+                        headline.append(f"n{n}_{event}_{short}_ratio_{ratio_name}={r:.3f}")
                 print(line)
             moved = {
                 impl: statistics.median(s.moved for s in results[impl, n, event])
@@ -1029,12 +1041,12 @@ def report(
                 headline.append(
                     f"throughput_{name(impl)}_rps={statistics.median(throughput[impl]):.0f}"
                 )
-        for base in bases:
-            r = ratio(throughput.get("ours-consumer", []), throughput.get(base, []))
+        for ours, base, ratio_name in ratios:
+            r = ratio(throughput.get(ours, []), throughput.get(base, []))
             if r is not None:
-                print(f"  ours-consumer/{base}: {r:.2f}")
-                headline.append(f"throughput_ratio_{RATIO_BASES[base]}={r:.3f}")
-    print("(settle and stalled ratios below 1: ours-consumer is faster; throughput above 1)")
+                print(f"  {ours}/{base}: {r:.2f}")
+                headline.append(f"throughput_ratio_{ratio_name}={r:.3f}")
+    print("(settle and stalled ratios below 1: ours is faster; throughput above 1)")
     print(" ".join(headline))
 
 
