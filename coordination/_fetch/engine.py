@@ -18,11 +18,18 @@ outside (seek, reset, assignment). A Fetch remembers each partition's version an
 offset; its answer changes a partition only if both are unchanged, so an answer that
 arrives after a seek can never move the position, backward or forward.
 
+Errors: a partition's error (a refused read, a record its deserializer refuses, ...) is
+kept for that partition and raised by the next poll() before it hands out anything, so
+records taken from other partitions are returned first and never dropped; position()
+raises only its partition's. Errors of the whole fetcher (a connection the settings cannot
+make) are raised by the next poll() too.
+
 Note on locking: none here. Every call comes from the consumer's threads under its lock.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import select
 import time
@@ -31,7 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._protocol import fetch_codec as codec
+from .._transport.link import ResponseTooLargeError
 from ..errors import (
+    ConfigurationError,
     CoordinationError,
     CoordinationTimeoutError,
     CoordinatorStateError,
@@ -77,6 +86,15 @@ class Link(Protocol):
 LinkFactory = Callable[[int, str, int], Link]
 
 
+def _readable(fd: int | None) -> bool:
+    """Whether bytes wait on ``fd`` (None: no socket)."""
+    if fd is None:
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
 @dataclass(slots=True)
 class _Part:
     position: int | None = None  # the next offset poll() returns; None: to be reset
@@ -86,13 +104,14 @@ class _Part:
     taken: int = 0  # records of ``buffered`` handed out
     highwater: int | None = None
     retry_at: float = 0.0  # no fetch (nor reset) before (a backoff after an error)
+    reset_failures: int = 0  # position lookups in a row that failed (their backoff grows)
 
 
 @dataclass(slots=True)
 class _Session:
     """A leader's fetch session (KIP-227) as this side knows it."""
 
-    id: int = 0
+    id: int = 0  # with epoch 0: the broker closes this session as it opens the new one
     epoch: int = 0  # 0: the next request opens one (full); -1: none (full each time)
     # What the broker's session holds after the last request: partition -> (fetch offset,
     # leader epoch).
@@ -128,8 +147,14 @@ class FetchEngine(Generic[P]):
         self._metadata_at = float("-inf")  # when the leaders were last looked up
         self._metadata_retry_at = 0.0
         self._metadata_misses = 0  # lookups in a row that failed or left a leader unknown
-        self._pending: CoordinationError | None = None  # raised by the next poll
+        # Raised by the next poll: the fetcher's own error, and each partition's.
+        self._pending: CoordinationError | None = None
+        self._errors: dict[P, Exception] = {}
+        # Versions come from one counter: a partition assigned again never reuses one, so
+        # an answer sent before it left can never match it.
+        self._versions = itertools.count(1)
         self._turn = 0  # which partition hands out records first (fairness)
+        self._fetch_turn = 0  # which partition a full Fetch lists first (fairness)
         self._timeout_s = settings.request_timeout_ms / 1000
         self._backoff_s = settings.retry_backoff_ms / 1000
         self._isolation = (
@@ -143,9 +168,11 @@ class FetchEngine(Generic[P]):
         for p in partitions:
             key = (p[0], p[1])
             old = self._keys.get(key)
-            parts[p] = self._parts[old] if old is not None and old in self._parts else _Part()
+            kept = self._parts.get(old) if old is not None else None
+            parts[p] = kept if kept is not None else _Part(version=next(self._versions))
         self._parts = parts
         self._keys = {(p[0], p[1]): p for p in parts}
+        self._errors = {p: e for p, e in self._errors.items() if p in parts}
         if any(key not in self._cluster.metadata.leaders for key in self._keys):
             self._stale = True
 
@@ -155,6 +182,7 @@ class FetchEngine(Generic[P]):
             part.taken < len(part.buffered) or part.fetch_offset == offset
         ):
             return  # already there: what is buffered or in flight is still good
+        self._errors.pop(partition, None)
         self._set_position(part, offset)
 
     def position(self, partition: P, timeout_ms: int) -> int | None:
@@ -167,7 +195,8 @@ class FetchEngine(Generic[P]):
         deadline = self._now() + timeout_ms / 1000
         while part.position is None:
             self._maintain_positions()
-            self._raise_pending()
+            if partition in self._errors:
+                raise self._errors.pop(partition)
             left = deadline - self._now()
             if part.position is not None or left <= 0:
                 break
@@ -177,6 +206,7 @@ class FetchEngine(Generic[P]):
     def poll(self, timeout_ms: int) -> Mapping[P, Sequence[Any]]:
         deadline = self._now() + timeout_ms / 1000
         looked = False  # whether answers that came already were read (poll(0) reads them)
+        self._raise_pending()  # an error kept back while records were handed out
         while True:
             self._maintain_positions()
             out = self._drain()
@@ -231,14 +261,18 @@ class FetchEngine(Generic[P]):
 
     def _set_position(self, part: _Part, offset: int | None) -> None:
         part.position = part.fetch_offset = offset
-        part.version += 1
+        part.version = next(self._versions)
         part.buffered = []
         part.taken = 0
 
     def _raise_pending(self) -> None:
+        """Raise the fetcher's error, else one partition's (each once)."""
         if self._pending is not None:
             error, self._pending = self._pending, None
             raise error
+        if self._errors:
+            p = next(iter(self._errors))
+            raise self._errors.pop(p)
 
     def _refresh_leaders(self, topics: set[str], *, force: bool) -> None:
         """Look the leaders up if they are stale (or old, or ``force``), unless a failed
@@ -247,14 +281,22 @@ class FetchEngine(Generic[P]):
         old = now - self._metadata_at > self._s.metadata_max_age_ms / 1000
         if not topics or not (self._stale or old or force) or now < self._metadata_retry_at:
             return
+        ids = dict(self._cluster.metadata.topic_ids)
         try:
             self._cluster.refresh(topics, self._timeout_s)
         except TransportError as e:
             log.warning("fetcher: looking up the leaders of %s failed: %s", sorted(topics), e)
             self._metadata_retry_at = now + self._metadata_backoff()
+            if e.fatal:
+                self._pending = e.stop_error("the lean fetcher looking up leaders")
             return
         self._metadata_at = self._now()
         meta = self._cluster.metadata
+        if any(ids.get(t, i) != i for t, i in meta.topic_ids.items()):
+            # A topic deleted and created again: the sessions name its partitions by the old
+            # id, which no answer resolves; new sessions (closing the old) name the new one.
+            for node, session in self._sessions.items():
+                self._sessions[node] = self._new_session(closing=session)
         self._stale = any(key not in meta.leaders for key in self._keys)
         if self._stale:  # a topic not created yet, a partition without a leader
             self._metadata_retry_at = now + self._metadata_backoff()
@@ -262,9 +304,12 @@ class FetchEngine(Generic[P]):
             self._metadata_misses = 0
         for topic, code in meta.topic_errors.items():
             if topic in topics and classify.partition_outcome(code) is Outcome.FATAL:
-                self._pending = broker_error(
+                error = broker_error(
                     code, group_id=self._s.group_id, api=f"Metadata of topic {topic!r}"
                 )
+                for p in self._parts:
+                    if p[0] == topic:
+                        self._errors[p] = error
 
     def _metadata_backoff(self) -> float:
         """``retry_backoff_ms``, doubled with each lookup in a row that failed or left a
@@ -284,14 +329,26 @@ class FetchEngine(Generic[P]):
         if self._s.auto_offset_reset == "none":
             return  # a position comes only from seek()
         timestamp = EARLIEST if self._s.auto_offset_reset == "earliest" else LATEST
-        for p, offset in self._list_offsets(todo, timestamp).items():
+        found = self._list_offsets(todo, timestamp, errors=self._errors)
+        for p in todo:
             part = self._parts[p]
-            if part.position is None:
-                self._set_position(part, offset)
+            if p in found:
+                part.reset_failures = 0
+                if part.position is None:
+                    self._set_position(part, found[p])
+            else:  # no answer, or a refusal: asked again after a backoff that grows
+                part.reset_failures += 1
+                part.retry_at = now + self._reset_backoff(part.reset_failures)
 
-    def _list_offsets(self, partitions: Sequence[P], timestamp: int) -> dict[P, int]:
-        """The offsets found; a partition whose leader is unknown or refused is left out
-        (and backs off), one that may not be read raises."""
+    def _reset_backoff(self, failures: int) -> float:
+        """``retry_backoff_ms``, doubled with each failure in a row, up to 1 s."""
+        return float(min(self._backoff_s * 2 ** min(failures - 1, 16), 1.0))
+
+    def _list_offsets(
+        self, partitions: Sequence[P], timestamp: int, errors: dict[P, Exception] | None = None
+    ) -> dict[P, int]:
+        """The offsets found; a partition whose leader is unknown or refused is left out.
+        One that may not be read is kept in ``errors`` if given, else raised."""
         meta = self._cluster.metadata
         by_node: dict[int, dict[Partition, tuple[int, int]]] = {}
         for p in partitions:
@@ -303,11 +360,15 @@ class FetchEngine(Generic[P]):
         found: dict[P, int] = {}
         asked = {(p[0], p[1]): p for p in partitions}
         for node, wanted in by_node.items():
+            if self._node_ready_at.get(node, 0.0) > self._now():
+                continue  # reconnecting
             try:
                 answers = self._cluster.list_offsets(node, wanted, self._isolation, self._timeout_s)
             except TransportError as e:
                 log.warning("fetcher: ListOffsets from broker %d failed: %s", node, e)
                 self._stale = True
+                if e.fatal:
+                    self._pending = e.stop_error("the lean fetcher asking for offsets")
                 continue
             for key, (code, offset) in answers.items():
                 q = asked.get(key)
@@ -317,13 +378,14 @@ class FetchEngine(Generic[P]):
                 if outcome is Outcome.NONE and offset >= 0:
                     found[q] = offset
                 elif outcome is Outcome.FATAL:
-                    raise broker_error(
+                    error = broker_error(
                         code, group_id=self._s.group_id, api=f"ListOffsets of {q[0]}-{q[1]}"
                     )
+                    if errors is None:
+                        raise error
+                    errors[q] = error
                 else:
                     self._stale = self._stale or outcome is Outcome.REFRESH
-                    if q in self._parts:
-                        self._parts[q].retry_at = self._now() + self._backoff_s
         return found
 
     # -- fetching --------------------------------------------------------------------------
@@ -376,7 +438,14 @@ class FetchEngine(Generic[P]):
     def _fetch_topics(self, send: Mapping[P, tuple[int, int]]) -> tuple[codec.FetchTopic, ...]:
         ids = self._cluster.metadata.topic_ids
         topics: dict[str, list[codec.FetchPartition]] = {}
-        for p, (offset, epoch) in sorted(send.items()):
+        # The broker fills fetch_max_bytes in the request's order: the first partition
+        # moves round, so that none starves behind busy ones (a session's broker rotates
+        # by itself; a full request does not).
+        items = sorted(send.items())
+        if items:
+            self._fetch_turn = (self._fetch_turn + 1) % len(items)
+            items = items[self._fetch_turn :] + items[: self._fetch_turn]
+        for p, (offset, epoch) in items:
             topics.setdefault(p[0], []).append(
                 codec.FetchPartition(
                     p[1], offset, self._s.max_partition_fetch_bytes, current_leader_epoch=epoch
@@ -397,8 +466,13 @@ class FetchEngine(Generic[P]):
             for t, ps in topics.items()
         )
 
-    def _new_session(self) -> _Session:
-        return _Session(epoch=0 if self._s.sessions else -1)
+    def _new_session(self, closing: _Session | None = None) -> _Session:
+        """A session to open with the next (full) request; ``closing``: the one it replaces,
+        which that request asks the broker to close (else it holds a slot of the broker's
+        session cache until it expires)."""
+        if not self._s.sessions:
+            return _Session(epoch=-1)
+        return _Session(id=closing.id if closing is not None else 0, epoch=0)
 
     def _link(self, node: int) -> Link:
         link = self._links.get(node)
@@ -415,11 +489,13 @@ class FetchEngine(Generic[P]):
         ``reconnect_backoff_max_ms``); and the leaders are looked up again (it may be gone)."""
         failures = self._node_failures[node] = self._node_failures.get(node, 0) + 1
         log.warning("fetcher: broker %d: %s (%d failures in a row)", node, error, failures)
+        if isinstance(error, TransportError) and error.fatal:
+            self._pending = error.stop_error(f"the lean fetcher fetching from broker {node}")
         link = self._links.pop(node, None)
         if link is not None:
             link.close()
         self._inflight.pop(node, None)
-        self._sessions[node] = self._new_session()
+        self._sessions[node] = self._new_session(closing=self._sessions.get(node))
         backoff_ms = min(
             self._s.reconnect_backoff_ms * 2 ** min(failures - 1, 16),
             self._s.reconnect_backoff_max_ms,
@@ -431,10 +507,14 @@ class FetchEngine(Generic[P]):
         """Wait up to ``left_s`` for an answer (or the next backoff's end); read those in."""
         now = self._now()
         for node in [n for n, link in self._links.items() if n in self._inflight]:
-            sent_at = self._links[node].sent_at
+            link = self._links[node]
             limit = self._timeout_s + self._s.fetch_max_wait_ms / 1000
-            if sent_at is not None and now - sent_at > limit:
-                self._links[node].abandon()
+            if link.sent_at is not None and now - link.sent_at > limit:
+                # Overdue, unless its answer came while the application did not poll: that
+                # one is read below like any other.
+                if link.answer_buffered() or _readable(link.fileno()):
+                    continue
+                link.abandon()
                 self._link_failed(node, TransportError(f"no Fetch answer in {limit:.1f}s"))
         waiting = {n: self._links[n] for n in self._inflight if n in self._links}
         ready = [n for n, link in waiting.items() if link.answer_buffered()]
@@ -465,6 +545,17 @@ class FetchEngine(Generic[P]):
         sent = self._inflight.pop(node)
         try:
             response = self._links[node].finish(self._timeout_s)
+        except ResponseTooLargeError as e:
+            # The same Fetch would get the same answer: retried (after the backoff), but
+            # raised each time, since only a setting can fix it.
+            self._pending = ConfigurationError(
+                f"a Fetch answer from broker {node} of {e.size} bytes is over "
+                f"receive_message_max_bytes ({e.limit}): a record batch larger than "
+                "fetch_max_bytes + max_partition_fetch_bytes (the topic's max.message.bytes "
+                "allows it); raise receive_message_max_bytes"
+            )
+            self._link_failed(node, e)
+            return
         except TransportError as e:
             self._link_failed(node, e)
             return
@@ -483,7 +574,9 @@ class FetchEngine(Generic[P]):
         outcome = classify.session_outcome(response.error_code)
         if outcome is not SessionOutcome.KEEP:
             log.info("fetcher: broker %d: Fetch error %d", node, response.error_code)
-            self._sessions[node] = self._new_session()
+            # A session the broker no longer has is not closed; any other is.
+            gone = response.error_code == classify.FETCH_SESSION_ID_NOT_FOUND
+            self._sessions[node] = self._new_session(closing=None if gone else session)
             if outcome is SessionOutcome.FATAL:
                 self._pending = broker_error(
                     response.error_code, group_id=self._s.group_id, api="Fetch"
@@ -497,12 +590,17 @@ class FetchEngine(Generic[P]):
             session.id = response.session_id
             session.epoch = 1 if response.session_id else 0
         elif session.epoch > 0:
+            if response.session_id != session.id:  # not the session asked for: start again
+                self._sessions[node] = self._new_session(closing=session)
+                return
             session.epoch = session.epoch + 1 if session.epoch < _MAX_EPOCH else 1
         names = self._cluster.metadata.topic_names
         for topic in response.responses:
             name = topic.topic if topic.topic is not None else names.get(topic.topic_id)  # type: ignore[arg-type]
-            if name is None:
+            if name is None:  # a topic id the metadata does not know: look again, not at once
                 self._stale = True
+                ready_at = self._node_ready_at.get(node, 0.0)
+                self._node_ready_at[node] = max(ready_at, now + self._backoff_s)
                 continue
             for data in topic.partitions:
                 p = self._keys.get((name, data.partition))
@@ -523,7 +621,7 @@ class FetchEngine(Generic[P]):
         what = f"{p[0]}-{p[1]}"
         if outcome is Outcome.OUT_OF_RANGE:
             if self._s.auto_offset_reset == "none":
-                self._pending = broker_error(
+                self._errors[p] = broker_error(
                     data.error_code,
                     group_id=self._s.group_id,
                     api=f"Fetch of {what} at offset {part.fetch_offset} (auto_offset_reset "
@@ -544,13 +642,15 @@ class FetchEngine(Generic[P]):
         if outcome is Outcome.REFRESH:
             leader = data.current_leader
             meta = self._cluster.metadata
-            if leader is not None and leader.leader_id in meta.brokers:  # KIP-951
+            known = meta.leaders.get((p[0], p[1]))
+            newer = leader is not None and (known is None or leader.leader_epoch > known[1])
+            if newer and leader is not None and leader.leader_id in meta.brokers:  # KIP-951
                 meta.leaders[(p[0], p[1])] = (leader.leader_id, leader.leader_epoch)
             else:
                 self._stale = True
             log.debug("fetcher: %s on broker %d: error %d", what, node, data.error_code)
         elif outcome is Outcome.FATAL:
-            self._pending = broker_error(
+            self._errors[p] = broker_error(
                 data.error_code, group_id=self._s.group_id, api=f"Fetch of {what}"
             )
 
@@ -569,13 +669,13 @@ class FetchEngine(Generic[P]):
                 self._s.read_committed,
             )
         except ProtocolCodecError as e:
-            self._pending = ProtocolCodecError(f"Fetch of {p[0]}-{p[1]} at offset {start}: {e}")
+            self._errors[p] = ProtocolCodecError(f"Fetch of {p[0]}-{p[1]} at offset {start}: {e}")
             part.retry_at = self._now() + self._backoff_s
             return
         if through < start:
             # No whole batch at the position: one larger than the size limits (brokers since
             # KIP-74 always send the first one whole, so only a broken one does this).
-            self._pending = CoordinationError(
+            self._errors[p] = CoordinationError(
                 f"Fetch of {p[0]}-{p[1]} at offset {start}: no whole record batch in "
                 f"{len(data.records)} bytes; raise max_partition_fetch_bytes"
             )
@@ -597,12 +697,18 @@ class FetchEngine(Generic[P]):
         for p, part in order[self._turn :] + order[: self._turn]:
             if left <= 0:
                 break
-            if part.taken >= len(part.buffered):
+            if part.taken >= len(part.buffered) or p in self._errors:
                 continue
             raws = part.buffered[part.taken : part.taken + left]
-            records = consumer_records(
-                p[0], p[1], raws, self._s.key_deserializer, self._s.value_deserializer
-            )
+            try:
+                records = consumer_records(
+                    p[0], p[1], raws, self._s.key_deserializer, self._s.value_deserializer
+                )
+            except Exception as e:  # a deserializer's: raised now if nothing else was taken
+                if not out:
+                    raise
+                self._errors[p] = e  # else by the next poll; its position stays at the record
+                continue
             part.taken += len(raws)
             left -= len(raws)
             out[p] = records

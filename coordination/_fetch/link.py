@@ -94,6 +94,14 @@ class FetchLink(DirectConnection):
         except TransportError:
             self._drop()
             raise
+        except kafka_errors.IncompatibleBrokerVersion as e:
+            self._drop()
+            raise TransportError(
+                f"{self}: the broker answers no Fetch version from {codec.MIN_VERSION} "
+                f"(Kafka 2.7) to {codec.MAX_VERSION}, which the lean fetcher speaks; use the "
+                "default fetcher",
+                fatal=True,
+            ) from e
         except (OSError, ValueError, kafka_errors.KafkaError) as e:
             self._drop()
             raise TransportError(f"Fetch could not be sent on {self}: {e!r}") from e

@@ -192,6 +192,13 @@ def _connection_settings(given: dict[str, Any]) -> DirectSettings:
     if given["send_buffer_bytes"]:
         options.append((socket.SOL_SOCKET, socket.SO_SNDBUF, given["send_buffer_bytes"]))
     configs["socket_options"] = options
+    # A Fetch answer holds up to fetch_max_bytes of records, plus the first batch whole when
+    # it alone is larger, plus the headers: the limit on an answer's size follows (as
+    # kafka-python's consumer sets it), unless a larger one was given.
+    answer_max = given["fetch_max_bytes"] + given["max_partition_fetch_bytes"]
+    configs["receive_message_max_bytes"] = max(
+        configs.get("receive_message_max_bytes") or 0, answer_max
+    )
     direct = _direct_settings(configs)
     if direct is None:  # the TLS settings could not be read
         raise ConfigurationError(

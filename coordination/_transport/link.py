@@ -52,6 +52,16 @@ _CLOSE_CHECK_S = 0.1
 _READ_AHEAD_BYTES = 64 * 1024
 
 
+class ResponseTooLargeError(TransportError):
+    """An answer larger than ``receive_message_max_bytes``: read no further (the connection
+    is closed), since a garbled length would otherwise have this side allocate it."""
+
+    def __init__(self, message: str, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
 class DirectSettings:
     """What every direct connection of one transport shares."""
 
@@ -327,7 +337,8 @@ class DirectConnection:
     ) -> Any:
         size = struct.unpack(">i", self._read(sock, 4, deadline))[0]
         if not 4 <= size <= self._settings.max_response_bytes:
-            raise TransportError(f"{self}: a response of {size} bytes")
+            limit = self._settings.max_response_bytes
+            raise ResponseTooLargeError(f"{self}: a response of {size} bytes", size, limit)
         payload = self._read(sock, size, deadline)
         answered = struct.unpack_from(">i", payload)[0]
         if answered != correlation_id:

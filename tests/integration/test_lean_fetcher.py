@@ -388,3 +388,25 @@ def test_a_topic_deleted_and_created_again_is_read_under_its_new_id(kafka: str) 
         assert f._engine._cluster.metadata.topic_ids[topic] != old_id
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("fetcher", FETCHERS)
+def test_a_backlog_of_megabytes_and_a_batch_over_the_partition_limit_are_read(
+    kafka: str, consumers, fetcher
+) -> None:
+    # Answers of several MB (over kafka-python's 1 MB default frame limit), and a first
+    # batch larger than max_partition_fetch_bytes, which the broker sends whole (KIP-74).
+    topic = f"lean-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic, 2)
+    producer = KafkaProducer(bootstrap_servers=kafka, linger_ms=50, batch_size=1 << 20)
+    value = b"x" * 10_000
+    for i in range(400):  # 4 MB over two partitions, in batches of up to 1 MiB
+        producer.send(topic, value=value, partition=i % 2)
+    producer.flush()
+    producer.close()
+    c = start(
+        consumers, kafka, f"g-{topic}", fetcher, topics=[topic], max_partition_fetch_bytes=100_000
+    )
+    got = read(c, 400, timeout=60)
+    assert len(got) == 400 and {len(v) for _, _, v in got} == {10_000}
+    in_order_once(got, 2, 0, 200)

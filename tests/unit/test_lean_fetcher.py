@@ -21,6 +21,7 @@ from coordination._protocol import record_batches
 from coordination.errors import (
     BrokerError,
     ConfigurationError,
+    ConnectionFailedError,
     CoordinatorStateError,
     ProtocolCodecError,
     TopicAuthorizationError,
@@ -217,7 +218,10 @@ def test_a_lost_session_is_opened_again_with_a_full_fetch(code: int) -> None:
     h.now += 0.2
     h.poll()
     again = h.link().sent[2]
-    assert (again.session_id, again.session_epoch) == (0, 0)
+    # A session the broker lost is not closed; one it refused an epoch of is (id 9, epoch
+    # 0: close it and open another), else it would hold a slot of the broker's cache.
+    closing = 0 if code == classify.FETCH_SESSION_ID_NOT_FOUND else 9
+    assert (again.session_id, again.session_epoch) == (closing, 0)
     assert sent_partitions(again) == {0: 11, 1: 20}
 
 
@@ -236,7 +240,7 @@ def test_a_dropped_connection_reconnects_with_a_new_session_after_a_backoff() ->
     h.poll()
     assert len(h.links) == 2 and h.cluster.refreshes == refreshes + 1
     again = h.link().sent[0]
-    assert (again.session_id, again.session_epoch) == (0, 0)
+    assert (again.session_id, again.session_epoch) == (9, 0)  # closes the old session
     assert sent_partitions(again) == {0: 11, 1: 20}
 
 
@@ -644,3 +648,162 @@ def test_end_offsets_ask_the_leaders_and_time_out_on_an_unknown_one() -> None:
     h.cluster.refresh((), 0)
     with pytest.raises(CoordinationTimeoutError, match="orders"):
         h.fetcher.end_offsets([P1], 500)
+
+
+# -- what a review found: errors kept per partition, records never dropped ------------------
+
+
+def test_a_deserializer_error_in_one_partition_drops_no_record_of_another() -> None:
+    def value(data: bytes | None) -> str:
+        if data == b"v20":
+            raise ValueError("bad record in P1")
+        return (data or b"").decode()
+
+    h = started(value_deserializer=value)
+    h.answer(session_id=9, parts=(data(0, 10, 3), data(1, 20, 2)))
+    got: dict[int, list[int]] = {}
+    raised = 0
+    for _ in range(4):  # whichever partition's turn comes first
+        try:
+            for p, offsets in h.poll().items():
+                got.setdefault(p, []).extend(offsets)
+        except ValueError:
+            raised += 1
+    assert got.get(0) == [10, 11, 12] and 1 not in got
+    assert raised >= 1
+    assert h.fetcher.position(P0, 0) == 13 and h.fetcher.position(P1, 0) == 20
+    h.fetcher.seek(P1, 21)  # past the bad record
+    h.answer(session_id=9)  # the Fetch in flight (P0's)
+    h.poll()
+    h.answer(session_id=9, parts=(data(1, 21, 1),))
+    assert h.poll(100) == {1: [21]}
+
+
+def test_an_error_of_one_partition_is_raised_by_the_next_poll_while_others_flow() -> None:
+    h = started(group_id="g", max_poll_records=2)
+    h.answer(
+        session_id=9,
+        parts=(data(0, error=classify.TOPIC_AUTHORIZATION_FAILED), data(1, 20, 4)),
+    )
+    assert h.poll() == {1: [20, 21]}  # the records that came with it first
+    with pytest.raises(TopicAuthorizationError, match="orders-0"):
+        h.poll()  # then the error, though more records wait
+    assert h.poll() == {1: [22, 23]}
+
+
+def test_position_raises_only_its_own_partitions_error() -> None:
+    h = Harness(auto_offset_reset="earliest", group_id="g")
+    h.cluster.offsets[((T, 0), EARLIEST)] = (classify.TOPIC_AUTHORIZATION_FAILED, -1)
+    h.cluster.offsets[((T, 1), EARLIEST)] = (0, 4)
+    h.fetcher.assign([P0, P1])
+    assert h.fetcher.position(P1, 1000) == 4  # P0's refusal is not P1's
+    with pytest.raises(TopicAuthorizationError):
+        h.fetcher.position(P0, 0)
+
+
+def test_an_answer_that_came_while_the_application_did_not_poll_is_read() -> None:
+    h = started()
+    h.answer(session_id=9, parts=(data(0, 10, 3),))  # answered at once
+    h.now += 60.0  # the application worked longer than request_timeout_ms + fetch_max_wait_ms
+    assert h.poll() == {0: [10, 11, 12]}
+    assert not h.links[0].closed and len(h.links) == 1
+
+
+def test_a_fetch_without_an_answer_past_its_time_is_given_up() -> None:
+    h = started()
+    h.now += 31.0  # nothing came within request_timeout_ms + fetch_max_wait_ms
+    assert h.poll() == {}
+    assert h.links[0].closed
+
+
+def test_a_failed_position_lookup_is_asked_again_after_a_growing_backoff() -> None:
+    h = Harness(auto_offset_reset="earliest")
+    h.cluster.list_offsets = _failing  # type: ignore[method-assign,assignment]
+    h.fetcher.assign([P0])
+    assert h.fetcher.position(P0, 2000) is None
+    asked = h.cluster.refreshes  # one lookup of the leaders per failed ListOffsets
+    assert asked <= 8, asked  # 0.1, 0.2, 0.4, 0.8, 1, ... s: not one every 100 ms (21)
+
+
+def _failing(*args: Any) -> Any:
+    raise TransportError("refused")
+
+
+def test_a_fetch_answer_over_the_size_limit_raises_a_configuration_error() -> None:
+    from coordination._transport.link import ResponseTooLargeError
+
+    h = started()
+    h.link().answers.append(ResponseTooLargeError("a response of 9 bytes", 9, 8))
+    with pytest.raises(ConfigurationError, match="receive_message_max_bytes"):
+        h.poll()
+
+
+def test_the_answer_size_limit_follows_the_fetch_sizes() -> None:
+    settings = fetch_settings({"bootstrap_servers": "b1:9092", "fetch_max_bytes": 5_000_000})
+    assert settings.direct is not None
+    assert settings.direct.max_response_bytes == 5_000_000 + 1_048_576
+    bigger = fetch_settings(
+        {"bootstrap_servers": "b1:9092", "receive_message_max_bytes": 90_000_000}
+    )
+    assert bigger.direct is not None and bigger.direct.max_response_bytes == 90_000_000
+
+
+def test_a_connection_retrying_cannot_fix_is_raised() -> None:
+    h = started()
+    h.link().answers.append(TransportError("no Fetch v12", fatal=True))
+    with pytest.raises(ConnectionFailedError, match="no Fetch v12"):
+        h.poll()
+
+
+def test_a_topic_created_again_opens_new_sessions_closing_the_old() -> None:
+    h = started()
+    h.answer(session_id=9, parts=(data(0, 10, 1),))
+    h.poll()
+    new_id = uuid.UUID("1f8fad5b-d9cb-469f-a161-4f4c1b5d0e12")
+
+    def refresh(topics: Any, timeout_s: float) -> None:
+        FakeCluster.refresh(h.cluster, topics, timeout_s)
+        h.cluster.metadata.topic_ids, h.cluster.metadata.topic_names = {T: new_id}, {new_id: T}
+
+    h.cluster.refresh = refresh  # type: ignore[method-assign]
+    refreshes = h.cluster.refreshes
+    h.answer(session_id=9, parts=(data(0, error=classify.UNKNOWN_TOPIC_OR_PARTITION),))
+    h.poll()
+    assert h.cluster.refreshes == refreshes + 1
+    request = h.link().sent[-1]
+    assert (request.session_id, request.session_epoch) == (9, 0)  # a full one, closing 9
+    assert [t.topic_id for t in request.topics] == [new_id]
+
+
+def test_full_fetches_list_the_partitions_in_turn() -> None:
+    h = started(enable_incremental_fetch_sessions=False)
+    firsts = []
+    for _ in range(4):
+        firsts.append(h.link().sent[-1].topics[0].partitions[0].partition)
+        h.answer(session_id=0, parts=(data(0, hw=10), data(1, hw=20)))
+        h.poll()
+    assert set(firsts) == {0, 1}
+
+
+def test_a_leader_named_in_an_answer_with_an_older_epoch_is_not_taken() -> None:
+    h = started()
+    refreshes = h.cluster.refreshes
+    stale = codec.LeaderIdAndEpoch(2, 4)  # the metadata says epoch 5
+    h.answer(session_id=9, parts=(data(0, error=classify.NOT_LEADER_OR_FOLLOWER, leader=stale),))
+    h.poll()
+    h.now += 0.2
+    h.poll()
+    assert h.cluster.refreshes == refreshes + 1  # looked up instead
+    assert all(link.node == 1 for link in h.links)
+
+
+def test_an_answer_of_another_session_starts_the_session_again() -> None:
+    h = started()
+    h.answer(session_id=9, parts=(data(0, 10, 1),))
+    h.poll()
+    h.answer(session_id=12, parts=(data(1, 20, 1),))  # not session 9's
+    assert h.poll() == {}
+    h.now += 0.2
+    h.poll()
+    request = h.link().sent[-1]
+    assert (request.session_id, request.session_epoch) == (9, 0)
