@@ -316,7 +316,7 @@ class FetchEngine(Generic[P]):
         leader unknown, up to 1 s (Kafka's ``retry.backoff.max.ms``): a consumer of a topic
         that does not exist yet asks once a second, not ten times."""
         self._metadata_misses += 1
-        return float(min(self._backoff_s * 2 ** min(self._metadata_misses - 1, 16), 1.0))
+        return self._retry_backoff(self._metadata_misses)
 
     def _maintain_positions(self) -> None:
         """Reset the partitions without a position (ListOffsets, per auto_offset_reset)."""
@@ -338,9 +338,9 @@ class FetchEngine(Generic[P]):
                     self._set_position(part, found[p])
             else:  # no answer, or a refusal: asked again after a backoff that grows
                 part.reset_failures += 1
-                part.retry_at = now + self._reset_backoff(part.reset_failures)
+                part.retry_at = now + self._retry_backoff(part.reset_failures)
 
-    def _reset_backoff(self, failures: int) -> float:
+    def _retry_backoff(self, failures: int) -> float:
         """``retry_backoff_ms``, doubled with each failure in a row, up to 1 s."""
         return float(min(self._backoff_s * 2 ** min(failures - 1, 16), 1.0))
 

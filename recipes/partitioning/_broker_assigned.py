@@ -110,14 +110,12 @@ class BrokerAssignedPartitioning:
         )
         self._lease_margin_ms = lease_margin_ms
         self._lease = None if lease_margin_ms is None else self._guard_lease()
-        self._own_metadata: _ClusterTopicIds | None = None
         # Topic ids resolved so far. A topic id names one topic for good (a topic made
         # again under the same name gets a new id), so a name once found stays right.
         self._names: dict[uuid.UUID, str] = {}
         self._topics: _TopicNames
-        if topic_metadata is None:
-            self._own_metadata = _ClusterTopicIds(self._member.config.client_settings())
-            self._topics = self._own_metadata
+        if topic_metadata is None:  # an admin client per lookup: nothing to close later
+            self._topics = _ClusterTopicIds(self._member.config.client_settings())
         else:
             if not callable(getattr(topic_metadata, "topic_ids", None)):
                 raise ConfigurationError(
@@ -229,11 +227,7 @@ class BrokerAssignedPartitioning:
         return self._member.metrics()
 
     def close(self, timeout: float = 30.0, *, leave_group: bool = True) -> None:
-        try:
-            self._member.close(timeout, leave_group=leave_group)
-        finally:
-            if self._own_metadata is not None:
-                self._own_metadata.close()
+        self._member.close(timeout, leave_group=leave_group)
 
     def __enter__(self) -> BrokerAssignedPartitioning:
         self.start()
@@ -356,9 +350,6 @@ class _ClusterTopicIds:
             if topic.get("error_code", 0) == 0 and topic.get("topic_id") and topic.get("name"):
                 ids[uuid.UUID(str(topic["topic_id"]))] = topic["name"]
         return ids
-
-    def close(self) -> None:
-        """Nothing is kept open between lookups."""
 
 
 def _tps(partitions: Iterable[tuple[str, int]]) -> frozenset[TopicPartition]:
