@@ -55,8 +55,9 @@ class LeanRecordFetcher(Generic[P]):
     aborted transactions out), ``key_deserializer`` and ``value_deserializer``,
     ``enable_incremental_fetch_sessions`` (True), ``request_timeout_ms`` (30000),
     ``retry_backoff_ms`` (100), ``reconnect_backoff_ms`` (50), ``reconnect_backoff_max_ms``
-    (30000), ``metadata_max_age_ms`` (300000), ``bootstrap_timeout_ms`` (30000), socket
-    settings. ``group_id`` only names the group in errors: this fetcher joins no group.
+    (30000), ``metadata_max_age_ms`` (300000), ``bootstrap_timeout_ms`` (30000),
+    ``receive_message_max_bytes`` (at least ``fetch_max_bytes + max_partition_fetch_bytes``),
+    socket settings. ``group_id`` only names the group in errors: this fetcher joins no group.
 
     Concurrency:
         Not thread-safe: one call at a time (the consumer's lock serialises them). A poll
@@ -141,12 +142,21 @@ class LeanRecordFetcher(Generic[P]):
         Returns:
             ``ConsumerRecord``\\ s by partition (as :meth:`assign` was given it).
 
+        A partition's error is kept for it and raised by the next poll, before it hands
+        anything out: records that came from other partitions are returned first, never
+        dropped; the partition's position stays at its record (a ``seek`` moves past it).
+
         Raises:
             BrokerError: a broker refused in a way retrying cannot fix (e.g.
                 TopicAuthorizationError; OFFSET_OUT_OF_RANGE with ``auto_offset_reset``
                 "none"), raised once; the next poll tries again.
             ProtocolCodecError: a record batch could not be read (corrupt, a CRC
                 mismatch, or a compression whose package is missing: named).
+            ConfigurationError: an answer larger than ``receive_message_max_bytes``
+                (raised to ``fetch_max_bytes + max_partition_fetch_bytes`` unless set
+                larger).
+            ConnectionFailedError: a broker answers no Fetch version from 12 (Kafka 2.7),
+                or its TLS certificate is refused.
             Exception: what a deserializer raised (the position stays at its record).
         """
         return self._engine.poll(timeout_ms)
