@@ -97,6 +97,12 @@ class PartitionOwnership(GroupListener):
         """The partitions owned now; never waits (a frozenset, only ever replaced whole)."""
         return self._owned
 
+    def owned_generation(self) -> int:
+        """The generation whose assignment :meth:`owned` applied (-1 while nothing is owned
+        and none was): the member turns STABLE before its assignment is applied."""
+        with self.ctx.lock:
+            return self._owned_generation
+
     def subscription(self) -> frozenset[str]:
         with self.ctx.lock:
             return self._topics

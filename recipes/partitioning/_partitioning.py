@@ -266,6 +266,9 @@ class ConsumerPartitioning(RecipeMember):
     def _listener(self, listener: RebalanceListener) -> None:
         self._ownership.listener = listener
 
+    def _owned_generation(self) -> int:
+        return self._ownership.owned_generation()
+
     def _check_metadata(self) -> None:
         self._ownership.check_metadata()
 

@@ -66,14 +66,27 @@ def poll_all(cs: list[Consumer]) -> None:
 
 def settled(cs: list[Consumer], total: int) -> bool:
     poll_all(cs)
+
+    def states() -> list[tuple[int | None, int]]:
+        # A member turns STABLE before its assignment is applied: until then it owns the
+        # last generation's partitions, so each owned set is read between two equal states.
+        out = []
+        for c in cs:
+            stable = c.group.generation_if_stable()
+            out.append((stable.generation_id if stable else None, c.group._owned_generation()))
+        return out
+
+    before = states()
     owned = [c.assignment() for c in cs]
     union = frozenset().union(*owned)
-    gens = {c.group.generation_if_stable() for c in cs}
+    generations = {stable for stable, _ in before}
     return (
         sum(len(o) for o in owned) == total
         and len(union) == total
-        and None not in gens
-        and len({g.generation_id for g in gens if g}) == 1
+        and len(generations) == 1
+        and None not in generations
+        and all(applied == stable for stable, applied in before)
+        and states() == before
     )
 
 
