@@ -21,7 +21,10 @@ that none is left to make later.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import kafka  # noqa: F401  (its clients' modules define every message kafka-python has)
 from kafka.protocol.api_header import ResponseClassRegistry
@@ -43,6 +46,36 @@ def make_every_decoder() -> int:
             )
             made += 1
     return made
+
+
+def open_admin_client(config: Mapping[str, Any]) -> Any:
+    """A kafka-python ``KafkaAdminClient`` for ``config``, bootstrapped.
+
+    kafka-python starts the client's I/O thread before it bootstraps and does not stop it
+    when the bootstrap fails (its ``close()`` then does nothing): each failed attempt would
+    leave a thread behind, so a member retrying against an unreachable cluster would gather
+    them. Here the thread is stopped before the error is raised.
+
+    Raises:
+        Exception: kafka-python's (``KafkaTimeoutError``: the cluster not reached in
+            ``bootstrap_timeout_ms``, ...), as ``KafkaAdminClient`` raises it.
+    """
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient.__new__(KafkaAdminClient)
+    try:
+        admin.__init__(**config)
+    except BaseException:
+        net = getattr(admin, "_net", None)
+        if net is not None:
+            with contextlib.suppress(Exception):
+                net.stop(timeout_ms=1000)
+        client = getattr(admin, "_client", None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+        raise
+    return admin
 
 
 try:

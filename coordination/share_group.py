@@ -54,6 +54,7 @@ from ._engine.share_sessions import (
     ShareSessions,
     TopicLocation,
 )
+from ._kafka_python import open_admin_client
 from ._metrics import MemberMetrics
 from ._protocol import share_group as sg
 from ._protocol.error_codes import ErrorCode
@@ -385,9 +386,7 @@ class ClusterLeaders:
     def locate(self, topics: frozenset[str]) -> dict[uuid.UUID, TopicLocation]:
         with self._lock:
             if self._admin is None:
-                from kafka.admin import KafkaAdminClient
-
-                self._admin = KafkaAdminClient(**self._config)
+                self._admin = open_admin_client(self._config)
             brokers = {
                 b["broker_id"]: CoordinatorNode(b["broker_id"], b["host"], b["port"])
                 for b in self._admin.describe_cluster()["brokers"]

@@ -18,6 +18,10 @@ Example:
         def warm_up(self, coordinator: CoordinatorNode) -> None: ...
         def close(self) -> None: ...
 
+:func:`open_admin_client` opens kafka-python's ``KafkaAdminClient`` for a part that asks the
+cluster something outside the group protocol (topic metadata, topic ids), and leaves no I/O
+thread behind when the bootstrap fails.
+
 The message classes are Kafka's request and response schemas (``JoinGroupRequest.json``
 and friends) in snake_case, frozen dataclasses independent of any Kafka client; a
 transport fills ``version`` in each response with the version the broker spoke.
@@ -28,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from ._kafka_python import open_admin_client as open_admin_client
 from ._protocol.messages import DescribedMember as DescribedMember
 from ._protocol.messages import DescribeGroupRequest as DescribeGroupRequest
 from ._protocol.messages import DescribeGroupResponse as DescribeGroupResponse
@@ -75,6 +80,7 @@ __all__ = [
     "SyncGroupResponse",
     "Transport",
     "TransportError",
+    "open_admin_client",
 ]
 
 R = TypeVar("R", bound=Response)

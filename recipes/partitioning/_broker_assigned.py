@@ -31,10 +31,10 @@ from coordination.clock import Clock
 from coordination.consumer_group import ConsumerGroupMember, Subscription
 from coordination.errors import ConfigurationError, CoordinationError
 from coordination.lease import LeaseGuard
-from coordination.transport import Transport
+from coordination.transport import Transport, open_admin_client
 
 from ._listener import RebalanceListener
-from ._metadata import TopicMetadata, open_admin_client
+from ._metadata import TopicMetadata
 from .protocol import TopicPartition
 
 log = logging.getLogger("recipes.partitioning")

@@ -9,13 +9,13 @@ come from the cluster (:class:`KafkaTopicMetadata`); a test or a simulation give
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, Protocol
 
 from coordination.clock import Clock
 from coordination.parts import check_int
+from coordination.transport import open_admin_client
 
 log = logging.getLogger("recipes.partitioning")
 
@@ -93,36 +93,6 @@ class InMemoryTopicMetadata:
 
     def topic_names(self) -> set[str]:
         return {t for t in self._counts if not t.startswith("__")}
-
-
-def open_admin_client(config: Mapping[str, Any]) -> Any:
-    """A kafka-python ``KafkaAdminClient`` for ``config``, bootstrapped.
-
-    kafka-python starts the client's I/O thread before it bootstraps and does not stop it
-    when the bootstrap fails (its ``close()`` then does nothing): each failed attempt would
-    leave a thread behind, so a member retrying against an unreachable cluster would gather
-    them. Here the thread is stopped before the error is raised.
-
-    Raises:
-        Exception: kafka-python's (``KafkaTimeoutError``: the cluster not reached in
-            ``bootstrap_timeout_ms``, ...), as ``KafkaAdminClient`` raises it.
-    """
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient.__new__(KafkaAdminClient)
-    try:
-        admin.__init__(**config)
-    except BaseException:
-        net = getattr(admin, "_net", None)
-        if net is not None:
-            with contextlib.suppress(Exception):
-                net.stop(timeout_ms=1000)
-        client = getattr(admin, "_client", None)
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
-        raise
-    return admin
 
 
 class KafkaTopicMetadata:

@@ -62,3 +62,23 @@ def test_a_version_class_made_twice_leaves_kafka_python_unable_to_decode_that_ap
         """
     )
     assert out == "poisoned"
+
+
+def test_admin_clients_that_cannot_bootstrap_leave_no_thread_behind() -> None:
+    # A share consumer looks its topics' leaders up again after each failure: with
+    # kafka-python's KafkaAdminClient each failed bootstrap kept its I/O thread running.
+    import threading
+    import time
+
+    import pytest
+
+    from coordination.share_group import ClusterLeaders
+
+    before = set(threading.enumerate())
+    leaders = ClusterLeaders({"bootstrap_servers": "127.0.0.1:1", "bootstrap_timeout_ms": 200})
+    for _ in range(3):
+        with pytest.raises(Exception, match="[Bb]ootstrap|[Nn]o[Bb]rokers"):
+            leaders.locate(frozenset({"orders"}))
+    leaders.close()
+    time.sleep(0.2)
+    assert set(threading.enumerate()) <= before
