@@ -52,11 +52,19 @@ def _join_request() -> Any:
     )
 
 
-def _versions_answer(correlation_id: int, version: int, error_code: int = 0) -> bytes:
+def _versions_answer(
+    correlation_id: int,
+    version: int,
+    error_code: int = 0,
+    apis: tuple[tuple[int, int, int], ...] = ((_HEARTBEAT, 0, 4),),
+) -> bytes:
     answer = ApiVersionsResponse(
         version=version,
         error_code=error_code,
-        api_keys=[ApiVersionsResponse.ApiVersion(api_key=_HEARTBEAT, min_version=0, max_version=4)],
+        api_keys=[
+            ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
+            for key, low, high in apis
+        ],
         throttle_time_ms=0,
     )
     answer.with_header(correlation_id=correlation_id)
@@ -75,11 +83,20 @@ Script = Callable[[int, int], "bytes | None"]
 
 
 class ScriptedBroker:
-    """Answers ApiVersions like a broker and heartbeats as the script says."""
+    """Answers ApiVersions like a broker (offering ``apis``: key, lowest and highest version)
+    and every other request as the script says."""
 
-    def __init__(self, script: Script, *, versions_v3: bool = True, hang_up: bool = False) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        versions_v3: bool = True,
+        hang_up: bool = False,
+        apis: tuple[tuple[int, int, int], ...] = ((_HEARTBEAT, 0, 4),),
+    ) -> None:
         self.script = script
         self.versions_v3 = versions_v3
+        self.apis = apis
         # Close each connection after its first answer, as a broker closes an idle one.
         self.hang_up = hang_up
         self.connections = 0
@@ -114,7 +131,7 @@ class ScriptedBroker:
                     if version > 0 and not self.versions_v3:
                         sock.sendall(_versions_answer(correlation_id, 0, error_code=35))
                     else:
-                        sock.sendall(_versions_answer(correlation_id, version))
+                        sock.sendall(_versions_answer(correlation_id, version, apis=self.apis))
                     continue
                 answer = self.script(number, correlation_id)
                 if answer is not None:
