@@ -50,9 +50,12 @@ def _readable(link: FetchLink, timeout_s: float) -> bool:
     return bool(poller.poll(timeout_s * 1000))
 
 
+Links = list[tuple[ScriptedBroker, FetchLink]]
+
+
 @pytest.fixture
-def links() -> Iterator[list[tuple[ScriptedBroker, FetchLink]]]:
-    made: list[tuple[ScriptedBroker, FetchLink]] = []
+def links() -> Iterator[Links]:
+    made: Links = []
     yield made
     for broker, link in made:
         link.close()
@@ -60,7 +63,7 @@ def links() -> Iterator[list[tuple[ScriptedBroker, FetchLink]]]:
 
 
 def _start(
-    made: list[tuple[ScriptedBroker, FetchLink]],
+    made: Links,
     script: object,
     apis: tuple[tuple[int, int, int], ...] = (FETCH,),
 ) -> tuple[ScriptedBroker, FetchLink]:
@@ -70,7 +73,7 @@ def _start(
     return broker, link
 
 
-def test_a_fetch_is_sent_at_once_and_its_answer_read_when_it_comes(links: list) -> None:
+def test_a_fetch_is_sent_at_once_and_its_answer_read_when_it_comes(links: Links) -> None:
     release = threading.Event()
 
     def script(number: int, correlation_id: int) -> bytes:
@@ -94,7 +97,7 @@ def test_a_fetch_is_sent_at_once_and_its_answer_read_when_it_comes(links: list) 
 
 
 def test_an_abandoned_fetch_closes_the_connection_and_its_answer_is_never_read(
-    links: list,
+    links: Links,
 ) -> None:
     first = threading.Event()
 
@@ -114,7 +117,7 @@ def test_an_abandoned_fetch_closes_the_connection_and_its_answer_is_never_read(
 
 
 def test_a_fetch_left_unanswered_fails_at_its_timeout_and_the_next_reconnects(
-    links: list,
+    links: Links,
 ) -> None:
     def script(number: int, correlation_id: int) -> bytes | None:
         return None if number == 1 else _answer(correlation_id, session_id=number)
@@ -130,7 +133,7 @@ def test_a_fetch_left_unanswered_fails_at_its_timeout_and_the_next_reconnects(
 
 
 def test_a_broker_without_fetch_v12_is_a_fatal_error_naming_the_default_fetcher(
-    links: list,
+    links: Links,
 ) -> None:
     _, link = _start(links, lambda number, cid: None, apis=((codec.FETCH_KEY, 0, 11),))
     with pytest.raises(TransportError, match="use the default fetcher") as raised:
