@@ -174,6 +174,13 @@ class LeanRecordFetcher(Generic[P]):
         """The partition's end as of the last Fetch answer (no request); None if unknown."""
         return self._engine.highwater(partition)
 
+    def wakeup(self) -> None:
+        """End the wait of a :meth:`poll` under way now (it returns what it has, possibly
+        nothing), or of the next one if none is. The one method safe to call from another
+        thread while a poll runs: a consumer calls it when a rebalance callback waits for
+        the lock that poll holds."""
+        self._engine.wakeup()
+
     def close(self) -> None:
         """Close the fetcher's connections (the brokers expire its fetch sessions)."""
         self._engine.close()

@@ -8,7 +8,9 @@ How a poll runs:
        a Fetch to each leader that has none in flight, for its partitions with nothing
        buffered; return the records taken, if any.
     3. Else wait (``poll(2)`` on the leaders' sockets) for an answer, up to the timeout or
-       the next backoff's end; read the answers that came, and go to 1.
+       the next backoff's end; read the answers that came, and go to 1. :meth:`wakeup`, from
+       another thread, ends the wait and the poll at once (with nothing): a rebalance
+       callback waiting for the consumer's lock gets it without waiting for an answer.
 
 A Fetch stays in flight across polls (it long-polls ``fetch_max_wait_ms``): the next poll
 reads its answer. One per leader, as Kafka's consumer sends them.
@@ -24,14 +26,17 @@ records taken from other partitions are returned first and never dropped; positi
 raises only its partition's. Errors of the whole fetcher (a connection the settings cannot
 make) are raised by the next poll() too.
 
-Note on locking: none here. Every call comes from the consumer's threads under its lock.
+Note on locking: none here. Every call comes from the consumer's threads under its lock,
+but :meth:`FetchEngine.wakeup`, which only sets a flag and writes to a pipe.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import select
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -160,6 +165,15 @@ class FetchEngine(Generic[P]):
         self._isolation = (
             codec.READ_COMMITTED if settings.read_committed else codec.READ_UNCOMMITTED
         )
+        # wakeup() sets the flag and writes a byte to a socket pair, which _wait polls with
+        # the leaders' sockets (a sleep of an injected clock cannot be cut short: it sees the
+        # flag after). Socket objects, not raw descriptors: once closed, a late wakeup()
+        # fails instead of writing to whatever file reused the number.
+        self._woken = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._real_sleep = sleep is time.sleep
 
     # -- RecordFetcher ---------------------------------------------------------------------
 
@@ -217,10 +231,28 @@ class FetchEngine(Generic[P]):
                 return out
             self._raise_pending()
             left = deadline - self._now()
-            if left <= 0 and looked:
+            if (left <= 0 and looked) or self._take_wakeup():
                 return {}
             self._wait(max(left, 0.0))
             looked = True
+
+    def wakeup(self) -> None:
+        """End a poll's wait now, from any thread: that poll (or the next, if none waits)
+        returns what it has, possibly nothing. What is in flight stays in flight."""
+        self._woken = True
+        with contextlib.suppress(OSError):  # full (a wake-up is pending anyway), or closed
+            self._wake_w.send(b"w")
+
+    def _take_wakeup(self) -> bool:
+        if not self._woken:
+            return False
+        self._woken = False
+        try:
+            while self._wake_r.recv(512):
+                pass
+        except OSError:
+            pass  # empty (BlockingIOError), or closed
+        return True
 
     def close(self) -> None:
         for link in self._links.values():
@@ -228,6 +260,8 @@ class FetchEngine(Generic[P]):
         self._links.clear()
         self._inflight.clear()
         self._cluster.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     def end_offsets(self, partitions: Sequence[P], timeout_ms: int) -> dict[P, int]:
         """The offset after each partition's last record, asked of the leaders.
@@ -523,9 +557,9 @@ class FetchEngine(Generic[P]):
             left_s = min([left_s] + [t - now for t in wake])
             fds = {link.fileno(): n for n, link in waiting.items()}
             fds.pop(None, None)
-            if fds:
+            if fds or self._real_sleep:
                 poller = select.poll()
-                for fd in fds:
+                for fd in [*fds, self._wake_r.fileno()]:
                     assert fd is not None
                     poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
                 ready = [fds[fd] for fd, _ in poller.poll(max(left_s, 0.0) * 1000) if fd in fds]

@@ -579,6 +579,10 @@ class Consumer:
         """self._lock for a rebalance callback, ahead of the polling thread's next slice."""
         self._callback_waiting = True
         self._knock.set()
+        fetcher = self._fetcher
+        wakeup = getattr(fetcher, "wakeup", None)
+        if callable(wakeup):
+            wakeup()  # a fetcher that can cut its wait short (the lean one) releases the lock
         try:
             with self._lock:
                 self._callback_waiting = False

@@ -20,6 +20,11 @@ class RecordFetcher(Protocol):
     Records are objects with at least an ``offset`` attribute (kafka-python's
     ``ConsumerRecord`` by default). Calls come from the consumer's user thread and from
     its membership thread, never two at once (the consumer holds its lock).
+
+    Optional: ``highwater(partition) -> int | None`` (the partition's end as the last fetch
+    saw it), and ``wakeup()``, called from another thread while a poll may run, to end that
+    poll's wait at once: a rebalance callback waiting for the consumer's lock then gets it
+    without waiting for the slice (the lean fetcher has it; kafka-python's cannot).
     """
 
     def assign(self, partitions: Sequence[TopicPartition]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import select
 import struct
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -140,3 +141,36 @@ def test_a_broker_without_fetch_v12_is_a_fatal_error_naming_the_default_fetcher(
         link.begin(REQUEST, timeout_s=2)
     assert raised.value.fatal
     assert not link.in_flight and link.fileno() is None
+
+
+def test_a_wakeup_from_another_thread_ends_a_poll_waiting_for_a_held_fetch(
+    links: Links,
+) -> None:
+    from coordination._fetch.engine import FetchEngine
+    from coordination._fetch.settings import fetch_settings
+    from recipes.partitioning import TopicPartition
+
+    from .test_lean_fetcher import FakeCluster
+
+    # The leader holds the Fetch (nothing to read): without a wakeup the poll waits out
+    # its 10 s; the wakeup's byte on the engine's socket pair ends the wait.
+    broker = ScriptedBroker(lambda number, cid: None, apis=(FETCH,))
+    made: list[FetchLink] = []
+
+    def link(node: int, host: str, port: int) -> FetchLink:
+        made.append(FetchLink(f"fetch {node}", "127.0.0.1", broker.port, _settings()))
+        links.append((broker, made[-1]))
+        return made[-1]
+
+    settings = fetch_settings({"bootstrap_servers": "b1:9092"}, connect=False)
+    engine: FetchEngine[TopicPartition] = FetchEngine(settings, FakeCluster(), link)
+    partition = TopicPartition("orders", 0)
+    engine.assign([partition])
+    engine.seek(partition, 10)
+    threading.Timer(0.3, engine.wakeup).start()
+    started = time.monotonic()
+    assert engine.poll(10_000) == {}
+    assert time.monotonic() - started < 5
+    assert made and made[0].in_flight  # the Fetch stays out, its answer read by a later poll
+    engine.close()
+    engine.wakeup()  # after close: nothing to wake, no error

@@ -196,6 +196,17 @@ def test_a_session_opens_with_a_full_fetch_then_sends_only_what_changed() -> Non
     assert sent_partitions(third) == {1: 21} and forgotten(third) == [0]
 
 
+def test_a_wakeup_ends_a_poll_at_once_and_keeps_its_fetch_in_flight() -> None:
+    h = started()
+    h.fetcher.wakeup()  # from another thread, before or while this poll waits
+    assert h.poll(1000) == {}
+    assert h.now == 0.0  # not waited out
+    assert h.link().in_flight and len(h.link().sent) == 1
+    h.answer(session_id=9, parts=(data(0, 10, 2),))
+    assert h.poll(1000) == {0: [10, 11]}  # the same Fetch's answer
+    assert h.poll(0) == {} and h.now == 0.0  # one wakeup ends one poll
+
+
 def test_without_sessions_every_fetch_is_full_and_sessionless() -> None:
     h = started(enable_incremental_fetch_sessions=False)
     h.answer(session_id=0, parts=(data(0, 10, 1),))

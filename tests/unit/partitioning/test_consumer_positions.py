@@ -519,6 +519,52 @@ def test_resuming_the_only_paused_partition_from_another_thread_fetches_at_once(
         assert fetched_within(h, 5) < 0.5
 
 
+class WakeableFetcher(IdleFetcher):
+    """An idle fetcher whose wait ``wakeup()`` (from another thread) cuts short, as the lean
+    fetcher's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.woken = threading.Event()
+        self.wakeups = 0
+
+    def wakeup(self) -> None:
+        self.wakeups += 1
+        self.woken.set()
+
+    def poll(self, timeout_ms: int = 0) -> dict[Any, list[Record]]:
+        if not any(t in self.assigned for t in self.to_return):
+            self.woken.wait(timeout_ms / 1000)
+        self.woken.clear()
+        return FakeFetcher.poll(self, timeout_ms)
+
+
+def test_a_rebalance_callback_cuts_a_wakeable_fetchers_slice_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The polling thread holds the consumer's lock over a fetch slice of an owned, quiet
+    # partition; a rebalance that gives the member another partition waits for that lock
+    # at each of its steps. A fetcher with wakeup() (the lean one) ends its slice then:
+    # slices of 2 s here, and the rebalance takes far less than one.
+    monkeypatch.setattr(consumer_module, "_POLL_SLICE_MS", 2000)
+    fetcher = WakeableFetcher()
+    h = Harness(fetcher, clock=WaitingClock())
+    h.join(0)
+    h.offsets(lambda r: committed(p0=10), 1)
+    assert h.engine.join_group_if_needed(deadline=None)
+    with polling(h):
+        fetched_within(h, 5)  # the polling thread is in a slice of partition 0
+        time.sleep(0.2)
+        h.join(0, 1, generation=2)
+        h.offsets(lambda r: committed(p1=20), 1)
+        started = time.perf_counter()
+        assert h.engine.join_group_if_needed(deadline=None)
+        took = time.perf_counter() - started
+        assert tp(1) in h.listener.assigned[-1]
+        assert took < 1.0, f"the rebalance waited {took:.3f}s for the fetch slice"
+        assert fetcher.wakeups >= 1
+
+
 class PollsWhenLost(RebalanceListener):
     """Polls from inside on_partitions_lost, as another thread may poll meanwhile."""
 
