@@ -243,7 +243,7 @@ class Campaign:
         java = self._java_command()
         peers: list[tuple[str, list[str], bool]] = [
             ("ours-1", _peer("consumer"), True),
-            ("ours-2", _peer("consumer"), False),
+            ("ourslean-2", [*_peer("consumer"), "--fetcher", "lean"], False),
             ("java-1", java, True),
             ("java-2", java, False),
             ("rdkafka-1", [python, "-m", "tests.interop.rdkafka_peer"], False),
@@ -254,7 +254,7 @@ class Campaign:
         # One JVM more at most: the machine CI runs this on has two cores.
         peers_848: list[tuple[str, list[str], bool]] = [
             ("ours848-1", _peer("consumer"), True),
-            ("ours848-2", _peer("consumer"), False),
+            ("ours848lean-2", [*_peer("consumer"), "--fetcher", "lean"], False),
             ("java848-1", java, False),
             ("rdkafka848-1", [python, "-m", "tests.interop.rdkafka_peer"], False),
         ]

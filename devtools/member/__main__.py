@@ -73,6 +73,12 @@ def parser() -> argparse.ArgumentParser:
         default="classic",
         help="consumer: KIP-848 (the broker assigns, with its uniform assignor)",
     )
+    c.add_argument(
+        "--fetcher",
+        choices=("default", "lean"),
+        default="default",
+        help="lean: Consumer(fetcher='lean'), records fetched on the polling thread",
+    )
     c.add_argument("--poll-ms", type=int, default=100)
     c.add_argument("--max-poll-records", type=int, default=500)
     q = p.add_argument_group("share (also --topics, --poll-ms, --max-poll-records)")

@@ -76,11 +76,13 @@ def _consumer_options(args: argparse.Namespace, emit: Output) -> dict[str, Any]:
         if args.group_protocol == "consumer"
         else {"assignors": _assignors(args.assignor, emit)}
     )
+    fetcher: dict[str, Any] = {"fetcher": "lean"} if args.fetcher == "lean" else {}
     return {
         "topics": args.topics.split(","),
         "bootstrap_servers": args.bootstrap,
         "max_poll_records": args.max_poll_records,
         **protocol,
+        **fetcher,
         **group_settings(args),
     }
 
