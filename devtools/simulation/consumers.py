@@ -22,6 +22,7 @@ its position is established (it is being read).
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -84,6 +85,10 @@ class SimTopic:
         """The offset after the last record of every partition at ``now``."""
         return int((now - self.started) * RECORDS_PER_S)
 
+    def time_of(self, offset: int) -> float:
+        """When the record at ``offset`` exists (``end`` passes it)."""
+        return self.started + (offset + 1) / RECORDS_PER_S + 1e-9
+
 
 class SimFetcher:
     """A :class:`recipes.partitioning.RecordFetcher` over :class:`SimTopic` s (by name): each
@@ -91,12 +96,16 @@ class SimFetcher:
     off from the brokers fetches nothing."""
 
     def __init__(
-        self, topics: Mapping[str, SimTopic], clock: Scheduler, transport: SimTransport
+        self,
+        topics: Mapping[str, SimTopic],
+        clock: Scheduler,
+        transport: SimTransport,
+        rng: random.Random | None = None,
     ) -> None:
         self._topics = topics
         self._clock = clock
         self._transport = transport
-        self._rng = clock.random()
+        self._rng = rng or clock.random()
         self._positions: dict[Any, int | None] = {}
 
     def assign(self, partitions: Sequence[Any]) -> None:
@@ -198,10 +207,37 @@ class ConsumersDriver(DriverBase):
             "topic_metadata": self.metadata,
             "transport": transport,
             "clock": clock,
-            "fetcher": SimFetcher({TOPIC: self.topic}, clock, transport),
+            "fetcher": self._fetcher(host, transport, clock),
             "group_instance_id": host.instance_id,
             **self.settings.member_settings(),
         }
+
+    def _topics(self) -> dict[str, tuple[uuid.UUID, int, SimTopic]]:
+        """The topics as the lean fetcher's Metadata sees them: name -> (id, count, topic)."""
+        assert self.topic is not None
+        return {TOPIC: (TOPIC_ID, PARTITIONS, self.topic)}
+
+    def _fetcher(self, host: Host, transport: SimTransport, clock: Scheduler) -> Any:
+        assert self.topic is not None  # made by the first host's _settings
+        return self._fetcher_of(host, transport, clock, {TOPIC: self.topic})
+
+    def _fetcher_of(
+        self,
+        host: Host,
+        transport: SimTransport,
+        clock: Scheduler,
+        topics: Mapping[str, SimTopic],
+    ) -> Any:
+        """Host 1's consumer, in half its incarnations, reads through the lean fetcher's
+        engine (devtools/simulation/lean.py, the one ``fetcher="lean"`` runs), the others
+        through SimFetcher. Either takes the one random stream drawn here, so the choice
+        moves no other draw of the history."""
+        rng = clock.random()
+        if host.index == 1 and rng.random() < 0.5:
+            from .lean import lean_fetcher
+
+            return lean_fetcher(self._topics, transport, clock, rng)
+        return SimFetcher(topics, clock, transport, rng)
 
     def start(self, host: Host, transport: SimTransport, clock: Scheduler, trace: Trace) -> None:
         from coordination.errors import CoordinationError
@@ -476,7 +512,7 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
             "topic_metadata": _KnownTopics(self, clock, lag_s=clock.random().uniform(0.0, 3.0)),
             "transport": transport,
             "clock": clock,
-            "fetcher": SimFetcher(self.topics, clock, transport),
+            "fetcher": self._fetcher(host, transport, clock),
             "group_instance_id": host.instance_id,  # static on half the hosts
             "client_rack": _rack(host),
             **self.settings.member_settings(),
@@ -488,6 +524,17 @@ class BrokerAssignedConsumersDriver(ConsumersDriver):
                 else {}
             ),
         }
+
+    def _topics(self) -> dict[str, tuple[uuid.UUID, int, SimTopic]]:
+        assert self.log is not None
+        return {
+            name: (topic_id, count, self.topics[name])
+            for name, (topic_id, count) in self.log.topics.items()
+            if name in self.topics
+        }
+
+    def _fetcher(self, host: Host, transport: SimTransport, clock: Scheduler) -> Any:
+        return self._fetcher_of(host, transport, clock, self.topics)
 
     def _create_late(self, clock: Scheduler) -> None:
         """The pattern's second topic, and one it does not match, created now."""
@@ -712,7 +759,11 @@ class AsyncConsumersDriver(ConsumersDriver):
         else:
             result = await call
         if style < 0.4:
-            return {result: [result]}  # a record names its partition
+            from recipes.partitioning import TopicPartition
+
+            # Keyed by its partition (a kafka-python record, with its list of headers, is
+            # not hashable; a SimRecord was).
+            return {TopicPartition(result.topic, result.partition): [result]}
         return dict(result)
 
     async def _tick(self, me: str, clock: Scheduler) -> None:
