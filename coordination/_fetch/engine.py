@@ -32,11 +32,9 @@ but :meth:`FetchEngine.wakeup`, which only sets a flag and writes to a pipe.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import select
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,8 +54,10 @@ from ..transport import TransportError
 from . import classify
 from .classify import Outcome, SessionOutcome
 from .cluster import EARLIEST, LATEST, Cluster, Partition
+from .offsets import ask_offsets
 from .records import Raw, consumer_records, decode_partition
 from .settings import FetchSettings
+from .wake import Waker
 
 log = logging.getLogger("coordination.fetching")
 
@@ -165,14 +165,7 @@ class FetchEngine(Generic[P]):
         self._isolation = (
             codec.READ_COMMITTED if settings.read_committed else codec.READ_UNCOMMITTED
         )
-        # wakeup() sets the flag and writes a byte to a socket pair, which _wait polls with
-        # the leaders' sockets (a sleep of an injected clock cannot be cut short: it sees the
-        # flag after). Socket objects, not raw descriptors: once closed, a late wakeup()
-        # fails instead of writing to whatever file reused the number.
-        self._woken = False
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self._waker = Waker()  # polled with the leaders' sockets unless sleep is injected
         self._real_sleep = sleep is time.sleep
 
     # -- RecordFetcher ---------------------------------------------------------------------
@@ -231,7 +224,7 @@ class FetchEngine(Generic[P]):
                 return out
             self._raise_pending()
             left = deadline - self._now()
-            if (left <= 0 and looked) or self._take_wakeup():
+            if (left <= 0 and looked) or self._waker.take():
                 return {}
             self._wait(max(left, 0.0))
             looked = True
@@ -239,20 +232,7 @@ class FetchEngine(Generic[P]):
     def wakeup(self) -> None:
         """End a poll's wait now, from any thread: that poll (or the next, if none waits)
         returns what it has, possibly nothing. What is in flight stays in flight."""
-        self._woken = True
-        with contextlib.suppress(OSError):  # full (a wake-up is pending anyway), or closed
-            self._wake_w.send(b"w")
-
-    def _take_wakeup(self) -> bool:
-        if not self._woken:
-            return False
-        self._woken = False
-        try:
-            while self._wake_r.recv(512):
-                pass
-        except OSError:
-            pass  # empty (BlockingIOError), or closed
-        return True
+        self._waker.wake()
 
     def close(self) -> None:
         for link in self._links.values():
@@ -260,8 +240,7 @@ class FetchEngine(Generic[P]):
         self._links.clear()
         self._inflight.clear()
         self._cluster.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._waker.close()
 
     def end_offsets(self, partitions: Sequence[P], timeout_ms: int) -> dict[P, int]:
         """The offset after each partition's last record, asked of the leaders.
@@ -383,44 +362,23 @@ class FetchEngine(Generic[P]):
     ) -> dict[P, int]:
         """The offsets found; a partition whose leader is unknown or refused is left out.
         One that may not be read is kept in ``errors`` if given, else raised."""
-        meta = self._cluster.metadata
-        by_node: dict[int, dict[Partition, tuple[int, int]]] = {}
-        for p in partitions:
-            leader = meta.leaders.get((p[0], p[1]))
-            if leader is None:
-                self._stale = True
-                continue
-            by_node.setdefault(leader[0], {})[(p[0], p[1])] = (timestamp, leader[1])
-        found: dict[P, int] = {}
-        asked = {(p[0], p[1]): p for p in partitions}
-        for node, wanted in by_node.items():
-            if self._node_ready_at.get(node, 0.0) > self._now():
-                continue  # reconnecting
-            try:
-                answers = self._cluster.list_offsets(node, wanted, self._isolation, self._timeout_s)
-            except TransportError as e:
-                log.warning("fetcher: ListOffsets from broker %d failed: %s", node, e)
-                self._stale = True
-                if e.fatal:
-                    self._pending = e.stop_error("the lean fetcher asking for offsets")
-                continue
-            for key, (code, offset) in answers.items():
-                q = asked.get(key)
-                if q is None:
-                    continue
-                outcome = classify.partition_outcome(code)
-                if outcome is Outcome.NONE and offset >= 0:
-                    found[q] = offset
-                elif outcome is Outcome.FATAL:
-                    error = broker_error(
-                        code, group_id=self._s.group_id, api=f"ListOffsets of {q[0]}-{q[1]}"
-                    )
-                    if errors is None:
-                        raise error
-                    errors[q] = error
-                else:
-                    self._stale = self._stale or outcome is Outcome.REFRESH
-        return found
+        answer = ask_offsets(
+            self._cluster,
+            partitions,
+            timestamp,
+            reconnecting=lambda node: self._node_ready_at.get(node, 0.0) > self._now(),
+            isolation_level=self._isolation,
+            timeout_s=self._timeout_s,
+            group_id=self._s.group_id,
+        )
+        self._stale = self._stale or answer.stale
+        if answer.stop is not None:
+            self._pending = answer.stop
+        if answer.refused and errors is None:
+            raise next(iter(answer.refused.values()))
+        if errors is not None:
+            errors.update(answer.refused)
+        return answer.found
 
     # -- fetching --------------------------------------------------------------------------
 
@@ -559,7 +517,7 @@ class FetchEngine(Generic[P]):
             fds.pop(None, None)
             if fds or self._real_sleep:
                 poller = select.poll()
-                for fd in [*fds, self._wake_r.fileno()]:
+                for fd in [*fds, self._waker.fileno()]:
                     assert fd is not None
                     poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
                 ready = [fds[fd] for fd, _ in poller.poll(max(left_s, 0.0) * 1000) if fd in fds]
