@@ -213,6 +213,7 @@ class ShareConsumersDriver(DriverBase):
         # yet, with the time they were told.
         self._accounted: Counter[tuple[str, int, int, int]] = Counter()
         self._unpolled: list[tuple[str, float, RecordsUnpolled]] = []
+        self._locks_checked = -1  # the model's locks_taken when the holders were checked
         # The deliveries whose ShareFetch answer reached a consumer's waiting thread, each as
         # many times as it did, with the processes it reached and when; and when each
         # process's last poll that returned began.
@@ -571,6 +572,9 @@ class ShareConsumersDriver(DriverBase):
             for report in reports:
                 if report.ok:
                     self._check_success(model, report)
+        if model.locks_taken == self._locks_checked:
+            return  # no lock taken since: no holder and no delivery count added
+        self._locks_checked = model.locks_taken
         for (p, offset), holders in model.holders().items():
             if len(holders) > 1:
                 raise Violation(f"record {p}:{offset} held by {holders} at once")

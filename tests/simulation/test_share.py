@@ -215,3 +215,27 @@ def test_the_checker_holds_records_named_undecodable_to_the_models_deliveries() 
             check(ShareConsumersDriver(HistorySettings(faults=1)), wrong)
     with pytest.raises(Violation, match="for no known reason"):
         check(ShareConsumersDriver(HistorySettings(faults=1)), named(5, 2, reason="corrupt"))
+
+
+def test_the_checker_finds_a_delivery_above_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A model that hands out the third acquisition of every run one delivery above the
+    # limit: the check after every step (which scans the holders and counts only when a
+    # lock was taken since the last scan) must see it.
+    from coordination.testing.simulation._share_group_coordinator import ShareGroupsModel
+
+    real_acquire = ShareGroupsModel._acquire
+    calls = [0]
+
+    def over_the_limit(self: ShareGroupsModel, node_id: int, *args: Any) -> list[int]:
+        offsets = real_acquire(self, node_id, *args)
+        calls[0] += 1
+        if offsets and calls[0] == 3:
+            p = args[1]
+            held = self._leaders[node_id].acquired[p][offsets[0]]
+            held.count = self.settings.delivery_count_limit + 1
+        return offsets
+
+    monkeypatch.setattr(ShareGroupsModel, "_acquire", over_the_limit)
+    summary = run_seeds("share", range(3), stop_at_first=True)
+    assert summary.failures, "a delivery above the limit went unnoticed"
+    assert "above the limit" in (summary.failures[0].violation or "")

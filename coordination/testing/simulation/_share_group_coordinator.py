@@ -732,6 +732,12 @@ class ShareGroupsModel:
 
     # -- views for the checkers -------------------------------------------------------------------
 
+    @property
+    def locks_taken(self) -> int:
+        """How many locks were taken (acquisitions and renewals): the holders and delivery
+        counts change only with it (a lock that runs out only removes a holder)."""
+        return self._locks
+
     def holders(self) -> dict[tuple[int, int], list[tuple[int, str]]]:
         """Every record acquired under a lock that has not run out, by (partition, offset): the
         (leader, member) holding it."""
