@@ -60,9 +60,10 @@ class LeanRecordFetcher(Generic[P]):
     socket settings. ``group_id`` only names the group in errors: this fetcher joins no group.
 
     Concurrency:
-        Not thread-safe: one call at a time (the consumer's lock serialises them). A poll
-        blocks its thread for up to its timeout, and a lookup of leaders or offsets for up
-        to ``request_timeout_ms``.
+        Not thread-safe: one call at a time (the consumer's lock serialises them), except
+        :meth:`wakeup`, which any thread may call while a poll runs. A poll blocks its
+        thread for up to its timeout (a wake-up ends it sooner), and a lookup of leaders or
+        offsets for up to ``request_timeout_ms``.
     """
 
     def __init__(self, **config: Any) -> None:

@@ -27,7 +27,8 @@ raises only its partition's. Errors of the whole fetcher (a connection the setti
 make) are raised by the next poll() too.
 
 Note on locking: none here. Every call comes from the consumer's threads under its lock,
-but :meth:`FetchEngine.wakeup`, which only sets a flag and writes to a pipe.
+but :meth:`FetchEngine.wakeup`, which only sets a flag and writes to a socket pair
+(:class:`~coordination._fetch.wake.Waker`).
 """
 
 from __future__ import annotations
