@@ -101,6 +101,10 @@ class SimLeaders:
         # Set when an answer reaches this host, so that the engine's wait ends with it.
         self.arrived = clock.event()
 
+    def by_id(self) -> dict[uuid.UUID, tuple[str, Any]]:
+        """The topics by id: (name, SimTopic)."""
+        return {topic_id: (name, topic) for name, (topic_id, _, topic) in self.topics().items()}
+
     def leader(self) -> tuple[int, int] | None:
         """(broker id, leader epoch) of every partition now; None if no broker is up."""
         up = [n for n, b in sorted(self._cluster.brokers.items()) if b.up]
@@ -214,12 +218,11 @@ class SimLink:
         # Held until min_bytes are there (a record each, with fetch_min_bytes=1; a whole
         # answer's worth of some partition, with more), at most max_wait.
         held_until = arrives + request.max_wait_ms / 1000
-        known = leaders.topics()
-        by_id = {topic_id: topic for topic_id, _, topic in known.values()}
+        by_id = leaders.by_id()
         for t in request.topics:
-            topic = by_id.get(t.topic_id)
-            if topic is None:
+            if t.topic_id not in by_id:
                 continue
+            _, topic = by_id[t.topic_id]
             for p in t.partitions:
                 wanted = p.fetch_offset + (0 if request.min_bytes <= 1 else _MAX_RECORDS - 1)
                 held_until = min(held_until, max(arrives, topic.time_of(wanted)))
@@ -247,8 +250,7 @@ class SimLink:
         self._request, self.sent_at = None, None
         leaders = self._leaders
         leader = leaders.leader()
-        known = leaders.topics()
-        by_id = {topic_id: (name, topic) for name, (topic_id, _, topic) in known.items()}
+        by_id = leaders.by_id()
         topics = []
         for t in request.topics:
             name, topic = by_id.get(t.topic_id, (None, None))
