@@ -79,7 +79,8 @@ process exits 0. So does a line ``close`` on stdin, or the end of stdin, unless
 ``--no-stdin`` (for a process started with stdin on ``/dev/null``); other lines are a
 recipe's commands (only ``shares`` takes any). SIGSTOP/SIGCONT freeze
 and resume it, SIGKILL is a crash: nothing is done about them, that is what tests use them
-for.
+for. Once the process that started it is gone (a killed test run), it exits 3 at once,
+without closing (``devtools.orphans``).
 
 ``--log PATH`` appends a debug log there, wall-clock stamped and named by ``--name``, to see
 where a handoff's or a rebalance's time goes.

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from devtools.orphans import exit_when_orphaned
+
 from ._consumers import run_consumer, run_consumer_async
 from ._election import run_election, run_kazoo_election
 from ._io import CLOCKS, Output, Stopping
@@ -108,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.error(f"--recipe {args.recipe} needs --group")
     if args.log:
         _log_to(args.log, args.name or f"pid{os.getpid()}")
+    exit_when_orphaned()
     stopping = Stopping()
     stopping.listen(stdin=not args.no_stdin)
     _RUN[args.recipe](args, Output(CLOCKS[args.clock]), stopping)

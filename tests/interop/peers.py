@@ -58,7 +58,6 @@ from coordination.testing._maven import cache_dir, resolve_classpath
 HERE: Final = Path(__file__).resolve().parent
 JAVA_SOURCE: Final = HERE / "java" / "PeerConsumer.java"
 JAVA_SHARE_SOURCE: Final = HERE / "java" / "SharePeer.java"
-RDKAFKA_SCRIPT: Final = HERE / "rdkafka_peer.py"
 # slf4j-nop: kafka-clients logs through SLF4J; without a binding it prints a warning, with
 # a real one it would flood stderr. The peers report on stdout, in JSON.
 JAVA_ARTIFACTS: Final = ("org.apache.kafka:kafka-clients:4.3.1", "org.slf4j:slf4j-nop:1.7.36")
@@ -213,7 +212,9 @@ class PeerProcess:
     A reader thread appends each JSON line of the process's stdout to ``events``; all
     accessors copy under a lock, so tests may call them while the peer runs. The process
     runs in its own session, so a Ctrl-C of the test run does not reach it and only this
-    object ends it (``terminate``, ``kill``, ``close``).
+    object ends it (``terminate``, ``kill``, ``close``), or, once the process that started it
+    is gone (a killed test run), its own watch of its parent (``devtools.orphans``; the Java
+    peers' ``exitWhenOrphaned``).
     """
 
     def __init__(
@@ -581,8 +582,11 @@ def start_rdkafka_peer(
     """
     if importlib.util.find_spec("confluent_kafka") is None:
         raise PeerError("the rdkafka peer needs confluent-kafka: pip install confluent-kafka")
-    program = [sys.executable, str(RDKAFKA_SCRIPT)]
-    return _start("rdkafka", program, bootstrap_servers, group_id, topics, name, log_dir, options)
+    program = [sys.executable, "-m", "tests.interop.rdkafka_peer"]
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1])}
+    return _start(
+        "rdkafka", program, bootstrap_servers, group_id, topics, name, log_dir, options, env
+    )
 
 
 def start_ours_peer(

@@ -5,7 +5,7 @@ events (see that file's header; "revoked" and "lost" are timed when the unassign
 begins, the last moment before librdkafka may release the partition), driven by
 ``tests/interop/peers.py``. It joins a group with
 the classic protocol, consumes, commits synchronously after each batch and closes cleanly
-on SIGTERM.
+on SIGTERM. It exits 3 at once when the process that started it is gone (``devtools.orphans``).
 
 Leadership: librdkafka has no API that says a member led a rebalance, so the peer turns on
 its ``cgrp`` debug context and watches the log for the line the group leader writes after
@@ -38,6 +38,8 @@ from types import FrameType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from devtools.orphans import exit_when_orphaned
 
 # The leader's line after running the assignor; member count as a group.
 _ASSIGNOR_RUN = re.compile(
@@ -271,6 +273,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    exit_when_orphaned()
     try:
         peer = Peer(args)
     except (KafkaException, ValueError, TypeError) as e:

@@ -6,11 +6,19 @@ the harness is known to be right before this library's consumer joins the mix.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
+
+from tests._versions import ON_ONE_KAFKA_VERSION
 
 from .peers import (
     Interval,
@@ -305,3 +313,65 @@ def test_java_peers_upgrade_from_eager_to_cooperative_in_two_rolling_bounces(
     last_led = max((e for p in live for e in p.of("led")), key=lambda e: float(e["t"]))
     assert last_led["assignor"] == "cooperative-sticky"
     no_errors(peers)
+
+
+# -- a killed test run leaves no peer behind -----------------------------------------------
+
+# Starts one peer the way a test does, prints its pid, and waits to be killed (as a test
+# run's worker is when the run is killed).
+_PARENT = """
+import sys, time
+from pathlib import Path
+from tests.interop import peers
+kind, kafka, group, topic, log_dir = sys.argv[1:]
+if kind == "java-share":
+    peer = peers.start_java_share_peer(kafka, group, [topic], name=kind, log_dir=Path(log_dir))
+else:
+    start = getattr(peers, f"start_{kind}_peer")
+    peer = start(kafka, group, [topic], name=kind, log_dir=Path(log_dir))
+print(peer.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (gone, or a zombie its new parent has not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+@ON_ONE_KAFKA_VERSION
+@pytest.mark.parametrize("kind", ["java", "java-share", "rdkafka", "ours"])
+def test_a_peer_whose_parent_is_killed_ends_within_seconds(
+    kafka: str, tmp_path: Path, kind: str
+) -> None:
+    # Peers run in sessions of their own, so a killed run's signals do not reach them: before
+    # they watched their parent, three Java peers of a killed run kept two cores busy for
+    # the whole of the next one.
+    topic = new_name("orphan")
+    create_topic(kafka, topic, 2)
+    group = new_name("orphan")
+    with subprocess.Popen(
+        [sys.executable, "-c", _PARENT, kind, kafka, group, topic, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ) as parent:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        try:
+            time.sleep(3)  # the peer is under way (a JVM started, a group joined or joining)
+            assert not _gone(pid), f"the {kind} peer ended before its parent"
+            parent.kill()
+            parent.wait()
+            deadline = time.monotonic() + 15
+            while not _gone(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _gone(pid), f"the {kind} peer outlived its killed parent by 15 s"
+        finally:
+            parent.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -244,7 +244,33 @@ public final class SharePeer {
         return opts;
     }
 
+    /**
+     * Halts the JVM once the process that started it is gone (a killed test run), which shows
+     * as a new parent: the peer runs in a session of its own, so nothing else would stop it.
+     * Halted, not exited: nobody reads its events or waits for its clean leave.
+     */
+    static void exitWhenOrphaned() {
+        long parent = parentPid();
+        Thread watch = new Thread(() -> {
+            while (parentPid() == parent) {
+                try {
+                    Thread.sleep(500);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+            Runtime.getRuntime().halt(3);
+        }, "orphan-watch");
+        watch.setDaemon(true);
+        watch.start();
+    }
+
+    static long parentPid() {
+        return ProcessHandle.current().parent().map(ProcessHandle::pid).orElse(-1L);
+    }
+
     public static void main(String[] args) throws Exception {
+        exitWhenOrphaned();
         SharePeer peer;
         try {
             peer = new SharePeer(parse(args));
