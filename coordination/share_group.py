@@ -49,6 +49,7 @@ from ._engine.share_sessions import (
     NO_SESSION,
     Acknowledgements,
     AcquiredRecord,
+    AcquiredRun,
     FetchOutcome,
     Leaders,
     ShareSessions,
@@ -72,6 +73,7 @@ __all__ = [
     "Acknowledgements",
     "AcquireMode",
     "AcquiredRecord",
+    "AcquiredRun",
     "ClusterLeaders",
     "FetchOutcome",
     "Leaders",
@@ -423,6 +425,13 @@ class ClusterLeaders:
 
 
 # Show the public classes as coordination.share_group.X in reprs and tracebacks.
-for _name in ("AcknowledgeType", "AcquiredRecord", "FetchOutcome", "Leaders", "TopicLocation"):
+for _name in (
+    "AcknowledgeType",
+    "AcquiredRecord",
+    "AcquiredRun",
+    "FetchOutcome",
+    "Leaders",
+    "TopicLocation",
+):
     globals()[_name].__module__ = __name__
 del _name

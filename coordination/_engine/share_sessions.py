@@ -43,6 +43,7 @@ from .._protocol import share_group as sg
 from .._protocol import share_group_codec as codec
 from .._protocol.consumer_group import TopicIdPartitions
 from .._protocol.error_codes import ErrorCode, error_name
+from .._protocol.record_batches import RecordFields
 from ..errors import ProtocolCodecError
 from ..transport import CoordinatorNode, Transport, TransportError
 from . import classify
@@ -96,12 +97,28 @@ class AcquiredRecord(NamedTuple):
     lock_timeout_ms: int
 
 
+class AcquiredRun(NamedTuple):
+    """Records of one partition's answer, acquired with one delivery count, in offset order,
+    each as ``(offset, key, value, headers, timestamp)``. How a fetch's records come: a
+    consumer makes its own records from these without an :class:`AcquiredRecord` each in
+    between (a tenth of the share consumer's CPU per record); ``FetchOutcome.records`` is
+    the same records one by one."""
+
+    topic_id: uuid.UUID
+    topic: str
+    partition: int
+    delivery_count: int
+    lock_timeout_ms: int
+    records: list[RecordFields]
+
+
 @dataclass(slots=True)
 class FetchOutcome:
     """What one round of ShareFetches brought: the records acquired, and the outcome of the
     acknowledgements it carried (a code per partition; NONE for success)."""
 
-    records: list[AcquiredRecord] = field(default_factory=list)
+    runs: list[AcquiredRun] = field(default_factory=list)
+    """The records acquired, partition by partition, in runs of one delivery count."""
     acknowledged: dict[TopicIdPartition, int] = field(default_factory=dict)
     answered_at: dict[TopicIdPartition, float] = field(default_factory=dict)
     """When the answer that brought each partition's records came (the member's clock): their
@@ -115,6 +132,18 @@ class FetchOutcome:
     delivery limit."""
     undecodable_why: dict[TopicIdPartition, str] = field(default_factory=dict)
     """Why each partition of ``undecodable`` could not be decoded (the decoder's error)."""
+
+    @property
+    def records(self) -> list[AcquiredRecord]:
+        """The records acquired (``runs``), one by one, in partition and offset order; a new
+        list at each read."""
+        return [
+            AcquiredRecord(
+                r.topic_id, r.topic, r.partition, *fields, r.delivery_count, r.lock_timeout_ms
+            )
+            for r in self.runs
+            for fields in r.records
+        ]
 
 
 @dataclass(slots=True)
@@ -269,7 +298,7 @@ class ShareSessions:
             self._on_fetched(leader, request, wanted, answer, outcome, answered_at)
         if held_back:
             self._acknowledge_held_back(held_back, outcome)
-        if self._failed and not outcome.records:
+        if self._failed and not outcome.runs:
             # A failed fetch answers at once: wait before the next, as Kafka's clients do.
             self._membership.pause(self._config.retry_backoff_ms / 1000)
         return outcome
@@ -465,7 +494,7 @@ class ShareSessions:
                     until = answered_at + lock_ms / 1000
                     self._owed_until[tp] = min(self._owed_until.get(tp, until), until)
                 if acquired:
-                    outcome.records.extend(acquired)
+                    outcome.runs.extend(acquired)
                     outcome.answered_at[tp] = answered_at
 
     def _undecodable(
@@ -502,7 +531,7 @@ class ShareSessions:
 
     def _acquired(
         self, tp: TopicIdPartition, partition: sg.ShareFetchPartitionData, lock_ms: int
-    ) -> list[AcquiredRecord]:
+    ) -> list[AcquiredRun]:
         """The records of ``partition``'s answer this member acquired; GAPs owed for the
         acquired offsets found empty.
 
@@ -527,11 +556,9 @@ class ShareSessions:
                     if offset not in delivered:
                         self._owed.setdefault(tp, {})[offset] = sg.AcknowledgeType.GAP
         return [
-            AcquiredRecord(
-                topic_id, topic, index, offset, key, value, headers, timestamp, count, lock_ms
-            )
+            AcquiredRun(topic_id, topic, index, count, lock_ms, fields)
             for fields, count in groups
-            for offset, key, value, headers, timestamp in fields
+            if fields
         ]
 
     def _lost_leader(self, leader: CoordinatorNode, problem: str) -> None:

@@ -30,6 +30,7 @@ from coordination.share_group import (
     NO_ANSWER,
     AcknowledgeType,
     AcquiredRecord,
+    AcquiredRun,
     FetchOutcome,
     Leaders,
     ShareGroupMember,
@@ -457,14 +458,14 @@ class ShareConsumer:
             answered_at = self._clock.monotonic()
             self._name_undecodable(outcome, sent_at)
             try:
-                self._settle(sent, outcome.acknowledged, outcome.records, sent_at)
+                self._settle(sent, outcome.acknowledged, outcome, sent_at)
             except BaseException:
-                if outcome.records:  # acquired all the same: close names them
+                if outcome.runs:  # acquired all the same: close names them
                     self._fetched = _Round({}, sent_at, None, outcome)
                 raise
             sent = {}
-            if outcome.records or remaining_ms == 0:
-                if outcome.records:
+            if outcome.runs or remaining_ms == 0:
+                if outcome.runs:
                     self._send_round({})  # as above: before the records are held
                 records = self._hold(outcome, answered_at, sent_at)
                 if records or remaining_ms == 0 or self._ahead is None:
@@ -501,7 +502,10 @@ class ShareConsumer:
                 the consumer is closed.
             ConfigurationError: ``ack_type`` is not ACCEPT, RELEASE, REJECT or RENEW.
         """
-        self._check_open()
+        # Called once per record: the checks of _check_open, _out and _pending_of are inlined
+        # (the same checks, in the same order).
+        if self._closed:
+            self._check_open()  # raises
         if self._implicit:
             raise CoordinatorStateError(
                 "acknowledge() is for acknowledgement_mode='explicit'; in implicit mode the "
@@ -514,12 +518,20 @@ class ShareConsumer:
         key = (record.topic_id, record.partition)
         partition = self._partitions.get(key)
         held = partition.held.get(record.offset) if partition is not None else None
-        if partition is None or held is None or held.record is not record or self._out(key, record):
+        if (
+            partition is None
+            or held is None
+            or held.record is not record
+            or (self._ahead is not None and self._out(key, record))
+        ):
             raise CoordinatorStateError(
                 f"{record.topic}[{record.partition}] offset {record.offset} is not held by this "
                 "consumer: acknowledged already, delivered again since, or not its record"
             )
-        self._pending_of(key, partition)[record.offset] = ack_type
+        pending = partition.pending
+        if pending is None:
+            pending = self._pending_of(key, partition)
+        pending[record.offset] = ack_type
 
     def _out(self, key: _Key, record: ShareRecord) -> bool:
         """Whether ``record``'s acknowledgement is out in the round sent ahead, and the record
@@ -562,7 +574,7 @@ class ShareConsumer:
         if not sent:
             return refused
         sent_at = self._clock.monotonic()
-        return _merged(refused, self._settle(sent, self._member.acknowledge(sent), (), sent_at))
+        return _merged(refused, self._settle(sent, self._member.acknowledge(sent), None, sent_at))
 
     def close(self, timeout: float = 30.0) -> dict[TopicPartition, AcknowledgementError | None]:
         """Send the acknowledgements made so far (implicit mode: accept the last poll's
@@ -684,9 +696,9 @@ class ShareConsumer:
         outcome = round_.outcome
         assert outcome is not None
         self._name_undecodable(outcome, round_.sent_at)
-        if outcome.records:  # kept before settling, which may raise: close names them then
+        if outcome.runs:  # kept before settling, which may raise: close names them then
             self._fetched = round_
-        self._settle(round_.sent, outcome.acknowledged, outcome.records, round_.sent_at)
+        self._settle(round_.sent, outcome.acknowledged, outcome, round_.sent_at)
         return True
 
     def _abandon_round(self) -> None:
@@ -711,37 +723,38 @@ class ShareConsumer:
         lock has run out since then."""
         now = self._clock.monotonic()
         records: list[ShareRecord] = []
-        partition = _Partition()
-        topic_id: uuid.UUID | None = None
-        index = -1
-        since = otherwise
-        expired: list[AcquiredRecord] = []
+        append = records.append
+        expired: list[AcquiredRun] = []
+        redelivered = 0
         make = _make_record
-        for acquired in fetched.records:
-            tid, topic, p, offset, key, value, headers, timestamp, count, lock_ms = acquired
-            # A poll's records come partition by partition: the partition's entry is looked
-            # up at each change only.
-            if tid is not topic_id or p != index:
-                topic_id, index = tid, p
-                self._topic_names[topic_id] = topic
-                partition = self._partitions.setdefault((topic_id, index), _Partition())
-                since = fetched.answered_at.get((topic_id, index), otherwise)
+        for run in fetched.runs:
+            tid, topic, p, count, lock_ms, fields = run
+            key = (tid, p)
+            self._topic_names[tid] = topic
+            partition = self._partitions.get(key)
+            if partition is None:
+                partition = self._partitions[key] = _Partition()
             lock_s = lock_ms / 1000
-            if since + lock_s <= now:
-                expired.append(acquired)
+            lock_until = fetched.answered_at.get(key, otherwise) + lock_s
+            if lock_until <= now:
+                expired.append(run)
                 continue
-            record = make(topic, p, offset, key, value, headers, timestamp, count, tid)
-            partition.held[offset] = _Held(record, since + lock_s, lock_s)
-            records.append(record)
+            held = partition.held
+            if count > 1:
+                redelivered += len(fields)
+            for offset, k, v, h, ts in fields:
+                record = make(topic, p, offset, k, v, h, ts, count, tid)
+                held[offset] = _Held(record, lock_until, lock_s)
+                append(record)
         if expired:
-            self._metrics.records_expired_unpolled += len(expired)
+            self._metrics.records_expired_unpolled += sum(len(run.records) for run in expired)
             for emptied in [
                 k for k, held in self._partitions.items() if not held.held and held.pending is None
             ]:
                 del self._partitions[emptied]
-            self._unpolled(expired, "lock_expired", fetched_at)
+            self._unpolled(FetchOutcome(runs=expired).records, "lock_expired", fetched_at)
         self._metrics.records_acquired += len(records)
-        self._metrics.records_redelivered += sum(r.delivery_count > 1 for r in records)
+        self._metrics.records_redelivered += redelivered
         return records
 
     def _name_undecodable(self, fetched: FetchOutcome, fetched_at: float) -> None:
@@ -790,23 +803,21 @@ class ShareConsumer:
                 )
             )
 
-    def _end_deliveries(self, fetched: list[AcquiredRecord]) -> None:
+    def _end_deliveries(self, fetched: FetchOutcome) -> None:
         """Report the acknowledgements not sent yet of records ``fetched`` delivers again (made,
         fetching ahead, before a poll handed the new delivery out): they were for the
         delivery that has ended, whose lock ran out, and must not apply to the new one, which
         this member holds now."""
         stale: dict[_Key, dict[int, AcknowledgeType]] = {}
-        pending: dict[int, AcknowledgeType] = {}
-        topic_id: uuid.UUID | None = None
-        index = -1
-        for acquired in fetched:
-            # Partition by partition, as they come: looked up at each change only.
-            if acquired.topic_id is not topic_id or acquired.partition != index:
-                topic_id, index = acquired.topic_id, acquired.partition
-                pending = self._pending.get((topic_id, index), {})
-            kind = pending.get(acquired.offset) if pending else None
-            if kind is not None:
-                stale.setdefault((acquired.topic_id, index), {})[acquired.offset] = kind
+        for run in fetched.runs:
+            key = (run.topic_id, run.partition)
+            pending = self._pending.get(key)
+            if not pending:
+                continue
+            for offset, *_ in run.records:
+                kind = pending.get(offset)
+                if kind is not None:
+                    stale.setdefault(key, {})[offset] = kind
         for key, offsets in stale.items():
             self._apply(key, offsets, int(ErrorCode.INVALID_RECORD_STATE))
 
@@ -837,7 +848,7 @@ class ShareConsumer:
         are those of records fetched ahead again (see _end_deliveries)."""
         if self._fetched is not None and self._pending:
             assert self._fetched.outcome is not None
-            self._end_deliveries(self._fetched.outcome.records)
+            self._end_deliveries(self._fetched.outcome)
         pending, self._pending = self._pending, {}
         now = self._clock.monotonic()
         expired: dict[_Key, dict[int, AcknowledgeType]] = {}
@@ -857,7 +868,7 @@ class ShareConsumer:
         self,
         sent: dict[_Key, dict[int, AcknowledgeType]],
         codes: dict[_Key, int],
-        fetched: Iterable[AcquiredRecord] = (),
+        fetched: FetchOutcome | None = None,
         sent_at: float | None = None,
     ) -> dict[TopicPartition, AcknowledgementError | None]:
         """Apply the outcome of ``sent`` (a code per partition) to the records held, and
@@ -871,7 +882,12 @@ class ShareConsumer:
             code = codes.get(key, NO_ANSWER)
             outcome: int | dict[int, int] = code  # one code for every offset
             if code == ErrorCode.INVALID_RECORD_STATE and len(offsets) > 1 and not self._closed:
-                again = {r.offset for r in fetched if (r.topic_id, r.partition) == key}
+                again = {
+                    offset
+                    for run in (fetched.runs if fetched is not None else ())
+                    if (run.topic_id, run.partition) == key
+                    for offset, *_ in run.records
+                }
                 outcome = self._one_by_one(key, offsets, again)
             results[self._name(key)] = self._apply(key, offsets, outcome, sent_at)
         return results

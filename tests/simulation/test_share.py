@@ -103,8 +103,8 @@ def _counts_locks_short(consumer_class: Any) -> Any:
     real = consumer_class._hold
 
     def short(self: Any, fetched: Any, otherwise: float, fetched_at: float) -> Any:
-        records = [r._replace(lock_timeout_ms=r.lock_timeout_ms // 2) for r in fetched.records]
-        return real(self, dataclasses.replace(fetched, records=records), otherwise, fetched_at)
+        runs = [r._replace(lock_timeout_ms=r.lock_timeout_ms // 2) for r in fetched.runs]
+        return real(self, dataclasses.replace(fetched, runs=runs), otherwise, fetched_at)
 
     return ("_hold", short)
 
@@ -113,8 +113,8 @@ def _miscounts_deliveries(consumer_class: Any) -> Any:
     real = consumer_class._hold
 
     def miscounted(self: Any, fetched: Any, otherwise: float, fetched_at: float) -> Any:
-        records = [r._replace(delivery_count=r.delivery_count + 1) for r in fetched.records]
-        return real(self, dataclasses.replace(fetched, records=records), otherwise, fetched_at)
+        runs = [r._replace(delivery_count=r.delivery_count + 1) for r in fetched.runs]
+        return real(self, dataclasses.replace(fetched, runs=runs), otherwise, fetched_at)
 
     return ("_hold", miscounted)
 
