@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._metrics import RebalanceRecord
+    from .testing import KafkaCluster
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,12 +98,25 @@ def main(argv: list[str] | None = None) -> int:
                 f"ready: bootstrap_servers={cluster.bootstrap_servers}  (Ctrl-C stops it)",
                 flush=True,
             )
-            stop = threading.Event()
-            signal.signal(signal.SIGTERM, lambda *_: stop.set())
-            with contextlib.suppress(KeyboardInterrupt):
-                stop.wait()
-        return 0
+            return _serve(cluster)
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
+
+
+def _serve(cluster: KafkaCluster) -> int:
+    """Keep ``cluster`` up until SIGTERM or Ctrl-C (0), or until one of its brokers dies (1:
+    not a port that refuses behind a "ready" line; the end of its log goes to stderr, as
+    the cluster's directory is deleted when the others stop)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        while not stop.wait(1.0):
+            dead = [n for n in range(1, cluster.size + 1) if not cluster.is_running(n)]
+            if dead:
+                log_file = cluster.log_of(dead[0])
+                tail = log_file.read_text(errors="replace")[-3000:] if log_file.exists() else ""
+                print(f"broker {dead[0]} exited; the end of its log:\n{tail}", file=sys.stderr)
+                return 1
+    return 0
 
 
 # kafka-python's connection settings the inspection commands take as --flags.

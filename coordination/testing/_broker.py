@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -28,6 +29,7 @@ from typing import Final
 from typing_extensions import Self
 
 from ..errors import CoordinationError
+from . import _reaper
 from ._maven import resolve_classpath
 from ._ports import free_port
 from ._security import BrokerSecurity
@@ -190,6 +192,7 @@ class KafkaCluster:
         self.shipped_jvm = shipped_jvm
         self._classpath: str | None = None
         self._formatted = False
+        self._reaper: subprocess.Popen[bytes] | None = None
 
     # -- public ------------------------------------------------------------------------
 
@@ -227,6 +230,7 @@ class KafkaCluster:
     def start(self) -> Self:
         """Resolve the jars, format the storage, start every broker and wait until all serve."""
         self._classpath = os.pathsep.join(str(p) for p in kafka_classpath(self.version))
+        self._start_reaper()
         if not self._formatted:
             for node in self._nodes:
                 self._format(node)
@@ -250,6 +254,7 @@ class KafkaCluster:
                 node.process.send_signal(signal.SIGTERM)
         for node in self._nodes:
             self._terminate(node, timeout=10.0)
+        self._stop_reaper()
         if keep_logs_in is not None:
             try:
                 keep_logs_in.mkdir(parents=True, exist_ok=True)
@@ -300,6 +305,29 @@ class KafkaCluster:
         self.stop()
 
     # -- internals -----------------------------------------------------------------------
+
+    def _start_reaper(self) -> None:
+        """A process that stops these brokers if this one dies without stopping them
+        (``coordination.testing._reaper``)."""
+        if self._reaper is not None or not _reaper.SUPPORTED:
+            return
+        self._reaper = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "coordination.testing._reaper",
+                str(self._root),
+                *(["--delete"] if self._owns_directory else []),
+            ],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _stop_reaper(self) -> None:
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            reaper.kill()
+            reaper.wait()
 
     def _node(self, node_id: int) -> _Node:
         if not 1 <= node_id <= len(self._nodes):
