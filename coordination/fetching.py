@@ -14,9 +14,12 @@ Fetch in flight per leader, kept across polls, in incremental fetch sessions (KI
 Not supported (refused at construction with a :class:`~coordination.errors.ConfigurationError`
 naming the setting; use the default fetcher for them): ``client_rack`` (fetching from the
 closest replica, KIP-392), SASL, ``proxy_url`` and ``api_version``. Leader epochs are sent
-(a stale leader answers FENCED_LEADER_EPOCH and is looked up again), but a log truncated
-under the position after an unclean leader election is not detected (no OffsetForLeaderEpoch
-validation; Kafka's consumer and kafka-python's do it).
+(a stale leader answers FENCED_LEADER_EPOCH and is looked up again), and a partition whose
+leader changed is checked against the new leader's log before it is fetched from (KIP-320's
+OffsetForLeaderEpoch, as Kafka's consumer does): a log truncated under the position (an
+unclean leader election) is fetched again from where it now ends, or, with
+``auto_offset_reset="none"``, is the partition's error until a ``seek``
+(``coordination._fetch.validate``).
 """
 
 from __future__ import annotations

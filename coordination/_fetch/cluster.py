@@ -1,8 +1,9 @@
-"""Where each partition's leader is, and its offsets: Metadata and ListOffsets.
+"""Where each partition's leader is, and its offsets: Metadata, ListOffsets and
+OffsetForLeaderEpoch.
 
 kafka-python's message classes encode and decode them; they travel on the fetcher's own
-direct connections (no I/O thread, as everywhere in the lean fetcher). Both are rare: at
-assignment, after a leader moved, and when a position is reset.
+direct connections (no I/O thread, as everywhere in the lean fetcher). All are rare: at
+assignment, after a leader moved, and when a position is reset or checked.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 
 from .._transport.link import DirectConnection, DirectSettings
@@ -63,6 +64,24 @@ class Cluster(Protocol):
     ) -> dict[Partition, tuple[int, int]]:
         """Each partition's (error code, offset) at its timestamp (EARLIEST, LATEST), asked
         of its leader ``node``; ``wanted`` maps each to (timestamp, current leader epoch).
+
+        Raises:
+            TransportError: the leader did not answer within ``timeout_s``.
+        """
+        ...
+
+    def epoch_ends(
+        self,
+        node: int,
+        wanted: Mapping[Partition, tuple[int, int]],
+        timeout_s: float,
+    ) -> dict[Partition, tuple[int, int, int]]:
+        """KIP-320's OffsetForLeaderEpoch: each partition's (error code, epoch, end offset)
+        for the leader epoch it names, asked of its leader ``node``; ``wanted`` maps each to
+        (leader epoch of its last record fetched, current leader epoch). The end offset is
+        where that epoch's records end in the leader's log (the next epoch's first offset):
+        one below an offset this side fetched under that epoch means the log was truncated
+        there (an unclean leader election). -1 and -1 if the leader knows no such epoch.
 
         Raises:
             TransportError: the leader did not answer within ``timeout_s``.
@@ -143,13 +162,8 @@ class BrokerCluster:
                 if p.leader_id >= 0 and p.leader_id in meta.brokers:
                     meta.leaders[(t.name, p.partition_index)] = (p.leader_id, p.leader_epoch)
 
-    def list_offsets(
-        self,
-        node: int,
-        wanted: Mapping[Partition, tuple[int, int]],
-        isolation_level: int,
-        timeout_s: float,
-    ) -> dict[Partition, tuple[int, int]]:
+    def _leader_connection(self, node: int) -> DirectConnection:
+        """The connection to broker ``node`` that offsets are asked on."""
         conn = self._offsets.get(node)
         address = self.metadata.brokers.get(node)
         if address is None:
@@ -160,6 +174,51 @@ class BrokerCluster:
             conn = self._offsets[node] = self._connect(
                 f"fetcher offsets {node}", address[0], address[1], self._settings
             )
+        return conn
+
+    def _ask_leader(self, node: int, request: Any, timeout_s: float) -> Any:
+        conn = self._leader_connection(node)
+        try:
+            return conn.exchange(request, timeout_s)
+        except TransportError:
+            conn.close()
+            del self._offsets[node]
+            raise
+
+    def epoch_ends(
+        self,
+        node: int,
+        wanted: Mapping[Partition, tuple[int, int]],
+        timeout_s: float,
+    ) -> dict[Partition, tuple[int, int, int]]:
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), (epoch, current) in sorted(wanted.items()):
+            by_topic.setdefault(topic, []).append(
+                OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition(
+                    partition=partition, current_leader_epoch=current, leader_epoch=epoch
+                )
+            )
+        request = OffsetForLeaderEpochRequest(
+            replica_id=-1,  # a consumer's (the version 3+ field; -2 would be a debugger)
+            topics=[
+                OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=t, partitions=ps)
+                for t, ps in by_topic.items()
+            ],
+        )
+        response = self._ask_leader(node, request, timeout_s)
+        return {
+            (t.topic, p.partition): (p.error_code, int(p.leader_epoch), int(p.end_offset))
+            for t in response.topics
+            for p in t.partitions
+        }
+
+    def list_offsets(
+        self,
+        node: int,
+        wanted: Mapping[Partition, tuple[int, int]],
+        isolation_level: int,
+        timeout_s: float,
+    ) -> dict[Partition, tuple[int, int]]:
         by_topic: dict[str, list[Any]] = {}
         for (topic, partition), (timestamp, epoch) in sorted(wanted.items()):
             by_topic.setdefault(topic, []).append(
@@ -175,12 +234,7 @@ class BrokerCluster:
                 for t, ps in by_topic.items()
             ],
         )
-        try:
-            response = conn.exchange(request, timeout_s)
-        except TransportError:
-            conn.close()
-            del self._offsets[node]
-            raise
+        response = self._ask_leader(node, request, timeout_s)
         found: dict[Partition, tuple[int, int]] = {}
         for t in response.topics:
             for p in t.partitions:

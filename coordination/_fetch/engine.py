@@ -46,7 +46,6 @@ from .._transport.link import ResponseTooLargeError
 from ..errors import (
     ConfigurationError,
     CoordinationError,
-    CoordinationTimeoutError,
     CoordinatorStateError,
     ProtocolCodecError,
     broker_error,
@@ -55,9 +54,10 @@ from ..transport import TransportError
 from . import classify
 from .classify import Outcome, SessionOutcome
 from .cluster import EARLIEST, LATEST, Cluster, Partition
-from .offsets import ask_offsets
+from .offsets import ask_offsets, gather_offsets
 from .records import Raw, consumer_records, decode_partition
 from .settings import FetchSettings
+from .validate import UNTIL_SEEK, check_positions, unchecked
 from .wake import Waker
 
 log = logging.getLogger("coordination.fetching")
@@ -111,6 +111,11 @@ class _Part:
     highwater: int | None = None
     retry_at: float = 0.0  # no fetch (nor reset) before (a backoff after an error)
     reset_failures: int = 0  # position lookups in a row that failed (their backoff grows)
+    # KIP-320 (validate.py): the leader epoch of the last record fetched (None: unknown, or
+    # sought since), and the leader epoch last fetched from or checked under; a higher one
+    # in the metadata means a new leader, whose log is checked before it is fetched from.
+    fetched_epoch: int | None = None
+    leader_epoch: int | None = None
 
 
 @dataclass(slots=True)
@@ -186,8 +191,10 @@ class FetchEngine(Generic[P]):
 
     def seek(self, partition: P, offset: int) -> None:
         part = self._parts[partition]
-        if part.position == offset and (
-            part.taken < len(part.buffered) or part.fetch_offset == offset
+        if (
+            part.position == offset
+            and part.retry_at < UNTIL_SEEK
+            and (part.taken < len(part.buffered) or part.fetch_offset == offset)
         ):
             return  # already there: what is buffered or in flight is still good
         self._errors.pop(partition, None)
@@ -244,28 +251,14 @@ class FetchEngine(Generic[P]):
         self._waker.close()
 
     def end_offsets(self, partitions: Sequence[P], timeout_ms: int) -> dict[P, int]:
-        """The offset after each partition's last record, asked of the leaders.
+        """The offset after each partition's last record, asked of the leaders (raises as
+        :func:`~coordination._fetch.offsets.gather_offsets`)."""
 
-        Raises:
-            CoordinationTimeoutError: not all were found within ``timeout_ms``.
-            BrokerError: a leader refused (e.g. TopicAuthorizationError).
-        """
-        deadline = self._now() + timeout_ms / 1000
-        found: dict[P, int] = {}
-        wanted = list(partitions)
-        while True:
-            self._refresh_leaders({p[0] for p in wanted}, force=False)
-            missing = [p for p in wanted if p not in found]
-            found.update(self._list_offsets(missing, LATEST))
-            if len(found) == len(wanted):
-                return found
-            left = deadline - self._now()
-            if left <= 0:
-                raise CoordinationTimeoutError(
-                    f"end offsets of {sorted(p for p in wanted if p not in found)} not found "
-                    f"within {timeout_ms} ms"
-                )
-            self._sleep(min(left, max(self._backoff_s, 0.01)))
+        def ask(missing: list[P]) -> dict[P, int]:
+            self._refresh_leaders({p[0] for p in missing}, force=False)
+            return self._list_offsets(missing, LATEST)
+
+        return gather_offsets(partitions, timeout_ms, ask, self._now, self._sleep, self._backoff_s)
 
     def highwater(self, partition: P) -> int | None:
         part = self._parts.get(partition)
@@ -277,7 +270,8 @@ class FetchEngine(Generic[P]):
         part.position = part.fetch_offset = offset
         part.version = next(self._versions)
         part.buffered = []
-        part.taken = 0
+        part.taken, part.retry_at = 0, 0.0  # a new position: no backoff of the old one
+        part.fetched_epoch = part.leader_epoch = None
 
     def _raise_pending(self) -> None:
         """Raise the fetcher's error, else one partition's (each once)."""
@@ -333,8 +327,10 @@ class FetchEngine(Generic[P]):
         return self._retry_backoff(self._metadata_misses)
 
     def _maintain_positions(self) -> None:
-        """Reset the partitions without a position (ListOffsets, per auto_offset_reset)."""
+        """Check the positions of partitions whose leader changed (KIP-320), and reset those
+        without one (ListOffsets, per auto_offset_reset)."""
         self._refresh_leaders({p[0] for p in self._parts}, force=False)
+        self._check_positions()
         now = self._now()
         todo = [p for p, part in self._parts.items() if part.position is None]
         todo = [p for p in todo if self._parts[p].retry_at <= now]
@@ -353,6 +349,23 @@ class FetchEngine(Generic[P]):
             else:  # no answer, or a refusal: asked again after a backoff that grows
                 part.reset_failures += 1
                 part.retry_at = now + self._retry_backoff(part.reset_failures)
+
+    def _check_positions(self) -> None:
+        """KIP-320: a new leader's log is checked before it is fetched from (validate.py)."""
+        now = self._now()
+        stale, stop = check_positions(
+            self._cluster,
+            self._parts,
+            self._errors,
+            self._set_position,
+            now=now,
+            backoff_s=self._backoff_s,
+            reconnecting=lambda node: self._node_ready_at.get(node, 0.0) > now,
+            timeout_s=self._timeout_s,
+            settings=self._s,
+        )
+        self._stale = self._stale or stale
+        self._pending = stop or self._pending
 
     def _retry_backoff(self, failures: int) -> float:
         """``retry_backoff_ms``, doubled with each failure in a row, up to 1 s."""
@@ -396,6 +409,9 @@ class FetchEngine(Generic[P]):
             if leader is None:
                 self._stale = True
                 continue
+            if unchecked(part, leader[1]):
+                continue  # a new leader, not checked yet (_check_positions)
+            part.leader_epoch = leader[1]
             by_node.setdefault(leader[0], {})[p] = (part.fetch_offset, leader[1])
         for node, wanted in by_node.items():
             if node in self._inflight or self._node_ready_at.get(node, 0.0) > now:
@@ -677,6 +693,8 @@ class FetchEngine(Generic[P]):
         part.buffered = part.buffered[part.taken :] + raws
         part.taken = 0
         part.fetch_offset = through + 1
+        if raws and raws[-1][5] >= 0:
+            part.fetched_epoch = raws[-1][5]
         if not part.buffered:
             part.position = part.fetch_offset  # only control records (or compacted away)
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from ..errors import BrokerError, CoordinationError, broker_error
+from ..errors import BrokerError, CoordinationError, CoordinationTimeoutError, broker_error
 from ..transport import TransportError
 from . import classify
 from .classify import Outcome
@@ -75,3 +75,34 @@ def ask_offsets(
             else:
                 answer.stale = answer.stale or outcome is Outcome.REFRESH
     return answer
+
+
+def gather_offsets(
+    partitions: Sequence[P],
+    timeout_ms: int,
+    ask: Callable[[list[P]], dict[P, int]],
+    now: Callable[[], float],
+    sleep: Callable[[float], None],
+    backoff_s: float,
+) -> dict[P, int]:
+    """Each partition's offset, from ``ask`` (of the partitions still missing) until all
+    are found, waiting ``backoff_s`` (at least 10 ms) between tries.
+
+    Raises:
+        CoordinationTimeoutError: not all were found within ``timeout_ms``.
+        BrokerError: a leader refused (e.g. TopicAuthorizationError), as ``ask`` raises.
+    """
+    deadline = now() + timeout_ms / 1000
+    found: dict[P, int] = {}
+    wanted = list(partitions)
+    while True:
+        found.update(ask([p for p in wanted if p not in found]))
+        if len(found) == len(wanted):
+            return found
+        left = deadline - now()
+        if left <= 0:
+            raise CoordinationTimeoutError(
+                f"end offsets of {sorted(p for p in wanted if p not in found)} not found "
+                f"within {timeout_ms} ms"
+            )
+        sleep(min(left, max(backoff_s, 0.01)))

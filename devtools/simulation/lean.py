@@ -1,5 +1,6 @@
 """The lean fetcher's engine (``coordination._fetch``) in the simulator: its leader links,
-Metadata and ListOffsets answered by the simulated cluster, on simulated time.
+Metadata, ListOffsets and OffsetForLeaderEpoch answered by the simulated cluster, on
+simulated time.
 
 The consumer recipes' hosts read through :class:`SimFetcher` (one round trip per poll); a
 host that draws the lean fetcher reads through :func:`lean_fetcher` instead: the real
@@ -15,7 +16,10 @@ stale answers, timeouts, reconnects and leader lookups run under the history's f
 - the leader holds a Fetch until ``fetch_min_bytes`` are there (25 records of a partition
   here), at most ``fetch_max_wait_ms``, and answers with whole batches from the fetch
   offset;
-- sessions are off (``enable_incremental_fetch_sessions=False``: every Fetch is full).
+- sessions are off (``enable_incremental_fetch_sessions=False``: every Fetch is full);
+- a move's new leader is asked where the last fetched record's epoch ends (KIP-320) and
+  answers the log's end: the simulated logs are never truncated, so the check always
+  passes (its truncation branches are unit-tested, ``tests/unit/test_lean_fetcher.py``).
 
 Record batches hold ten records each (the last records, not ten yet, one each), and each is
 encoded once per process (a batch holds no partition), so the histories pay for decoding,
@@ -185,6 +189,23 @@ class SimMetadata:
             else:
                 end = known[topic][2].end(now)
                 found[(topic, partition)] = (0, 0 if timestamp == EARLIEST else end)
+        return found
+
+    def epoch_ends(
+        self, node: int, wanted: Mapping[Partition, tuple[int, int]], timeout_s: float
+    ) -> dict[Partition, tuple[int, int, int]]:
+        """The simulated logs are never truncated: every epoch asked of the leader ends at
+        the log's end (or later), so a check after a move always finds the position good."""
+        self._round_trip(node, timeout_s, "OffsetForLeaderEpoch")
+        leader = self._leaders.leader()
+        known = self._leaders.topics()
+        now = self._leaders.clock.monotonic()
+        found: dict[Partition, tuple[int, int, int]] = {}
+        for (topic, partition), (epoch, _) in wanted.items():
+            if leader is None or leader[0] != node:
+                found[(topic, partition)] = (_NOT_LEADER_OR_FOLLOWER, -1, -1)
+            else:
+                found[(topic, partition)] = (0, epoch, known[topic][2].end(now))
         return found
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -123,6 +124,17 @@ def test_the_lean_fetcher_follows_a_partitions_leader_to_another_broker() -> Non
             bootstrap_servers=servers, auto_offset_reset="earliest", fetch_max_wait_ms=200
         )
         got: list[tuple[int, bytes]] = []
+        # KIP-320's check of each moved partition's position, as the new leader answered it.
+        cluster = fetcher._engine._cluster
+        checked: dict[tuple[str, int], tuple[int, int, int]] = {}
+        ask = cluster.epoch_ends
+
+        def spied(node: int, wanted: Any, timeout_s: float) -> Any:
+            answers = ask(node, wanted, timeout_s)
+            checked.update(answers)
+            return answers
+
+        cluster.epoch_ends = spied  # type: ignore[method-assign]
 
         def read(total: int) -> bool:
             for tp, records in fetcher.poll(100).items():
@@ -138,6 +150,9 @@ def test_the_lean_fetcher_follows_a_partitions_leader_to_another_broker() -> Non
             produce(20, 20)  # to the new leaders, once elected
             wait_until(lambda: read(80), 60, "the records written after the leader died")
             assert fetcher._engine._cluster.metadata.leaders[("moving", 0)][0] != leader
+            # The new leader said where the old epoch's records end: at or past the 20 read.
+            code, epoch, end = checked[("moving", 0)]
+            assert code == 0 and epoch >= 0 and end >= 20, checked
             for p in (0, 1):
                 assert [v for q, v in got if q == p] == [f"{p}-{i}".encode() for i in range(40)]
         finally:

@@ -1,6 +1,7 @@
 """The lean fetcher's engine runs in the consumer recipes' histories (devtools/simulation/
 lean.py): host 1's consumer reads through it in half its incarnations, against a simulated
-leader that moves, stalls and drops answers. The histories of CI (test_simulation.py)
+leader that moves (its positions then checked with the new leader, KIP-320), stalls and
+drops answers. The histories of CI (test_simulation.py)
 check it with the rest; this checks that it is really there to be checked."""
 
 from __future__ import annotations
@@ -35,7 +36,15 @@ def test_the_lean_fetcher_reads_records_and_meets_faults_in_consumer_histories(
         counts["not leader"] += len(moved)  # NOT_LEADER_OR_FOLLOWER: a broker restarted
         return answer
 
+    epoch_ends = lean.SimMetadata.epoch_ends
+
+    def counted_epoch_ends(self: lean.SimMetadata, node: int, wanted: Any, t: float) -> Any:
+        answer = epoch_ends(self, node, wanted, t)
+        counts["checked"] += sum(code == 0 for code, _, _ in answer.values())  # KIP-320
+        return answer
+
     monkeypatch.setattr(FetchEngine, "poll", counted_poll)
+    monkeypatch.setattr(lean.SimMetadata, "epoch_ends", counted_epoch_ends)
     monkeypatch.setattr(lean.SimLink, "abandon", counted_abandon)
     monkeypatch.setattr(lean.SimLink, "finish", counted_finish)
     for recipe in ("consumer", "consumer-848"):
@@ -43,3 +52,4 @@ def test_the_lean_fetcher_reads_records_and_meets_faults_in_consumer_histories(
         assert not summary.failures, summary.failures[0].violation
     assert counts["records"] > 10_000, counts
     assert counts["abandoned"] > 0 and counts["not leader"] > 0, counts
+    assert counts["checked"] > 0, counts  # a moved partition's position checked

@@ -51,6 +51,10 @@ class FakeCluster:
         self.asked: list[tuple[int, dict[Partition, tuple[int, int]]]] = []
         self.topic_errors: dict[str, int] = {}
         self.isolation = -1
+        # OffsetForLeaderEpoch: (error, epoch, end offset) per partition; absent: the end of
+        # the epoch asked is far ahead (no truncation).
+        self.epoch_answers: dict[Partition, tuple[int, int, int]] = {}
+        self.epochs_asked: list[tuple[int, dict[Partition, tuple[int, int]]]] = []
 
     def refresh(self, topics: Any, timeout_s: float) -> None:
         self.refreshes += 1
@@ -66,6 +70,12 @@ class FakeCluster:
         self.asked.append((node, dict(wanted)))
         self.isolation = isolation
         return {tp: self.offsets.get((tp, ts), (0, 0)) for tp, (ts, _) in wanted.items()}
+
+    def epoch_ends(
+        self, node: int, wanted: Mapping[Partition, tuple[int, int]], t: float
+    ) -> dict[Partition, tuple[int, int, int]]:
+        self.epochs_asked.append((node, dict(wanted)))
+        return {tp: self.epoch_answers.get(tp, (0, e, 1 << 40)) for tp, (e, _) in wanted.items()}
 
     def close(self) -> None:
         pass
@@ -818,3 +828,117 @@ def test_an_answer_of_another_session_starts_the_session_again() -> None:
     h.poll()
     request = h.link().sent[-1]
     assert (request.session_id, request.session_epoch) == (9, 0)
+
+
+# -- KIP-320: a new leader's log is checked before it is fetched from ------------------------
+
+
+def with_epoch(batch: bytes, epoch: int) -> bytes:
+    """``batch`` (one record batch) as written under leader epoch ``epoch`` (the header's
+    partitionLeaderEpoch, which the batch's CRC does not cover)."""
+    return batch[:12] + epoch.to_bytes(4, "big", signed=True) + batch[16:]
+
+
+def moved_after_reading(**config: Any) -> Harness:
+    """P0's records 10..14 (leader epoch 5) handed out; then its leader moves to broker 2,
+    epoch 6, found by the lookup after the old leader's NOT_LEADER_OR_FOLLOWER."""
+    h = started(**config)
+    five = codec.FetchPartitionData(0, 0, 100, records=with_epoch(records(10, 5), 5))
+    h.answer(session_id=9, parts=(five,))
+    assert h.poll() == {0: [10, 11, 12, 13, 14]}
+    h.cluster.leaders[(T, 0)] = (2, 6)
+    h.answer(session_id=9, parts=(data(0, error=classify.NOT_LEADER_OR_FOLLOWER),))
+    h.poll()
+    h.now += 0.2
+    return h
+
+
+def fetched_from_new_leader(h: Harness) -> list[dict[int, int]]:
+    return (
+        [sent_partitions(r) for r in h.link(2).sent]
+        if any(link.node == 2 for link in h.links)
+        else []
+    )
+
+
+def test_after_a_leader_moves_the_position_is_checked_with_the_new_leader_then_fetched() -> None:
+    h = moved_after_reading()
+    h.poll()
+    # The epoch of the last record fetched (5), under the new leader's epoch (6), asked of
+    # the new leader before any Fetch to it.
+    assert h.cluster.epochs_asked == [(2, {(T, 0): (5, 6)})]
+    assert fetched_from_new_leader(h) == [{0: 15}]
+    h.poll()
+    assert len(h.cluster.epochs_asked) == 1  # checked once per move
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+def test_a_log_truncated_below_the_position_is_fetched_again_from_where_it_now_ends(
+    reset: str,
+) -> None:
+    h = moved_after_reading(auto_offset_reset=reset)
+    h.cluster.epoch_answers[(T, 0)] = (0, 5, 12)  # epoch 5 ends at 12 in the new log
+    h.poll()
+    assert fetched_from_new_leader(h) == [{0: 12}]
+    assert h.fetcher.position(P0, 0) == 12
+    h.answer(2, parts=(data(0, 12, 2),))
+    assert h.poll() == {0: [12, 13]}  # the new log's records at those offsets
+
+
+def test_with_auto_offset_reset_none_a_truncation_below_the_position_is_the_partitions_error() -> (
+    None
+):
+    h = moved_after_reading(auto_offset_reset="none")
+    h.cluster.epoch_answers[(T, 0)] = (0, 5, 12)
+    with pytest.raises(BrokerError, match="truncated at 12 below the position 15"):
+        h.poll()
+    h.now += 10
+    h.poll()
+    assert fetched_from_new_leader(h) == []  # not fetched until the application seeks
+    h.fetcher.seek(P0, 12)
+    h.poll()
+    assert fetched_from_new_leader(h) == [{0: 12}]
+
+
+def test_records_buffered_but_not_handed_out_past_the_new_end_are_fetched_again() -> None:
+    h = started(max_poll_records=2)
+    five = codec.FetchPartitionData(0, 0, 100, records=with_epoch(records(10, 5), 5))
+    h.answer(session_id=9, parts=(five,))
+    assert h.poll() == {0: [10, 11]}  # 12..14 buffered
+    h.cluster.leaders[(T, 0)] = (2, 6)
+    h.fetcher._stale = True  # a lookup is due (as after any error)
+    h.cluster.epoch_answers[(T, 0)] = (0, 5, 13)  # only 12 survived the truncation
+    h.poll()
+    # Back to the position (12), not to the new end: 12 was never handed out.
+    assert h.fetcher.position(P0, 0) == 12
+    assert fetched_from_new_leader(h) == [{0: 12}]
+
+
+def test_an_epoch_the_new_leader_does_not_know_resets_the_position() -> None:
+    h = moved_after_reading(auto_offset_reset="earliest")
+    h.cluster.epoch_answers[(T, 0)] = (0, -1, -1)
+    h.cluster.offsets[((T, 0), EARLIEST)] = (0, 3)
+    h.poll()
+    h.poll()
+    assert h.fetcher.position(P0, 0) == 3
+    assert fetched_from_new_leader(h) == [{0: 3}]
+
+
+def test_a_check_refused_for_now_is_asked_again_and_nothing_is_fetched_meanwhile() -> None:
+    h = moved_after_reading()
+    h.cluster.epoch_answers[(T, 0)] = (classify.FENCED_LEADER_EPOCH, -1, -1)
+    h.poll()
+    assert fetched_from_new_leader(h) == []
+    del h.cluster.epoch_answers[(T, 0)]
+    h.now += 0.2
+    h.poll()
+    assert len(h.cluster.epochs_asked) == 2
+    assert fetched_from_new_leader(h) == [{0: 15}]
+
+
+def test_a_position_sought_after_the_move_is_not_checked() -> None:
+    h = moved_after_reading()
+    h.fetcher.seek(P0, 40)  # the application's own position: nothing to check it against
+    h.poll()
+    assert h.cluster.epochs_asked == []
+    assert fetched_from_new_leader(h) == [{0: 40}]
