@@ -77,9 +77,9 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--fetcher",
-        choices=("default", "lean"),
+        choices=("default", "lean", "kafka-python"),
         default="default",
-        help="lean: Consumer(fetcher='lean'), records fetched on the polling thread",
+        help="Consumer(fetcher=...): default, the library's (lean with the consumer protocol)",
     )
     c.add_argument("--poll-ms", type=int, default=100)
     c.add_argument("--max-poll-records", type=int, default=500)

@@ -76,7 +76,7 @@ def _consumer_options(args: argparse.Namespace, emit: Output) -> dict[str, Any]:
         if args.group_protocol == "consumer"
         else {"assignors": _assignors(args.assignor, emit)}
     )
-    fetcher: dict[str, Any] = {"fetcher": "lean"} if args.fetcher == "lean" else {}
+    fetcher: dict[str, Any] = {} if args.fetcher == "default" else {"fetcher": args.fetcher}
     return {
         "topics": args.topics.split(","),
         "bootstrap_servers": args.bootstrap,

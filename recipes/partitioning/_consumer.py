@@ -151,7 +151,7 @@ class Consumer:
         topic_metadata: TopicMetadata | None = None,
         transport: Transport | None = None,
         clock: Clock | None = None,
-        fetcher: RecordFetcher | Literal["lean"] | None = None,
+        fetcher: RecordFetcher | Literal["lean", "kafka-python"] | None = None,
         group_protocol: str = "classic",
         group_remote_assignor: str | None = None,
         stop_at_lease_end: bool = True,
@@ -183,13 +183,15 @@ class Consumer:
                 group requests, and time and waits, as for :class:`ConsumerPartitioning`
                 (defaults: the cluster and the system's clock). The clock also makes this
                 consumer's lock and times :meth:`poll`'s ``timeout_ms``.
-            fetcher: where the records come from (a :class:`RecordFetcher`); default:
-                kafka-python's ``KafkaConsumer``, made by :meth:`start` from the fetch
-                settings. ``"lean"``: :class:`coordination.fetching.LeanRecordFetcher`,
-                made from the same settings, which fetches on the polling thread (no
-                I/O thread; a fraction of the CPU of an idle consumer) and refuses at
-                construction the settings it does not support (``client_rack``, SASL);
-                see docs/partitioning.md.
+            fetcher: where the records come from (a :class:`RecordFetcher`), or one made
+                by :meth:`start` from the fetch settings: ``"kafka-python"``, kafka-python's
+                ``KafkaConsumer``; ``"lean"``, :class:`coordination.fetching.LeanRecordFetcher`,
+                which fetches on the polling thread (no I/O thread; a fraction of the CPU
+                of an idle consumer, and rebalance steps that do not wait for a fetch) and
+                refuses at construction the settings it does not support (``client_rack``,
+                SASL, ...). None (the default): ``"lean"`` with ``group_protocol="consumer"``
+                where the settings allow it, else ``"kafka-python"``; see
+                docs/partitioning.md.
             **settings: group settings (see :class:`coordination.Coordinator`; also
                 ``lease_margin_ms``, and with the classic protocol ``rack_id`` and
                 ``metadata_max_age_ms``, as for :class:`ConsumerPartitioning`) and kafka-python
@@ -209,7 +211,11 @@ class Consumer:
             )
         # fetcher="lean": the lean fetcher, built by start() from the fetch settings.
         self._lean = fetcher == "lean"
-        check_part("fetcher", None if self._lean else fetcher, RecordFetcher)
+        check_part("fetcher", None if isinstance(fetcher, str) else fetcher, RecordFetcher)
+        if isinstance(fetcher, str) and fetcher not in ("lean", "kafka-python"):
+            raise ConfigurationError(
+                f"fetcher must be 'lean', 'kafka-python', None or a RecordFetcher, got {fetcher!r}"
+            )
         own_fetcher = None if isinstance(fetcher, str) else fetcher
         fetch = {k: settings.pop(k) for k in list(settings) if k in FETCH_SETTINGS}
         if own_fetcher is not None and fetch:
@@ -280,6 +286,8 @@ class Consumer:
             "enable_auto_commit": False,
             "client_id": self._group.config.client_id,
         }
+        if fetcher is None and group_protocol == "consumer":
+            self._lean = self._lean_allowed()
         if self._lean:
             if self._clock is not SYSTEM_CLOCK:
                 # Its waits are on real sockets (poll(2)): a simulated clock cannot time them.
@@ -288,6 +296,15 @@ class Consumer:
                     "system clock (a clock= of your own goes with a fetcher of your own)"
                 )
             LeanRecordFetcher.validate(**self._fetch_config)
+        log.debug(
+            "group %s: fetching with %s",
+            self._group.group_id,
+            "the lean fetcher"
+            if self._lean
+            else "a fetcher given"
+            if own_fetcher
+            else "kafka-python",
+        )
         self._lock = self._clock.rlock()
         # The polling thread takes self._lock again right after each fetch slice, and locks
         # are not fair: a rebalance callback waiting for it could wait several slices (0.9 s
@@ -369,6 +386,19 @@ class Consumer:
                 "group member is consumer.group"
             )
         return self._group
+
+    def _lean_allowed(self) -> bool:
+        """Whether the lean fetcher, the default with ``group_protocol="consumer"``, takes
+        this consumer's settings (the system clock, no SASL nor ``client_rack``, ...); if
+        not, kafka-python's fetches, as with the classic protocol."""
+        if self._clock is not SYSTEM_CLOCK:
+            return False
+        try:
+            LeanRecordFetcher.validate(**self._fetch_config)
+        except ConfigurationError as e:
+            log.info("group %s: fetching with kafka-python: %s", self._group.group_id, e)
+            return False
+        return True
 
     def start(self) -> None:
         """Connect the fetcher, then join the group in the background (idempotent).

@@ -1,4 +1,5 @@
-"""Consumer's group_protocol settings: a wrong one is refused at construction, naming it."""
+"""Consumer's group_protocol settings: a wrong one is refused at construction, naming it; and
+the fetcher each protocol reads with by default."""
 
 from __future__ import annotations
 
@@ -27,3 +28,35 @@ def test_a_wrong_group_protocol_setting_is_refused_by_name(
 ) -> None:
     with pytest.raises(ConfigurationError, match=named):
         Consumer("g", topics=["t"], bootstrap_servers="localhost:1", **settings)
+
+
+@pytest.mark.parametrize(
+    ("settings", "lean"),
+    [
+        # The consumer protocol fetches with the lean fetcher unless the settings rule it out.
+        ({"group_protocol": "consumer"}, True),
+        ({"group_protocol": "consumer", "client_rack": "r1"}, False),  # fetch from followers
+        (
+            {
+                "group_protocol": "consumer",
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "PLAIN",
+                "sasl_plain_username": "u",
+                "sasl_plain_password": "p",
+            },
+            False,
+        ),
+        ({"group_protocol": "consumer", "fetcher": "kafka-python"}, False),
+        # The classic protocol keeps kafka-python's unless asked.
+        ({}, False),
+        ({"fetcher": "lean"}, True),
+    ],
+)
+def test_which_fetcher_a_consumer_uses(settings: dict[str, Any], lean: bool) -> None:
+    consumer = Consumer("g", topics=["t"], bootstrap_servers="localhost:1", **settings)
+    assert consumer._lean is lean
+
+
+def test_a_fetcher_named_wrong_is_refused_by_name() -> None:
+    with pytest.raises(ConfigurationError, match="fetcher must be 'lean', 'kafka-python'"):
+        Consumer("g", topics=["t"], bootstrap_servers="localhost:1", fetcher="fast")
