@@ -56,8 +56,9 @@ def now_ms() -> float:
 
 
 def protocol_settings(protocol: str) -> dict[str, Any]:
-    """Our Consumer's group settings for ``protocol``: "consumer" or "classic", or "lean"
-    (the consumer protocol with ``fetcher="lean"``)."""
+    """Our Consumer's group settings for ``protocol``: "consumer" (the consumer protocol,
+    fetching with kafka-python's fetcher) or "classic", or "lean" (the consumer protocol with
+    the lean fetcher, its default)."""
     # With the consumer protocol the broker's interval rules; ours is set alike anyway,
     # so that the session check of the settings sees the same numbers.
     common = {
@@ -66,7 +67,7 @@ def protocol_settings(protocol: str) -> dict[str, Any]:
         "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS,
     }
     if protocol in ("consumer", "lean"):
-        lean = {"fetcher": "lean"} if protocol == "lean" else {}
+        lean = {"fetcher": "lean" if protocol == "lean" else "kafka-python"}
         return {
             **common,
             "group_protocol": "consumer",

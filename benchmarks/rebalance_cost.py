@@ -35,9 +35,10 @@ Implementations, taking turns within each repeat against the same broker (the fi
 moving round from one repeat to the next):
 
 * ``ours-consumer``: ``recipes.partitioning.Consumer(group_protocol="consumer",
-  group_remote_assignor="uniform")``, each member in a process of its own (see below);
+  group_remote_assignor="uniform", fetcher="kafka-python")``, each member in a process of
+  its own (see below): kafka-python's fetcher, this protocol's default until 2026-12-06;
 * ``ours-lean``: ``ours-consumer`` with ``fetcher="lean"`` (records fetched on the
-  polling thread, no fetcher thread of kafka-python's);
+  polling thread, no fetcher thread of kafka-python's), this protocol's default now;
 * ``ours-classic``: the same ``Consumer`` on the classic protocol with
   ``CooperativeStickyAssignor`` (the best classic case);
 * ``java-consumer``: Kafka's Java ``KafkaConsumer`` (kafka-clients 4.3.1,
