@@ -109,6 +109,7 @@ def check_positions(
                 errors[p] = broker_error(
                     code, group_id=settings.group_id, api=f"OffsetForLeaderEpoch of {p[0]}-{p[1]}"
                 )
+                part.retry_at = now + backoff_s  # raised by each poll, asked again meanwhile
             else:
                 stale = stale or outcome is Outcome.REFRESH
                 part.retry_at = now + backoff_s
@@ -133,10 +134,11 @@ def _checked(
         return
     known = end >= 0 and epoch >= 0
     if (not known or end < part.position) and settings.auto_offset_reset == "none":
+        lost = f"truncated at {end}" if known else "truncated: its leader knows no epoch"
         errors[p] = broker_error(
             classify.OFFSET_OUT_OF_RANGE,
             group_id=settings.group_id,
-            api=f"Fetch of {p[0]}-{p[1]}: the log was truncated at {end} below the position "
+            api=f"Fetch of {p[0]}-{p[1]}: the log was {lost} below the position "
             f"{part.position} (an unclean leader election; auto_offset_reset is 'none': "
             "seek to go on)",
         )

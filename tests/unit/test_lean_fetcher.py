@@ -942,3 +942,23 @@ def test_a_position_sought_after_the_move_is_not_checked() -> None:
     h.poll()
     assert h.cluster.epochs_asked == []
     assert fetched_from_new_leader(h) == [{0: 40}]
+
+
+def test_a_check_the_new_leader_refuses_is_the_partitions_error_and_not_asked_at_once_again() -> (
+    None
+):
+    h = moved_after_reading()
+    h.cluster.epoch_answers[(T, 0)] = (classify.TOPIC_AUTHORIZATION_FAILED, -1, -1)
+    with pytest.raises(TopicAuthorizationError):
+        h.poll()
+    h.poll()
+    h.poll()
+    assert len(h.cluster.epochs_asked) == 1  # not again before retry_backoff_ms
+    assert fetched_from_new_leader(h) == []
+
+
+def test_with_auto_offset_reset_none_an_epoch_the_new_leader_does_not_know_is_an_error() -> None:
+    h = moved_after_reading(auto_offset_reset="none")
+    h.cluster.epoch_answers[(T, 0)] = (0, -1, -1)
+    with pytest.raises(BrokerError, match="its leader knows no epoch below the position 15"):
+        h.poll()
