@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -120,6 +120,17 @@ class FakeLink:
         self.closed = True
 
 
+_HARNESSES: list[Harness] = []
+
+
+@pytest.fixture(autouse=True)
+def _engines_closed() -> Iterator[None]:
+    """Each test's engines closed at its end (their wake-up socket pairs with them)."""
+    yield
+    while _HARNESSES:
+        _HARNESSES.pop().fetcher.close()
+
+
 class Harness:
     def __init__(self, **config: Any) -> None:
         self.now = 0.0
@@ -131,6 +142,7 @@ class Harness:
         self.fetcher: FetchEngine[TopicPartition] = FetchEngine(
             settings, self.cluster, self._link, clock=lambda: self.now, sleep=self._sleep
         )
+        _HARNESSES.append(self)
 
     def _link(self, node: int, host: str, port: int) -> FakeLink:
         link = FakeLink(node)
