@@ -214,7 +214,7 @@ class Consumer:
         check_part("fetcher", None if isinstance(fetcher, str) else fetcher, RecordFetcher)
         if isinstance(fetcher, str) and fetcher not in ("lean", "kafka-python"):
             raise ConfigurationError(
-                f"fetcher= must be 'lean', 'kafka-python', None or a RecordFetcher, got {fetcher!r}"
+                f"fetcher= must be a RecordFetcher, 'lean', 'kafka-python' or None, got {fetcher!r}"
             )
         own_fetcher = None if isinstance(fetcher, str) else fetcher
         fetch = {k: settings.pop(k) for k in list(settings) if k in FETCH_SETTINGS}

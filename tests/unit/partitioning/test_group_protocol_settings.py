@@ -58,5 +58,7 @@ def test_which_fetcher_a_consumer_uses(settings: dict[str, Any], lean: bool) -> 
 
 
 def test_a_fetcher_named_wrong_is_refused_by_name() -> None:
-    with pytest.raises(ConfigurationError, match="fetcher= must be 'lean', 'kafka-python'"):
+    with pytest.raises(
+        ConfigurationError, match="fetcher= must be a RecordFetcher, 'lean', 'kafka-python' or None"
+    ):
         Consumer("g", topics=["t"], bootstrap_servers="localhost:1", fetcher="fast")  # type: ignore[arg-type]
