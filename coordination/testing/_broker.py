@@ -314,8 +314,8 @@ class KafkaCluster:
         self._reaper = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "coordination.testing._reaper",
+                "-I",  # a script of the standard library's modules only: starts in ~30 ms
+                _reaper.__file__,
                 str(self._root),
                 *(["--delete"] if self._owns_directory else []),
             ],

@@ -10,7 +10,8 @@ handed to another), it kills every process whose command line names the cluster'
 deletes it. A cluster that stops normally ends it first. Linux only (it reads ``/proc``);
 elsewhere the cluster starts none.
 
-Run as ``python -m coordination.testing._reaper DIRECTORY [--delete]``.
+Run as ``python -I .../coordination/testing/_reaper.py DIRECTORY [--delete]`` (as a script:
+importing the package would cost its owner half a second of CPU per cluster).
 """
 
 from __future__ import annotations

@@ -228,12 +228,12 @@ class ConsumersDriver(DriverBase):
         clock: Scheduler,
         topics: Mapping[str, SimTopic],
     ) -> Any:
-        """Host 1's consumer, in half its incarnations, reads through the lean fetcher's
+        """Host 1's consumer, in a quarter of its incarnations, reads through the lean fetcher's
         engine (devtools/simulation/lean.py, the one ``fetcher="lean"`` runs), the others
         through SimFetcher. Either takes the one random stream drawn here, so the choice
         moves no other draw of the history."""
         rng = clock.random()
-        if host.index == 1 and rng.random() < 0.5:
+        if host.index == 1 and rng.random() < 0.25:
             from .lean import lean_fetcher
 
             return lean_fetcher(self._topics, transport, clock, rng)

@@ -1,5 +1,5 @@
 """The lean fetcher's engine runs in the consumer recipes' histories (devtools/simulation/
-lean.py): host 1's consumer reads through it in half its incarnations, against a simulated
+lean.py): host 1's consumer reads through it in a quarter of its incarnations, against a simulated
 leader that moves (its positions then checked with the new leader, KIP-320), stalls and
 drops answers. The histories of CI (test_simulation.py)
 check it with the rest; this checks that it is really there to be checked."""
