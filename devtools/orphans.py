@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 # The exit status of a process that ended because its parent was gone.
 ORPHANED_EXIT = 3
@@ -28,3 +29,13 @@ def exit_when_orphaned(interval_s: float = 0.5) -> None:
         os._exit(ORPHANED_EXIT)
 
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` ended: gone, or a zombie its (new) parent has not reaped yet
+    (Linux: reads ``/proc``). For tests that check a process did not outlive its parent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"

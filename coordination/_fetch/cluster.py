@@ -191,13 +191,14 @@ class BrokerCluster:
         wanted: Mapping[Partition, tuple[int, int]],
         timeout_s: float,
     ) -> dict[Partition, tuple[int, int, int]]:
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, partition), (epoch, current) in sorted(wanted.items()):
-            by_topic.setdefault(topic, []).append(
+        by_topic = _by_topic(
+            wanted,
+            lambda index, asked: (
                 OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition(
-                    partition=partition, current_leader_epoch=current, leader_epoch=epoch
+                    partition=index, current_leader_epoch=asked[1], leader_epoch=asked[0]
                 )
-            )
+            ),
+        )
         request = OffsetForLeaderEpochRequest(
             replica_id=-1,  # a consumer's (the version 3+ field; -2 would be a debugger)
             topics=[
@@ -219,13 +220,12 @@ class BrokerCluster:
         isolation_level: int,
         timeout_s: float,
     ) -> dict[Partition, tuple[int, int]]:
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, partition), (timestamp, epoch) in sorted(wanted.items()):
-            by_topic.setdefault(topic, []).append(
-                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                    partition_index=partition, current_leader_epoch=epoch, timestamp=timestamp
-                )
-            )
+        by_topic = _by_topic(
+            wanted,
+            lambda index, asked: ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=index, current_leader_epoch=asked[1], timestamp=asked[0]
+            ),
+        )
         request = ListOffsetsRequest(
             replica_id=-1,
             isolation_level=isolation_level,
@@ -247,3 +247,14 @@ class BrokerCluster:
                 conn.close()
         self._lookup = None
         self._offsets.clear()
+
+
+def _by_topic(
+    wanted: Mapping[Partition, tuple[int, int]], entry: Callable[[int, tuple[int, int]], Any]
+) -> dict[str, list[Any]]:
+    """A leader request's partitions, grouped by topic in order: ``entry`` makes each from
+    its index and what ``wanted`` asks of it."""
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), asked in sorted(wanted.items()):
+        by_topic.setdefault(topic, []).append(entry(index, asked))
+    return by_topic

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.orphans import ended
 from tests._versions import ON_ONE_KAFKA_VERSION
 
 from .peers import (
@@ -334,15 +335,6 @@ time.sleep(600)
 """
 
 
-def _gone(pid: int) -> bool:
-    """The process ended (gone, or a zombie its new parent has not reaped yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
-
-
 @ON_ONE_KAFKA_VERSION
 @pytest.mark.parametrize("kind", ["java", "java-share", "rdkafka", "ours"])
 def test_a_peer_whose_parent_is_killed_ends_within_seconds(
@@ -364,13 +356,13 @@ def test_a_peer_whose_parent_is_killed_ends_within_seconds(
         pid = int(parent.stdout.readline())
         try:
             time.sleep(3)  # the peer is under way (a JVM started, a group joined or joining)
-            assert not _gone(pid), f"the {kind} peer ended before its parent"
+            assert not ended(pid), f"the {kind} peer ended before its parent"
             parent.kill()
             parent.wait()
             deadline = time.monotonic() + 15
-            while not _gone(pid) and time.monotonic() < deadline:
+            while not ended(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            assert _gone(pid), f"the {kind} peer outlived its killed parent by 15 s"
+            assert ended(pid), f"the {kind} peer outlived its killed parent by 15 s"
         finally:
             parent.kill()
             with contextlib.suppress(ProcessLookupError):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from coordination.testing._broker import KafkaCluster
 from coordination.testing._ports import free_port
+from devtools.orphans import ended
 
 RUNNING = "[2026-12-05 01:00:00,000] INFO Transitioning from RECOVERY to RUNNING (kafka)\n"
 
@@ -46,15 +47,6 @@ time.sleep(600)
 """
 
 
-def _gone(pid: int) -> bool:
-    """The process ended (gone, or a zombie nobody reaped yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
-
-
 def test_a_killed_owner_s_brokers_stop_and_their_directory_goes() -> None:
     # The brokers run in sessions of their own: without the reaper, a test process killed
     # outright left its brokers' JVMs running (each a heap, ports and a data directory).
@@ -65,13 +57,13 @@ def test_a_killed_owner_s_brokers_stop_and_their_directory_goes() -> None:
         root, pid = owner.stdout.readline().split()
         broker = int(pid)
         try:
-            assert not _gone(broker) and Path(root).is_dir()
+            assert not ended(broker) and Path(root).is_dir()
             owner.kill()
             owner.wait()
             deadline = time.monotonic() + 15
-            while (not _gone(broker) or Path(root).exists()) and time.monotonic() < deadline:
+            while (not ended(broker) or Path(root).exists()) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            assert _gone(broker), "the broker outlived its killed owner by 15 s"
+            assert ended(broker), "the broker outlived its killed owner by 15 s"
             assert not Path(root).exists(), "the cluster's directory outlived its owner"
         finally:
             owner.kill()
