@@ -286,16 +286,15 @@ class Consumer:
             "enable_auto_commit": False,
             "client_id": self._group.config.client_id,
         }
-        if fetcher is None and group_protocol == "consumer":
-            self._lean = self._lean_allowed()
         if self._lean:
-            if self._clock is not SYSTEM_CLOCK:
-                # Its waits are on real sockets (poll(2)): a simulated clock cannot time them.
-                raise ConfigurationError(
-                    "fetcher='lean' waits on the brokers' sockets in real time: it needs the "
-                    "system clock (a clock= of your own goes with a fetcher of your own)"
-                )
-            LeanRecordFetcher.validate(**self._fetch_config)
+            self._check_lean()  # asked for: what it cannot do is an error
+        elif fetcher is None and group_protocol == "consumer":
+            # This protocol's default, where the settings allow it; else kafka-python's.
+            try:
+                self._check_lean()
+                self._lean = True
+            except ConfigurationError as e:
+                log.info("group %s: fetching with kafka-python: %s", self._group.group_id, e)
         log.debug(
             "group %s: fetching with %s",
             self._group.group_id,
@@ -387,18 +386,16 @@ class Consumer:
             )
         return self._group
 
-    def _lean_allowed(self) -> bool:
-        """Whether the lean fetcher, the default with ``group_protocol="consumer"``, takes
-        this consumer's settings (the system clock, no SASL nor ``client_rack``, ...); if
-        not, kafka-python's fetches, as with the classic protocol."""
+    def _check_lean(self) -> None:
+        """Raise ConfigurationError, naming the setting, if the lean fetcher cannot fetch
+        for this consumer (a clock of its own, SASL, ``client_rack``, ...)."""
         if self._clock is not SYSTEM_CLOCK:
-            return False
-        try:
-            LeanRecordFetcher.validate(**self._fetch_config)
-        except ConfigurationError as e:
-            log.info("group %s: fetching with kafka-python: %s", self._group.group_id, e)
-            return False
-        return True
+            # Its waits are on real sockets (poll(2)): a simulated clock cannot time them.
+            raise ConfigurationError(
+                "fetcher='lean' waits on the brokers' sockets in real time: it needs the "
+                "system clock (a clock= of your own goes with a fetcher of your own)"
+            )
+        LeanRecordFetcher.validate(**self._fetch_config)
 
     def start(self) -> None:
         """Connect the fetcher, then join the group in the background (idempotent).
