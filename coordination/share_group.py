@@ -50,6 +50,7 @@ from ._engine.share_sessions import (
     Acknowledgements,
     AcquiredRecord,
     AcquiredRun,
+    FetchInFlight,
     FetchOutcome,
     Leaders,
     ShareSessions,
@@ -75,6 +76,7 @@ __all__ = [
     "AcquiredRecord",
     "AcquiredRun",
     "ClusterLeaders",
+    "FetchInFlight",
     "FetchOutcome",
     "Leaders",
     "ShareGroupMember",
@@ -231,6 +233,39 @@ class ShareGroupMember:
         """
         self._raise_if_stopped()
         return self._sessions.fetch(acknowledgements, max_wait_ms)
+
+    def start_fetch(
+        self, acknowledgements: Acknowledgements, max_wait_ms: int = 0
+    ) -> FetchInFlight:
+        """The first half of :meth:`fetch`, for a fetch whose answers are taken later (by
+        :meth:`finish_fetch`), after other work: the ShareFetches are sent and the broker
+        answers meanwhile. Their records' locks are counted from now. Until the answers are
+        taken (or the fetch abandoned, :meth:`abandon_fetch`) nothing else is sent to the
+        leaders: call no other method of the member but :meth:`assignment` meanwhile.
+
+        Raises:
+            FatalBrokerError, CoordinatorStateError: as :meth:`fetch`.
+        """
+        self._raise_if_stopped()
+        return self._sessions.start_fetch(acknowledgements, max_wait_ms, ahead=True)
+
+    def finish_fetch(
+        self, inflight: FetchInFlight, timeout: float | None = None
+    ) -> FetchOutcome | None:
+        """What :meth:`fetch` returns, for the fetch :meth:`start_fetch` sent; None if its
+        answers had not begun to arrive within ``timeout`` seconds (None: as long as the
+        requests' timeout): ask again.
+
+        Raises:
+            FatalBrokerError: as :meth:`fetch`.
+        """
+        return self._sessions.finish_fetch(inflight, timeout)
+
+    def abandon_fetch(self, inflight: FetchInFlight) -> None:
+        """Give up on the answers of ``inflight`` (before :meth:`close`, whose time is up):
+        whether its acknowledgements were applied is not known, and the records it acquired
+        are released by the broker when the session ends."""
+        self._sessions.abandon_fetch(inflight)
 
     def acknowledge(self, acknowledgements: Acknowledgements) -> dict[tuple[uuid.UUID, int], int]:
         """Send ``acknowledgements`` now (ShareAcknowledge); the outcome per partition, as

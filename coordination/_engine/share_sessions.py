@@ -37,18 +37,22 @@ import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
 
 from .._protocol import share_group as sg
 from .._protocol import share_group_codec as codec
 from .._protocol.consumer_group import TopicIdPartitions
 from .._protocol.error_codes import ErrorCode, error_name
 from .._protocol.record_batches import RecordFields
+from ..clock import Clock
 from ..errors import ProtocolCodecError
 from ..transport import CoordinatorNode, Transport, TransportError
 from . import classify
 from .classify import Api, Next
 from .share_group import ShareGroupMembership, TopicIdPartition
+
+if TYPE_CHECKING:
+    from .._transport.kafka import DedicatedAnswer
 
 # The code an acknowledgement is reported with when its request got no answer.
 NO_ANSWER: Final = ErrorCode.NETWORK_EXCEPTION
@@ -181,6 +185,29 @@ def _has_renew(acks: Mapping[int, sg.AcknowledgeType]) -> bool:
     return sg.AcknowledgeType.RENEW in acks.values()
 
 
+@dataclass(slots=True, eq=False)
+class FetchInFlight:
+    """A round of ShareFetches sent (:meth:`ShareSessions.start_fetch`), its answers not
+    taken yet."""
+
+    outcome: FetchOutcome
+    max_wait_ms: int
+    ahead: bool
+    idle: bool = False  # nothing to fetch from: taking it waits up to max_wait_ms
+    plan: dict[CoordinatorNode, frozenset[TopicIdPartition]] = field(default_factory=dict)
+    requests: dict[CoordinatorNode, sg.ShareFetchRequest] = field(default_factory=dict)
+    held_back: dict[TopicIdPartition, dict[int, Any]] = field(default_factory=dict)
+    answers: dict[CoordinatorNode, PendingAnswer] = field(default_factory=dict)
+    sent_at: float = 0.0
+
+    def ready(self, timeout_s: float, clock: Clock) -> bool:
+        """Whether every answer has begun to arrive, waiting up to ``timeout_s`` in all."""
+        deadline = clock.monotonic() + timeout_s
+        return all(
+            answer.ready(max(0.0, deadline - clock.monotonic())) for answer in self.answers.values()
+        )
+
+
 class ShareSessions:
     """The share sessions of one member, one per leader (see the module docstring)."""
 
@@ -250,7 +277,22 @@ class ShareSessions:
             FatalBrokerError: an answer the member cannot go on from (authorization, a broker
                 without share groups); the caller stops.
         """
-        outcome = FetchOutcome()
+        outcome = self.finish_fetch(self.start_fetch(acks, max_wait_ms), None)
+        assert outcome is not None
+        return outcome
+
+    def start_fetch(
+        self, acks: Acknowledgements, max_wait_ms: int, *, ahead: bool = False
+    ) -> FetchInFlight:
+        """The first half of :meth:`fetch`: the ShareFetches are sent (the RENEWs and the
+        acknowledgements of partitions no longer fetched from are sent and answered);
+        :meth:`finish_fetch` takes the answers. ``ahead``: the answers are taken later,
+        after other work (their records' locks are counted from the sending, since they may
+        have been waiting for a while). Until then the member sends nothing else to the
+        leaders.
+        """
+        inflight = FetchInFlight(FetchOutcome(), max_wait_ms, ahead)
+        outcome = inflight.outcome
         renewing = {tp: a for tp, a in acks.items() if _has_renew(a)}
         if renewing:
             outcome.acknowledged.update(self.acknowledge(renewing))
@@ -263,8 +305,8 @@ class ShareSessions:
             # Acknowledgements for partitions no longer fetched from: their own request.
             outcome.acknowledged.update(self.acknowledge(stray))
         if not plan:
-            self._membership.wait_changed(max_wait_ms / 1000)
-            return outcome
+            inflight.idle = True
+            return inflight
         # Kafka refuses a ShareFetch that opens a session and carries acknowledgements
         # (INVALID_REQUEST, all of them lost): they follow it, in a ShareAcknowledge of the new
         # session, and that fetch does not wait for records.
@@ -273,35 +315,68 @@ class ShareSessions:
             for leader in plan
             if self._sessions.get(leader, _Session()).epoch == sg.OPEN_SESSION_EPOCH
         }
-        held_back = {
+        inflight.held_back = {
             tp: a
             for tp, a in acks.items()
             if tp not in stray and any(tp in plan[leader] for leader in opening)
         }
-        requests = {
+        inflight.requests = {
             leader: self._fetch_request(
                 leader,
                 wanted,
-                {tp: a for tp, a in acks.items() if tp not in held_back},
-                0 if any(tp in wanted for tp in held_back) else max_wait_ms,
+                {tp: a for tp, a in acks.items() if tp not in inflight.held_back},
+                0 if any(tp in wanted for tp in inflight.held_back) else max_wait_ms,
             )
             for leader, wanted in plan.items()
         }
+        inflight.plan = plan
         timeout_s = self._config.request_timeout_ms / 1000 + max_wait_ms / 1000
         self._failed = False
         if self._closing:
+            inflight.requests = {}
+            return inflight
+        inflight.sent_at = self._membership.clock.monotonic()
+        inflight.answers = self._start_all(
+            inflight.requests, sg.ShareFetchResponse, timeout_s, ahead
+        )
+        return inflight
+
+    def finish_fetch(self, inflight: FetchInFlight, timeout_s: float | None) -> FetchOutcome | None:
+        """The second half of :meth:`fetch`: the answers of ``inflight`` taken, waiting up to
+        ``timeout_s`` for them to begin to arrive (None: as long as the requests' timeout);
+        None if one has not begun to arrive by then (ask again later).
+
+        Raises:
+            FatalBrokerError: as :meth:`fetch`.
+        """
+        if timeout_s is not None and not inflight.ready(timeout_s, self._membership.clock):
+            return None
+        outcome = inflight.outcome
+        if inflight.idle:
+            self._membership.wait_changed(inflight.max_wait_ms / 1000)
             return outcome
-        for leader, answer, answered_at in self._send_all(
-            requests, sg.ShareFetchResponse, timeout_s
-        ):
-            request, wanted = requests[leader], plan[leader]
+        # An answer taken after other work may have waited: its records' locks are counted
+        # from when its request went (the broker took them after that), not from now.
+        since = inflight.sent_at if inflight.ahead else None
+        for leader, answer, answered_at in self._answers(inflight.answers, since):
+            request, wanted = inflight.requests[leader], inflight.plan[leader]
             self._on_fetched(leader, request, wanted, answer, outcome, answered_at)
-        if held_back:
-            self._acknowledge_held_back(held_back, outcome)
+        inflight.answers = {}
+        if inflight.held_back:
+            self._acknowledge_held_back(inflight.held_back, outcome)
         if self._failed and not outcome.runs:
             # A failed fetch answers at once: wait before the next, as Kafka's clients do.
             self._membership.pause(self._config.retry_backoff_ms / 1000)
         return outcome
+
+    def abandon_fetch(self, inflight: FetchInFlight) -> None:
+        """Give up on the answers of ``inflight`` (the member is closing): whether its
+        acknowledgements were applied is not known. A leader whose connection this closes
+        ends the session there (releasing what the member held): it is forgotten."""
+        for leader, answer in inflight.answers.items():
+            if answer.abandon():
+                self._sessions.pop(leader, None)
+        inflight.answers = {}
 
     def _acknowledge_held_back(
         self, held_back: dict[TopicIdPartition, dict[int, Any]], outcome: FetchOutcome
@@ -415,35 +490,46 @@ class ShareSessions:
     ) -> list[tuple[CoordinatorNode, R | TransportError, float]]:
         """Each request's answer (or the TransportError it got) and when it came, sent to all
         leaders at once."""
+        return self._answers(self._start_all(requests, response_type, timeout_s, False), None)
 
-        def one(leader: CoordinatorNode) -> R | TransportError:
-            try:
-                return self._link.send(requests[leader], response_type, leader, timeout_s)
-            except TransportError as e:
-                return e
-
-        leaders = list(requests)
-        answers: dict[CoordinatorNode, tuple[R | TransportError, float]] = {}
+    def _start_all(
+        self,
+        requests: Mapping[CoordinatorNode, Any],
+        response_type: type[R],
+        timeout_s: float,
+        ahead: bool,
+    ) -> dict[CoordinatorNode, PendingAnswer]:
+        """Send each request to its leader; their answers to be taken by :meth:`_answers`."""
         clock = self._membership.clock
+        started: dict[CoordinatorNode, PendingAnswer] = {}
+        for i, leader in enumerate(requests):
+            # Where the transport cannot send now and answer later, a request taken later
+            # (ahead) or one of several (all at once) goes on a thread of the member's
+            # clock, not a pool of its own: every wait must come from the clock (a simulated
+            # member's included). The first of those taken at once is sent by this thread.
+            started[leader] = self._link.start(
+                requests[leader], response_type, leader, timeout_s, clock, ahead or i > 0
+            )
+        return started
 
-        def into_answers(leader: CoordinatorNode) -> Callable[[], None]:
-            def send() -> None:
-                answer = one(leader)
-                answers[leader] = (answer, clock.monotonic())
-
-            return send
-
-        # Threads from the member's clock, not a pool of its own: every wait must come from
-        # the clock (a simulated member's included). This thread sends to the first leader.
-        others = [
-            clock.thread(into_answers(leader), "coordination-share-fetch") for leader in leaders[1:]
-        ]
-        for thread in others:
-            thread.start()
-        into_answers(leaders[0])()
-        for thread in others:
-            thread.join()
-        return [(leader, answers[leader][0], answers[leader][1]) for leader in leaders]
+    def _answers(
+        self, started: Mapping[CoordinatorNode, PendingAnswer], since: float | None
+    ) -> list[tuple[CoordinatorNode, Any, float]]:
+        """Each started request's answer (or the TransportError it got) and when it came
+        (where not known: now, or ``since`` if given, the answers being taken after other
+        work)."""
+        clock = self._membership.clock
+        out: list[tuple[CoordinatorNode, Any, float]] = []
+        for leader, pending in started.items():
+            try:
+                answer = pending.answer()
+            except TransportError as e:
+                answer = e
+            came = pending.came_at()
+            if came is None:
+                came = clock.monotonic() if since is None else since
+            out.append((leader, answer, came))
+        return out
 
     # ------------------------------------------------------------------ answers
 
@@ -694,6 +780,151 @@ class LeaderLink:
         return self._kafka.send_dedicated(
             request, response_type, purpose="share", node=leader, timeout_s=timeout_s
         )
+
+    def start(
+        self,
+        request: sg.ShareFetchRequest | sg.ShareAcknowledgeRequest,
+        response_type: type[R],
+        leader: CoordinatorNode,
+        timeout_s: float,
+        clock: Clock,
+        threaded: bool,
+    ) -> PendingAnswer:
+        """Send ``request`` and return its answer to come. Kafka's transport sends it now
+        and reads the answer when it is taken; with any other (or kafka-python's
+        connections), the request is sent on a thread of ``clock`` if ``threaded``, else
+        when its answer is taken."""
+        if self._kafka is not None:
+            try:
+                sent = self._kafka.send_dedicated_ahead(
+                    request, response_type, purpose="share", node=leader, timeout_s=timeout_s
+                )
+            except TransportError as e:
+                return _Answered(e)
+            if sent is not None:
+                return _Direct(sent)
+
+        def send() -> Any:
+            return self.send(request, response_type, leader, timeout_s)
+
+        return _OnThread(clock, send) if threaded else _WhenTaken(send)
+
+
+class PendingAnswer(Protocol):
+    """A request's answer to come (:meth:`LeaderLink.start`)."""
+
+    def ready(self, timeout_s: float) -> bool:
+        """Whether :meth:`answer` would not wait for the broker, waiting up to
+        ``timeout_s`` for that."""
+        ...
+
+    def answer(self) -> Any:
+        """The answer. Raises TransportError: none came."""
+        ...
+
+    def abandon(self) -> bool:
+        """Give up on the answer; whether that closed the connection (so the broker ended
+        the share session)."""
+        ...
+
+    def came_at(self) -> float | None:
+        """When the answer came, by the member's clock, if known (once taken)."""
+        ...
+
+
+class _Direct:
+    """Sent on the transport's own connection; the answer is read when taken."""
+
+    def __init__(self, sent: DedicatedAnswer[Any]) -> None:
+        self._sent = sent
+
+    def ready(self, timeout_s: float) -> bool:
+        return self._sent.ready(timeout_s)
+
+    def answer(self) -> Any:
+        return self._sent.answer()
+
+    def abandon(self) -> bool:
+        self._sent.abandon()
+        return True
+
+    def came_at(self) -> float | None:
+        return None  # read when taken, having come at any time since it was sent
+
+
+class _Answered:
+    """A request that failed as it was sent."""
+
+    def __init__(self, error: TransportError) -> None:
+        self._error = error
+
+    def ready(self, timeout_s: float) -> bool:
+        return True
+
+    def answer(self) -> Any:
+        raise self._error
+
+    def abandon(self) -> bool:
+        return False
+
+    def came_at(self) -> float | None:
+        return None
+
+
+class _WhenTaken:
+    """Sent, and answered, when its answer is taken."""
+
+    def __init__(self, send: Callable[[], Any]) -> None:
+        self._send = send
+
+    def ready(self, timeout_s: float) -> bool:
+        return True
+
+    def answer(self) -> Any:
+        return self._send()
+
+    def abandon(self) -> bool:
+        return False
+
+    def came_at(self) -> float | None:
+        return None  # taken as it came
+
+
+class _OnThread:
+    """Sent and answered on a thread of the member's clock."""
+
+    def __init__(self, clock: Clock, send: Callable[[], Any]) -> None:
+        self._done = clock.event()
+        self._answer: Any = None
+        self._error: BaseException | None = None
+        self._came: float | None = None
+
+        def run() -> None:
+            try:
+                self._answer = send()
+            except BaseException as e:  # handed to the thread that takes the answer
+                self._error = e
+            finally:
+                self._came = clock.monotonic()
+                self._done.set()
+
+        self._thread = clock.thread(run, "coordination-share-fetch")
+        self._thread.start()
+
+    def ready(self, timeout_s: float) -> bool:
+        return self._done.wait(timeout_s)
+
+    def answer(self) -> Any:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._answer
+
+    def abandon(self) -> bool:
+        return False  # the thread ends with its request's timeout; its answer is dropped
+
+    def came_at(self) -> float | None:
+        return self._came
 
 
 def _by_topic(partitions: Iterable[TopicIdPartition]) -> list[tuple[uuid.UUID, tuple[int, ...]]]:

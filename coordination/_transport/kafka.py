@@ -18,7 +18,7 @@ import time
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import kafka.errors as kafka_errors
 from kafka.net.manager import KafkaConnectionManager
@@ -46,7 +46,7 @@ from ..errors import (
     broker_error,
 )
 from ..transport import CoordinatorNode, FollowUp, TransportError
-from .link import DirectConnection, DirectSettings, certificate_advice
+from .link import DirectConnection, DirectSettings, Outstanding, certificate_advice
 
 log = logging.getLogger("coordination.transport")
 
@@ -200,6 +200,40 @@ class KafkaTransport:
         node_id = self.dedicated_node(purpose, node.node_id, node.host, node.port)
         raw = self.send_kafka(self._encode(request), node_id=node_id, timeout_s=timeout_s)
         return self._checked(self._decode(raw), response_type)
+
+    def send_dedicated_ahead(
+        self,
+        request: m.Request,
+        response_type: type[R],
+        *,
+        purpose: str,
+        node: CoordinatorNode,
+        timeout_s: float,
+    ) -> DedicatedAnswer[R] | None:
+        """Send ``request`` as :meth:`send_dedicated` does, and return at once: its answer
+        is read later (:class:`DedicatedAnswer`), the broker working on it meanwhile. None
+        where the connection is kafka-python's (SASL, a proxy, a pinned broker version):
+        then the caller sends with :meth:`send_dedicated`.
+
+        Raises:
+            TransportError: the request could not be sent.
+        """
+        if self._closed:
+            raise TransportError("transport is closed")
+        node_id = self.dedicated_node(purpose, node.node_id, node.host, node.port)
+        direct = self._direct_connection(node_id)
+        if direct is None:
+            return None
+        encoded = self._encode(request)
+        try:
+            outstanding = direct.send_ahead(encoded, timeout_s)
+        except kafka_errors.IncompatibleBrokerVersion as e:
+            if not isinstance(encoded, _OwnCodecRequest):
+                raise TransportError(
+                    f"broker does not support {type(request).__name__}: {e}"
+                ) from e
+            return DedicatedAnswer(None, self._checked(encoded.unoffered(e), response_type))
+        return DedicatedAnswer(outstanding, response_type)
 
     def group_config(
         self, group_id: str, key: str, node: CoordinatorNode, timeout_s: float
@@ -813,6 +847,37 @@ def _delivering_before_close(transport: Any, receive: Any) -> Any:
         return data, error
 
     return receive_then_close
+
+
+class DedicatedAnswer(Generic[R]):
+    """The answer to come of a request :meth:`KafkaTransport.send_dedicated_ahead` sent."""
+
+    def __init__(self, outstanding: Outstanding | None, expected: type[R] | R) -> None:
+        # Without an outstanding request, ``expected`` is the answer already (the broker
+        # offers no version of the request: Kafka's clients answer it themselves).
+        self._outstanding = outstanding
+        self._expected = expected
+
+    def ready(self, timeout_s: float) -> bool:
+        """Whether the answer is here (or failed), waiting up to ``timeout_s``."""
+        return self._outstanding is None or self._outstanding.ready(timeout_s)
+
+    def answer(self) -> R:
+        """The answer, waiting for it until the request's timeout.
+
+        Raises:
+            TransportError: no answer, or the connection failed.
+        """
+        if self._outstanding is None:
+            return self._expected  # type: ignore[return-value]
+        raw = self._outstanding.answer()
+        assert isinstance(self._expected, type)
+        return KafkaTransport._checked(KafkaTransport._decode(raw), self._expected)
+
+    def abandon(self) -> None:
+        """Give up on the answer (its connection is closed)."""
+        if self._outstanding is not None:
+            self._outstanding.abandon()
 
 
 def _exchange(direct: DirectConnection, request: Any, timeout_s: float, then: Any = None) -> Any:

@@ -152,6 +152,38 @@ class DirectConnection:
             except TransportError as e:
                 return answer, e
 
+    def send_ahead(self, request: Any, timeout_s: float) -> Outstanding:
+        """Send ``request`` now and read its answer later (:meth:`Outstanding.answer`), so
+        that the broker works on it while the calling thread does something else. The
+        connection is the request's until its answer is read or it is abandoned: an exchange
+        meanwhile waits for it (up to its own timeout). The answer must come within
+        ``timeout_s`` of now.
+
+        Raises:
+            TransportError: the request could not be sent (the connection is closed).
+        """
+        deadline = time.monotonic() + timeout_s
+        if not self._lock.acquire(timeout=max(0.0, timeout_s)):
+            raise TransportError(
+                f"{type(request).__name__}: {self} stayed busy for {timeout_s:.1f}s"
+            )
+        try:
+            if self._closed:
+                raise TransportError(f"{self} is closed")
+
+            def send() -> tuple[socket.socket, int]:
+                sock = self._connected(deadline)
+                correlation_id, framed = self._framed(request)
+                _set_timeout(sock, deadline)
+                sock.sendall(framed)
+                return sock, correlation_id
+
+            sock, correlation_id = self._or_drop(request, send)
+        except BaseException:
+            self._lock.release()
+            raise
+        return Outstanding(self, sock, request, correlation_id, deadline)
+
     def api_version(self, request: Any) -> int | None:
         """The version ``request`` is sent in on this connection; None before it has
         connected (the versions come from the broker's ApiVersions) or if none fits."""
@@ -377,6 +409,71 @@ class DirectConnection:
         self._buffered.clear()
         if sock is not None:
             sock.close()
+
+
+class Outstanding:
+    """A request sent by :meth:`DirectConnection.send_ahead` whose answer is not read yet;
+    its connection stays reserved until :meth:`answer` or :meth:`abandon`."""
+
+    def __init__(
+        self,
+        connection: DirectConnection,
+        sock: socket.socket,
+        request: Any,
+        correlation_id: int,
+        deadline: float,
+    ) -> None:
+        self._connection = connection
+        self._sock = sock
+        self._request = request
+        self._correlation_id = correlation_id
+        self._deadline = deadline
+        self._open = True
+
+    def ready(self, timeout_s: float) -> bool:
+        """Whether the answer has begun to arrive, waiting up to ``timeout_s`` for it (a
+        failed connection counts as ready: :meth:`answer` raises at once)."""
+        if not self._open or self._connection._buffered:
+            return True
+        sock = self._sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True  # decrypted already, invisible to poll
+        try:
+            return _ready(sock, select.POLLIN, max(0.0, timeout_s))
+        except (OSError, ValueError):
+            return True
+
+    def answer(self) -> Any:
+        """The decoded answer, waiting for it until the deadline; the connection is free
+        again after.
+
+        Raises:
+            TransportError: no answer in time, or the connection failed (it is closed).
+        """
+        if not self._open:
+            raise TransportError(f"{type(self._request).__name__}: its answer was read already")
+        connection = self._connection
+        try:
+            return connection._or_drop(
+                self._request,
+                lambda: connection._answer(
+                    self._sock, self._request, self._correlation_id, self._deadline
+                ),
+            )
+        finally:
+            self._release()
+
+    def abandon(self) -> None:
+        """Give up on the answer: the connection is closed (so that the answer can never be
+        taken for another request's) and free again."""
+        if self._open:
+            self._connection._drop()
+            self._release()
+
+    def _release(self) -> None:
+        if self._open:
+            self._open = False
+            self._connection._lock.release()
 
 
 def certificate_advice(e: ssl.SSLCertVerificationError) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 from typing_extensions import Self
 
 from coordination import ErrorCode
-from coordination.clock import Clock, Event
+from coordination.clock import Clock
 from coordination.errors import ConfigurationError, CoordinationError, CoordinatorStateError
 from coordination.hooks import (
     AcknowledgementFailed,
@@ -31,6 +31,7 @@ from coordination.share_group import (
     AcknowledgeType,
     AcquiredRecord,
     AcquiredRun,
+    FetchInFlight,
     FetchOutcome,
     Leaders,
     ShareGroupMember,
@@ -178,15 +179,15 @@ class _Partition:
 @dataclass(slots=True, eq=False)
 class _Round:
     """A round of ShareFetches sent ahead of the poll that takes its records
-    (``fetch_ahead``), on a thread of the member's clock: the acknowledgements it carries and
-    when it was sent (a RENEW's lock runs from then at the latest), and once it is done
-    (``done`` set) its outcome, or the error it raised."""
+    (``fetch_ahead``): the acknowledgements it carries and when it was sent (a RENEW's lock
+    runs from then at the latest, and so do its records' locks), the fetch on its way
+    (``inflight``, None once its answers are taken) and then its outcome."""
 
     sent: dict[_Key, dict[int, AcknowledgeType]]
     sent_at: float
-    done: Any  # the clock's Event
+    inflight: FetchInFlight | None
     outcome: FetchOutcome | None = None
-    error: BaseException | None = None
+    error: BaseException | None = None  # the sending's, raised when the round is taken
 
 
 class ShareConsumer:
@@ -656,29 +657,23 @@ class ShareConsumer:
         self._lag_warned = False
 
     def _send_round(self, sent: dict[_Key, dict[int, AcknowledgeType]]) -> None:
-        """With ``fetch_ahead``, send the next round of ShareFetches, carrying ``sent``, on a
-        thread of the member's clock."""
+        """With ``fetch_ahead``, send the next round of ShareFetches, carrying ``sent``: the
+        broker answers while the application works on the records this poll returns, and
+        the next poll reads the answers. No wait at the broker: the round must not hold the
+        next poll's (or a commit's) acknowledgements back longer than a round trip."""
         if not self._fetch_ahead:
             return
-        round_ = _Round(sent, self._clock.monotonic(), self._clock.event())
-
-        def fetch() -> None:
-            try:
-                # No wait at the broker: the round must not hold the next poll's (or a
-                # commit's) acknowledgements back longer than a request's round trip.
-                round_.outcome = self._member.fetch(sent, 0)
-            except BaseException as e:  # handed to the thread that takes the round
-                round_.error = e
-            finally:
-                round_.done.set()
-
+        round_ = _Round(sent, self._clock.monotonic(), None)
+        try:
+            round_.inflight = self._member.start_fetch(sent, 0)
+        except BaseException as e:  # raised when the round is taken, as its answers' would
+            round_.error = e
         self._ahead = round_
-        self._clock.thread(fetch, f"share-fetch-ahead|{self.group_id}").start()
 
     def _take_round(self, timeout_s: float | None) -> bool:
         """Wait up to ``timeout_s`` (None: as long as it takes) for the round sent ahead,
         and settle its acknowledgements; its records wait in ``_fetched`` for a poll. False
-        if it is still out.
+        if its answers have not come yet.
 
         Raises:
             The error the round's fetch raised (FatalBrokerError, ...).
@@ -686,15 +681,21 @@ class ShareConsumer:
         round_ = self._ahead
         if round_ is None:
             return True
-        done: Event = round_.done
-        if not done.wait(None if timeout_s is None else max(0.0, timeout_s)):
+        try:
+            if round_.error is not None:
+                raise round_.error
+            assert round_.inflight is not None
+            outcome = self._member.finish_fetch(
+                round_.inflight, None if timeout_s is None else max(0.0, timeout_s)
+            )
+        except BaseException:
+            self._ahead = None
+            self._settle(round_.sent, {})  # some leaders may have applied them: uncertain
+            raise
+        if outcome is None:
             return False
         self._ahead = None
-        if round_.error is not None:
-            self._settle(round_.sent, {})  # some leaders may have applied them: uncertain
-            raise round_.error
-        outcome = round_.outcome
-        assert outcome is not None
+        round_.inflight, round_.outcome = None, outcome
         self._name_undecodable(outcome, round_.sent_at)
         if outcome.runs:  # kept before settling, which may raise: close names them then
             self._fetched = round_
@@ -713,6 +714,8 @@ class ShareConsumer:
                 "is unknown",
                 self.group_id,
             )
+            if round_.inflight is not None:
+                self._member.abandon_fetch(round_.inflight)
             self._settle(round_.sent, {})
 
     def _hold(

@@ -23,6 +23,7 @@ from kafka import KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from coordination import ErrorCode
+from coordination.hooks import CoordinationHooks, RecordsUnpolled
 from coordination.share_group import AcquiredRecord, ShareGroupMember
 from coordination.testing import NEWEST_KAFKA, KafkaCluster
 from recipes.queues import (
@@ -261,6 +262,52 @@ def test_closing_with_records_in_flight_releases_them_at_once(
     again = poll_until(staying, lambda got: len(got) >= 2, lambda r: staying.acknowledge(r))
     assert time.monotonic() - closed_at < 10
     assert sorted((r.offset, r.delivery_count) for r in again) == [(1, 2), (2, 2)]
+
+
+class _Unpolled(CoordinationHooks):
+    def __init__(self) -> None:
+        self.events: list[RecordsUnpolled] = []
+
+    def on_records_unpolled(self, event: RecordsUnpolled) -> None:
+        self.events.append(event)
+
+
+@ON_SHARE_BROKERS
+def test_a_consumer_fetching_ahead_accepts_each_record_once_and_releases_its_round_at_close(
+    kafka: str, consumers: list[ShareConsumer]
+) -> None:
+    # Each poll reads the answer of the fetch the one before sent (on the leader's own
+    # connection, answered while the records were handled) and sends the next.
+    topic = produced(kafka, 0, partitions=2)
+    produce_in_batches(kafka, topic, 200, per_batch=4, partitions=2)
+    group = share_group(kafka)
+    unpolled = _Unpolled()
+    ahead = consumer(
+        kafka, group, topic, consumers, fetch_ahead=True, max_poll_records=10, hooks=[unpolled]
+    )
+    accepted: list[tuple[int, int]] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(accepted) < 100:
+        assert time.monotonic() < deadline, len(accepted)
+        for record in ahead.poll(timeout_ms=500):
+            assert record.delivery_count == 1
+            ahead.acknowledge(record, ACCEPT)
+            accepted.append((record.partition, record.offset))
+    closed_at = time.monotonic()
+    assert all(error is None for error in ahead.close().values())
+    # A round was out at close: its records, never handed out, go back at once (the lock
+    # is 30 s), each having spent a delivery.
+    released = {(e.partition, offset) for e in unpolled.events for offset in e.offsets}
+    assert released and all(e.reason == "closed" for e in unpolled.events)
+    other = consumer(kafka, group, topic, consumers)
+    rest = poll_until(
+        other, lambda got: len(accepted) + len(got) >= 200, lambda r: other.acknowledge(r)
+    )
+    assert time.monotonic() - closed_at < 10
+    assert all(error is None for error in other.commit().values())
+    together = accepted + [(r.partition, r.offset) for r in rest]
+    assert len(together) == 200 and len(set(together)) == 200
+    assert {(r.partition, r.offset) for r in rest if r.delivery_count == 2} == released
 
 
 @ON_SHARE_BROKERS

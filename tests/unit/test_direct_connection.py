@@ -652,3 +652,81 @@ def test_a_follow_up_goes_behind_the_request_or_ahead_of_it(serve: Any, leads: b
     )
     assert order == (0, 27)
     assert len(read) == 2
+
+
+# ------------------------------------------------------------ a request answered later
+
+
+def test_a_request_sent_ahead_is_answered_when_taken_and_frees_the_connection(
+    serve: Any,
+) -> None:
+    # The broker holds the first answer until told to: the request was out before its
+    # answer was asked for, and ready() tells whether the answer is there without taking it.
+    release = threading.Event()
+    asked: list[int] = []
+
+    def held_first(number: int, cid: int) -> bytes:
+        asked.append(cid)
+        if len(asked) == 1:
+            release.wait(5)
+        return _heartbeat_answer(cid, error_code=27 if len(asked) == 1 else 0)
+
+    broker, connection = serve(held_first)
+    outstanding = connection.send_ahead(_heartbeat_request(), 5.0)
+    assert not outstanding.ready(0.2)
+    release.set()
+    assert outstanding.ready(2.0)
+    assert outstanding.answer().error_code == 27
+    # The connection is free again, and the same one.
+    assert connection.exchange(_heartbeat_request(), 2.0).error_code == 0
+    assert broker.connections == 1
+
+
+def test_an_exchange_waits_for_the_answer_of_a_request_sent_ahead(serve: Any) -> None:
+    # Another thread's exchange must not read the answer owed to the request sent ahead.
+    asked: list[int] = []
+
+    def numbered(number: int, cid: int) -> bytes:
+        asked.append(cid)
+        return _heartbeat_answer(cid, error_code=len(asked))  # 1, 2: which request it was
+
+    _, connection = serve(numbered)
+    outstanding = connection.send_ahead(_heartbeat_request(), 5.0)
+    time.sleep(0.2)  # its answer is there, unread
+    got: list[int] = []
+    other = threading.Thread(
+        target=lambda: got.append(connection.exchange(_heartbeat_request(), 5.0).error_code)
+    )
+    other.start()
+    other.join(0.3)
+    assert other.is_alive() and not got  # waits while the connection is reserved
+    assert outstanding.answer().error_code == 1
+    other.join(5)
+    assert got == [2]
+
+
+def test_an_abandoned_request_closes_its_connection(serve: Any) -> None:
+    # Its answer, arriving late, must never be read as the next request's.
+    late = threading.Event()
+
+    def slow_first(number: int, cid: int) -> bytes:
+        if number == 1:
+            late.wait(5)
+        return _heartbeat_answer(cid, error_code=27 if number == 1 else 0)
+
+    broker, connection = serve(slow_first)
+    connection.send_ahead(_heartbeat_request(), 5.0).abandon()
+    late.set()
+    assert connection.exchange(_heartbeat_request(), 2.0).error_code == 0
+    assert broker.connections == 2
+
+
+def test_a_request_sent_ahead_without_an_answer_in_time_fails_and_the_connection_is_replaced(
+    serve: Any,
+) -> None:
+    broker, connection = serve(lambda number, cid: _heartbeat_answer(cid) if number > 1 else None)
+    outstanding = connection.send_ahead(_heartbeat_request(), 0.3)
+    with pytest.raises(TransportError):
+        outstanding.answer()
+    assert connection.exchange(_heartbeat_request(), 2.0).error_code == 0
+    assert broker.connections == 2
