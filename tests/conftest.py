@@ -26,6 +26,17 @@ from coordination.testing._broker import TEST_BROKER_CONFIG
 
 from ._versions import VERSIONS
 
+# Every Spark driver a test starts (in this process, or in a worker process it starts, which
+# inherits the environment) compiles with C1 alone and collects with the serial collector, as
+# the test brokers do: a test's JVM lives for seconds or minutes, in which the full JIT's
+# compilations cost more CPU than they save (tests/unit/pipeline/test_spark_job.py: 64-76
+# CPU-s instead of 103-109). Benchmarks compare speeds; they do not run under pytest and keep
+# the full JIT.
+os.environ.setdefault(
+    "PYSPARK_SUBMIT_ARGS",
+    "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell",
+)
+
 
 def _docker_available() -> bool:
     if shutil.which("docker") is None:
