@@ -166,6 +166,9 @@ class _Held:
     lock_s: float
 
 
+_NO_TOPIC: Final = uuid.UUID(int=0)
+
+
 @dataclass(slots=True, eq=False)
 class _Partition:
     """One partition's records held, by offset, and its acknowledgements not sent yet: the
@@ -325,6 +328,14 @@ class ShareConsumer:
         self._clock = self._member.clock
         self._hooks = HookCaller(self._member.config.hooks)
         self._partitions: dict[_Key, _Partition] = {}  # those holding records
+        # The key and entry of the partition acknowledge() found last (see there).
+        self._last_acknowledged: tuple[_Key, _Partition] = ((_NO_TOPIC, -1), _Partition())
+        # The key, round and offsets _out() read last (see there).
+        self._last_out: tuple[_Key | None, _Round | None, dict[int, AcknowledgeType]] = (
+            None,
+            None,
+            {},
+        )
         self._pending: dict[_Key, dict[int, AcknowledgeType]] = {}
         self._topic_names: dict[uuid.UUID, str] = {}
         self._closed = False
@@ -516,12 +527,23 @@ class ShareConsumer:
             raise ConfigurationError(
                 f"ack_type must be ACCEPT, RELEASE, REJECT or RENEW, got {ack_type!r}"
             )
-        key = (record.topic_id, record.partition)
-        partition = self._partitions.get(key)
-        held = partition.held.get(record.offset) if partition is not None else None
+        # The partition of the last record acknowledged first: a poll's records come partition
+        # by partition, and a key holding a topic id is slow to hash (UUID's hash is Python's).
+        # One found there that does not hold the record (it left _partitions once empty) is
+        # looked up again.
+        key, partition = self._last_acknowledged
+        held = None
+        if key[0] is record.topic_id and key[1] == record.partition:
+            held = partition.held.get(record.offset)
+        if held is None:
+            key = (record.topic_id, record.partition)
+            found = self._partitions.get(key)
+            if found is not None:
+                partition = found
+                self._last_acknowledged = (key, found)
+                held = found.held.get(record.offset)
         if (
-            partition is None
-            or held is None
+            held is None
             or held.record is not record
             or (self._ahead is not None and self._out(key, record))
         ):
@@ -541,7 +563,13 @@ class ShareConsumer:
         ahead = self._ahead
         if ahead is None:
             return False
-        kind = ahead.sent.get(key, {}).get(record.offset)
+        # The offsets out for the partition of the last call first, as in acknowledge(): the
+        # key is the same tuple while acknowledge() finds the same partition.
+        last_key, last_round, offsets = self._last_out
+        if key is not last_key or ahead is not last_round:
+            offsets = ahead.sent.get(key, {})
+            self._last_out = (key, ahead, offsets)
+        kind = offsets.get(record.offset)
         return kind is not None and kind is not AcknowledgeType.RENEW
 
     def lock_deadline(self, record: ShareRecord) -> float | None:

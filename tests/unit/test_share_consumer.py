@@ -499,6 +499,31 @@ def test_misuse_of_acknowledge_is_refused() -> None:
     c.close()
 
 
+def test_each_record_is_acknowledged_once_across_partitions_and_deliveries() -> None:
+    # acknowledge() tries the partition it found last first: records of two partitions in
+    # turn, and a record delivered again once its partition held nothing for a while (the
+    # partition found last then), are each taken as their own, and once.
+    broker = Broker(records=4, partitions=2)
+    c = make(broker)
+    records = sorted(poll_n(c, 4), key=lambda r: (r.offset, r.partition))  # p0, p1, p0, p1
+    first = records[0]
+    for r in records[1:]:
+        c.acknowledge(r, A.ACCEPT)
+    c.acknowledge(first, A.RELEASE)
+    assert c.commit() == {("jobs", 0): None, ("jobs", 1): None}
+    for r in records:
+        with pytest.raises(CoordinatorStateError, match="not held"):
+            c.acknowledge(r)  # acknowledged already
+    (again,) = poll_n(c, 1)
+    assert (again.partition, again.offset, again.delivery_count) == (0, 0, 2)
+    c.acknowledge(again)
+    with pytest.raises(CoordinatorStateError, match="not held"):
+        c.acknowledge(first)  # of the delivery that ended
+    assert c.commit() == {("jobs", 0): None}
+    assert [st[0] for st in broker.state.values()] == ["acknowledged"] * 4
+    c.close()
+
+
 def test_renew_keeps_the_record_and_goes_alone_in_a_share_acknowledge() -> None:
     broker = Broker(records=1)
     c = make(broker)
