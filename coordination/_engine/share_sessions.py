@@ -333,7 +333,8 @@ class ShareSessions:
         timeout_s = self._config.request_timeout_ms / 1000 + max_wait_ms / 1000
         self._failed = False
         if self._closing:
-            inflight.requests = {}
+            # Nothing more is sent once closing: these acknowledgements' outcome is unknown.
+            inflight.requests, inflight.held_back = {}, {}
             return inflight
         inflight.sent_at = self._membership.clock.monotonic()
         inflight.answers = self._start_all(

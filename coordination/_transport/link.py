@@ -428,11 +428,48 @@ class Outstanding:
         self._request = request
         self._correlation_id = correlation_id
         self._deadline = deadline
+        self._timeout_s = max(0.0, deadline - time.monotonic())
         self._open = True
 
     def ready(self, timeout_s: float) -> bool:
-        """Whether the answer has begun to arrive, waiting up to ``timeout_s`` for it (a
-        failed connection counts as ready: :meth:`answer` raises at once)."""
+        """Whether :meth:`answer` would not wait: the answer has begun to arrive, or its
+        time is up, or the connection failed (then :meth:`answer` raises at once). Waits up
+        to ``timeout_s`` for that."""
+        if self._arrived(0.0):
+            return True
+        left = self._deadline - time.monotonic()
+        return (
+            left <= 0 or self._arrived(min(timeout_s, left)) or time.monotonic() >= self._deadline
+        )
+
+    def answer(self) -> Any:
+        """The decoded answer, waiting for it until the request's deadline; the connection
+        is free again after. An answer that began to arrive is read whole, however late it
+        is taken (the application may work longer than the request's timeout before the
+        next poll takes it).
+
+        Raises:
+            TransportError: no answer in time, or the connection failed (it is closed).
+        """
+        if not self._open:
+            raise TransportError(f"{type(self._request).__name__}: its answer was read already")
+        connection = self._connection
+        deadline = self._deadline
+        if self._arrived(0.0):
+            deadline = max(deadline, time.monotonic() + self._timeout_s)
+        try:
+            return connection._or_drop(
+                self._request,
+                lambda: connection._answer(
+                    self._sock, self._request, self._correlation_id, deadline
+                ),
+            )
+        finally:
+            self._release()
+
+    def _arrived(self, timeout_s: float) -> bool:
+        """Whether bytes of the answer (or the connection's end) are here, waiting up to
+        ``timeout_s``."""
         if not self._open or self._connection._buffered:
             return True
         sock = self._sock
@@ -442,26 +479,6 @@ class Outstanding:
             return _ready(sock, select.POLLIN, max(0.0, timeout_s))
         except (OSError, ValueError):
             return True
-
-    def answer(self) -> Any:
-        """The decoded answer, waiting for it until the deadline; the connection is free
-        again after.
-
-        Raises:
-            TransportError: no answer in time, or the connection failed (it is closed).
-        """
-        if not self._open:
-            raise TransportError(f"{type(self._request).__name__}: its answer was read already")
-        connection = self._connection
-        try:
-            return connection._or_drop(
-                self._request,
-                lambda: connection._answer(
-                    self._sock, self._request, self._correlation_id, self._deadline
-                ),
-            )
-        finally:
-            self._release()
 
     def abandon(self) -> None:
         """Give up on the answer: the connection is closed (so that the answer can never be

@@ -726,7 +726,22 @@ def test_a_request_sent_ahead_without_an_answer_in_time_fails_and_the_connection
 ) -> None:
     broker, connection = serve(lambda number, cid: _heartbeat_answer(cid) if number > 1 else None)
     outstanding = connection.send_ahead(_heartbeat_request(), 0.3)
+    began = time.monotonic()
+    assert outstanding.ready(5.0)  # its time is up: taking it does not wait
+    assert 0.2 < time.monotonic() - began < 2.0
     with pytest.raises(TransportError):
         outstanding.answer()
     assert connection.exchange(_heartbeat_request(), 2.0).error_code == 0
     assert broker.connections == 2
+
+
+def test_an_answer_that_came_in_time_is_read_however_late_it_is_taken(serve: Any) -> None:
+    # The application may work longer than the request's timeout before the next poll takes
+    # the answer fetched ahead: it is there, and must not be thrown away as timed out.
+    broker, connection = serve(lambda number, cid: _heartbeat_answer(cid, error_code=27))
+    outstanding = connection.send_ahead(_heartbeat_request(), 0.3)
+    time.sleep(0.6)
+    assert outstanding.ready(0.0)
+    assert outstanding.answer().error_code == 27
+    assert connection.exchange(_heartbeat_request(), 2.0).error_code == 27
+    assert broker.connections == 1
