@@ -163,20 +163,12 @@ class DirectConnection:
             TransportError: the request could not be sent (the connection is closed).
         """
         deadline = time.monotonic() + timeout_s
-        if not self._lock.acquire(timeout=max(0.0, timeout_s)):
-            raise TransportError(
-                f"{type(request).__name__}: {self} stayed busy for {timeout_s:.1f}s"
-            )
+        self._reserve(request, timeout_s)
         try:
-            if self._closed:
-                raise TransportError(f"{self} is closed")
 
             def send() -> tuple[socket.socket, int]:
                 sock = self._connected(deadline)
-                correlation_id, framed = self._framed(request)
-                _set_timeout(sock, deadline)
-                sock.sendall(framed)
-                return sock, correlation_id
+                return sock, self._send(sock, request, deadline)
 
             sock, correlation_id = self._or_drop(request, send)
         except BaseException:
@@ -217,16 +209,25 @@ class DirectConnection:
     @contextlib.contextmanager
     def _held(self, request: Any, timeout_s: float) -> Iterator[None]:
         """The connection for one exchange: one at a time, as the broker answers them."""
+        self._reserve(request, timeout_s)
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _reserve(self, request: Any, timeout_s: float) -> None:
+        """Take the connection's lock for ``request`` (the caller releases it).
+
+        Raises:
+            TransportError: it stayed busy for ``timeout_s``, or the connection is closed.
+        """
         if not self._lock.acquire(timeout=max(0.0, timeout_s)):
             raise TransportError(
                 f"{type(request).__name__}: {self} stayed busy for {timeout_s:.1f}s"
             )
-        try:
-            if self._closed:
-                raise TransportError(f"{self} is closed")
-            yield
-        finally:
+        if self._closed:
             self._lock.release()
+            raise TransportError(f"{self} is closed")
 
     def _or_drop(self, request: Any, step: Callable[[], T]) -> T:
         """``step``'s result; any failure closes the connection (so that a late answer can
@@ -342,10 +343,14 @@ class DirectConnection:
         raise TransportError(f"{self}: the broker answers no ApiVersions version")
 
     def _round_trip(self, sock: socket.socket, request: Any, deadline: float) -> Any:
+        return self._answer(sock, request, self._send(sock, request, deadline), deadline)
+
+    def _send(self, sock: socket.socket, request: Any, deadline: float) -> int:
+        """Write ``request`` to ``sock``; its correlation id."""
         correlation_id, framed = self._framed(request)
         _set_timeout(sock, deadline)
         sock.sendall(framed)
-        return self._answer(sock, request, correlation_id, deadline)
+        return correlation_id
 
     def _choose_version(self, request: Any) -> None:
         if request.API_VERSION is None:
