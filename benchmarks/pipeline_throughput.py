@@ -26,6 +26,7 @@ Measured:
     python -m benchmarks.pipeline_throughput [--quick] [--bootstrap HOST:PORT] [--sink delta]
         [--throughput-runs N] [--phases throughput,latency,kill]
         [--parallel-batches N] [--max-partitions-per-batch N] [--max-batch-delay-ms MS]
+        [--worker-master local[1]] [--peer-master local[2]]
 
 The last line prints the figures as name=value pairs.
 """
@@ -213,6 +214,8 @@ class Batching(TypedDict, total=False):
 
 
 BATCHING: Batching = {}
+# spark.master of each worker and of the peer's driver (--worker-master, --peer-master).
+MASTERS = {"worker": "local[1]", "peer": f"local[{WORKERS}]"}
 
 
 def start_workers(
@@ -232,6 +235,7 @@ def start_workers(
             session_timeout_ms=SESSION_TIMEOUT_MS,
             max_batch_records=100_000,
             wait_for_go=True,
+            master=MASTERS["worker"],
             **BATCHING,
         )
         for i in range(n)
@@ -433,7 +437,7 @@ class StreamingDriver:
             f"--checkpoint={root / 'checkpoint'}",
             f"--output={root / 'output'}",
             f"--sink={sink}",
-            f"--master=local[{WORKERS}]",
+            f"--master={MASTERS['peer']}",
             f"--window-ms={WINDOW_MS}",
             "--wait-for-go",
             *(["--available-now"] if once else []),
@@ -612,7 +616,14 @@ def main() -> None:
         type=int,
         help="the workers' setting (Parquet: compaction on; Delta: 0 merges each batch)",
     )
+    parser.add_argument(
+        "--worker-master", default=MASTERS["worker"], help="spark.master of each worker"
+    )
+    parser.add_argument(
+        "--peer-master", default=MASTERS["peer"], help="spark.master of the peer's driver"
+    )
     args = parser.parse_args()
+    MASTERS.update(worker=args.worker_master, peer=args.peer_master)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     if not phases or set(phases) - set(PHASES):
         parser.error(f"--phases: choose from {', '.join(PHASES)}, got {args.phases!r}")
@@ -636,7 +647,8 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         bootstrap = stack.enter_context(running_kafka(args.bootstrap, full_jit=True))
         print(
-            f"{WORKERS} cores of Spark each side; sink {args.sink}; {PARTITIONS} partitions; "
+            f"{WORKERS} workers of {MASTERS['worker']} against one driver of "
+            f"{MASTERS['peer']}; sink {args.sink}; {PARTITIONS} partitions; "
             f"worker batching {BATCHING or 'default'}"
         )
         if "throughput" in phases:
