@@ -9,7 +9,7 @@ import functools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -153,8 +153,12 @@ def _partials(spark: SparkSession, sink: DeltaTables) -> DataFrame:
 
 
 def _version(spark: SparkSession, table: str) -> int | None:
-    """The table's latest version, None if it is not a Delta table yet."""
-    version = _state(spark, table)[0]
+    """The table's latest version, None if it is not a Delta table yet.
+
+    A listing of its log, without the snapshot's state (its transactions), whose
+    reconstruction took 0.4-0.9 s of a core after each append (measured on ``local[1]``).
+    """
+    version = int(latest_snapshot(spark, table).version())
     return None if version < 0 else version
 
 
@@ -166,9 +170,53 @@ def _state(spark: SparkSession, table: str) -> tuple[int, int | None]:
     whose recorded mark it starts after. One read of the log, where asking first whether
     the table exists was another (a cycle's reads took a second on one core).
     """
+    snapshot = latest_snapshot(spark, table)
+    return int(snapshot.version()), mark_in(snapshot)
+
+
+def latest_snapshot(spark: SparkSession, table: str) -> Any:
+    """The table's latest snapshot (a JVM object; version -1 if it is not a Delta table)."""
     delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
-    pair = delta_log.forTableWithSnapshot(spark._jsparkSession, table)
-    snapshot = pair._2()
+    return delta_log.forTableWithSnapshot(spark._jsparkSession, table)._2()
+
+
+def mark_in(snapshot: Any) -> int | None:
+    """The compactor's ``txnVersion`` in ``snapshot`` (None: no cycle yet), from the
+    snapshot's state: a reconstruction (a Spark job) the first time it is asked."""
     recorded = snapshot.transactions().get(COMPACTOR_APP_ID)
-    merged_through = int(recorded.get()) if recorded.isDefined() else None
-    return int(snapshot.version()), merged_through
+    return int(recorded.get()) if recorded.isDefined() else None
+
+
+def mark_through(
+    spark: SparkSession, table: str, since: int, mark: int | None, latest: int
+) -> int | None:
+    """The compactor's mark at version ``latest`` of ``table``, given ``mark`` at version
+    ``since``: the last ``txnVersion`` of :data:`COMPACTOR_APP_ID` committed in the
+    versions ``(since, latest]``, else ``mark``. Reads only those commits' files (10-20 ms
+    for a few, measured), where :func:`mark_in` reconstructs the snapshot's state.
+
+    Raises:
+        Exception: A commit of those versions could not be read (Delta's log cleanup
+            removed it): read the snapshot's state instead.
+    """
+    if latest <= since:
+        return mark
+    jvm: Any = spark._jvm
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table)
+    # failOnDataLoss: a version missing from the range raises rather than being skipped.
+    changes = delta_log.getChanges(since + 1, latest, jvm.scala.Option.empty(), True)
+    read = since
+    while changes.hasNext():
+        commit = changes.next()
+        read = int(commit._1())
+        actions = commit._2()
+        for i in range(actions.size()):
+            action = actions.apply(i)
+            if (
+                action.getClass().getSimpleName() == "SetTransaction"
+                and action.appId() == COMPACTOR_APP_ID
+            ):
+                mark = int(action.version())
+    if read != latest:
+        raise RuntimeError(f"{table}: read its commits up to version {read}, not {latest}")
+    return mark

@@ -402,7 +402,10 @@ class DeltaSink:
                 f"{rows.schema.simpleString()} where the table has {table_schema}; a "
                 "pipeline whose results change shape needs a new table"
             )
-        actions = jvm.java_list(txn.writeFiles(rows._jdf))
+        # One task and one file for all the batches (their rows are small results, each
+        # staged as one file): a file per batch took twice the time to write (0.4-0.6 s
+        # against 0.2 s for six, on local[1]), and each cycle reads every file it merges.
+        actions = jvm.java_list(txn.writeFiles(rows.coalesce(1)._jdf))
         now_ms = int(time.time() * 1000)
         for offsets, _ in fresh:
             app_id = delta_app_id(offsets.topic, offsets.partition)

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import threading
@@ -653,6 +654,66 @@ class TestDeltaCompactor:
         b._merge(b._new_totals(ahead), ahead)
         assert table_totals(spark, sink) == _add(expected((0, 40)), expected((0, 10)))
         assert a.compact() is None
+
+    def test_the_mark_is_read_from_the_commits_since_the_last_read_and_equals_the_tables(
+        self, spark, tmp_path, monkeypatch
+    ):
+        # A compactor reads its mark from the commits since its last read (a few small
+        # files) instead of the snapshot's state; through its own cycles, another
+        # compactor's, prunes and appends, it reads what the table's state says.
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 20))
+        a = DeltaCompactor(spark, sink, token=1, prune_interval_ms=0)
+        b = DeltaCompactor(spark, sink, token=2, prune_interval_ms=None)
+        assert a.compact() is not None  # a reads the state once
+        states: list[tuple[int, int | None]] = []
+        monkeypatch.setattr(
+            "recipes.pipeline._compactor.mark_in",
+            lambda snapshot: pytest.fail("the snapshot's state was read"),
+        )
+        for end in (30, 40):
+            output.publish(stage(spark, output, end - 10, end))
+            assert a.compact() is not None
+            states.append(a._totals_state())
+            assert states[-1] == _state(spark, sink.table)
+        output.publish(stage(spark, output, 40, 50))
+        monkeypatch.undo()
+        assert b.compact() is not None  # another compactor's cycle: a reads its mark
+        assert a._totals_state() == _state(spark, sink.table) != states[-1]
+        assert a.compact() is None
+        assert table_totals(spark, sink) == expected((0, 50))
+
+    def test_a_compactor_reads_a_cleaned_up_or_recreated_tables_mark_from_its_state(
+        self, spark, tmp_path
+    ):
+        sink = delta_sink(tmp_path)
+        output = sink.output(spark)
+        output.publish(stage(spark, output, 0, 20))
+        compactor = DeltaCompactor(spark, sink, prune_interval_ms=None)
+        assert compactor.compact() is not None
+        version, mark = compactor._totals_state()  # its cycle's commit
+        assert compactor._totals_read is not None
+        table_id = compactor._totals_read[0]
+        output.publish(stage(spark, output, 20, 30))
+        assert compactor.compact() is not None  # version + 1, with the last mark
+        spark.sql(f"ALTER TABLE delta.`{sink.table}` SET TBLPROPERTIES ('team' = 'ops')")
+        # Delta's log cleanup removed that cycle's commit (a checkpoint after it): the
+        # mark comes from the state, not from the commits left (which have none).
+        delta_log: Any = spark._jvm.org.apache.spark.sql.delta.DeltaLog
+        delta_log.forTable(spark._jsparkSession, sink.table).checkpoint()
+        (Path(sink.table) / "_delta_log" / f"{version + 1:020d}.json").unlink()
+        compactor._totals_read = (table_id, version, mark)
+        assert compactor._totals_state() == _state(spark, sink.table)
+        assert compactor._totals_state()[1] == _version(spark, sink.partials)
+        # Another table at the path (dropped and made again, with as many versions as
+        # the old one): its mark is its own (none yet), not the old table's.
+        newest = compactor._totals_read[1]
+        shutil.rmtree(sink.table)
+        delta_log.clearCache()
+        for _ in range(newest + 1):
+            spark.range(1).write.format("delta").mode("append").save(sink.table)
+        assert compactor._totals_state() == (newest, None)
 
     @pytest.mark.parametrize("name", ["prune_interval_ms", "vacuum_interval_ms"])
     def test_a_negative_interval_is_refused_by_name(self, spark, tmp_path, name):
