@@ -130,13 +130,22 @@ def event(partition: int, offset: int) -> tuple[str, int, int] | None:
 
 
 # A range's sums are computed by the stage that writes them, again by the checker that
-# reads them back, and again by every retry of the range: once is enough.
-@functools.lru_cache(maxsize=4096)
-def windowed_sums(
-    partition: int, start: int, end: int
-) -> Mapping[tuple[str, int], tuple[int, int]]:
-    """What ``windowed_sum`` computes of the records ``[start, end)`` of ``partition``
-    (shared between its callers: never modified)."""
+# reads them back, and again by every retry of the range: once is enough. A window holds
+# the records of WINDOW_OFFSETS offsets in a row (a record's timestamp is a function of its
+# offset), so a range's sums are those of its whole windows, each computed once, and of
+# the records of the windows it cuts at its ends.
+WINDOW_OFFSETS = WINDOW_MS // TS_STEP_MS
+
+
+@functools.lru_cache(maxsize=65536)
+def _window_sums(partition: int, window: int) -> Mapping[tuple[str, int], tuple[int, int]]:
+    """What ``windowed_sum`` computes of the records of one whole window of ``partition``
+    (the offsets ``[window * WINDOW_OFFSETS, (window + 1) * WINDOW_OFFSETS)``)."""
+    start = window * WINDOW_OFFSETS
+    return _sums_of(partition, start, start + WINDOW_OFFSETS)
+
+
+def _sums_of(partition: int, start: int, end: int) -> Totals:
     sums: Totals = {}
     for offset in range(start, end):
         found = event(partition, offset)
@@ -147,6 +156,29 @@ def windowed_sums(
         count, total = sums.get(window, (0, 0))
         sums[window] = (count + 1, total + value)
     return sums
+
+
+@functools.lru_cache(maxsize=4096)
+def windowed_sums(
+    partition: int, start: int, end: int
+) -> Mapping[tuple[str, int], tuple[int, int]]:
+    """What ``windowed_sum`` computes of the records ``[start, end)`` of ``partition``
+    (shared between its callers: never modified)."""
+    first = -(-start // WINDOW_OFFSETS)  # the first whole window
+    last = end // WINDOW_OFFSETS  # the window after the last whole one
+    if first >= last:
+        return _sums_of(partition, start, end)
+    sums = _sums_of(partition, start, first * WINDOW_OFFSETS)
+    for window in range(first, last):
+        add(sums, _window_sums(partition, window))
+    add(sums, _sums_of(partition, last * WINDOW_OFFSETS, end))
+    return sums
+
+
+def rejected_offsets(partition: int, start: int, end: int) -> list[int]:
+    """The offsets of ``[start, end)`` whose records are not valid events (see :func:`event`)."""
+    first = start + (-(partition * 31 + start)) % 13
+    return list(range(first, end, 13))
 
 
 def add(into: Totals, more: Mapping[tuple[str, int], tuple[int, int]]) -> None:
@@ -163,7 +195,8 @@ def read_sums_file(path: Path) -> Totals:
     """The sums of one results file (a segment's holds several batches' rows: added up)."""
     sums: Totals = {}
     for key, start, count, total in json.loads(path.read_text(encoding="utf-8")):
-        add(sums, {(key, start): (count, total)})
+        before = sums.get((key, start), (0, 0))
+        sums[key, start] = (before[0] + count, before[1] + total)
     return sums
 
 
@@ -383,11 +416,7 @@ class PipelineDriver(DriverBase):
         sums = windowed_sums(offsets.partition, offsets.start_offset, offsets.end_offset)
         rows = sorted([key, start, count, total] for (key, start), (count, total) in sums.items())
         (path / RESULTS_FILE).write_text(json.dumps(rows), encoding="utf-8")
-        rejected = [
-            o
-            for o in range(offsets.start_offset, offsets.end_offset)
-            if event(offsets.partition, o) is None
-        ]
+        rejected = rejected_offsets(offsets.partition, offsets.start_offset, offsets.end_offset)
         return output.finish_stage(
             path,
             offsets,
