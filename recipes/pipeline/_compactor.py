@@ -204,7 +204,9 @@ class DeltaCompactor:
         self._prune_version: int | None = None
         # The totals' (table id, version, mark) as last read: the next read takes only the
         # commits since from the log, where the snapshot's state is reconstructed anew
-        # after every commit (0.7-1.0 s of a core a cycle, measured on local[1]).
+        # for every version (0.7-1.0 s of a core, measured on local[1]). A cycle with
+        # nothing to merge costs 0.02 s instead of 0.6 s; one that merges still pays it
+        # once, in its MERGE (whose idempotent-write check reads that state).
         self._totals_read: tuple[str, int, int | None] | None = None
 
     def run(self, stop: Event, still_leader: Callable[[], bool]) -> None:

@@ -5,7 +5,7 @@ result published exactly once through seeded fault histories; and the checker fi
 broken guarantee.
 
 A history costs about 0.3 s of one core (0.47 on the consumer protocol, 0.64 compacting:
-docs/simulation.md); CI runs 600 of the goal of 2,000 histories, which
+docs/simulation.md); CI runs 450 of the goal of 2,000 histories, which
 SIMULATION_PIPELINE_HISTORIES, SIMULATION_PIPELINE_848_HISTORIES and
 SIMULATION_PIPELINE_COMPACTED_HISTORIES raise.
 """
@@ -22,9 +22,9 @@ from devtools.simulation import run_seeds
 
 from ._histories import assert_histories_pass
 
-PIPELINE_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_HISTORIES", "400"))
-PIPELINE_848_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_848_HISTORIES", "100"))
-PIPELINE_COMPACTED_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_COMPACTED_HISTORIES", "100"))
+PIPELINE_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_HISTORIES", "300"))
+PIPELINE_848_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_848_HISTORIES", "75"))
+PIPELINE_COMPACTED_HISTORIES = int(os.environ.get("SIMULATION_PIPELINE_COMPACTED_HISTORIES", "75"))
 
 
 @pytest.mark.timeout(900)
