@@ -120,10 +120,16 @@ def _count_entry_changes_from_now() -> None:
         _counting_entry_changes[0] = True
 
 
+# One record in REJECTED_EVERY is not a valid event: those whose offset plus
+# REJECTED_SHIFT times their partition is a multiple of it (see event, rejected_offsets).
+REJECTED_EVERY = 13
+REJECTED_SHIFT = 31
+
+
 def event(partition: int, offset: int) -> tuple[str, int, int] | None:
     """The event at ``offset`` of ``partition``: (key, ts_ms, value), None for a record
     that is not a valid event (rejected, as ``windowed_sum`` rejects one)."""
-    if (partition * 31 + offset) % 13 == 0:
+    if (partition * REJECTED_SHIFT + offset) % REJECTED_EVERY == 0:
         return None
     key = f"sensor-{(offset * 7 + partition) % 5}"
     return key, offset * TS_STEP_MS, (offset * 37 + partition * 11) % 19 - 9
@@ -177,8 +183,8 @@ def windowed_sums(
 
 def rejected_offsets(partition: int, start: int, end: int) -> list[int]:
     """The offsets of ``[start, end)`` whose records are not valid events (see :func:`event`)."""
-    first = start + (-(partition * 31 + start)) % 13
-    return list(range(first, end, 13))
+    first = start + (-(partition * REJECTED_SHIFT + start)) % REJECTED_EVERY
+    return list(range(first, end, REJECTED_EVERY))
 
 
 def add(into: Totals, more: Mapping[tuple[str, int], tuple[int, int]]) -> None:
