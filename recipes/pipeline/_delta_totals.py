@@ -9,7 +9,9 @@ import functools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
+
+from ._delta_log import latest_snapshot, versions_in_state
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -171,52 +173,6 @@ def _state(spark: SparkSession, table: str) -> tuple[int, int | None]:
     the table exists was another (a cycle's reads took a second on one core).
     """
     snapshot = latest_snapshot(spark, table)
-    return int(snapshot.version()), mark_in(snapshot)
-
-
-def latest_snapshot(spark: SparkSession, table: str) -> Any:
-    """The table's latest snapshot (a JVM object; version -1 if it is not a Delta table)."""
-    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
-    return delta_log.forTableWithSnapshot(spark._jsparkSession, table)._2()
-
-
-def mark_in(snapshot: Any) -> int | None:
-    """The compactor's ``txnVersion`` in ``snapshot`` (None: no cycle yet), from the
-    snapshot's state: a reconstruction (a Spark job) the first time it is asked."""
-    recorded = snapshot.transactions().get(COMPACTOR_APP_ID)
-    return int(recorded.get()) if recorded.isDefined() else None
-
-
-def mark_through(
-    spark: SparkSession, table: str, since: int, mark: int | None, latest: int
-) -> int | None:
-    """The compactor's mark at version ``latest`` of ``table``, given ``mark`` at version
-    ``since``: the last ``txnVersion`` of :data:`COMPACTOR_APP_ID` committed in the
-    versions ``(since, latest]``, else ``mark``. Reads only those commits' files (10-20 ms
-    for a few, measured), where :func:`mark_in` reconstructs the snapshot's state.
-
-    Raises:
-        Exception: A commit of those versions could not be read (Delta's log cleanup
-            removed it): read the snapshot's state instead.
-    """
-    if latest <= since:
-        return mark
-    jvm: Any = spark._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table)
-    # failOnDataLoss: a version missing from the range raises rather than being skipped.
-    changes = delta_log.getChanges(since + 1, latest, jvm.scala.Option.empty(), True)
-    read = since
-    while changes.hasNext():
-        commit = changes.next()
-        read = int(commit._1())
-        actions = commit._2()
-        for i in range(actions.size()):
-            action = actions.apply(i)
-            if (
-                action.getClass().getSimpleName() == "SetTransaction"
-                and action.appId() == COMPACTOR_APP_ID
-            ):
-                mark = int(action.version())
-    if read != latest:
-        raise RuntimeError(f"{table}: read its commits up to version {read}, not {latest}")
-    return mark
+    if int(snapshot.version()) < 0:
+        return -1, None
+    return int(snapshot.version()), versions_in_state(snapshot).get(COMPACTOR_APP_ID)

@@ -35,9 +35,12 @@ from recipes.pipeline import (
     PipelineOutput,
     PipelineOutputError,
     StagedBatch,
+    _delta_log,
+    _sinks,
     stage_batch,
     windowed_sum,
 )
+from recipes.pipeline._delta_log import RecordedVersions
 from recipes.pipeline._delta_totals import (
     BATCH_ID_COLUMNS,
     COMPACTOR_APP_ID,
@@ -381,6 +384,80 @@ class TestDeltaCompactor:
         assert len(list((Path(sink.partials) / "_delta_log").glob("*.json"))) == versions
         assert totals(spark, sink) == _add(expected((0, 30)), expected((0, 20)))
 
+    def test_two_publishers_of_one_batch_at_once_append_it_once(
+        self, spark, tmp_path, monkeypatch, caplog
+    ):
+        # A former owner and the new owner publish one committed batch at the same time:
+        # both find its partition's version not recorded yet. The one that commits second
+        # conflicts (Delta checks the ids its transaction read) and its retry leaves the
+        # batch out. The versions come from the log, not from Delta's txnVersion: the id
+        # must still be registered as read, or both appends land.
+        sink = delta_sink(tmp_path)
+        late, other = sink.output(spark), sink.output(spark.newSession())
+        late.publish(stage(spark, late, 0, 10))  # creates the table
+        late_batch, other_batch = stage(spark, late, 10, 20), stage(spark, other, 10, 20)
+        real_lock = _sinks.delta_commit_lock
+        raced: list[int] = []
+
+        @contextlib.contextmanager
+        def other_commits_first(table: str) -> Iterator[None]:
+            if not raced:
+                raced.append(1)
+                other.publish(other_batch)
+            with real_lock(table):
+                yield
+
+        monkeypatch.setattr(_sinks, "delta_commit_lock", other_commits_first)
+        with caplog.at_level(logging.INFO, logger="recipes.pipeline"):
+            late.publish(late_batch)
+        assert raced and "Delta transaction conflict, retrying" in caplog.text
+        assert txns(Path(sink.partials)) == [
+            ("coordination-pipeline:t:0", 10),
+            ("coordination-pipeline:t:0", 20),
+        ]
+        assert totals(spark, sink) == expected((0, 20))
+
+    def test_appends_read_the_recorded_versions_from_the_commits_and_they_equal_the_tables(
+        self, spark, tmp_path, monkeypatch
+    ):
+        # Each output reads the partials' state once, then only the commits since: through
+        # two workers' appends, a compactor's cycles and prunes, and a batch left out, what
+        # it reads equals the table's state.
+        readers: list[RecordedVersions] = []
+
+        def reader(table: str) -> RecordedVersions:
+            readers.append(RecordedVersions(table))
+            return readers[-1]
+
+        monkeypatch.setattr(_sinks, "RecordedVersions", reader)
+        sink = delta_sink(tmp_path)
+        a, b = sink.output(spark), sink.output(spark.newSession())
+        a.publish(stage(spark, a, 0, 10, partition=0))
+        b.publish(stage(spark, b, 0, 10, partition=1))
+        compactor = DeltaCompactor(spark, sink, prune_interval_ms=0)
+        assert compactor.compact() is not None
+        with monkeypatch.context() as no_state:
+            no_state.setattr(
+                _delta_log,
+                "versions_in_state",
+                lambda snapshot: pytest.fail("the snapshot's state was read"),
+            )
+            for end in (20, 30):
+                a.publish(stage(spark, a, end - 10, end, partition=0))
+                b.publish(stage(spark, b, end - 10, end, partition=1))
+                assert compactor.compact() is not None
+            a.publish(stage(spark, a, 20, 30, partition=1))  # b's batch: left out
+            latest = _delta_log.latest_snapshot(spark, sink.partials)
+            read = [r.at(spark, latest) for r in readers[:2]]
+        assert prunes(Path(sink.partials))
+        state = _delta_log.versions_in_state(latest)
+        assert (
+            read
+            == [state, state]
+            == [{"coordination-pipeline:t:0": 30, "coordination-pipeline:t:1": 30}] * 2
+        )
+        assert totals(spark, sink) == _add(expected((0, 30)), expected((0, 30)))
+
     def test_workers_creating_the_partials_table_at_once_all_succeed(self, spark, tmp_path):
         # Each worker creates it at start, from its warm-up's rows; one wins, the others
         # find it made. Its change data feed is on from its first version.
@@ -669,7 +746,7 @@ class TestDeltaCompactor:
         assert a.compact() is not None  # a reads the state once
         states: list[tuple[int, int | None]] = []
         monkeypatch.setattr(
-            "recipes.pipeline._compactor.mark_in",
+            "recipes.pipeline._delta_log.versions_in_state",
             lambda snapshot: pytest.fail("the snapshot's state was read"),
         )
         for end in (30, 40):
@@ -692,9 +769,10 @@ class TestDeltaCompactor:
         output.publish(stage(spark, output, 0, 20))
         compactor = DeltaCompactor(spark, sink, prune_interval_ms=None)
         assert compactor.compact() is not None
-        version, mark = compactor._totals_state()  # its cycle's commit
-        assert compactor._totals_read is not None
-        table_id = compactor._totals_read[0]
+        compactor._totals_state()  # its cycle's commit
+        earlier = compactor._totals_read._read
+        assert earlier is not None
+        _, version, _ = earlier
         output.publish(stage(spark, output, 20, 30))
         assert compactor.compact() is not None  # version + 1, with the last mark
         spark.sql(f"ALTER TABLE delta.`{sink.table}` SET TBLPROPERTIES ('team' = 'ops')")
@@ -703,12 +781,12 @@ class TestDeltaCompactor:
         delta_log: Any = spark._jvm.org.apache.spark.sql.delta.DeltaLog
         delta_log.forTable(spark._jsparkSession, sink.table).checkpoint()
         (Path(sink.table) / "_delta_log" / f"{version + 1:020d}.json").unlink()
-        compactor._totals_read = (table_id, version, mark)
+        compactor._totals_read._read = earlier
         assert compactor._totals_state() == _state(spark, sink.table)
         assert compactor._totals_state()[1] == _version(spark, sink.partials)
         # Another table at the path (dropped and made again, with as many versions as
         # the old one): its mark is its own (none yet), not the old table's.
-        newest = compactor._totals_read[1]
+        newest = compactor._totals_read._read[1]
         shutil.rmtree(sink.table)
         delta_log.clearCache()
         for _ in range(newest + 1):
