@@ -30,7 +30,7 @@ from coordination.errors import (
     CoordinatorStateError,
 )
 
-from ._delta_log import RecordedVersions, latest_snapshot
+from ._delta_log import latest_snapshot, recorded_versions
 from ._delta_totals import (
     BATCH_ID_COLUMNS,
     COMPACTOR_APP_ID,
@@ -203,7 +203,7 @@ class DeltaCompactor:
         # The totals' recorded ids as last read: the next read takes only the commits
         # since from the log. A cycle with nothing to merge costs 0.02 s instead of 0.6 s;
         # one that merges still reconstructs the totals' state once, in its MERGE.
-        self._totals_read = RecordedVersions(sink.table)
+        self._totals_read = recorded_versions(sink.table)
 
     def run(self, stop: Event, still_leader: Callable[[], bool]) -> None:
         """Run a cycle every ``compaction_interval_ms`` until ``stop`` is set or leadership ends.

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["RecordedVersions", "latest_snapshot", "versions_in_state"]
+__all__ = ["RecordedVersions", "latest_snapshot", "recorded_versions", "versions_in_state"]
 
 log = logging.getLogger("recipes.pipeline")
 
@@ -106,3 +106,18 @@ class RecordedVersions:
                 versions = versions_in_state(snapshot)
             self._read = (table_id, version, versions)
             return dict(versions)
+
+
+_READERS: dict[str, RecordedVersions] = {}
+_READERS_GUARD = threading.Lock()
+
+
+def recorded_versions(table: str) -> RecordedVersions:
+    """This process's reader of ``table``'s recorded versions, shared by everything of the
+    process that writes the table (a worker's appends, its compactor's cycles, the
+    warm-up that reads the partials' state once before the worker joins its group)."""
+    with _READERS_GUARD:
+        reader = _READERS.get(table)
+        if reader is None:
+            reader = _READERS[table] = RecordedVersions(table)
+        return reader

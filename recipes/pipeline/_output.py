@@ -404,6 +404,7 @@ class PipelineOutput:
         rejected_offsets: list[int],
         window_ms: int | None,
         files: Mapping[str, int] | None = None,
+        schema: str | None = None,
     ) -> StagedBatch:
         """Mark a staging directory complete by writing its manifest.
 
@@ -420,6 +421,8 @@ class PipelineOutput:
                 counts. Readers read only these files (:meth:`published_files`),
                 so a stray file a lost task attempt may leave later is never read.
                 None: every data file of the directory is the batch's.
+            schema: The data files' Spark schema (its JSON), so that a sink reads them
+                without inferring it from the files (a Spark job).
 
         Returns:
             The staged batch.
@@ -445,6 +448,8 @@ class PipelineOutput:
         if files is not None:
             manifest["files"] = dict(sorted(files.items()))
             manifest["rows"] = sum(files.values())
+        if schema is not None:
+            manifest["schema"] = schema
         # Written to a temporary name and renamed so that a crash never leaves a
         # half-written manifest that would mark a stage complete.
         tmp = path / f".{MANIFEST_NAME}.tmp"
@@ -849,7 +854,8 @@ class PipelineOutput:
         Returns:
             The manifest's fields (``topic``, ``partition``, ``start_offset``,
             ``end_offset``, ``records``, ``rejected``, ``rejected_offsets``, ``window_ms``;
-            from format 2 on, ``files`` (data file name to row count) and ``rows``).
+            from format 2 on, ``files`` (data file name to row count) and ``rows``; where
+            the stager gave it, ``schema``, the data files' Spark schema as JSON).
 
         Raises:
             PipelineOutputError: The directory has no readable manifest.

@@ -540,6 +540,7 @@ def stage_rows(
             rejected_offsets=rejected,
             window_ms=pipeline.window_ms,
             files=files,
+            schema=results.schema.json(),
         )
     except BaseException as exc:
         # A failed attempt leaves no partial directory behind (a crash here
@@ -643,6 +644,8 @@ def stage_many(
         )
         writing = False
         dirs = [job / f"{_RANGE_COLUMN}={i}" for i in range(len(ranges))]
+        # The files' schema: the results' without the column their directories name.
+        schema = results.drop(_RANGE_COLUMN).schema.json()
         if pipeline.batches_together:
             counts.no_stray_rows(pipeline)
         files = _checked_job_files(spark, dirs, counts.rows())
@@ -664,6 +667,7 @@ def stage_many(
                     rejected_offsets=counts.rejected(i),
                     window_ms=pipeline.window_ms,
                     files=range_files,
+                    schema=schema,
                 )
             )
         return staged

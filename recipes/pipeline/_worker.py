@@ -46,6 +46,7 @@ from recipes.partitioning import (
 
 from ._compactor import CompactionCopy, CompactorRole, DeltaCompactor
 from ._definition import Pipeline
+from ._delta_log import latest_snapshot, recorded_versions
 from ._events import (
     BatchAbandoned,
     BatchFailed,
@@ -609,6 +610,12 @@ class PipelineWorker:
                     like = self._spark.read.format("delta").load(scratch_sink.partials)
                     sink.create_partials(self._spark, like)
                     DeltaCompactor(self._spark, sink).create_totals()
+                    # The ids the partials record, read from the state once here (a
+                    # reconstruction, 0.5-1 s of a core) and then by each append from the
+                    # commits since: the first append need not pay it.
+                    recorded_versions(sink.partials).at(
+                        self._spark, latest_snapshot(self._spark, sink.partials)
+                    )
             output.close()  # its job run's lock file goes with the scratch directory
 
     def run(self, stop: Event) -> None:

@@ -40,7 +40,6 @@ from recipes.pipeline import (
     stage_batch,
     windowed_sum,
 )
-from recipes.pipeline._delta_log import RecordedVersions
 from recipes.pipeline._delta_totals import (
     BATCH_ID_COLUMNS,
     COMPACTOR_APP_ID,
@@ -420,16 +419,9 @@ class TestDeltaCompactor:
     def test_appends_read_the_recorded_versions_from_the_commits_and_they_equal_the_tables(
         self, spark, tmp_path, monkeypatch
     ):
-        # Each output reads the partials' state once, then only the commits since: through
-        # two workers' appends, a compactor's cycles and prunes, and a batch left out, what
+        # A process reads the partials' state once, then only the commits since: through
+        # two outputs' appends, a compactor's cycles and prunes, and a batch left out, what
         # it reads equals the table's state.
-        readers: list[RecordedVersions] = []
-
-        def reader(table: str) -> RecordedVersions:
-            readers.append(RecordedVersions(table))
-            return readers[-1]
-
-        monkeypatch.setattr(_sinks, "RecordedVersions", reader)
         sink = delta_sink(tmp_path)
         a, b = sink.output(spark), sink.output(spark.newSession())
         a.publish(stage(spark, a, 0, 10, partition=0))
@@ -448,14 +440,10 @@ class TestDeltaCompactor:
                 assert compactor.compact() is not None
             a.publish(stage(spark, a, 20, 30, partition=1))  # b's batch: left out
             latest = _delta_log.latest_snapshot(spark, sink.partials)
-            read = [r.at(spark, latest) for r in readers[:2]]
+            read = _delta_log.recorded_versions(sink.partials).at(spark, latest)
         assert prunes(Path(sink.partials))
-        state = _delta_log.versions_in_state(latest)
-        assert (
-            read
-            == [state, state]
-            == [{"coordination-pipeline:t:0": 30, "coordination-pipeline:t:1": 30}] * 2
-        )
+        assert read == _delta_log.versions_in_state(latest)
+        assert read == {"coordination-pipeline:t:0": 30, "coordination-pipeline:t:1": 30}
         assert totals(spark, sink) == _add(expected((0, 30)), expected((0, 30)))
 
     def test_workers_creating_the_partials_table_at_once_all_succeed(self, spark, tmp_path):

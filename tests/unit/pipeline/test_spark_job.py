@@ -469,6 +469,25 @@ class TestCommitter:
         assert list(manifest["files"]) == [part.name]
         assert manifest["files"][part.name] == manifest["rows"] > 0
 
+    def test_the_manifest_gives_the_files_schema(self, spark: SparkSession, output):
+        staged = stage_batch(spark, output, batch_of(generate(80, seed=14), 0, 80))
+        assert_manifest_names_the_files_schema(spark, output, staged)
+
+
+def assert_manifest_names_the_files_schema(
+    spark: SparkSession, output: PipelineOutput, staged: StagedBatch
+) -> None:
+    """The schema a batch's manifest gives (what a Delta sink reads its files with, instead
+    of inferring it) reads its files as inferring does: same columns, types, rows."""
+    from pyspark.sql.types import StructType
+
+    manifest = output.read_manifest(staged.path)
+    files = [str(staged.path / f) for f in manifest["files"]]
+    inferred = spark.read.parquet(*files)
+    given = spark.read.schema(StructType.fromJson(json.loads(manifest["schema"]))).parquet(*files)
+    assert given.schema == inferred.schema
+    assert sorted(given.collect()) == sorted(inferred.collect())
+
 
 class Interrupted(BaseException):
     """Like KeyboardInterrupt or pytest-timeout's failure: not an Exception."""
@@ -592,6 +611,11 @@ class TestSeveralPartitionsInOneJob:
         assert (job / "_temporary" / "0").is_dir()
         output.close()  # the job is over: its run goes
         assert not job.exists()
+
+    def test_each_ranges_manifest_gives_its_files_schema(self, spark: SparkSession, output):
+        batches = [batch_of(generate(90, seed=30 + p), 0, 90, partition=p) for p in range(2)]
+        for one in self.stage(spark, output, batches):
+            assert_manifest_names_the_files_schema(spark, output, one)
 
     def test_a_range_without_results_is_staged_empty(self, spark: SparkSession, output):
         valid = generate(50, seed=30)
