@@ -17,6 +17,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ._jvm import jvm_class
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -29,7 +31,7 @@ def latest_snapshot(spark: SparkSession, table: str) -> Any:
     """The table's latest snapshot (a JVM object; version -1 if it is not a Delta table).
 
     A listing of the log: the snapshot's state is reconstructed only when asked for."""
-    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
+    delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog")
     return delta_log.forTableWithSnapshot(spark._jsparkSession, table)._2()
 
 
@@ -55,10 +57,11 @@ def versions_committed(spark: SparkSession, table: str, since: int, latest: int)
     """
     if latest <= since:
         return {}
-    jvm: Any = spark._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table)
+    delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog")
+    log_of_table = delta_log.forTable(spark._jsparkSession, table)
     # failOnDataLoss: a version missing from the range raises rather than being skipped.
-    changes = delta_log.getChanges(since + 1, latest, jvm.scala.Option.empty(), True)
+    none = jvm_class(spark, "scala.Option").empty()
+    changes = log_of_table.getChanges(since + 1, latest, none, True)
     versions: dict[str, int] = {}
     read = since
     while changes.hasNext():

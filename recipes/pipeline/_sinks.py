@@ -30,6 +30,7 @@ from coordination.errors import ConfigurationError
 
 from ._delta_log import recorded_versions
 from ._delta_totals import BATCH_ID_COLUMNS, current_totals
+from ._jvm import jvm_class
 from ._output import (
     MANIFEST_NAME,
     OffsetRange,
@@ -398,7 +399,7 @@ class DeltaSink:
         ]
         self.create_partials(spark, partials[0])
         jvm = _DeltaJvm(spark)
-        txn = jvm.delta.DeltaLog.forTable(spark._jsparkSession, self.partials).startTransaction()
+        txn = jvm.delta_log.forTable(spark._jsparkSession, self.partials).startTransaction()
         versions = recorded_versions(self.partials).at(spark, txn.snapshot())
         fresh = []
         for (_, offsets, _), rows in zip(batches, partials, strict=True):
@@ -545,33 +546,33 @@ class _DeltaJvm:
     Python writer records one idempotent-write id per transaction)."""
 
     def __init__(self, spark: SparkSession) -> None:
-        jvm = spark._jvm
-        assert jvm is not None, "a session without a JVM (Spark Connect) has no Delta log API"
-        self._jvm: Any = jvm
+        self._spark = spark
         self._session: Any = spark._jsparkSession
-        self.delta: Any = self._jvm.org.apache.spark.sql.delta
-        self._converters: Any = self._jvm.scala.jdk.javaapi.CollectionConverters
+        self.delta_log: Any = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog")
+        self._converters: Any = jvm_class(spark, "scala.jdk.javaapi.CollectionConverters")
+        self._array_list: Any = jvm_class(spark, "java.util.ArrayList")
+        self._option: Any = jvm_class(spark, "scala.Option")
 
     def java_list(self, scala_seq: Any) -> Any:
-        return self._jvm.java.util.ArrayList(self._converters.asJava(scala_seq))
+        return self._array_list(self._converters.asJava(scala_seq))
 
     def scala_list(self, java_list: Any) -> Any:
         return self._converters.asScala(java_list).toList()
 
     def files_at(self, table: str, version: int) -> Any:
         """The data files (``AddFile``) of ``table``'s snapshot at ``version`` (a Java list)."""
-        log = self.delta.DeltaLog.forTable(self._session, table)
+        log = self.delta_log.forTable(self._session, table)
         defaults = (getattr(log, f"getSnapshotAt$default${i}")() for i in (2, 3, 4))
         return log.getSnapshotAt(version, *defaults).allFiles().collectAsList()
 
     def removals(self, table: str, files: Any) -> tuple[Any, Any]:
         """A transaction on ``table``, and the removal (at this time, a change of data) of
         each of ``files`` (from :meth:`files_at`) that its snapshot still holds."""
-        txn = self.delta.DeltaLog.forTable(self._session, table).startTransaction()
+        txn = self.delta_log.forTable(self._session, table).startTransaction()
         # The transaction's snapshot, not a read through it: it records no read.
         current = {str(f.path()) for f in txn.snapshot().allFiles().collectAsList()}
         now_ms = int(time.time() * 1000)
-        removals = self._jvm.java.util.ArrayList()
+        removals = self._array_list()
         for added in files:
             if str(added.path()) in current:
                 removals.add(added.removeWithTimestamp(now_ms, True))
@@ -580,7 +581,7 @@ class _DeltaJvm:
     def manual_update(self) -> Any:
         """Delta's ``Manual Update`` operation: a commit of actions made by hand (its
         ``DELETE`` would want the metrics of a scan that a removal of named files has not)."""
-        return getattr(getattr(self.delta, "DeltaOperations$ManualUpdate$"), "MODULE$")
+        return self._object("org.apache.spark.sql.delta.DeltaOperations$ManualUpdate$")
 
     def read_transaction_id(self, txn: Any, app_id: str) -> None:
         """Register ``app_id`` as read by ``txn``, as its ``txnVersion(app_id)`` does, so
@@ -590,13 +591,19 @@ class _DeltaJvm:
         txn.readTxn().addOne(app_id)
 
     def set_transaction(self, app_id: str, version: int, now_ms: int) -> Any:
-        return self.delta.actions.SetTransaction.apply(
-            app_id, version, self._jvm.scala.Option.apply(now_ms)
+        set_transaction = jvm_class(
+            self._spark, "org.apache.spark.sql.delta.actions.SetTransaction"
         )
+        return set_transaction.apply(app_id, version, self._option.apply(now_ms))
 
     def append_operation(self, user_metadata: str) -> Any:
         """Delta's ``WRITE`` operation in append mode: its defaults, but the metadata."""
-        write = getattr(getattr(self.delta, "DeltaOperations$Write$"), "MODULE$")
+        write = self._object("org.apache.spark.sql.delta.DeltaOperations$Write$")
         arguments = [getattr(write, f"apply$default${i}")() for i in range(2, 10)]
-        arguments[2] = self._jvm.scala.Option.apply(user_metadata)  # the 4th: userMetadata
-        return write.apply(self._jvm.org.apache.spark.sql.SaveMode.Append, *arguments)
+        arguments[2] = self._option.apply(user_metadata)  # the 4th: userMetadata
+        append = jvm_class(self._spark, "org.apache.spark.sql.SaveMode").Append
+        return write.apply(append, *arguments)
+
+    def _object(self, name: str) -> Any:
+        """The Scala object whose class is ``name`` (``...$``)."""
+        return getattr(jvm_class(self._spark, name), "MODULE$")
