@@ -645,8 +645,9 @@ def stage_many(
         )
         writing = False
         dirs = [job / f"{_RANGE_COLUMN}={i}" for i in range(len(ranges))]
-        # The files' schema: the results' without the column their directories name.
-        schema = results.drop(_RANGE_COLUMN).schema.json()
+        # The files' schema: the results' without the column their directories name (from
+        # the plan already analysed: a new DataFrame would be analysed again).
+        schema = _without(results.schema, _RANGE_COLUMN).json()
         if pipeline.batches_together:
             counts.no_stray_rows(pipeline)
         files = _checked_job_files(spark, dirs, counts.rows())
@@ -810,6 +811,12 @@ def _together(
     results = results.observe(written, *per_range_rows, _stray_rows(len(ranges)))
     counts = _RangeCounts(len(ranges), [counted], [checked] if checked else [], [written])
     return results.withColumnRenamed(BATCH_COLUMN, _RANGE_COLUMN), counts
+
+
+def _without(schema: StructType, column: str) -> StructType:
+    from pyspark.sql.types import StructType
+
+    return StructType([field for field in schema.fields if field.name != column])
 
 
 def _has_rejections(parsed: DataFrame) -> bool:
