@@ -717,6 +717,8 @@ def test_session_is_configured_for_small_batches(spark: SparkSession):
     assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
     assert conf.get("spark.ui.enabled") == "false"
     assert conf.get("spark.master") == "local[2]"
+    # No call-site capture on every DataFrame call of a job built in Python.
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
 
 
 def test_a_worker_whose_transform_drops_the_batch_column_does_not_start(
