@@ -3,7 +3,8 @@
 Both run the same parse and per-batch windowed sum on the same events, broker and
 cores, in the same run, and both read from Kafka in Spark's executors:
 
-* ours: ``WORKERS`` pipeline workers (one Spark driver each, ``local[1]``), sharing the
+* ours: ``WORKERS`` pipeline workers (``--workers``, default 2; one Spark driver each,
+  ``local[1]``), sharing the
   partitions through the group, Parquet (or ``--sink delta``) output;
 * the peer: one Structured Streaming driver (``local[WORKERS]``) with the Kafka source, a
   checkpoint and an idempotent ``foreachBatch`` sink of the same kind
@@ -26,7 +27,7 @@ Measured:
     python -m benchmarks.pipeline_throughput [--quick] [--bootstrap HOST:PORT] [--sink delta]
         [--throughput-runs N] [--phases throughput,latency,kill]
         [--parallel-batches N] [--max-partitions-per-batch N] [--max-batch-delay-ms MS]
-        [--worker-master local[1]] [--peer-master local[2]]
+        [--workers 2] [--worker-master local[1]] [--peer-master local[2]]
 
 The last line prints the figures as name=value pairs.
 """
@@ -219,8 +220,9 @@ MASTERS = {"worker": "local[1]", "peer": f"local[{WORKERS}]"}
 
 
 def start_workers(
-    bootstrap: str, topic: str, root: Path, sink: str, n: int = WORKERS
+    bootstrap: str, topic: str, root: Path, sink: str, n: int | None = None
 ) -> list[WorkerProcess]:
+    n = WORKERS if n is None else n
     group = f"bench-{uuid.uuid4().hex[:8]}"
     workers = [
         WorkerProcess(
@@ -583,6 +585,7 @@ PHASES = ("throughput", "latency", "kill")
 
 
 def main() -> None:
+    global WORKERS
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a small run (several minutes)")
     parser.add_argument("--bootstrap", help="an existing cluster (default: start one)")
@@ -608,6 +611,9 @@ def main() -> None:
         default=0.0,
         help="latency of the events acknowledged this long after the first only (0: all)",
     )
+    parser.add_argument(
+        "--workers", type=int, default=WORKERS, help="how many pipeline workers (default 2)"
+    )
     parser.add_argument("--parallel-batches", type=int, help="the workers' setting")
     parser.add_argument("--max-partitions-per-batch", type=int, help="the workers' setting")
     parser.add_argument("--max-batch-delay-ms", type=int, help="the workers' setting")
@@ -623,6 +629,7 @@ def main() -> None:
         "--peer-master", default=MASTERS["peer"], help="spark.master of the peer's driver"
     )
     args = parser.parse_args()
+    WORKERS = args.workers
     MASTERS.update(worker=args.worker_master, peer=args.peer_master)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     if not phases or set(phases) - set(PHASES):
