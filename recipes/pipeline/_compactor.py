@@ -203,7 +203,7 @@ class DeltaCompactor:
         # The totals' recorded ids as last read: the next read takes only the commits
         # since from the log. A cycle with nothing to merge costs 0.02 s instead of 0.6 s;
         # one that merges still reconstructs the totals' state once, in its MERGE.
-        self._totals_read = recorded_versions(sink.table)
+        self._totals_versions = recorded_versions(sink.table)
 
     def run(self, stop: Event, still_leader: Callable[[], bool]) -> None:
         """Run a cycle every ``compaction_interval_ms`` until ``stop`` is set or leadership ends.
@@ -299,7 +299,7 @@ class DeltaCompactor:
         version = int(snapshot.version())
         if version < 0:
             return version, None
-        return version, self._totals_read.at(self.spark, snapshot).get(COMPACTOR_APP_ID)
+        return version, self._totals_versions.at(self.spark, snapshot).get(COMPACTOR_APP_ID)
 
     def _vacuum(self) -> None:
         """Delta's VACUUM on the partials table (at most every ``vacuum_interval_ms``).

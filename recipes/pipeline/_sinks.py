@@ -552,6 +552,9 @@ class _DeltaJvm:
         self._converters: Any = jvm_class(spark, "scala.jdk.javaapi.CollectionConverters")
         self._array_list: Any = jvm_class(spark, "java.util.ArrayList")
         self._option: Any = jvm_class(spark, "scala.Option")
+        self._set_transaction: Any = jvm_class(
+            spark, "org.apache.spark.sql.delta.actions.SetTransaction"
+        )
 
     def java_list(self, scala_seq: Any) -> Any:
         return self._array_list(self._converters.asJava(scala_seq))
@@ -591,10 +594,7 @@ class _DeltaJvm:
         txn.readTxn().addOne(app_id)
 
     def set_transaction(self, app_id: str, version: int, now_ms: int) -> Any:
-        set_transaction = jvm_class(
-            self._spark, "org.apache.spark.sql.delta.actions.SetTransaction"
-        )
-        return set_transaction.apply(app_id, version, self._option.apply(now_ms))
+        return self._set_transaction.apply(app_id, version, self._option.apply(now_ms))
 
     def append_operation(self, user_metadata: str) -> Any:
         """Delta's ``WRITE`` operation in append mode: its defaults, but the metadata."""

@@ -758,7 +758,7 @@ class TestDeltaCompactor:
         compactor = DeltaCompactor(spark, sink, prune_interval_ms=None)
         assert compactor.compact() is not None
         compactor._totals_state()  # its cycle's commit
-        earlier = compactor._totals_read._read
+        earlier = compactor._totals_versions._read
         assert earlier is not None
         _, version, _ = earlier
         output.publish(stage(spark, output, 20, 30))
@@ -769,12 +769,12 @@ class TestDeltaCompactor:
         delta_log: Any = spark._jvm.org.apache.spark.sql.delta.DeltaLog
         delta_log.forTable(spark._jsparkSession, sink.table).checkpoint()
         (Path(sink.table) / "_delta_log" / f"{version + 1:020d}.json").unlink()
-        compactor._totals_read._read = earlier
+        compactor._totals_versions._read = earlier
         assert compactor._totals_state() == _state(spark, sink.table)
         assert compactor._totals_state()[1] == _version(spark, sink.partials)
         # Another table at the path (dropped and made again, with as many versions as
         # the old one): its mark is its own (none yet), not the old table's.
-        newest = compactor._totals_read._read[1]
+        newest = compactor._totals_versions._read[1]
         shutil.rmtree(sink.table)
         delta_log.clearCache()
         for _ in range(newest + 1):
