@@ -171,7 +171,9 @@ def spark_session(
 
     Defaults: ``spark.driver.memory`` and ``spark.executor.memory`` 512m,
     ``spark.sql.shuffle.partitions`` 4, the web UI and the console progress bar
-    off, session time zone UTC, Hadoop's file output committer version 1, log
+    off, session time zone UTC, Hadoop's file output committer version 1, PySpark's
+    call-site capture for DataFrame errors off (``spark.python.sql.dataFrameDebugging
+    .enabled``: it costs JVM round trips on every DataFrame call of every job), log
     level WARN. ``conf`` overrides any of them but the committer.
 
     Args:
