@@ -791,7 +791,7 @@ def _together(
     if read is None:
         raw = kafka_rows(spark, ranges, kafka_options)
         cases = " ".join(
-            f"WHEN topic = {_sql_string(r.topic)} AND partition = {r.partition} THEN {i}"
+            f"WHEN `topic` = {_sql_string(r.topic)} AND `partition` = {r.partition} THEN {i}"
             for i, r in enumerate(ranges)
         )
         raw = raw.withColumn(BATCH_COLUMN, F.expr(f"CASE {cases} END"))
