@@ -629,6 +629,8 @@ def main() -> None:
         "--peer-master", default=MASTERS["peer"], help="spark.master of the peer's driver"
     )
     args = parser.parse_args()
+    if args.workers < 1:
+        parser.error(f"--workers: at least 1 worker, got {args.workers}")
     WORKERS = args.workers
     MASTERS.update(worker=args.worker_master, peer=args.peer_master)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
