@@ -57,6 +57,9 @@ def main() -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=0)
     parser.add_argument("--available-now", action="store_true")
     parser.add_argument("--wait-for-go", action="store_true")
+    parser.add_argument(
+        "--kafka-option", action="append", default=[], help="KEY=VALUE, a kafka.* source option"
+    )
     args = parser.parse_args()
 
     spark = spark_session(args.master, app_name="structured-streaming-peer")
@@ -130,6 +133,7 @@ def main() -> int:
         .option("subscribe", args.topic)
         .option("startingOffsets", "earliest")
         .option("kafka.isolation.level", "read_committed")
+        .options(**dict(option.split("=", 1) for option in args.kafka_option))
     )
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)

@@ -28,6 +28,7 @@ Measured:
         [--throughput-runs N] [--phases throughput,latency,kill]
         [--parallel-batches N] [--max-partitions-per-batch N] [--max-batch-delay-ms MS]
         [--workers 2] [--worker-master local[1]] [--peer-master local[2]]
+        [--peer-kafka-option kafka.KEY=VALUE ...]
 
 The last line prints the figures as name=value pairs.
 """
@@ -215,6 +216,8 @@ class Batching(TypedDict, total=False):
 
 
 BATCHING: Batching = {}
+# kafka.* options of the peer's Kafka source (--peer-kafka-option).
+PEER_KAFKA_OPTIONS: dict[str, str] = {}
 # spark.master of each worker and of the peer's driver (--worker-master, --peer-master).
 MASTERS = {"worker": "local[1]", "peer": f"local[{WORKERS}]"}
 
@@ -443,6 +446,7 @@ class StreamingDriver:
             f"--window-ms={WINDOW_MS}",
             "--wait-for-go",
             *(["--available-now"] if once else []),
+            *(f"--kafka-option={k}={v}" for k, v in PEER_KAFKA_OPTIONS.items()),
         ]
         (root / "logs").mkdir(parents=True, exist_ok=True)
         self._log = open(root / "logs" / "streaming.log", "ab")  # noqa: SIM115
@@ -628,7 +632,20 @@ def main() -> None:
     parser.add_argument(
         "--peer-master", default=MASTERS["peer"], help="spark.master of the peer's driver"
     )
+    parser.add_argument(
+        "--peer-kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a kafka.* option of the peer's Kafka source (repeatable), e.g. "
+        "kafka.fetch.max.wait.ms=10, the one the workers' source sets",
+    )
     args = parser.parse_args()
+    for option in args.peer_kafka_option:
+        key, sep, value = option.partition("=")
+        if not sep or not key.startswith("kafka."):
+            parser.error(f"--peer-kafka-option: KEY=VALUE with a kafka.* key, got {option!r}")
+        PEER_KAFKA_OPTIONS[key] = value
     if args.workers < 1:
         parser.error(f"--workers: at least 1 worker, got {args.workers}")
     WORKERS = args.workers
