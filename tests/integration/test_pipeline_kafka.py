@@ -108,6 +108,67 @@ def test_spark_reads_exactly_the_range_and_skips_aborted_transactions(
     assert read(11, 22) == []  # only aborted records and markers
 
 
+def test_a_read_after_one_to_the_logs_end_does_not_wait_for_its_left_over_fetch(
+    kafka: str, spark: SparkSession
+) -> None:
+    # Spark keeps each partition's consumer between jobs (a fixed group id, as a worker
+    # gives), and one that read to the log's end leaves a fetch waiting there at the
+    # broker: the next read of the partition waits for it, until a record arrives or the
+    # fetch's max wait passes. The slowest fetch of the consumer tells how long that was.
+    topic = f"left-over-{uuid.uuid4().hex[:8]}"
+    create(kafka, topic)
+    producer = KafkaProducer(bootstrap_servers=kafka)
+    for i in range(100):
+        producer.send(topic, str(i).encode(), partition=0)
+    producer.flush()
+    producer.close()
+
+    def slowest_fetch_ms(kafka_options: dict[str, str]) -> float:
+        group = f"reader-{uuid.uuid4().hex[:8]}"
+        options = {"kafka.bootstrap.servers": kafka, "kafka.group.id": group, **kafka_options}
+        for start, end in ((50, 100), (0, 50), (50, 100), (0, 50)):  # to the end, then back
+            offsets = OffsetRange(topic=topic, partition=0, start_offset=start, end_offset=end)
+            rows = kafka_rows(spark, offsets, options).count()
+            assert rows == end - start
+        return max(consumer_metric(spark, group, "fetch-latency-max"))
+
+    assert slowest_fetch_ms({}) < 250  # 10 ms at the broker
+    # The same reads with Kafka's default wait: the left-over fetch is what is measured.
+    assert slowest_fetch_ms({"kafka.fetch.max.wait.ms": "500"}) >= 450
+
+
+def consumer_metric(spark: SparkSession, group: str, name: str) -> list[float]:
+    """``name`` of each Kafka consumer of ``group`` in Spark's JVM (JMX)."""
+    jvm, gateway = spark._jvm, spark.sparkContext._gateway
+    assert jvm is not None and gateway is not None
+
+    def method(name: str, *types: str) -> Any:
+        classes = gateway.new_array(jvm.java.lang.Class, len(types))
+        for i, t in enumerate(types):
+            classes[i] = jvm.java.lang.Class.forName(t)
+        # Through the public interface: the server's class is not reachable by reflection.
+        return jvm.java.lang.Class.forName("javax.management.MBeanServerConnection").getMethod(
+            name, classes
+        )
+
+    def call(m: Any, *args: Any) -> Any:
+        array = gateway.new_array(jvm.java.lang.Object, len(args))
+        for i, a in enumerate(args):
+            array[i] = a
+        return m.invoke(server, array)
+
+    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
+    query = method("queryNames", "javax.management.ObjectName", "javax.management.QueryExp")
+    get = method("getAttribute", "javax.management.ObjectName", "java.lang.String")
+    pattern = jvm.javax.management.ObjectName(
+        "kafka.consumer:type=consumer-fetch-manager-metrics,*"
+    )
+    beans = [b for b in call(query, pattern, None) if "topic=" not in b.toString()]
+    values = [float(call(get, b, name)) for b in beans if f"-{group}-" in b.toString()]
+    assert values, f"no consumer of group {group} in the JVM"
+    return values
+
+
 def test_ranges_of_two_topics_read_by_one_scan_keep_their_own_results(
     kafka: str, spark: SparkSession, tmp_path: Path
 ) -> None:
