@@ -142,13 +142,13 @@ def consumer_metric(spark: SparkSession, group: str, name: str) -> list[float]:
     jvm, gateway = spark._jvm, spark.sparkContext._gateway
     assert jvm is not None and gateway is not None
 
-    def method(name: str, *types: str) -> Any:
+    def method(method_name: str, *types: str) -> Any:
         classes = gateway.new_array(jvm.java.lang.Class, len(types))
         for i, t in enumerate(types):
             classes[i] = jvm.java.lang.Class.forName(t)
         # Through the public interface: the server's class is not reachable by reflection.
         return jvm.java.lang.Class.forName("javax.management.MBeanServerConnection").getMethod(
-            name, classes
+            method_name, classes
         )
 
     def call(m: Any, *args: Any) -> Any:
