@@ -27,6 +27,7 @@ from coordination.errors import ConfigurationError
 
 from ._definition import BATCH_COLUMN
 from ._jvm import jvm_class
+from ._local_fs import local_file_system_conf
 from ._output import (
     OffsetRange,
     PipelineOutput,
@@ -176,7 +177,11 @@ def spark_session(
     off, session time zone UTC, Hadoop's file output committer version 1, PySpark's
     call-site capture for DataFrame errors off (``spark.python.sql.dataFrameDebugging
     .enabled``: it costs JVM round trips on every DataFrame call of every job), log
-    level WARN. ``conf`` overrides any of them but the committer.
+    level WARN. ``conf`` overrides any of them but the committer. On a ``local``
+    master, a local file system that sets the permissions of what a job writes without
+    starting a ``chmod`` process per file (``spark.hadoop.fs.file.impl``, compiled with
+    the JDK's ``javac`` on first use, docs/pipeline.md); ``conf`` naming another
+    ``spark.hadoop.fs.file.impl`` keeps that one.
 
     Args:
         master: ``spark.master``: ``local[2]`` for two local cores, or a cluster
@@ -212,6 +217,12 @@ def spark_session(
         settings.setdefault(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
         )
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is None:  # else only its SQL settings change
+        gateway = SparkContext._gateway
+        running = None if gateway is None else gateway.jvm
+        settings.update(local_file_system_conf(master, settings, running))
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
