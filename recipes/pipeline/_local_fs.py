@@ -28,12 +28,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["CLASS_NAME", "FILE_SYSTEM_KEY", "compiled_classes", "local_file_system_conf"]
+__all__ = [
+    "CLASS_NAME",
+    "FILE_CONTEXT_CLASS_NAME",
+    "FILE_CONTEXT_KEY",
+    "FILE_SYSTEM_KEY",
+    "compiled_classes",
+    "local_file_system_conf",
+]
 
 log = logging.getLogger("recipes.pipeline")
 
 CLASS_NAME: Final = "coordination.pipeline.PosixLocalFileSystem"
 FILE_SYSTEM_KEY: Final = "spark.hadoop.fs.file.impl"
+# The same for Hadoop's FileContext (Delta's transaction log, Structured Streaming's checkpoints).
+FILE_CONTEXT_CLASS_NAME: Final = CLASS_NAME + "$Fs"
+FILE_CONTEXT_KEY: Final = "spark.hadoop.fs.AbstractFileSystem.file.impl"
+_FILE_SYSTEMS: Final = {FILE_SYSTEM_KEY: CLASS_NAME, FILE_CONTEXT_KEY: FILE_CONTEXT_CLASS_NAME}
 _CLASSPATH_KEY: Final = "spark.driver.extraClassPath"
 _SOURCE: Final = Path(__file__).with_name("java") / "PosixLocalFileSystem.java"
 _JAVA_RELEASE: Final = "17"  # the oldest Java Spark 4 runs on
@@ -47,24 +58,26 @@ def local_file_system_conf(
     master: str, settings: Mapping[str, Any], running_jvm: Any | None = None
 ) -> dict[str, str]:
     """The settings that give a session about to be created on ``master`` the local file
-    system above: ``spark.hadoop.fs.file.impl``, and the compiled class on the driver's
-    class path (after any ``spark.driver.extraClassPath`` in ``settings``).
+    system above: ``spark.hadoop.fs.file.impl`` and ``spark.hadoop.fs.AbstractFileSystem
+    .file.impl`` (each unless ``settings`` name their own), and the compiled class on the
+    driver's class path (after any ``spark.driver.extraClassPath`` in ``settings``).
 
     ``{}`` when it does not apply: a cluster master (its executors would not have the
-    class), ``settings`` naming a file system of their own, ``--driver-class-path`` in
+    class), ``settings`` naming both file systems of their own, ``--driver-class-path`` in
     ``PYSPARK_SUBMIT_ARGS`` (it would replace the class path given here), or no class.
     ``running_jvm``: the process's JVM if one runs already (PySpark keeps it after a
     session stops), whose class path is fixed: the file system is named only if that JVM
     can load it, since a class named but not found would fail every file access.
     """
-    if not master.strip().startswith("local") or FILE_SYSTEM_KEY in settings:
+    wanted = {key: name for key, name in _FILE_SYSTEMS.items() if key not in settings}
+    if not master.strip().startswith("local") or not wanted:
         return {}
     if running_jvm is not None:
         try:
             running_jvm.java.lang.Class.forName(CLASS_NAME)
         except Exception:
             return {}
-        return {FILE_SYSTEM_KEY: CLASS_NAME}
+        return wanted
     if "--driver-class-path" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
         log.info(
             "--driver-class-path in PYSPARK_SUBMIT_ARGS: the Spark session keeps Hadoop's "
@@ -76,7 +89,7 @@ def local_file_system_conf(
         return {}
     given = str(settings.get(_CLASSPATH_KEY, "")).strip()
     return {
-        FILE_SYSTEM_KEY: CLASS_NAME,
+        **wanted,
         _CLASSPATH_KEY: os.pathsep.join([given, str(classes)] if given else [str(classes)]),
     }
 

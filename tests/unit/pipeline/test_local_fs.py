@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 from recipes.pipeline import _local_fs
-from recipes.pipeline._local_fs import CLASS_NAME, FILE_SYSTEM_KEY, local_file_system_conf
+from recipes.pipeline._local_fs import (
+    CLASS_NAME,
+    FILE_CONTEXT_CLASS_NAME,
+    FILE_CONTEXT_KEY,
+    FILE_SYSTEM_KEY,
+    local_file_system_conf,
+)
+
+BOTH = {FILE_SYSTEM_KEY: CLASS_NAME, FILE_CONTEXT_KEY: FILE_CONTEXT_CLASS_NAME}
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,18 +42,24 @@ jvm = spark._jvm
 conf = spark._jsc.hadoopConfiguration()
 uri = jvm.java.net.URI("file:///")
 used = jvm.org.apache.hadoop.fs.FileSystem.get(uri, conf).getClass().getName()
+# FileContext's: Delta's transaction log and Structured Streaming's checkpoints.
+used_by_context = jvm.org.apache.hadoop.fs.AbstractFileSystem.get(uri, conf).getClass().getName()
 log = os.environ["CHMOD_LOG"]
 def logged():
     return open(log).read() if os.path.exists(log) else ""
 # (Spark's start chmods the packages' jars it copies, once: not a job's.)
 before_job = logged()
-spark.range(30).selectExpr("id % 3 AS r", "id AS v").write.partitionBy("r").parquet(out + "/job")
+rows = spark.range(30).selectExpr("id % 3 AS r", "id AS v")
+rows.write.partitionBy("r").parquet(out + "/job")
+rows.write.format("delta").save(out + "/delta")
 during_job = logged()[len(before_job):]
 # The same kind of write through Hadoop's own local file system, in the same JVM.
 hadoops = jvm.org.apache.hadoop.fs.LocalFileSystem()
 hadoops.initialize(uri, conf)
 hadoops.create(jvm.org.apache.hadoop.fs.Path(out + "/hadoops")).close()
-print(json.dumps({"file_system": used, "chmods_during_job": during_job}))
+print(json.dumps(
+    {"file_system": used, "file_context": used_by_context, "chmods_during_job": during_job}
+))
 spark.stop()
 """
 
@@ -89,8 +103,8 @@ def test_a_local_sessions_jobs_write_with_hadoops_permissions_and_no_chmod_proce
     )
     assert done.returncode == 0, done.stderr[-5000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["file_system"] == CLASS_NAME
-    assert seen["chmods_during_job"] == ""
+    assert (seen["file_system"], seen["file_context"]) == (CLASS_NAME, FILE_CONTEXT_CLASS_NAME)
+    assert seen["chmods_during_job"] == ""  # the Parquet job's, and the Delta table's
     # The test sees what it guards against: Hadoop's own started chmod for its file.
     assert "hadoops" in log.read_text()
     directories = [out / "job", *(out / "job").glob("r=*")]
@@ -99,6 +113,8 @@ def test_a_local_sessions_jobs_write_with_hadoops_permissions_and_no_chmod_proce
     # Hadoop's permissions under its umask (022), as its own file system set them.
     assert {mode(d) for d in directories} == {0o755}
     assert {mode(f) for f in files} == {mode(out / "hadoops")} == {0o644}
+    commits = list((out / "delta" / "_delta_log").glob("*.json"))
+    assert commits and {mode(f) for f in commits} == {0o644}
 
 
 FAKE_JAVAC = """#!/bin/sh
@@ -199,7 +215,7 @@ def test_a_local_session_gets_the_file_system_and_its_class_after_the_users(
     compiled: Path,
 ) -> None:
     assert local_file_system_conf("local[1]", {}) == {
-        FILE_SYSTEM_KEY: CLASS_NAME,
+        **BOTH,
         "spark.driver.extraClassPath": str(compiled),
     }
     given = {"spark.driver.extraClassPath": "/opt/mine.jar"}
@@ -214,7 +230,14 @@ def test_a_local_session_gets_the_file_system_and_its_class_after_the_users(
     [
         ("spark://host:7077", {}, ""),
         ("yarn", {}, ""),
-        ("local[2]", {FILE_SYSTEM_KEY: "org.apache.hadoop.fs.LocalFileSystem"}, ""),
+        (
+            "local[2]",
+            {
+                FILE_SYSTEM_KEY: "org.apache.hadoop.fs.LocalFileSystem",
+                FILE_CONTEXT_KEY: "org.apache.hadoop.fs.local.LocalFs",
+            },
+            "",
+        ),
         ("local[2]", {}, "--driver-class-path /opt/x.jar pyspark-shell"),
     ],
     ids=["cluster", "yarn", "users-own", "driver-class-path"],
@@ -224,6 +247,13 @@ def test_the_file_system_is_left_alone_where_it_cannot_or_should_not_apply(
 ) -> None:
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", submit_args)
     assert local_file_system_conf(master, settings) == {}
+
+
+@pytest.mark.usefixtures("compiled")
+def test_a_file_system_the_user_names_is_kept_and_the_other_one_set() -> None:
+    own = {FILE_SYSTEM_KEY: "org.apache.hadoop.fs.LocalFileSystem"}
+    got = local_file_system_conf("local[2]", own)
+    assert FILE_SYSTEM_KEY not in got and got[FILE_CONTEXT_KEY] == FILE_CONTEXT_CLASS_NAME
 
 
 class _Jvm:
@@ -243,7 +273,5 @@ class _Jvm:
 
 @pytest.mark.usefixtures("compiled")
 def test_a_jvm_running_already_gets_the_file_system_only_if_it_can_load_it() -> None:
-    assert local_file_system_conf("local[2]", {}, _Jvm({CLASS_NAME})) == {
-        FILE_SYSTEM_KEY: CLASS_NAME
-    }
+    assert local_file_system_conf("local[2]", {}, _Jvm({CLASS_NAME})) == BOTH
     assert local_file_system_conf("local[2]", {}, _Jvm(set())) == {}
