@@ -47,6 +47,10 @@ FILE_CONTEXT_KEY: Final = "spark.hadoop.fs.AbstractFileSystem.file.impl"
 _FILE_SYSTEMS: Final = {FILE_SYSTEM_KEY: CLASS_NAME, FILE_CONTEXT_KEY: FILE_CONTEXT_CLASS_NAME}
 _CLASSPATH_KEY: Final = "spark.driver.extraClassPath"
 _SOURCE: Final = Path(__file__).with_name("java") / "PosixLocalFileSystem.java"
+# What javac makes of the source: the class and its nested ones.
+_CLASS_FILES: Final = tuple(
+    f"PosixLocalFileSystem{nested}.class" for nested in ("", "$Fs", "$RawFs", "$Raw")
+)
 _JAVA_RELEASE: Final = "17"  # the oldest Java Spark 4 runs on
 _COMPILE_TIMEOUT_S: Final = 300
 
@@ -123,7 +127,7 @@ def _compile() -> Path | None:
     key = hashlib.sha256(source + hadoop.name.encode()).hexdigest()[:16]
     target = cache_root() / "spark-local-fs" / key
     if target.is_dir():
-        return target
+        return _whole(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=".compiling-", dir=target.parent))
@@ -156,12 +160,28 @@ def _compile() -> Path | None:
         except OSError:
             if not target.is_dir():
                 raise
-        return target
+        return _whole(target)
     except (OSError, subprocess.SubprocessError) as e:
         log.warning("cannot compile the Spark session's local file system: %s", e)
         return None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _whole(classes: Path) -> Path | None:
+    """``classes`` if it holds every class of the source: a class named but missing (a
+    cache someone pruned) would fail every file access of the session."""
+    package = classes / "coordination" / "pipeline"
+    missing = [name for name in _CLASS_FILES if not (package / name).is_file()]
+    if missing:
+        log.warning(
+            "%s lacks %s: the Spark session keeps Hadoop's local file system; delete the "
+            "directory to have it compiled again",
+            classes,
+            ", ".join(missing),
+        )
+        return None
+    return classes
 
 
 def _javac() -> str | None:

@@ -288,8 +288,7 @@ def test_a_user_pipeline_over_two_topics_is_exact_across_a_hand_over(
         # w2 leaves while data is processed (once the first batch landed, whichever worker's):
         # its partitions, and any batch of its in flight, are handed over to w1. Waiting for
         # w2's own first batch made the test as slow as Delta's MERGE retries under the two
-
-        # contention, docs/pipeline.md).
+        # workers' contention (docs/pipeline.md).
         deadline = time.monotonic() + 240
         while not any(w.of(BatchPublished) for w in workers):
             assert time.monotonic() < deadline, "no batch published in 240 s"

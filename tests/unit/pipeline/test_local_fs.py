@@ -117,13 +117,21 @@ def test_a_local_sessions_jobs_write_with_hadoops_permissions_and_no_chmod_proce
     assert commits and {mode(f) for f in commits} == {0o644}
 
 
+CLASS_FILES = [
+    "PosixLocalFileSystem.class",
+    "PosixLocalFileSystem$Fs.class",
+    "PosixLocalFileSystem$RawFs.class",
+    "PosixLocalFileSystem$Raw.class",
+]
+
 FAKE_JAVAC = """#!/bin/sh
 # A slow compiler: one class now, the other a second later (a real javac writes them as it goes).
 while [ "$1" != "-d" ]; do shift; done
 mkdir -p "$2/coordination/pipeline"
-touch "$2/coordination/pipeline/PosixLocalFileSystem.class"
+cd "$2/coordination/pipeline"
+touch PosixLocalFileSystem.class
 sleep 1
-touch "$2/coordination/pipeline/PosixLocalFileSystem\\$Raw.class"
+for nested in Fs RawFs Raw; do touch "PosixLocalFileSystem\\$$nested.class"; done
 """
 
 ASK = (
@@ -159,12 +167,7 @@ def test_processes_starting_at_once_each_get_the_whole_compiled_directory(
         time.sleep(0.4)  # the later ones start while the first one compiles
     answers = [p.communicate(timeout=60)[0].strip() for p in processes]
     assert all(p.returncode == 0 for p in processes)
-    whole = str(
-        [
-            "coordination/pipeline/PosixLocalFileSystem$Raw.class",
-            "coordination/pipeline/PosixLocalFileSystem.class",
-        ]
-    )
+    whole = str(sorted(f"coordination/pipeline/{name}" for name in CLASS_FILES))
     directories = {answer.split(" ", 1)[0] for answer in answers}
     assert len(directories) == 1, answers
     assert all(answer.endswith(whole) for answer in answers), answers
@@ -202,6 +205,20 @@ def test_a_failed_compilation_keeps_hadoops_file_system_with_the_compilers_error
         assert local_file_system_conf("local[2]", {}) == {}
     assert "exit 2" in caplog.text and "cannot access org.apache.hadoop.fs" in caplog.text
     assert list((tmp_path / "cache" / "spark-local-fs").iterdir()) == []  # no half-made class
+
+
+@pytest.mark.usefixtures("ask_anew")
+def test_a_cached_directory_missing_a_class_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(fake_jdk(tmp_path / "jdk", FAKE_JAVAC)))
+    classes = _local_fs.compiled_classes()
+    assert classes is not None
+    (classes / "coordination" / "pipeline" / "PosixLocalFileSystem$RawFs.class").unlink()
+    monkeypatch.setattr(_local_fs, "_compiled", [])  # the next process's first ask
+    with caplog.at_level(logging.WARNING, logger="recipes.pipeline"):
+        assert local_file_system_conf("local[2]", {}) == {}
+    assert "lacks PosixLocalFileSystem$RawFs.class" in caplog.text
 
 
 @pytest.fixture
