@@ -67,8 +67,10 @@ def local_file_system_conf(
     driver's class path (after any ``spark.driver.extraClassPath`` in ``settings``).
 
     ``{}`` when it does not apply: a cluster master (its executors would not have the
-    class), ``settings`` naming both file systems of their own, ``--driver-class-path`` in
-    ``PYSPARK_SUBMIT_ARGS`` (it would replace the class path given here), or no class.
+    class), ``settings`` naming both file systems of their own, a driver class path given
+    elsewhere (``--driver-class-path`` or ``--properties-file`` in ``PYSPARK_SUBMIT_ARGS``,
+    ``spark.driver.extraClassPath`` in ``spark-defaults.conf``: the one given here would
+    replace it), or no class.
     ``running_jvm``: the process's JVM if one runs already (PySpark keeps it after a
     session stops), whose class path is fixed: the file system is named only if that JVM
     can load it, since a class named but not found would fail every file access.
@@ -82,10 +84,12 @@ def local_file_system_conf(
         except Exception:
             return {}
         return wanted
-    if "--driver-class-path" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+    elsewhere = _class_path_given_elsewhere()
+    if elsewhere:
         log.info(
-            "--driver-class-path in PYSPARK_SUBMIT_ARGS: the Spark session keeps Hadoop's "
-            "local file system (a chmod process per file written)"
+            "%s: the Spark session keeps Hadoop's local file system (a chmod process per "
+            "file written), since a class path given here would replace that one",
+            elsewhere,
         )
         return {}
     classes = compiled_classes()
@@ -96,6 +100,27 @@ def local_file_system_conf(
         **wanted,
         _CLASSPATH_KEY: os.pathsep.join([given, str(classes)] if given else [str(classes)]),
     }
+
+
+def _class_path_given_elsewhere() -> str | None:
+    """Where the driver's class path is given outside ``settings``, if it is: what the
+    session's own ``spark.driver.extraClassPath`` would replace (Spark takes one value)."""
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    for flag in ("--driver-class-path", "--properties-file"):
+        if flag in submit_args:
+            return f"{flag} in PYSPARK_SUBMIT_ARGS"
+    directory = os.environ.get("SPARK_CONF_DIR") or (
+        str(home / "conf") if (home := _spark_home()) else None
+    )
+    if directory:
+        defaults = Path(directory) / "spark-defaults.conf"
+        try:
+            lines = defaults.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return None
+        if any(line.strip().startswith(_CLASSPATH_KEY) for line in lines):
+            return f"{_CLASSPATH_KEY} in {defaults}"
+    return None
 
 
 def compiled_classes() -> Path | None:
@@ -193,14 +218,21 @@ def _javac() -> str | None:
     return shutil.which("javac")
 
 
-def _hadoop_jar() -> Path | None:
-    """Hadoop's client API jar of the Spark that the session starts."""
+def _spark_home() -> Path | None:
+    """The Spark that the session starts (PySpark's own unless ``SPARK_HOME`` says)."""
     try:
         from pyspark.find_spark_home import _find_spark_home
 
-        home = _find_spark_home()
+        return Path(_find_spark_home())
     except (ImportError, SystemExit):  # it exits when it finds no Spark: so would the start
         return None
-    jars = Path(home) / "jars"
+
+
+def _hadoop_jar() -> Path | None:
+    """Hadoop's client API jar of the Spark that the session starts."""
+    home = _spark_home()
+    if home is None:
+        return None
+    jars = home / "jars"
     found = sorted(jars.glob("hadoop-client-api-*.jar")) or sorted(jars.glob("hadoop-common-*.jar"))
     return found[-1] if found else None

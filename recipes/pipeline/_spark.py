@@ -179,9 +179,10 @@ def spark_session(
     .enabled``: it costs JVM round trips on every DataFrame call of every job), log
     level WARN. ``conf`` overrides any of them but the committer. On a ``local``
     master, a local file system that sets the permissions of what a job writes without
-    starting a ``chmod`` process per file (``spark.hadoop.fs.file.impl``, compiled with
-    the JDK's ``javac`` on first use, docs/pipeline.md); ``conf`` naming another
-    ``spark.hadoop.fs.file.impl`` keeps that one.
+    starting a ``chmod`` process per file (``spark.hadoop.fs.file.impl`` and
+    ``spark.hadoop.fs.AbstractFileSystem.file.impl``, compiled with the JDK's ``javac``
+    on first use; docs/pipeline.md says when it is left out); ``conf`` naming either
+    setting keeps its own.
 
     Args:
         master: ``spark.master``: ``local[2]`` for two local cores, or a cluster

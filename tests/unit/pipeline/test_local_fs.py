@@ -182,6 +182,7 @@ def ask_anew(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(_local_fs, "_compiled", [])
     monkeypatch.setenv("COORDINATION_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # no spark-defaults.conf
 
 
 @pytest.mark.usefixtures("ask_anew")
@@ -225,6 +226,8 @@ def test_a_cached_directory_missing_a_class_is_not_used(
 def compiled(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setattr(_local_fs, "_compiled", [tmp_path / "classes"])
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    (tmp_path / "conf").mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "conf"))  # no spark-defaults.conf
     return tmp_path / "classes"
 
 
@@ -256,14 +259,27 @@ def test_a_local_session_gets_the_file_system_and_its_class_after_the_users(
             "",
         ),
         ("local[2]", {}, "--driver-class-path /opt/x.jar pyspark-shell"),
+        ("local[2]", {}, "--properties-file /opt/spark.conf pyspark-shell"),
     ],
-    ids=["cluster", "yarn", "users-own", "driver-class-path"],
+    ids=["cluster", "yarn", "users-own", "driver-class-path", "properties-file"],
 )
 def test_the_file_system_is_left_alone_where_it_cannot_or_should_not_apply(
     master: str, settings: dict[str, str], submit_args: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", submit_args)
     assert local_file_system_conf(master, settings) == {}
+
+
+def test_a_class_path_in_spark_defaults_is_not_replaced(
+    compiled: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    defaults = Path(os.environ["SPARK_CONF_DIR"]) / "spark-defaults.conf"
+    defaults.write_text("spark.driver.memory 1g\n")
+    assert local_file_system_conf("local[2]", {})  # other settings there change nothing
+    defaults.write_text("spark.driver.extraClassPath  /opt/drivers/*\n")
+    with caplog.at_level(logging.INFO, logger="recipes.pipeline"):
+        assert local_file_system_conf("local[2]", {}) == {}
+    assert f"spark.driver.extraClassPath in {defaults}" in caplog.text
 
 
 @pytest.mark.usefixtures("compiled")
