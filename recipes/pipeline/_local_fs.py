@@ -148,7 +148,11 @@ def _compile() -> Path | None:
     if hadoop is None:
         log.info("no Hadoop jar beside Spark's: the session keeps Hadoop's local file system")
         return None
-    source = _SOURCE.read_bytes()
+    try:
+        source = _SOURCE.read_bytes()
+    except OSError as e:  # an install without it: the session runs on without
+        log.warning("cannot read the Spark session's local file system's source: %s", e)
+        return None
     key = hashlib.sha256(source + hadoop.name.encode()).hexdigest()[:16]
     target = cache_root() / "spark-local-fs" / key
     if target.is_dir():

@@ -209,6 +209,17 @@ def test_a_failed_compilation_keeps_hadoops_file_system_with_the_compilers_error
 
 
 @pytest.mark.usefixtures("ask_anew")
+def test_an_install_without_the_source_keeps_hadoops_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(fake_jdk(tmp_path / "jdk", FAKE_JAVAC)))
+    monkeypatch.setattr(_local_fs, "_SOURCE", tmp_path / "PosixLocalFileSystem.java")
+    with caplog.at_level(logging.WARNING, logger="recipes.pipeline"):
+        assert local_file_system_conf("local[2]", {}) == {}
+    assert "cannot read the Spark session's local file system's source" in caplog.text
+
+
+@pytest.mark.usefixtures("ask_anew")
 def test_a_cached_directory_missing_a_class_is_not_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
